@@ -1,0 +1,405 @@
+//! Every conversion between generated proto types and domain types, in one
+//! place. Requests become domain types with a precise error; events become
+//! proto messages.
+
+use std::time::SystemTime;
+
+use prost_types::{ListValue, Struct, Timestamp, Value as PbValue, value::Kind};
+use serde_json::{Map, Number, Value};
+
+use super::error::ApiError;
+use super::pb;
+use crate::policy::ApprovalMode;
+use crate::scheduler::{
+    BatchEvent, BatchRequest, CallRequest, CancelRequest, CancelSummary, ConfirmRequest,
+    ConfirmationOutcome, Event, FunctionResponse, StateUpdate,
+};
+use crate::tools::{ConfirmationDetails, Declaration, ErrorKind, ToolKind};
+
+// === JSON <-> google.protobuf.Struct ===
+
+/// A protobuf `Value` as JSON. Numbers that are whole (protobuf has only
+/// doubles) become JSON integers, so `"start_line": 5` checks as an integer.
+pub fn value_to_json(v: PbValue) -> Value {
+    match v.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::BoolValue(b)) => Value::Bool(b),
+        Some(Kind::NumberValue(n)) => number_to_json(n),
+        Some(Kind::StringValue(s)) => Value::String(s),
+        Some(Kind::ListValue(l)) => Value::Array(l.values.into_iter().map(value_to_json).collect()),
+        Some(Kind::StructValue(s)) => Value::Object(struct_to_json(s)),
+    }
+}
+
+fn number_to_json(n: f64) -> Value {
+    // 2^53: beyond it a double no longer holds every integer exactly.
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    if n.fract() == 0.0 && n.abs() <= EXACT {
+        Value::Number(Number::from(n as i64))
+    } else {
+        Number::from_f64(n).map_or(Value::Null, Value::Number)
+    }
+}
+
+/// A protobuf `Struct` as a JSON object.
+pub fn struct_to_json(s: Struct) -> Map<String, Value> {
+    s.fields
+        .into_iter()
+        .map(|(k, v)| (k, value_to_json(v)))
+        .collect()
+}
+
+/// JSON as a protobuf `Value`.
+pub fn json_to_value(v: &Value) -> PbValue {
+    let kind = match v {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::Array(a) => Kind::ListValue(ListValue {
+            values: a.iter().map(json_to_value).collect(),
+        }),
+        Value::Object(o) => Kind::StructValue(json_to_struct(o)),
+    };
+    PbValue { kind: Some(kind) }
+}
+
+/// A JSON object as a protobuf `Struct`.
+pub fn json_to_struct(o: &Map<String, Value>) -> Struct {
+    Struct {
+        fields: o
+            .iter()
+            .map(|(k, v)| (k.clone(), json_to_value(v)))
+            .collect(),
+    }
+}
+
+fn timestamp(t: SystemTime) -> Timestamp {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    Timestamp {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+// === requests ===
+
+fn approval_mode(raw: i32) -> Result<Option<ApprovalMode>, ApiError> {
+    match pb::ApprovalMode::try_from(raw) {
+        Ok(pb::ApprovalMode::Unspecified) => Ok(None),
+        Ok(pb::ApprovalMode::Default) => Ok(Some(ApprovalMode::Default)),
+        Ok(pb::ApprovalMode::AutoEdit) => Ok(Some(ApprovalMode::AutoEdit)),
+        Ok(pb::ApprovalMode::Yolo) => Ok(Some(ApprovalMode::Yolo)),
+        Ok(pb::ApprovalMode::Plan) => Ok(Some(ApprovalMode::Plan)),
+        Err(_) => Err(ApiError::InvalidArgument(format!(
+            "approval_mode {raw} is not a known ApprovalMode"
+        ))),
+    }
+}
+
+impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
+    type Error = ApiError;
+
+    fn try_from(r: pb::ScheduleCallsRequest) -> Result<Self, ApiError> {
+        let approval_mode = approval_mode(r.approval_mode)?;
+        let calls = r
+            .calls
+            .into_iter()
+            .map(|c| CallRequest {
+                id: c.id,
+                name: c.name,
+                args: c.args.map(struct_to_json).unwrap_or_default(),
+                wait_for_previous: c.wait_for_previous,
+            })
+            .collect();
+        let request = BatchRequest {
+            session_id: r.session_id,
+            calls,
+            approval_mode,
+            interactive: r.interactive.unwrap_or(true),
+        };
+        request.validate().map_err(ApiError::InvalidArgument)?;
+        Ok(request)
+    }
+}
+
+fn outcome(raw: i32) -> Result<ConfirmationOutcome, ApiError> {
+    use pb::ConfirmationOutcome as P;
+    match P::try_from(raw) {
+        Ok(P::ProceedOnce) => Ok(ConfirmationOutcome::ProceedOnce),
+        Ok(P::ProceedAlways) => Ok(ConfirmationOutcome::ProceedAlways),
+        Ok(P::ProceedAlwaysTool) => Ok(ConfirmationOutcome::ProceedAlwaysTool),
+        Ok(P::ProceedAlwaysServer) => Ok(ConfirmationOutcome::ProceedAlwaysServer),
+        Ok(P::ModifyWithEditor) => Ok(ConfirmationOutcome::ModifyWithEditor),
+        Ok(P::Cancel) => Ok(ConfirmationOutcome::Cancel),
+        Ok(P::Unspecified) => Err(ApiError::InvalidArgument(
+            "outcome is unset; send one of the outcomes the prompt offered".into(),
+        )),
+        Err(_) => Err(ApiError::InvalidArgument(format!(
+            "outcome {raw} is not a known ConfirmationOutcome"
+        ))),
+    }
+}
+
+fn outcome_to_pb(o: ConfirmationOutcome) -> pb::ConfirmationOutcome {
+    use pb::ConfirmationOutcome as P;
+    match o {
+        ConfirmationOutcome::ProceedOnce => P::ProceedOnce,
+        ConfirmationOutcome::ProceedAlways => P::ProceedAlways,
+        ConfirmationOutcome::ProceedAlwaysTool => P::ProceedAlwaysTool,
+        ConfirmationOutcome::ProceedAlwaysServer => P::ProceedAlwaysServer,
+        ConfirmationOutcome::ModifyWithEditor => P::ModifyWithEditor,
+        ConfirmationOutcome::Cancel => P::Cancel,
+    }
+}
+
+fn required(field: &str, value: String) -> Result<String, ApiError> {
+    if value.is_empty() {
+        Err(ApiError::InvalidArgument(format!("{field} is empty")))
+    } else {
+        Ok(value)
+    }
+}
+
+impl TryFrom<pb::ConfirmRequest> for ConfirmRequest {
+    type Error = ApiError;
+
+    fn try_from(r: pb::ConfirmRequest) -> Result<Self, ApiError> {
+        Ok(ConfirmRequest {
+            session_id: required("session_id", r.session_id)?,
+            call_id: required("call_id", r.call_id)?,
+            correlation_id: required("correlation_id", r.correlation_id)?,
+            outcome: outcome(r.outcome)?,
+            new_content: r.new_content,
+        })
+    }
+}
+
+impl TryFrom<pb::CancelRequest> for CancelRequest {
+    type Error = ApiError;
+
+    fn try_from(r: pb::CancelRequest) -> Result<Self, ApiError> {
+        Ok(CancelRequest {
+            session_id: required("session_id", r.session_id)?,
+            batch_id: r.batch_id.filter(|b| !b.is_empty()),
+            reason: r.reason,
+        })
+    }
+}
+
+impl From<CancelSummary> for pb::CancelResponse {
+    fn from(s: CancelSummary) -> Self {
+        pb::CancelResponse {
+            cancelled_calls: s.cancelled_calls,
+            cancelled_batches: s.cancelled_batches,
+        }
+    }
+}
+
+// === events ===
+
+impl From<FunctionResponse> for pb::FunctionResponse {
+    fn from(r: FunctionResponse) -> Self {
+        pb::FunctionResponse {
+            id: r.id,
+            name: r.name,
+            response: Some(json_to_struct(&r.response)),
+        }
+    }
+}
+
+fn error_type(kind: ErrorKind) -> pb::ErrorType {
+    use pb::ErrorType as P;
+    match kind {
+        ErrorKind::ToolNotRegistered => P::ToolNotRegistered,
+        ErrorKind::InvalidToolParams => P::InvalidToolParams,
+        ErrorKind::PolicyViolation => P::PolicyViolation,
+        ErrorKind::FileNotFound => P::FileNotFound,
+        ErrorKind::TargetIsDirectory => P::TargetIsDirectory,
+        ErrorKind::PathNotInWorkspace => P::PathNotInWorkspace,
+        ErrorKind::FileTooLarge => P::FileTooLarge,
+        ErrorKind::PermissionDenied => P::PermissionDenied,
+        ErrorKind::NoSpaceLeft => P::NoSpaceLeft,
+        ErrorKind::EditNoOccurrenceFound => P::EditNoOccurrenceFound,
+        ErrorKind::EditExpectedOccurrenceMismatch => P::EditExpectedOccurrenceMismatch,
+        ErrorKind::EditNoChange => P::EditNoChange,
+        ErrorKind::AttemptToCreateExistingFile => P::AttemptToCreateExistingFile,
+        ErrorKind::SearchPathNotFound => P::SearchPathNotFound,
+        ErrorKind::ExecutionTimeout => P::ExecutionTimeout,
+        ErrorKind::SandboxDenied => P::SandboxDenied,
+        ErrorKind::McpToolError => P::McpToolError,
+        ErrorKind::UnhandledException => P::UnhandledException,
+    }
+}
+
+fn details(d: ConfirmationDetails) -> pb::awaiting_approval::Details {
+    use pb::awaiting_approval::Details;
+    match d {
+        ConfirmationDetails::Edit {
+            file_path,
+            diff,
+            is_new_file,
+            new_content,
+        } => Details::Edit(pb::EditConfirmation {
+            file_path,
+            diff,
+            is_new_file,
+            new_content,
+        }),
+        ConfirmationDetails::Exec {
+            command,
+            root_commands,
+            dir_path,
+        } => Details::Exec(pb::ExecConfirmation {
+            command,
+            root_commands,
+            dir_path,
+        }),
+        ConfirmationDetails::Mcp {
+            server_name,
+            tool_name,
+            args,
+            description,
+        } => Details::Mcp(pb::McpConfirmation {
+            server_name,
+            tool_name,
+            args: Some(json_to_struct(&args)),
+            description,
+        }),
+        ConfirmationDetails::Info { prompt } => Details::Info(pb::InfoConfirmation { prompt }),
+    }
+}
+
+fn state(update: StateUpdate) -> pb::tool_call_update::State {
+    use pb::tool_call_update::State;
+    match update {
+        StateUpdate::Validating { args } => State::Validating(pb::Validating {
+            args: Some(json_to_struct(&args)),
+        }),
+        StateUpdate::Scheduled => State::Scheduled(pb::Scheduled {}),
+        StateUpdate::AwaitingApproval {
+            correlation_id,
+            details: d,
+            outcomes,
+            deadline,
+            reason,
+        } => State::AwaitingApproval(pb::AwaitingApproval {
+            correlation_id,
+            details: Some(details(d)),
+            outcomes: outcomes.into_iter().map(|o| outcome_to_pb(o) as i32).collect(),
+            deadline: deadline.map(timestamp),
+            reason,
+        }),
+        StateUpdate::Executing(p) => State::Executing(pb::Executing {
+            pid: p.pid,
+            output_chunk: p.output_chunk,
+            progress: p.progress,
+            total: p.total,
+            percent: p.percent,
+            message: p.message,
+        }),
+        StateUpdate::Success {
+            response,
+            result,
+            duration,
+        } => State::Success(pb::Success {
+            response: Some(response.into()),
+            result: Some(json_to_struct(&result)),
+            duration_ms: duration.as_millis() as u64,
+        }),
+        StateUpdate::Error {
+            kind,
+            message,
+            response,
+        } => State::Error(pb::Error {
+            r#type: error_type(kind) as i32,
+            message,
+            response: Some(response.into()),
+        }),
+        StateUpdate::Cancelled { reason, response } => State::Cancelled(pb::Cancelled {
+            reason,
+            response: Some(response.into()),
+        }),
+    }
+}
+
+/// An event of a batch as the `sequence`-th message of its stream.
+pub fn event_to_pb(e: Event, sequence: u64) -> pb::ScheduleCallsResponse {
+    use pb::schedule_calls_response::Event as E;
+    let event = match e.event {
+        BatchEvent::Accepted {
+            batch_id,
+            queued,
+            batches_ahead,
+        } => E::BatchAccepted(pb::BatchAccepted {
+            batch_id,
+            queued,
+            batches_ahead,
+        }),
+        BatchEvent::Started { batch_id } => E::BatchStarted(pb::BatchStarted { batch_id }),
+        BatchEvent::CallUpdate {
+            call_id,
+            tool_name,
+            update,
+        } => E::CallUpdate(pb::ToolCallUpdate {
+            call_id,
+            tool_name,
+            state: Some(state(update)),
+        }),
+        BatchEvent::Completed {
+            batch_id,
+            responses,
+        } => E::BatchCompleted(pb::BatchCompleted {
+            batch_id,
+            responses: responses.into_iter().map(Into::into).collect(),
+        }),
+    };
+    pb::ScheduleCallsResponse {
+        sequence,
+        time: Some(timestamp(e.at)),
+        event: Some(event),
+    }
+}
+
+fn kind_to_pb(kind: ToolKind) -> pb::ToolKind {
+    match kind {
+        ToolKind::Read => pb::ToolKind::Read,
+        ToolKind::Edit => pb::ToolKind::Edit,
+        ToolKind::Delete => pb::ToolKind::Delete,
+        ToolKind::Move => pb::ToolKind::Move,
+        ToolKind::Search => pb::ToolKind::Search,
+        ToolKind::Execute => pb::ToolKind::Execute,
+        ToolKind::Think => pb::ToolKind::Think,
+        ToolKind::Fetch => pb::ToolKind::Fetch,
+        ToolKind::Other => pb::ToolKind::Other,
+    }
+}
+
+impl From<&Declaration> for pb::FunctionDeclaration {
+    fn from(d: &Declaration) -> Self {
+        let parameters = match &d.parameters {
+            Value::Object(o) => Some(json_to_struct(o)),
+            _ => None,
+        };
+        pb::FunctionDeclaration {
+            name: d.name.clone(),
+            description: d.description.clone(),
+            parameters,
+            kind: kind_to_pb(d.kind) as i32,
+            parallelizable: d.parallelizable,
+            read_only: d.read_only,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_numbers_become_integers() {
+        assert_eq!(number_to_json(5.0), serde_json::json!(5));
+        assert_eq!(number_to_json(2.5), serde_json::json!(2.5));
+        assert_eq!(number_to_json(f64::NAN), Value::Null);
+    }
+}

@@ -1,0 +1,51 @@
+//! API errors and the one mapping from errors to gRPC status codes.
+
+use tonic::Status;
+
+use crate::scheduler::{CancelError, ConfirmError, ScheduleError};
+
+/// Why a request could not be processed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    #[error(transparent)]
+    Confirm(#[from] ConfirmError),
+    #[error(transparent)]
+    Cancel(#[from] CancelError),
+}
+
+impl From<ApiError> for Status {
+    fn from(e: ApiError) -> Self {
+        let message = e.to_string();
+        match e {
+            ApiError::InvalidArgument(_) => Status::invalid_argument(message),
+            ApiError::Schedule(s) => match s {
+                ScheduleError::Invalid(_) => Status::invalid_argument(message),
+                ScheduleError::TooManyCalls { .. } | ScheduleError::TooManySessions { .. } => {
+                    Status::resource_exhausted(message)
+                }
+                ScheduleError::ShuttingDown => Status::unavailable(message),
+            },
+            ApiError::Confirm(c) => match c {
+                ConfirmError::UnknownSession { .. } | ConfirmError::UnknownCall { .. } => {
+                    Status::not_found(message)
+                }
+                ConfirmError::NotAwaitingApproval { .. }
+                | ConfirmError::StaleCorrelation { .. }
+                | ConfirmError::OutcomeNotOffered { .. }
+                | ConfirmError::CannotModify { .. } => Status::failed_precondition(message),
+                ConfirmError::InvalidNewContent { .. } => Status::invalid_argument(message),
+                ConfirmError::Unavailable => Status::unavailable(message),
+            },
+            ApiError::Cancel(c) => match c {
+                CancelError::UnknownSession { .. } | CancelError::UnknownBatch { .. } => {
+                    Status::not_found(message)
+                }
+                CancelError::Unavailable => Status::unavailable(message),
+            },
+        }
+    }
+}

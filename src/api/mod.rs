@@ -1,0 +1,225 @@
+//! The gRPC face: the `toolsched.v1.ToolScheduler` service, server reflection
+//! (v1 and v1alpha), `grpc.health.v1`, bearer-token authentication and
+//! graceful shutdown. Handlers convert requests to domain types on their first
+//! line ([`convert`]) and only talk to the [`Scheduler`].
+
+pub mod convert;
+pub mod error;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+
+use crate::scheduler::{BatchRequest, CancelRequest, ConfirmRequest, Scheduler};
+use error::ApiError;
+
+/// Generated proto types and service stubs.
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("toolsched.v1");
+
+    /// Encoded descriptors of our proto and the well-known types it imports,
+    /// for server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        tonic::include_file_descriptor_set!("toolsched_descriptor");
+}
+
+use pb::tool_scheduler_server::{ToolScheduler, ToolSchedulerServer};
+
+/// The `ToolScheduler` service over a [`Scheduler`].
+pub struct Service {
+    scheduler: Scheduler,
+}
+
+impl Service {
+    pub fn new(scheduler: Scheduler) -> Self {
+        Self { scheduler }
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<pb::ScheduleCallsResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ToolScheduler for Service {
+    type ScheduleCallsStream = EventStream;
+
+    async fn schedule_calls(
+        &self,
+        request: Request<pb::ScheduleCallsRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        let batch = BatchRequest::try_from(request.into_inner())?;
+        let session = batch.session_id.clone();
+        let stream = self
+            .scheduler
+            .schedule(batch)
+            .await
+            .map_err(ApiError::from)?;
+        tracing::debug!(%session, batch = stream.batch_id(), "batch accepted");
+        let mut sequence = 0u64;
+        let events = stream.map(move |event| {
+            sequence += 1;
+            Ok(convert::event_to_pb(event, sequence))
+        });
+        Ok(Response::new(Box::pin(events)))
+    }
+
+    async fn confirm(
+        &self,
+        request: Request<pb::ConfirmRequest>,
+    ) -> Result<Response<pb::ConfirmResponse>, Status> {
+        let confirm = ConfirmRequest::try_from(request.into_inner())?;
+        self.scheduler
+            .confirm(confirm)
+            .await
+            .map_err(ApiError::from)?;
+        Ok(Response::new(pb::ConfirmResponse {}))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<pb::CancelRequest>,
+    ) -> Result<Response<pb::CancelResponse>, Status> {
+        let cancel = CancelRequest::try_from(request.into_inner())?;
+        let summary = self
+            .scheduler
+            .cancel(cancel)
+            .await
+            .map_err(ApiError::from)?;
+        Ok(Response::new(summary.into()))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Request<pb::ListToolsRequest>,
+    ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let tools = self
+            .scheduler
+            .registry()
+            .declarations()
+            .map(Into::into)
+            .collect();
+        Ok(Response::new(pb::ListToolsResponse { tools }))
+    }
+}
+
+/// Transport settings of the server.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// When set, every ToolScheduler RPC needs `authorization: Bearer <token>`
+    /// (health and reflection stay open for probes and grpcurl).
+    pub auth_token: Option<String>,
+    /// HTTP/2 streams per connection (tonic's default is unlimited).
+    pub max_concurrent_streams: u32,
+    /// Largest request message, in bytes.
+    pub max_request_bytes: usize,
+    /// After SIGTERM: how long running batches may go on before they are
+    /// cancelled.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            auth_token: None,
+            max_concurrent_streams: 1024,
+            max_request_bytes: 4 * 1024 * 1024,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why serving failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves on `listener` until `signal` resolves, then shuts down gracefully:
+/// health goes NOT_SERVING and new batches are refused (UNAVAILABLE); running
+/// batches get [`ServerOptions::shutdown_grace`]; then `shutdown` is
+/// cancelled, which ends every remaining call Cancelled ("The server is
+/// shutting down.") and closes the streams.
+pub async fn serve(
+    listener: TcpListener,
+    scheduler: Scheduler,
+    shutdown: tokio_util::sync::CancellationToken,
+    options: ServerOptions,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<ToolSchedulerServer<Service>>()
+        .await;
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    let token = options.auth_token.clone();
+    let check_auth = move |req: Request<()>| -> Result<Request<()>, Status> {
+        let Some(expected) = &token else {
+            return Ok(req);
+        };
+        let given = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match given {
+            Some(g) if constant_time_eq(g.as_bytes(), expected.as_bytes()) => Ok(req),
+            Some(_) => Err(Status::unauthenticated("invalid bearer token")),
+            None => Err(Status::unauthenticated(
+                "missing 'authorization: Bearer <token>' metadata",
+            )),
+        }
+    };
+    let service = ToolSchedulerServer::new(Service::new(scheduler.clone()))
+        .max_decoding_message_size(options.max_request_bytes);
+    let service = tonic::service::interceptor::InterceptedService::new(service, check_auth);
+
+    let grace = options.shutdown_grace;
+    let drain = async move {
+        signal.await;
+        tracing::info!("shutting down: refusing new batches");
+        health
+            .set_not_serving::<ToolSchedulerServer<Service>>()
+            .await;
+        scheduler.stop_accepting().await;
+        if tokio::time::timeout(grace, scheduler.idle()).await.is_err() {
+            tracing::warn!(
+                grace_secs = grace.as_secs_f64(),
+                "grace period over: cancelling the calls still running"
+            );
+        }
+        shutdown.cancel();
+        scheduler.idle().await;
+    };
+
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(service)
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            drain,
+        )
+        .await?;
+    Ok(())
+}
+
+/// Compares secrets without an early exit that would leak their prefix
+/// through timing.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

@@ -1,0 +1,296 @@
+//! Settings from flags, environment variables (`TOOLSCHED_<FLAG>`) and a TOML
+//! file: flags beat the environment, which beats the file, which beats the
+//! built-in defaults.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde::Deserialize;
+
+use crate::api::ServerOptions;
+use crate::policy::ApprovalMode;
+use crate::sandbox::OutputLimits;
+use crate::scheduler::SchedulerConfig;
+
+/// Default listen address: loopback only, so a fresh start exposes nothing.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
+
+/// toolsched: schedules, approves and executes the tool calls of LLM agents
+/// over gRPC.
+#[derive(Debug, Parser)]
+#[command(name = "toolsched", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// `serve` flags, also accepted without the subcommand.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the gRPC API (the default command).
+    Serve(ServeArgs),
+}
+
+/// Flags of `serve`. Every one also reads `TOOLSCHED_<NAME>`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// Address to listen on [default: 127.0.0.1:50051]. A non-loopback address
+    /// needs --auth-token (or --insecure-no-auth).
+    #[arg(long, env = "TOOLSCHED_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Workspace root: tools act inside it only [default: current directory].
+    #[arg(long, env = "TOOLSCHED_WORKSPACE")]
+    pub workspace: Option<PathBuf>,
+    /// TOML config file with the same keys as these flags (snake_case).
+    #[arg(long, env = "TOOLSCHED_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Approval mode of new sessions: default, auto_edit, yolo, plan.
+    #[arg(long, env = "TOOLSCHED_APPROVAL_MODE")]
+    pub approval_mode: Option<ApprovalMode>,
+    /// Seconds an approval prompt waits before the call is cancelled; 0 = wait
+    /// forever [default: 600].
+    #[arg(long, env = "TOOLSCHED_CONFIRMATION_TIMEOUT_SECS")]
+    pub confirmation_timeout_secs: Option<u64>,
+    /// Longest a call may execute, in seconds [default: 300].
+    #[arg(long, env = "TOOLSCHED_EXECUTION_TIMEOUT_SECS")]
+    pub execution_timeout_secs: Option<u64>,
+    /// Bytes of a command's output kept (head and tail) [default: 1048576].
+    #[arg(long, env = "TOOLSCHED_OUTPUT_CAP_BYTES")]
+    pub output_cap_bytes: Option<usize>,
+    /// Calls in one batch [default: 128].
+    #[arg(long, env = "TOOLSCHED_MAX_CALLS_PER_BATCH")]
+    pub max_calls_per_batch: Option<usize>,
+    /// Live sessions [default: 100000].
+    #[arg(long, env = "TOOLSCHED_MAX_SESSIONS")]
+    pub max_sessions: Option<usize>,
+    /// Seconds an idle session is kept (mode, rules, topic) [default: 3600].
+    #[arg(long, env = "TOOLSCHED_SESSION_IDLE_TTL_SECS")]
+    pub session_idle_ttl_secs: Option<u64>,
+    /// HTTP/2 streams per connection [default: 1024].
+    #[arg(long, env = "TOOLSCHED_MAX_CONCURRENT_STREAMS")]
+    pub max_concurrent_streams: Option<u32>,
+    /// Largest request message in bytes [default: 4194304].
+    #[arg(long, env = "TOOLSCHED_MAX_REQUEST_BYTES")]
+    pub max_request_bytes: Option<usize>,
+    /// Seconds running batches get after SIGTERM before they are cancelled
+    /// [default: 10].
+    #[arg(long, env = "TOOLSCHED_SHUTDOWN_GRACE_SECS")]
+    pub shutdown_grace_secs: Option<u64>,
+    /// Bearer token every ToolScheduler RPC must carry.
+    #[arg(long, env = "TOOLSCHED_AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
+    /// Allow a non-loopback listen address without authentication.
+    #[arg(long, env = "TOOLSCHED_INSECURE_NO_AUTH")]
+    pub insecure_no_auth: bool,
+    /// Log format: text or json [default: text].
+    #[arg(long, env = "TOOLSCHED_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The TOML file: every key optional, unknown keys rejected.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    workspace: Option<PathBuf>,
+    approval_mode: Option<ApprovalMode>,
+    confirmation_timeout_secs: Option<u64>,
+    execution_timeout_secs: Option<u64>,
+    output_cap_bytes: Option<usize>,
+    max_calls_per_batch: Option<usize>,
+    max_sessions: Option<usize>,
+    session_idle_ttl_secs: Option<u64>,
+    max_concurrent_streams: Option<u32>,
+    max_request_bytes: Option<usize>,
+    shutdown_grace_secs: Option<u64>,
+    auth_token: Option<String>,
+    insecure_no_auth: Option<bool>,
+    log_format: Option<LogFormat>,
+}
+
+/// Why the settings are unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error(
+        "listen address {addr} is not loopback: set --auth-token (TOOLSCHED_AUTH_TOKEN) or, where the network is already private, --insecure-no-auth"
+    )]
+    NeedsAuth { addr: SocketAddr },
+    #[error("{field} must be greater than 0")]
+    Zero { field: &'static str },
+}
+
+/// The resolved settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub workspace: PathBuf,
+    pub scheduler: SchedulerConfig,
+    pub server: ServerOptions,
+    pub log_format: LogFormat,
+}
+
+impl Settings {
+    /// Merges flags/environment (already in `args`) over the file over the
+    /// defaults, and checks the result.
+    pub fn resolve(args: ServeArgs) -> Result<Self, ConfigError> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let defaults = SchedulerConfig::default();
+        let server_defaults = ServerOptions::default();
+        let listen = args
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.parse().unwrap_or_else(|_| unreachable!()));
+        let auth_token = args.auth_token.or(file.auth_token).filter(|t| !t.is_empty());
+        let insecure = args.insecure_no_auth || file.insecure_no_auth.unwrap_or(false);
+        if !listen.ip().is_loopback() && auth_token.is_none() && !insecure {
+            return Err(ConfigError::NeedsAuth { addr: listen });
+        }
+        let secs = |v: Option<u64>| v.map(Duration::from_secs);
+        let confirmation_timeout = match args
+            .confirmation_timeout_secs
+            .or(file.confirmation_timeout_secs)
+        {
+            Some(0) => None,
+            Some(s) => Some(Duration::from_secs(s)),
+            None => defaults.confirmation_timeout,
+        };
+        let output_cap = args
+            .output_cap_bytes
+            .or(file.output_cap_bytes)
+            .unwrap_or(defaults.output.max_bytes);
+        let scheduler = SchedulerConfig {
+            default_mode: args
+                .approval_mode
+                .or(file.approval_mode)
+                .unwrap_or(defaults.default_mode),
+            confirmation_timeout,
+            execution_timeout: secs(args.execution_timeout_secs.or(file.execution_timeout_secs))
+                .unwrap_or(defaults.execution_timeout),
+            output: OutputLimits {
+                max_bytes: output_cap,
+                max_streamed_bytes: output_cap,
+            },
+            max_calls_per_batch: args
+                .max_calls_per_batch
+                .or(file.max_calls_per_batch)
+                .unwrap_or(defaults.max_calls_per_batch),
+            max_sessions: args
+                .max_sessions
+                .or(file.max_sessions)
+                .unwrap_or(defaults.max_sessions),
+            session_idle_ttl: secs(args.session_idle_ttl_secs.or(file.session_idle_ttl_secs))
+                .unwrap_or(defaults.session_idle_ttl),
+        };
+        for (field, value) in [
+            ("execution_timeout_secs", scheduler.execution_timeout.as_secs()),
+            ("output_cap_bytes", output_cap as u64),
+            ("max_calls_per_batch", scheduler.max_calls_per_batch as u64),
+            ("max_sessions", scheduler.max_sessions as u64),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Zero { field });
+            }
+        }
+        let server = ServerOptions {
+            auth_token,
+            max_concurrent_streams: args
+                .max_concurrent_streams
+                .or(file.max_concurrent_streams)
+                .unwrap_or(server_defaults.max_concurrent_streams),
+            max_request_bytes: args
+                .max_request_bytes
+                .or(file.max_request_bytes)
+                .unwrap_or(server_defaults.max_request_bytes),
+            shutdown_grace: secs(args.shutdown_grace_secs.or(file.shutdown_grace_secs))
+                .unwrap_or(server_defaults.shutdown_grace),
+        };
+        Ok(Settings {
+            listen,
+            workspace: args
+                .workspace
+                .or(file.workspace)
+                .unwrap_or_else(|| PathBuf::from(".")),
+            scheduler,
+            server,
+            log_format: args
+                .log_format
+                .or(file.log_format)
+                .unwrap_or(LogFormat::Text),
+        })
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_beat_file_and_non_loopback_needs_auth() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "execution_timeout_secs = 7\nmax_sessions = 3\nconfirmation_timeout_secs = 0\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(file.clone()),
+            max_sessions: Some(9),
+            ..ServeArgs::default()
+        };
+        let s = Settings::resolve(args).unwrap();
+        assert_eq!(s.scheduler.execution_timeout, Duration::from_secs(7));
+        assert_eq!(s.scheduler.max_sessions, 9);
+        assert_eq!(s.scheduler.confirmation_timeout, None);
+
+        let args = ServeArgs {
+            listen: Some("0.0.0.0:1".parse().unwrap()),
+            ..ServeArgs::default()
+        };
+        assert!(matches!(
+            Settings::resolve(args),
+            Err(ConfigError::NeedsAuth { .. })
+        ));
+
+        std::fs::write(&file, "no_such_key = 1\n").unwrap();
+        let args = ServeArgs {
+            config: Some(file),
+            ..ServeArgs::default()
+        };
+        let err = Settings::resolve(args).unwrap_err().to_string();
+        assert!(err.contains("no_such_key"), "{err}");
+    }
+}

@@ -1,0 +1,147 @@
+//! One call's state machine.
+//!
+//! Reported transitions (DESIGN §3): Validating → Scheduled | AwaitingApproval
+//! | Error | Cancelled; AwaitingApproval → Scheduled | AwaitingApproval |
+//! Cancelled; Scheduled → Executing | Cancelled; Executing → Success | Error |
+//! Cancelled. Terminal states never change: [`CallSlot::set`] is the only
+//! way to change a state and refuses any other transition.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+
+use super::events::{CallRequest, ConfirmationOutcome, FunctionResponse, StateUpdate};
+use crate::tools::{ErrorKind, Invocation, Tool};
+
+/// A call's state; each variant carries only what is valid in it.
+pub(crate) enum CallState {
+    /// Arguments passed the schema; the policy decides in the call's wave.
+    /// `preparing_prompt` is true while the approval prompt's details (a
+    /// diff, say) are being built off the runtime.
+    Validating {
+        invocation: Arc<dyn Invocation>,
+        preparing_prompt: bool,
+    },
+    /// Approved; waits for the rest of its wave.
+    Scheduled { invocation: Arc<dyn Invocation> },
+    /// Waits for Confirm with this correlation id.
+    AwaitingApproval {
+        invocation: Arc<dyn Invocation>,
+        correlation_id: String,
+        outcomes: Vec<ConfirmationOutcome>,
+    },
+    /// Running. `cancel_reason` is set once cancellation was asked for; the
+    /// call ends Cancelled with it when the tool has stopped.
+    Executing {
+        started: Instant,
+        token: CancellationToken,
+        cancel_reason: Option<String>,
+    },
+    /// Terminal; the update is what the client was told.
+    Done(StateUpdate),
+}
+
+impl CallState {
+    fn rank(&self) -> u8 {
+        match self {
+            Self::Validating { .. } => 0,
+            Self::AwaitingApproval { .. } => 1,
+            Self::Scheduled { .. } => 2,
+            Self::Executing { .. } => 3,
+            Self::Done(_) => 4,
+        }
+    }
+
+    pub(crate) fn is_terminal(&self) -> bool {
+        matches!(self, Self::Done(_))
+    }
+}
+
+/// A call of the active batch.
+pub(crate) struct CallSlot {
+    pub request: CallRequest,
+    pub tool: Option<Arc<dyn Tool>>,
+    pub state: CallState,
+}
+
+impl CallSlot {
+    /// Moves to `next` if the transition is allowed; returns whether it was.
+    /// AwaitingApproval → Validating (a modified call whose new prompt is
+    /// being prepared) is internal: the client sees AwaitingApproval again.
+    pub fn set(&mut self, next: CallState) -> bool {
+        use CallState as S;
+        let ok = match (&self.state, &next) {
+            (S::Done(_), _) => false,
+            (_, S::Done(_)) => true,
+            (S::Validating { .. }, S::Validating { .. }) => true,
+            (S::AwaitingApproval { .. }, S::Validating { .. }) => true,
+            (S::Executing { .. }, S::Executing { .. }) => true,
+            (from, to) => to.rank() > from.rank(),
+        };
+        if ok {
+            self.state = next;
+        } else {
+            tracing::error!(
+                call_id = %self.request.id,
+                from = self.state.rank(),
+                to = next.rank(),
+                "refused an invalid call state transition"
+            );
+        }
+        ok
+    }
+
+    /// The terminal update for a cancellation with `reason`.
+    pub fn cancelled(&self, reason: &str, partial_output: Option<&str>) -> StateUpdate {
+        StateUpdate::Cancelled {
+            reason: reason.to_string(),
+            response: FunctionResponse::cancelled(
+                &self.request.id,
+                &self.request.name,
+                reason,
+                partial_output,
+            ),
+        }
+    }
+
+    /// The terminal update for an error.
+    pub fn error(&self, kind: ErrorKind, message: &str, partial_output: Option<&str>) -> StateUpdate {
+        error_update(&self.request, kind, message, partial_output)
+    }
+
+    /// The function response of a terminal call.
+    pub fn response(&self) -> Option<&FunctionResponse> {
+        match &self.state {
+            CallState::Done(
+                StateUpdate::Success { response, .. }
+                | StateUpdate::Error { response, .. }
+                | StateUpdate::Cancelled { response, .. },
+            ) => Some(response),
+            _ => None,
+        }
+    }
+
+    /// Whether this call may join a parallel wave.
+    pub fn parallelizable(&self) -> bool {
+        !self.request.wait_for_previous
+            && self
+                .tool
+                .as_ref()
+                .is_some_and(|t| t.declaration().parallelizable)
+    }
+}
+
+/// The terminal Error update of `request`.
+pub(crate) fn error_update(
+    request: &CallRequest,
+    kind: ErrorKind,
+    message: &str,
+    partial_output: Option<&str>,
+) -> StateUpdate {
+    StateUpdate::Error {
+        kind,
+        message: message.to_string(),
+        response: FunctionResponse::error(&request.id, &request.name, message, partial_output),
+    }
+}

@@ -1,0 +1,224 @@
+//! What the scheduler tells a batch's client, and what clients ask of it:
+//! domain types only, converted to and from proto in `api::convert`.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use crate::policy::ApprovalMode;
+use crate::tools::{Args, ConfirmationDetails, ErrorKind, Progress};
+
+/// One function call as the model returned it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallRequest {
+    pub id: String,
+    pub name: String,
+    pub args: Args,
+    /// Never join a parallel wave: wait for every earlier call.
+    pub wait_for_previous: bool,
+}
+
+/// A batch of function calls for one session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchRequest {
+    pub session_id: String,
+    pub calls: Vec<CallRequest>,
+    /// Switch the session to this mode first.
+    pub approval_mode: Option<ApprovalMode>,
+    /// Whether a person can answer prompts; when false, ask_user is an Error.
+    pub interactive: bool,
+}
+
+/// Longest accepted session id, in bytes.
+pub const MAX_SESSION_ID_BYTES: usize = 128;
+/// Longest accepted call id, in bytes.
+pub const MAX_CALL_ID_BYTES: usize = 256;
+
+impl BatchRequest {
+    /// Checks what must hold before anything starts: a session id, at least
+    /// one call, non-empty unique call ids. The error says what was wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.session_id.trim().is_empty() {
+            return Err("session_id is empty; name the session (any client-chosen id)".into());
+        }
+        if self.session_id.len() > MAX_SESSION_ID_BYTES {
+            return Err(format!(
+                "session_id is {} bytes; at most {MAX_SESSION_ID_BYTES}",
+                self.session_id.len()
+            ));
+        }
+        if self.calls.is_empty() {
+            return Err("calls is empty; send at least one function call".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, call) in self.calls.iter().enumerate() {
+            if call.id.is_empty() {
+                return Err(format!("calls[{i}].id is empty; every call needs an id"));
+            }
+            if call.id.len() > MAX_CALL_ID_BYTES {
+                return Err(format!(
+                    "calls[{i}].id is {} bytes; at most {MAX_CALL_ID_BYTES}",
+                    call.id.len()
+                ));
+            }
+            if !seen.insert(call.id.as_str()) {
+                return Err(format!(
+                    "calls[{i}].id '{}' is a duplicate; call ids must be unique within a batch",
+                    call.id
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The answer to an approval prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfirmationOutcome {
+    ProceedOnce,
+    ProceedAlways,
+    ProceedAlwaysTool,
+    ProceedAlwaysServer,
+    ModifyWithEditor,
+    Cancel,
+}
+
+/// A Confirm request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfirmRequest {
+    pub session_id: String,
+    pub call_id: String,
+    pub correlation_id: String,
+    pub outcome: ConfirmationOutcome,
+    pub new_content: Option<String>,
+}
+
+/// A Cancel request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CancelRequest {
+    pub session_id: String,
+    pub batch_id: Option<String>,
+    pub reason: String,
+}
+
+/// What a Cancel did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CancelSummary {
+    pub cancelled_calls: u32,
+    pub cancelled_batches: u32,
+}
+
+/// A function response in Gemini's shape: `{id, name, response}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionResponse {
+    pub id: String,
+    pub name: String,
+    /// `{"output": …}`, `{"error": "…"}` or
+    /// `{"error": "[Operation Cancelled] …", "output": …}`.
+    pub response: Args,
+}
+
+impl FunctionResponse {
+    pub fn success(id: &str, name: &str, output: Value) -> Self {
+        let mut response = Args::new();
+        response.insert("output".into(), output);
+        Self {
+            id: id.into(),
+            name: name.into(),
+            response,
+        }
+    }
+
+    pub fn error(id: &str, name: &str, message: &str, partial_output: Option<&str>) -> Self {
+        let mut response = Args::new();
+        response.insert("error".into(), Value::String(message.into()));
+        if let Some(out) = partial_output.filter(|o| !o.is_empty()) {
+            response.insert("output".into(), Value::String(out.into()));
+        }
+        Self {
+            id: id.into(),
+            name: name.into(),
+            response,
+        }
+    }
+
+    pub fn cancelled(id: &str, name: &str, reason: &str, partial_output: Option<&str>) -> Self {
+        Self::error(
+            id,
+            name,
+            &format!("[Operation Cancelled] {reason}"),
+            partial_output,
+        )
+    }
+}
+
+/// A call's state as reported to the client: each state's own data.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StateUpdate {
+    Validating {
+        args: Arc<Args>,
+    },
+    Scheduled,
+    AwaitingApproval {
+        correlation_id: String,
+        details: ConfirmationDetails,
+        outcomes: Vec<ConfirmationOutcome>,
+        deadline: Option<SystemTime>,
+        reason: String,
+    },
+    Executing(Progress),
+    Success {
+        response: FunctionResponse,
+        result: Args,
+        duration: Duration,
+    },
+    Error {
+        kind: ErrorKind,
+        message: String,
+        response: FunctionResponse,
+    },
+    Cancelled {
+        reason: String,
+        response: FunctionResponse,
+    },
+}
+
+impl StateUpdate {
+    /// Terminal states end a call; exactly one is reported per call.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Self::Success { .. } | Self::Error { .. } | Self::Cancelled { .. }
+        )
+    }
+}
+
+/// One event of a batch's stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BatchEvent {
+    Accepted {
+        batch_id: String,
+        queued: bool,
+        batches_ahead: u32,
+    },
+    Started {
+        batch_id: String,
+    },
+    CallUpdate {
+        call_id: String,
+        tool_name: String,
+        update: StateUpdate,
+    },
+    Completed {
+        batch_id: String,
+        responses: Vec<FunctionResponse>,
+    },
+}
+
+/// An event with the time it happened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub at: SystemTime,
+    pub event: BatchEvent,
+}

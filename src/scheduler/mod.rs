@@ -1,0 +1,404 @@
+//! The core scheduler: sessions, call states, waves, the per-session queue,
+//! approval and cancellation.
+//!
+//! A [`Scheduler`] is a cheap handle to the hub task, which owns the map of
+//! sessions; each session is its own actor task ([`session`]) owning its
+//! queue and calls. Handlers send commands and read a [`BatchStream`] of
+//! domain [`Event`]s. Cancellation is a `CancellationToken` tree: server →
+//! session → batch → call.
+//!
+//! Not here: gRPC (see `api`), what a tool does (`tools`), whether it may
+//! (`policy`).
+
+mod call;
+pub mod events;
+mod session;
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+pub use events::{
+    BatchEvent, BatchRequest, CallRequest, CancelRequest, CancelSummary, ConfirmRequest,
+    ConfirmationOutcome, Event, FunctionResponse, StateUpdate,
+};
+use session::{EventSink, Session, SessionCommand};
+
+use crate::policy::{ApprovalMode, Policy};
+use crate::sandbox::OutputLimits;
+use crate::tools::Registry;
+
+/// Limits and timeouts of the scheduler. Every field is a documented limit.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Approval mode of a new session.
+    pub default_mode: ApprovalMode,
+    /// An unanswered prompt is cancelled after this; `None` waits forever
+    /// (the deadlock guard is off).
+    pub confirmation_timeout: Option<Duration>,
+    /// Longest a call may execute (a shell command may ask for less).
+    pub execution_timeout: Duration,
+    /// Output kept and streamed per call.
+    pub output: OutputLimits,
+    /// Calls in one batch; more is RESOURCE_EXHAUSTED.
+    pub max_calls_per_batch: usize,
+    /// Live sessions; a new one beyond this is RESOURCE_EXHAUSTED.
+    pub max_sessions: usize,
+    /// A session with nothing to do is forgotten (rules, mode, topic) after
+    /// this.
+    pub session_idle_ttl: Duration,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            default_mode: ApprovalMode::Default,
+            confirmation_timeout: Some(Duration::from_secs(600)),
+            execution_timeout: Duration::from_secs(300),
+            output: OutputLimits::default(),
+            max_calls_per_batch: 128,
+            max_sessions: 100_000,
+            session_idle_ttl: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Why a batch was not accepted.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ScheduleError {
+    #[error("invalid batch: {0}")]
+    Invalid(String),
+    #[error("batch has {got} calls; the limit is max_calls_per_batch = {limit}")]
+    TooManyCalls { got: usize, limit: usize },
+    #[error("{limit} sessions are live; the limit is max_sessions = {limit}")]
+    TooManySessions { limit: usize },
+    #[error("the server is shutting down and accepts no new batches")]
+    ShuttingDown,
+}
+
+/// Why a Confirm was refused. Nothing changed.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfirmError {
+    #[error("no session '{session_id}'")]
+    UnknownSession { session_id: String },
+    #[error("no call '{call_id}' in session '{session_id}'")]
+    UnknownCall { session_id: String, call_id: String },
+    #[error("call '{call_id}' is not awaiting approval")]
+    NotAwaitingApproval { call_id: String },
+    #[error(
+        "correlation id '{given}' of call '{call_id}' is stale: the current prompt's is '{current}'"
+    )]
+    StaleCorrelation {
+        call_id: String,
+        given: String,
+        current: String,
+    },
+    #[error("outcome {outcome:?} is not offered by this prompt (offered: {offered:?})")]
+    OutcomeNotOffered {
+        outcome: ConfirmationOutcome,
+        offered: Vec<ConfirmationOutcome>,
+    },
+    #[error("tool '{tool}' does not accept new_content")]
+    CannotModify { tool: String },
+    #[error("new_content makes invalid arguments: {message}")]
+    InvalidNewContent { message: String },
+    #[error("the scheduler is not running")]
+    Unavailable,
+}
+
+/// Why a Cancel was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CancelError {
+    #[error("no session '{session_id}'")]
+    UnknownSession { session_id: String },
+    #[error("no batch '{batch_id}' running or queued in session '{session_id}'")]
+    UnknownBatch {
+        session_id: String,
+        batch_id: String,
+    },
+    #[error("the scheduler is not running")]
+    Unavailable,
+}
+
+/// What every session shares (read-only).
+pub(crate) struct Shared {
+    pub config: SchedulerConfig,
+    pub registry: Arc<Registry>,
+    pub policy: Policy,
+    /// Cancelled at server shutdown: every batch is cancelled with it.
+    pub shutdown: CancellationToken,
+    pub hub: mpsc::Sender<HubCommand>,
+}
+
+pub(crate) enum HubCommand {
+    Schedule {
+        request: BatchRequest,
+        reply: oneshot::Sender<Result<BatchStream, ScheduleError>>,
+    },
+    Confirm {
+        request: ConfirmRequest,
+        reply: oneshot::Sender<Result<(), ConfirmError>>,
+    },
+    Cancel {
+        request: CancelRequest,
+        reply: oneshot::Sender<Result<CancelSummary, CancelError>>,
+    },
+    /// A session has been idle for its TTL after `processed` commands.
+    SessionIdle { session_id: String, processed: u64 },
+    StopAccepting,
+}
+
+/// Commands queued to the hub; handlers wait when it is this far behind.
+const HUB_CHANNEL_CAPACITY: usize = 4096;
+
+/// Handle to the scheduler. Cheap to clone.
+#[derive(Clone)]
+pub struct Scheduler {
+    hub: mpsc::Sender<HubCommand>,
+    registry: Arc<Registry>,
+    open_streams: watch::Receiver<usize>,
+}
+
+impl Scheduler {
+    /// Starts the hub. `shutdown` cancels every session, batch and call.
+    pub fn start(
+        config: SchedulerConfig,
+        registry: Arc<Registry>,
+        policy: Policy,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
+        let (open_tx, open_rx) = watch::channel(0usize);
+        let shared = Arc::new(Shared {
+            config,
+            registry: registry.clone(),
+            policy,
+            shutdown,
+            hub: hub_tx.clone(),
+        });
+        let hub = Hub {
+            shared,
+            sessions: HashMap::new(),
+            accepting: true,
+            open_streams: Arc::new(open_tx),
+        };
+        tokio::spawn(hub.run(hub_rx));
+        Self {
+            hub: hub_tx,
+            registry,
+            open_streams: open_rx,
+        }
+    }
+
+    /// The tool registry (for `ListTools`).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Accepts a batch. The stream starts with `Accepted` and ends after
+    /// `Completed`; dropping it cancels the batch.
+    pub async fn schedule(&self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
+        let (reply, rx) = oneshot::channel();
+        self.hub
+            .send(HubCommand::Schedule { request, reply })
+            .await
+            .map_err(|_| ScheduleError::ShuttingDown)?;
+        rx.await.map_err(|_| ScheduleError::ShuttingDown)?
+    }
+
+    /// Answers an approval prompt.
+    pub async fn confirm(&self, request: ConfirmRequest) -> Result<(), ConfirmError> {
+        let (reply, rx) = oneshot::channel();
+        self.hub
+            .send(HubCommand::Confirm { request, reply })
+            .await
+            .map_err(|_| ConfirmError::Unavailable)?;
+        rx.await.map_err(|_| ConfirmError::Unavailable)?
+    }
+
+    /// Cancels a session's batches (or one of them).
+    pub async fn cancel(&self, request: CancelRequest) -> Result<CancelSummary, CancelError> {
+        let (reply, rx) = oneshot::channel();
+        self.hub
+            .send(HubCommand::Cancel { request, reply })
+            .await
+            .map_err(|_| CancelError::Unavailable)?;
+        rx.await.map_err(|_| CancelError::Unavailable)?
+    }
+
+    /// Refuses new batches from now on (shutdown has begun).
+    pub async fn stop_accepting(&self) {
+        let _ = self.hub.send(HubCommand::StopAccepting).await;
+    }
+
+    /// Waits until no batch stream is open.
+    pub async fn idle(&self) {
+        let mut rx = self.open_streams.clone();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+}
+
+struct SessionEntry {
+    tx: mpsc::UnboundedSender<SessionCommand>,
+    token: CancellationToken,
+    /// Commands sent to the session; compared with what it processed.
+    forwarded: u64,
+}
+
+/// Owns the map of sessions.
+struct Hub {
+    shared: Arc<Shared>,
+    sessions: HashMap<String, SessionEntry>,
+    accepting: bool,
+    open_streams: Arc<watch::Sender<usize>>,
+}
+
+impl Hub {
+    async fn run(mut self, mut rx: mpsc::Receiver<HubCommand>) {
+        while let Some(cmd) = rx.recv().await {
+            match cmd {
+                HubCommand::Schedule { request, reply } => {
+                    let _ = reply.send(self.schedule(request));
+                }
+                HubCommand::Confirm { request, reply } => {
+                    let Some(entry) = self.sessions.get_mut(&request.session_id) else {
+                        let _ = reply.send(Err(ConfirmError::UnknownSession {
+                            session_id: request.session_id,
+                        }));
+                        continue;
+                    };
+                    entry.forwarded += 1;
+                    let _ = entry.tx.send(SessionCommand::Confirm { request, reply });
+                }
+                HubCommand::Cancel { request, reply } => {
+                    let Some(entry) = self.sessions.get_mut(&request.session_id) else {
+                        let _ = reply.send(Err(CancelError::UnknownSession {
+                            session_id: request.session_id,
+                        }));
+                        continue;
+                    };
+                    entry.forwarded += 1;
+                    let _ = entry.tx.send(SessionCommand::Cancel { request, reply });
+                }
+                HubCommand::SessionIdle {
+                    session_id,
+                    processed,
+                } => {
+                    // Retire only when no command is in flight to it; the
+                    // session drains and exits when its sender is dropped.
+                    if self
+                        .sessions
+                        .get(&session_id)
+                        .is_some_and(|e| e.forwarded == processed)
+                    {
+                        self.sessions.remove(&session_id);
+                    }
+                }
+                HubCommand::StopAccepting => self.accepting = false,
+            }
+        }
+    }
+
+    fn schedule(&mut self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
+        request.validate().map_err(ScheduleError::Invalid)?;
+        if !self.accepting || self.shared.shutdown.is_cancelled() {
+            return Err(ScheduleError::ShuttingDown);
+        }
+        let limit = self.shared.config.max_calls_per_batch;
+        if request.calls.len() > limit {
+            return Err(ScheduleError::TooManyCalls {
+                got: request.calls.len(),
+                limit,
+            });
+        }
+        if !self.sessions.contains_key(&request.session_id) {
+            let limit = self.shared.config.max_sessions;
+            if self.sessions.len() >= limit {
+                return Err(ScheduleError::TooManySessions { limit });
+            }
+            let (tx, rx) = mpsc::unbounded_channel();
+            let token = self.shared.shutdown.child_token();
+            tokio::spawn(Session::run(
+                request.session_id.clone(),
+                self.shared.clone(),
+                rx,
+            ));
+            self.sessions.insert(
+                request.session_id.clone(),
+                SessionEntry {
+                    tx,
+                    token,
+                    forwarded: 0,
+                },
+            );
+        }
+        let entry = self
+            .sessions
+            .get_mut(&request.session_id)
+            .ok_or(ScheduleError::ShuttingDown)?;
+        let batch_id = uuid::Uuid::new_v4().to_string();
+        let token = entry.token.child_token();
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        entry.forwarded += 1;
+        entry
+            .tx
+            .send(SessionCommand::Schedule {
+                batch_id: batch_id.clone(),
+                request,
+                events: EventSink::new(events_tx),
+                token: token.clone(),
+            })
+            .map_err(|_| ScheduleError::ShuttingDown)?;
+        self.open_streams.send_modify(|n| *n += 1);
+        Ok(BatchStream {
+            batch_id,
+            rx: events_rx,
+            _cancel_on_drop: token.drop_guard(),
+            _open: OpenStream(self.open_streams.clone()),
+        })
+    }
+}
+
+/// Counts an open stream while alive.
+struct OpenStream(Arc<watch::Sender<usize>>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// The events of one batch. Ends after `Completed`. Dropping it (the client
+/// went away) cancels the batch: queued, its calls end Cancelled; running,
+/// every non-terminal call is cancelled and running tools are stopped.
+pub struct BatchStream {
+    batch_id: String,
+    rx: mpsc::UnboundedReceiver<Event>,
+    _cancel_on_drop: DropGuard,
+    _open: OpenStream,
+}
+
+impl BatchStream {
+    /// The server-assigned batch id.
+    pub fn batch_id(&self) -> &str {
+        &self.batch_id
+    }
+
+    /// The next event, `None` after `Completed`.
+    pub async fn next(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+}
+
+impl tokio_stream::Stream for BatchStream {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.rx.poll_recv(cx)
+    }
+}

@@ -1,0 +1,405 @@
+//! The tool registry and the `Tool` / `Invocation` traits.
+//!
+//! A tool declares itself (name, description, JSON Schema, kind) and turns
+//! schema-checked arguments into an [`Invocation`]: a value that knows what it
+//! would do (for policy and the approval prompt) and how to do it. The
+//! registry checks arguments against each tool's JSON Schema with the
+//! `jsonschema` crate before a tool ever sees them.
+//!
+//! Not here: deciding whether a call may run (`policy`), when it runs
+//! (`scheduler`), and confining what it does (`sandbox`).
+
+mod file;
+mod shell;
+mod topic;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::sandbox::{OutputLimits, Workspace};
+
+pub use file::{ListDirectoryTool, ReadFileTool, WriteFileTool};
+pub use shell::ShellTool;
+pub use topic::{TOPIC_TOOL_NAME, UpdateTopicTool};
+
+/// JSON object arguments of a function call.
+pub type Args = Map<String, Value>;
+
+/// A boxed future, as returned by [`Invocation::execute`].
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Gemini CLI's tool kinds; `Read`, `Search` and `Think` have no side effects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolKind {
+    Read,
+    Edit,
+    Delete,
+    Move,
+    Search,
+    Execute,
+    Think,
+    Fetch,
+    Other,
+}
+
+/// What a tool tells the model and the scheduler about itself.
+#[derive(Debug, Clone)]
+pub struct Declaration {
+    /// Wire name, e.g. `read_file`.
+    pub name: String,
+    pub description: String,
+    /// JSON Schema (an object schema) of the arguments.
+    pub parameters: Value,
+    pub kind: ToolKind,
+    /// Consecutive parallelizable calls run concurrently in one wave.
+    pub parallelizable: bool,
+    /// No side effects: allowed in every approval mode.
+    pub read_only: bool,
+}
+
+/// Stable error types of a failed call (mirrored by the proto's `ErrorType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    ToolNotRegistered,
+    InvalidToolParams,
+    PolicyViolation,
+    FileNotFound,
+    TargetIsDirectory,
+    PathNotInWorkspace,
+    FileTooLarge,
+    PermissionDenied,
+    NoSpaceLeft,
+    EditNoOccurrenceFound,
+    EditExpectedOccurrenceMismatch,
+    EditNoChange,
+    AttemptToCreateExistingFile,
+    SearchPathNotFound,
+    ExecutionTimeout,
+    SandboxDenied,
+    McpToolError,
+    UnhandledException,
+}
+
+/// A failed call: a stable type, a message that tells the caller what to do
+/// next, and any output produced before the failure.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    pub kind: ErrorKind,
+    pub message: String,
+    /// Output produced before the failure (e.g. a timed-out command's).
+    pub partial_output: Option<String>,
+}
+
+impl ToolError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            partial_output: None,
+        }
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidToolParams, message)
+    }
+
+    /// Maps an I/O error on `path` to the closest stable error type.
+    pub fn io(err: &std::io::Error, path: &str) -> Self {
+        use std::io::ErrorKind as Io;
+        let (kind, message) = match err.kind() {
+            Io::NotFound => (
+                ErrorKind::FileNotFound,
+                format!("File not found: {path}. Check the path (relative to the workspace root) and try again."),
+            ),
+            Io::PermissionDenied => (
+                ErrorKind::PermissionDenied,
+                format!("Permission denied: {path}."),
+            ),
+            Io::IsADirectory => (
+                ErrorKind::TargetIsDirectory,
+                format!("{path} is a directory, not a file. Use list_directory to see its entries."),
+            ),
+            Io::StorageFull => (
+                ErrorKind::NoSpaceLeft,
+                format!("No space left on the device while writing {path}."),
+            ),
+            _ => (
+                ErrorKind::UnhandledException,
+                format!("I/O error on {path}: {err}"),
+            ),
+        };
+        Self::new(kind, message)
+    }
+}
+
+/// What the approval prompt shows, per the kind of side effect.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfirmationDetails {
+    /// A file edit: path relative to the workspace, unified diff, the full
+    /// proposed content.
+    Edit {
+        file_path: String,
+        diff: String,
+        is_new_file: bool,
+        new_content: String,
+    },
+    /// A shell command with the root commands it runs.
+    Exec {
+        command: String,
+        root_commands: Vec<String>,
+        dir_path: String,
+    },
+    /// A tool of an MCP server.
+    Mcp {
+        server_name: String,
+        tool_name: String,
+        args: Args,
+        description: String,
+    },
+    Info {
+        prompt: String,
+    },
+}
+
+/// What policy and "always allow" rules look at in a call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Subject {
+    /// A shell command; `root_commands` is `None` when the script could not
+    /// be parsed completely. `redirects` is true when it writes to a file.
+    Shell {
+        command: String,
+        root_commands: Option<Vec<String>>,
+        redirects: bool,
+    },
+    /// A file tool on one path, relative to the workspace root.
+    File { path: String },
+    /// A tool of an MCP server.
+    Mcp { server: String, tool: String },
+    /// Nothing narrower than the tool itself.
+    Tool,
+}
+
+/// Live progress of an executing call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    pub pid: Option<u32>,
+    pub output_chunk: String,
+    pub progress: Option<f64>,
+    pub total: Option<f64>,
+    pub percent: Option<f64>,
+    pub message: String,
+}
+
+/// What an invocation gets to run with.
+#[derive(Debug, Clone)]
+pub struct ExecContext {
+    /// Cancelled when the call is cancelled; the tool stops promptly and
+    /// returns [`ToolOutcome::Cancelled`].
+    pub token: CancellationToken,
+    /// Live progress; the scheduler turns each into an Executing update.
+    pub progress: mpsc::UnboundedSender<Progress>,
+    /// The execution timeout for this call.
+    pub timeout: Duration,
+    /// Output bounds.
+    pub output: OutputLimits,
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolOutcome {
+    /// `output` becomes the function response's `output`; `result` is the
+    /// structured result (e.g. `{"exit_code": 0}`).
+    Success { output: Value, result: Args },
+    Error(ToolErrorData),
+    /// The tool stopped because its token was cancelled.
+    Cancelled { partial_output: Option<String> },
+}
+
+/// [`ToolError`] as plain data (comparable, for outcomes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolErrorData {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub partial_output: Option<String>,
+}
+
+impl From<ToolError> for ToolOutcome {
+    fn from(e: ToolError) -> Self {
+        ToolOutcome::Error(ToolErrorData {
+            kind: e.kind,
+            message: e.message,
+            partial_output: e.partial_output,
+        })
+    }
+}
+
+/// A built, schema-checked call that knows what it would do.
+pub trait Invocation: Send + Sync + 'static {
+    /// What policy rules match against.
+    fn subject(&self) -> Subject;
+
+    /// The approval prompt's details. May read files: call it off the async
+    /// runtime (`spawn_blocking`).
+    fn confirmation(&self) -> Result<ConfirmationDetails, ToolError>;
+
+    /// Runs the call. Side-effecting tools read their target here, never from
+    /// what the prompt showed.
+    fn execute(self: Arc<Self>, ctx: ExecContext) -> BoxFuture<ToolOutcome>;
+}
+
+/// A tool: a declaration and a way to build invocations.
+pub trait Tool: Send + Sync + 'static {
+    fn declaration(&self) -> &Declaration;
+
+    /// Builds an invocation from arguments that already passed the JSON
+    /// Schema; checks what a schema cannot (paths inside the workspace,
+    /// line ranges). Errors are `invalid_tool_params` or a path error.
+    fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError>;
+
+    /// The arguments with the approval prompt's inline `new_content`
+    /// applied, or `None` when this tool's calls cannot be modified.
+    fn with_new_content(&self, _args: &Args, _new_content: &str) -> Option<Args> {
+        None
+    }
+}
+
+/// A registered tool with its compiled argument validator.
+struct Entry {
+    tool: Arc<dyn Tool>,
+    validator: jsonschema::Validator,
+}
+
+/// Why the registry could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("tool {name}: invalid JSON Schema for its parameters: {reason}")]
+    InvalidSchema { name: String, reason: String },
+    #[error("tool {name} is registered twice")]
+    Duplicate { name: String },
+}
+
+/// All tools by wire name. Immutable once built; shared as `Arc<Registry>`.
+pub struct Registry {
+    tools: BTreeMap<String, Entry>,
+}
+
+impl Registry {
+    /// The built-in tools over `workspace`.
+    pub fn builtin(workspace: Arc<Workspace>) -> Result<Self, RegistryError> {
+        Self::new(vec![
+            Arc::new(ReadFileTool::new(workspace.clone())),
+            Arc::new(ListDirectoryTool::new(workspace.clone())),
+            Arc::new(WriteFileTool::new(workspace.clone())),
+            Arc::new(ShellTool::new(workspace)),
+            Arc::new(UpdateTopicTool::new()),
+        ])
+    }
+
+    /// A registry of `tools`, compiling each one's JSON Schema.
+    pub fn new(tools: Vec<Arc<dyn Tool>>) -> Result<Self, RegistryError> {
+        let mut map = BTreeMap::new();
+        for tool in tools {
+            let decl = tool.declaration();
+            let validator = jsonschema::validator_for(&decl.parameters).map_err(|e| {
+                RegistryError::InvalidSchema {
+                    name: decl.name.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+            let name = decl.name.clone();
+            if map.insert(name.clone(), Entry { tool, validator }).is_some() {
+                return Err(RegistryError::Duplicate { name });
+            }
+        }
+        Ok(Self { tools: map })
+    }
+
+    /// Declarations in name order, for `ListTools`.
+    pub fn declarations(&self) -> impl Iterator<Item = &Declaration> {
+        self.tools.values().map(|e| e.tool.declaration())
+    }
+
+    /// The tool named `name`, or `tool_not_registered` naming the closest
+    /// registered names.
+    pub fn get(&self, name: &str) -> Result<&Arc<dyn Tool>, ToolError> {
+        match self.tools.get(name) {
+            Some(entry) => Ok(&entry.tool),
+            None => Err(self.not_registered(name)),
+        }
+    }
+
+    /// Checks `args` against the tool's JSON Schema, then builds the
+    /// invocation. The error names the offending field.
+    pub fn build(&self, name: &str, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
+        let entry = self
+            .tools
+            .get(name)
+            .ok_or_else(|| self.not_registered(name))?;
+        let value = Value::Object(args.clone());
+        let problems: Vec<String> = entry
+            .validator
+            .iter_errors(&value)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                let field = if at.is_empty() {
+                    "arguments".to_string()
+                } else {
+                    format!("argument '{}'", at.trim_start_matches('/'))
+                };
+                format!("{field}: {e}")
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(ToolError::invalid_params(format!(
+                "Invalid arguments for {name}: {}",
+                problems.join("; ")
+            )));
+        }
+        entry.tool.build(args)
+    }
+
+    fn not_registered(&self, name: &str) -> ToolError {
+        let mut scored: Vec<(f64, &str)> = self
+            .tools
+            .keys()
+            .map(|k| (strsim::normalized_levenshtein(name, k), k.as_str()))
+            .filter(|(score, _)| *score >= 0.4)
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let suggestions: Vec<&str> = scored.iter().take(3).map(|(_, k)| *k).collect();
+        let hint = if suggestions.is_empty() {
+            "Call ListTools for the registered tools.".to_string()
+        } else {
+            format!("Did you mean: {}?", suggestions.join(", "))
+        };
+        ToolError::new(
+            ErrorKind::ToolNotRegistered,
+            format!("Tool \"{name}\" not found in registry. {hint}"),
+        )
+    }
+}
+
+/// Reads a required string argument (already schema-checked to be present).
+pub(crate) fn str_arg<'a>(args: &'a Args, key: &str) -> Result<&'a str, ToolError> {
+    args.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::invalid_params(format!("argument '{key}' must be a string")))
+}
+
+/// Reads an optional string argument.
+pub(crate) fn opt_str_arg<'a>(args: &'a Args, key: &str) -> Option<&'a str> {
+    args.get(key).and_then(Value::as_str)
+}
+
+/// Reads an optional non-negative integer argument.
+pub(crate) fn opt_u64_arg(args: &Args, key: &str) -> Option<u64> {
+    args.get(key).and_then(Value::as_u64)
+}

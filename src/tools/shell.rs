@@ -1,0 +1,172 @@
+//! `run_shell_command`: a bash script run as its own process group in the
+//! workspace, with live output, an execution timeout and bounded output.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::{
+    Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation,
+    Progress, Subject, Tool, ToolError, ToolKind, ToolOutcome, opt_str_arg, opt_u64_arg, str_arg,
+};
+use crate::policy::shell::analyze;
+use crate::sandbox::{ProcessOutcome, ProcessSpec, Workspace, process::ProcessEvent, run_process};
+
+/// The tool's wire name.
+pub const SHELL_TOOL_NAME: &str = "run_shell_command";
+
+/// `run_shell_command`.
+pub struct ShellTool {
+    ws: Arc<Workspace>,
+    decl: Declaration,
+}
+
+impl ShellTool {
+    pub fn new(ws: Arc<Workspace>) -> Self {
+        let decl = Declaration {
+            name: SHELL_TOOL_NAME.into(),
+            description: "Runs a bash command (`bash -c <command>`) in the workspace, in its own process group with stdin closed. Returns stdout and stderr interleaved, the exit code and any signal. Output is bounded (head and tail kept). Background processes the command leaves behind are stopped when it ends.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "minLength": 1, "description": "The bash command to run."},
+                    "description": {"type": "string", "description": "A short description of what the command does, shown to the person approving it."},
+                    "dir_path": {"type": "string", "minLength": 1, "description": "Working directory, relative to the workspace root. Defaults to the root."},
+                    "timeout": {"type": "integer", "minimum": 1, "description": "Execution timeout in seconds; at most the server's execution timeout, which is also the default."}
+                },
+                "required": ["command"],
+                "additionalProperties": false
+            }),
+            kind: ToolKind::Execute,
+            parallelizable: false,
+            read_only: false,
+        };
+        Self { ws, decl }
+    }
+}
+
+impl Tool for ShellTool {
+    fn declaration(&self) -> &Declaration {
+        &self.decl
+    }
+
+    fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
+        let command = str_arg(args, "command")?.to_string();
+        let dir_given = opt_str_arg(args, "dir_path").unwrap_or(".");
+        let dir = self.ws.resolve(dir_given).map_err(|e| match e {
+            crate::sandbox::PathError::OutsideWorkspace { .. } => {
+                ToolError::new(ErrorKind::PathNotInWorkspace, e.to_string())
+            }
+            other => ToolError::invalid_params(format!("argument 'dir_path': {other}")),
+        })?;
+        if !dir.is_dir() {
+            return Err(ToolError::invalid_params(format!(
+                "argument 'dir_path': {dir_given} is not an existing directory"
+            )));
+        }
+        Ok(Arc::new(ShellInvocation {
+            dir_display: self.ws.display(&dir),
+            dir,
+            timeout: opt_u64_arg(args, "timeout").map(Duration::from_secs),
+            command,
+        }))
+    }
+}
+
+struct ShellInvocation {
+    command: String,
+    dir: std::path::PathBuf,
+    dir_display: String,
+    timeout: Option<Duration>,
+}
+
+impl Invocation for ShellInvocation {
+    fn subject(&self) -> Subject {
+        let analysis = analyze(&self.command);
+        Subject::Shell {
+            command: self.command.clone(),
+            root_commands: analysis.root_commands,
+            redirects: analysis.redirects,
+        }
+    }
+
+    fn confirmation(&self) -> Result<ConfirmationDetails, ToolError> {
+        Ok(ConfirmationDetails::Exec {
+            command: self.command.clone(),
+            root_commands: analyze(&self.command).root_commands.unwrap_or_default(),
+            dir_path: self.dir_display.clone(),
+        })
+    }
+
+    fn execute(self: Arc<Self>, ctx: ExecContext) -> BoxFuture<ToolOutcome> {
+        Box::pin(async move {
+            let timeout = self.timeout.map_or(ctx.timeout, |t| t.min(ctx.timeout));
+            let spec = ProcessSpec {
+                program: "bash".into(),
+                args: vec!["-c".into(), self.command.clone()],
+                cwd: self.dir.clone(),
+                timeout,
+                limits: ctx.output,
+            };
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let progress = ctx.progress.clone();
+            let relay = tokio::spawn(async move {
+                while let Some(ev) = rx.recv().await {
+                    let p = match ev {
+                        ProcessEvent::Started { pid } => Progress {
+                            pid: Some(pid),
+                            ..Progress::default()
+                        },
+                        ProcessEvent::Output(chunk) => Progress {
+                            output_chunk: chunk,
+                            ..Progress::default()
+                        },
+                    };
+                    let _ = progress.send(p);
+                }
+            });
+            let outcome = run_process(spec, ctx.token.clone(), tx).await;
+            let _ = relay.await;
+            match outcome {
+                ProcessOutcome::Exited {
+                    exit_code,
+                    signal,
+                    output,
+                } => {
+                    let mut result = Args::new();
+                    result.insert("exit_code".into(), json!(exit_code));
+                    result.insert("signal".into(), json!(signal));
+                    let mut text = format!("Command: {}\nDirectory: {}\nOutput: {}", self.command, self.dir_display, if output.is_empty() { "(empty)" } else { &output });
+                    if let Some(code) = exit_code.filter(|c| *c != 0) {
+                        text.push_str(&format!("\nExit Code: {code}"));
+                    }
+                    if let Some(sig) = signal {
+                        text.push_str(&format!("\nSignal: {sig}"));
+                    }
+                    result.insert("output".into(), Value::String(output));
+                    ToolOutcome::Success {
+                        output: Value::String(text),
+                        result,
+                    }
+                }
+                ProcessOutcome::TimedOut { output } => ToolError {
+                    kind: ErrorKind::ExecutionTimeout,
+                    message: format!(
+                        "Command timed out after {} s and was stopped (its whole process group was killed). Run it with a larger 'timeout' or make it finish sooner.",
+                        timeout.as_secs_f64()
+                    ),
+                    partial_output: Some(output),
+                }
+                .into(),
+                ProcessOutcome::Cancelled { output } => ToolOutcome::Cancelled {
+                    partial_output: Some(output),
+                },
+                ProcessOutcome::SpawnFailed { message } => {
+                    ToolError::new(ErrorKind::UnhandledException, message).into()
+                }
+            }
+        })
+    }
+}
