@@ -1,0 +1,313 @@
+//! Test harness: the real service stack on `127.0.0.1:0` over a temp
+//! workspace, with a connected tonic client. Shuts down on drop.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+use toolsched::api::convert::{json_to_struct, struct_to_json};
+use toolsched::api::pb;
+use toolsched::api::pb::tool_scheduler_client::ToolSchedulerClient;
+use toolsched::api::{ServerOptions, serve};
+use toolsched::scheduler::SchedulerConfig;
+
+pub use pb::tool_call_update::State;
+pub use pb::schedule_calls_response::Event;
+
+/// A running server and a client connected to it.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub client: ToolSchedulerClient<Channel>,
+    pub workspace: tempfile::TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    /// A server with the default configuration.
+    pub async fn start() -> Self {
+        Self::with_config(SchedulerConfig::default()).await
+    }
+
+    /// A server with `config` over a fresh temp workspace.
+    pub async fn with_config(config: SchedulerConfig) -> Self {
+        Self::with_options(config, ServerOptions::default()).await
+    }
+
+    pub async fn with_options(config: SchedulerConfig, options: ServerOptions) -> Self {
+        let workspace = tempfile::tempdir().expect("temp workspace");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("local addr");
+        let shutdown = CancellationToken::new();
+        let scheduler = toolsched::build_scheduler(workspace.path(), config, shutdown.clone())
+            .expect("scheduler");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            serve(listener, scheduler, shutdown, options, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("server ran");
+        });
+        let client = ToolSchedulerClient::connect(format!("http://{addr}"))
+            .await
+            .expect("connect");
+        Self {
+            addr,
+            client,
+            workspace,
+            stop: Some(stop),
+            server: Some(server),
+        }
+    }
+
+    /// Path of `rel` inside the workspace.
+    pub fn path(&self, rel: &str) -> std::path::PathBuf {
+        self.workspace.path().join(rel)
+    }
+
+    /// Starts a batch; returns the open stream.
+    pub async fn schedule(
+        &self,
+        session: &str,
+        calls: Vec<pb::FunctionCall>,
+    ) -> tonic::Streaming<pb::ScheduleCallsResponse> {
+        self.schedule_with(request(session, calls)).await
+    }
+
+    pub async fn schedule_with(
+        &self,
+        req: pb::ScheduleCallsRequest,
+    ) -> tonic::Streaming<pb::ScheduleCallsResponse> {
+        self.client
+            .clone()
+            .schedule_calls(req)
+            .await
+            .expect("schedule_calls accepted")
+            .into_inner()
+    }
+
+    /// Runs a batch to completion and returns all its events.
+    pub async fn run(&self, session: &str, calls: Vec<pb::FunctionCall>) -> Vec<Event> {
+        collect(self.schedule(session, calls).await).await
+    }
+
+    /// Confirms a prompt.
+    pub async fn confirm(
+        &self,
+        session: &str,
+        call_id: &str,
+        correlation_id: &str,
+        outcome: pb::ConfirmationOutcome,
+        new_content: Option<&str>,
+    ) -> Result<(), tonic::Status> {
+        self.client
+            .clone()
+            .confirm(pb::ConfirmRequest {
+                session_id: session.into(),
+                call_id: call_id.into(),
+                correlation_id: correlation_id.into(),
+                outcome: outcome as i32,
+                new_content: new_content.map(Into::into),
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Stops the server gracefully and waits for it.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.await.expect("server task did not panic");
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+    }
+}
+
+/// A ScheduleCalls request (interactive).
+pub fn request(session: &str, calls: Vec<pb::FunctionCall>) -> pb::ScheduleCallsRequest {
+    pb::ScheduleCallsRequest {
+        session_id: session.into(),
+        calls,
+        approval_mode: 0,
+        interactive: Some(true),
+    }
+}
+
+/// A function call with JSON arguments.
+pub fn call(id: &str, name: &str, args: Value) -> pb::FunctionCall {
+    let Value::Object(map) = args else {
+        panic!("args must be a JSON object");
+    };
+    pb::FunctionCall {
+        id: id.into(),
+        name: name.into(),
+        args: Some(json_to_struct(&map)),
+        wait_for_previous: false,
+    }
+}
+
+/// Every event until the stream ends; panics if it ends with an error or
+/// takes longer than a minute (a hung test should fail, not hang CI).
+pub async fn collect(mut stream: tonic::Streaming<pb::ScheduleCallsResponse>) -> Vec<Event> {
+    let mut events = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(60), stream.message()).await {
+            Ok(Ok(Some(msg))) => events.push(msg.event.expect("event set")),
+            Ok(Ok(None)) => return events,
+            Ok(Err(status)) => panic!("stream failed: {status:?}; events so far: {events:?}"),
+            Err(_) => panic!("stream did not end within 60 s; events so far: {events:?}"),
+        }
+    }
+}
+
+/// Reads events until `pred` matches one; returns it (and keeps the stream).
+pub async fn next_matching(
+    stream: &mut tonic::Streaming<pb::ScheduleCallsResponse>,
+    seen: &mut Vec<Event>,
+    pred: impl Fn(&Event) -> bool,
+) -> Event {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(60), stream.message())
+            .await
+            .expect("event within 60 s")
+            .expect("stream ok")
+            .expect("stream still open");
+        let event = msg.event.expect("event set");
+        seen.push(event.clone());
+        if pred(&event) {
+            return event;
+        }
+    }
+}
+
+/// The AwaitingApproval of `call_id`, read from the stream.
+pub async fn await_prompt(
+    stream: &mut tonic::Streaming<pb::ScheduleCallsResponse>,
+    seen: &mut Vec<Event>,
+    call_id: &str,
+) -> pb::AwaitingApproval {
+    let ev = next_matching(stream, seen, |e| {
+        matches!(e, Event::CallUpdate(u) if u.call_id == call_id
+            && matches!(u.state, Some(State::AwaitingApproval(_))))
+    })
+    .await;
+    match ev {
+        Event::CallUpdate(pb::ToolCallUpdate {
+            state: Some(State::AwaitingApproval(a)),
+            ..
+        }) => a,
+        _ => unreachable!(),
+    }
+}
+
+/// Short name of a state.
+pub fn state_name(state: &State) -> &'static str {
+    match state {
+        State::Validating(_) => "validating",
+        State::Scheduled(_) => "scheduled",
+        State::AwaitingApproval(_) => "awaiting_approval",
+        State::Executing(_) => "executing",
+        State::Success(_) => "success",
+        State::Error(_) => "error",
+        State::Cancelled(_) => "cancelled",
+    }
+}
+
+/// The states `call_id` went through, with repeated Executing progress
+/// updates folded into one.
+pub fn states(events: &[Event], call_id: &str) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for e in events {
+        if let Event::CallUpdate(u) = e
+            && u.call_id == call_id
+            && let Some(s) = &u.state
+        {
+            let name = state_name(s);
+            if name == "executing" && out.last() == Some(&"executing") {
+                continue;
+            }
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// The terminal state of `call_id`.
+pub fn terminal(events: &[Event], call_id: &str) -> State {
+    events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            Event::CallUpdate(u) if u.call_id == call_id => u.state.clone(),
+            _ => None,
+        })
+        .expect("call has a state")
+}
+
+/// The BatchCompleted event (the last one).
+pub fn completed(events: &[Event]) -> pb::BatchCompleted {
+    match events.last() {
+        Some(Event::BatchCompleted(c)) => c.clone(),
+        other => panic!("last event is not BatchCompleted: {other:?}"),
+    }
+}
+
+/// A function response's JSON `response` object.
+pub fn response_json(r: &pb::FunctionResponse) -> serde_json::Map<String, Value> {
+    struct_to_json(r.response.clone().unwrap_or_default())
+}
+
+/// The `output` string of a successful call.
+pub fn success_output(events: &[Event], call_id: &str) -> String {
+    match terminal(events, call_id) {
+        State::Success(s) => response_json(s.response.as_ref().expect("response"))["output"]
+            .as_str()
+            .expect("output is a string")
+            .to_string(),
+        other => panic!("{call_id} did not succeed: {other:?}"),
+    }
+}
+
+/// The error (type, message) of a failed call.
+pub fn error_of(events: &[Event], call_id: &str) -> (pb::ErrorType, String) {
+    match terminal(events, call_id) {
+        State::Error(e) => (
+            pb::ErrorType::try_from(e.r#type).expect("known error type"),
+            e.message,
+        ),
+        other => panic!("{call_id} did not fail: {other:?}"),
+    }
+}
+
+/// A tool installed by `tests/setup.sh` into `.venv/bin`. Panics with how to
+/// install it when missing: a test that cannot run says so, loudly.
+pub fn venv_tool(name: &str) -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".venv/bin")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `bash tests/setup.sh` first (it installs the test tools)",
+        path.display()
+    );
+    path
+}
