@@ -60,3 +60,118 @@ async fn a_wave_of_reads_runs_concurrently_and_responses_keep_request_order() {
     assert!(matches!(events[0], Event::BatchAccepted(ref a) if !a.queued));
     assert!(matches!(events[1], Event::BatchStarted(_)));
 }
+
+/// (call id, state) of every update, in stream order, progress folded.
+fn timeline(events: &[Event]) -> Vec<(String, &'static str)> {
+    let mut out: Vec<(String, &'static str)> = Vec::new();
+    for e in events {
+        if let Event::CallUpdate(u) = e {
+            let s = state_name(u.state.as_ref().unwrap());
+            if out.last() == Some(&(u.call_id.clone(), s)) && s == "executing" {
+                continue;
+            }
+            out.push((u.call_id.clone(), s));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn side_effecting_calls_run_one_at_a_time_in_order() {
+    let srv = TestServer::with_config(yolo()).await;
+    let events = srv
+        .run(
+            "s",
+            vec![
+                call("w1", "write_file", json!({"file_path": "f.txt", "content": "one"})),
+                call("sh", "run_shell_command", json!({"command": "cat f.txt > g.txt"})),
+                call("w2", "write_file", json!({"file_path": "f.txt", "content": "two"})),
+            ],
+        )
+        .await;
+    let t: Vec<(String, &str)> = timeline(&events)
+        .into_iter()
+        .filter(|(_, s)| *s != "validating")
+        .collect();
+    let expect = |id: &str| {
+        [
+            (id.to_string(), "scheduled"),
+            (id.to_string(), "executing"),
+            (id.to_string(), "success"),
+        ]
+    };
+    let mut want = Vec::new();
+    for id in ["w1", "sh", "w2"] {
+        want.extend(expect(id));
+    }
+    assert_eq!(t, want);
+    // The shell ran between the writes and saw the first one.
+    assert_eq!(std::fs::read_to_string(srv.path("g.txt")).unwrap(), "one");
+    assert_eq!(std::fs::read_to_string(srv.path("f.txt")).unwrap(), "two");
+}
+
+#[tokio::test]
+async fn topic_runs_first_and_alone_but_responses_keep_request_order() {
+    let srv = TestServer::start().await;
+    std::fs::write(srv.path("a.txt"), "a").unwrap();
+    let events = srv
+        .run(
+            "s",
+            vec![
+                call("r1", "read_file", json!({"file_path": "a.txt"})),
+                call("t", "update_topic", json!({"topic": "Fixing the build"})),
+                call("r2", "read_file", json!({"file_path": "a.txt"})),
+            ],
+        )
+        .await;
+    let t = timeline(&events);
+    // Created in execution order: topic first.
+    let created: Vec<&str> = t
+        .iter()
+        .filter(|(_, s)| *s == "validating")
+        .map(|(id, _)| id.as_str())
+        .collect();
+    assert_eq!(created, ["t", "r1", "r2"]);
+    // The topic call is terminal before either read is scheduled.
+    let topic_done = t.iter().position(|e| *e == ("t".into(), "success")).unwrap();
+    let first_read = t
+        .iter()
+        .position(|(id, s)| id.starts_with('r') && *s == "scheduled")
+        .unwrap();
+    assert!(topic_done < first_read, "{t:?}");
+    assert_eq!(
+        success_output(&events, "t"),
+        "Topic set to: Fixing the build"
+    );
+    let ids: Vec<String> = completed(&events).responses.into_iter().map(|r| r.id).collect();
+    assert_eq!(ids, ["r1", "t", "r2"]);
+}
+
+#[tokio::test]
+async fn wait_for_previous_splits_a_wave() {
+    let srv = TestServer::start().await;
+    std::fs::write(srv.path("a.txt"), "a").unwrap();
+    let mut second = call("r2", "read_file", json!({"file_path": "a.txt"}));
+    second.wait_for_previous = true;
+    let events = srv
+        .run(
+            "s",
+            vec![call("r1", "read_file", json!({"file_path": "a.txt"})), second],
+        )
+        .await;
+    let t: Vec<(String, &str)> = timeline(&events)
+        .into_iter()
+        .filter(|(_, s)| *s != "validating")
+        .collect();
+    assert_eq!(
+        t,
+        [
+            ("r1".to_string(), "scheduled"),
+            ("r1".to_string(), "executing"),
+            ("r1".to_string(), "success"),
+            ("r2".to_string(), "scheduled"),
+            ("r2".to_string(), "executing"),
+            ("r2".to_string(), "success"),
+        ]
+    );
+}
