@@ -28,9 +28,10 @@ pub fn build_scheduler(
     config: scheduler::SchedulerConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<scheduler::Scheduler> {
-    let workspace = Arc::new(sandbox::Workspace::new(workspace).map_err(|e| {
-        anyhow::anyhow!("workspace {}: {e}", workspace.display())
-    })?);
+    let workspace = Arc::new(
+        sandbox::Workspace::new(workspace)
+            .map_err(|e| anyhow::anyhow!("workspace {}: {e}", workspace.display()))?,
+    );
     let registry = Arc::new(tools::Registry::builtin(workspace)?);
     Ok(scheduler::Scheduler::start(
         config,

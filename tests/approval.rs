@@ -23,7 +23,11 @@ async fn proceed_once_runs_the_write_with_a_diff_in_the_prompt() {
     let mut stream = srv
         .schedule(
             "s",
-            vec![call("w", "write_file", json!({"file_path": "f.txt", "content": "new\n"}))],
+            vec![call(
+                "w",
+                "write_file",
+                json!({"file_path": "f.txt", "content": "new\n"}),
+            )],
         )
         .await;
     let mut seen = Vec::new();
@@ -34,9 +38,14 @@ async fn proceed_once_runs_the_write_with_a_diff_in_the_prompt() {
     assert!(e.diff.contains("-old\n+new\n"), "{}", e.diff);
     assert_eq!(
         prompt.outcomes,
-        [O::ProceedOnce, O::ProceedAlways, O::ModifyWithEditor, O::Cancel]
-            .map(|o| o as i32)
-            .to_vec()
+        [
+            O::ProceedOnce,
+            O::ProceedAlways,
+            O::ModifyWithEditor,
+            O::Cancel
+        ]
+        .map(|o| o as i32)
+        .to_vec()
     );
     assert!(prompt.deadline.is_some());
     // Nothing is written before approval.
@@ -47,7 +56,13 @@ async fn proceed_once_runs_the_write_with_a_diff_in_the_prompt() {
     seen.extend(collect(stream).await);
     assert_eq!(
         states(&seen, "w"),
-        ["validating", "awaiting_approval", "scheduled", "executing", "success"]
+        [
+            "validating",
+            "awaiting_approval",
+            "scheduled",
+            "executing",
+            "success"
+        ]
     );
     assert_eq!(std::fs::read_to_string(srv.path("f.txt")).unwrap(), "new\n");
     // The same prompt cannot be answered twice.
@@ -65,7 +80,11 @@ async fn the_write_reads_its_target_at_execution_not_from_the_preview() {
     let mut stream = srv
         .schedule(
             "s",
-            vec![call("w", "write_file", json!({"file_path": "f.txt", "content": "v3"}))],
+            vec![call(
+                "w",
+                "write_file",
+                json!({"file_path": "f.txt", "content": "v3"}),
+            )],
         )
         .await;
     let mut seen = Vec::new();
@@ -90,8 +109,16 @@ async fn reject_cancels_the_call_and_the_rest_of_the_batch() {
         .schedule(
             "s",
             vec![
-                call("w1", "write_file", json!({"file_path": "a.txt", "content": "a"})),
-                call("w2", "write_file", json!({"file_path": "b.txt", "content": "b"})),
+                call(
+                    "w1",
+                    "write_file",
+                    json!({"file_path": "a.txt", "content": "a"}),
+                ),
+                call(
+                    "w2",
+                    "write_file",
+                    json!({"file_path": "b.txt", "content": "b"}),
+                ),
             ],
         )
         .await;
@@ -127,21 +154,40 @@ async fn inline_new_content_is_applied_and_run() {
     let mut stream = srv
         .schedule(
             "s",
-            vec![call("w", "write_file", json!({"file_path": "n.txt", "content": "model's"}))],
+            vec![call(
+                "w",
+                "write_file",
+                json!({"file_path": "n.txt", "content": "model's"}),
+            )],
         )
         .await;
     let mut seen = Vec::new();
     let prompt = await_prompt(&mut stream, &mut seen, "w").await;
     assert!(edit(&prompt).is_new_file);
-    srv.confirm("s", "w", &prompt.correlation_id, O::ProceedOnce, Some("person's"))
-        .await
-        .unwrap();
+    srv.confirm(
+        "s",
+        "w",
+        &prompt.correlation_id,
+        O::ProceedOnce,
+        Some("person's"),
+    )
+    .await
+    .unwrap();
     seen.extend(collect(stream).await);
     assert_eq!(
         states(&seen, "w"),
-        ["validating", "awaiting_approval", "scheduled", "executing", "success"]
+        [
+            "validating",
+            "awaiting_approval",
+            "scheduled",
+            "executing",
+            "success"
+        ]
     );
-    assert_eq!(std::fs::read_to_string(srv.path("n.txt")).unwrap(), "person's");
+    assert_eq!(
+        std::fs::read_to_string(srv.path("n.txt")).unwrap(),
+        "person's"
+    );
 }
 
 #[tokio::test]
@@ -150,18 +196,32 @@ async fn modify_with_editor_prompts_again_with_a_new_correlation_id() {
     let mut stream = srv
         .schedule(
             "s",
-            vec![call("w", "write_file", json!({"file_path": "m.txt", "content": "first\n"}))],
+            vec![call(
+                "w",
+                "write_file",
+                json!({"file_path": "m.txt", "content": "first\n"}),
+            )],
         )
         .await;
     let mut seen = Vec::new();
     let first = await_prompt(&mut stream, &mut seen, "w").await;
-    srv.confirm("s", "w", &first.correlation_id, O::ModifyWithEditor, Some("second\n"))
-        .await
-        .unwrap();
+    srv.confirm(
+        "s",
+        "w",
+        &first.correlation_id,
+        O::ModifyWithEditor,
+        Some("second\n"),
+    )
+    .await
+    .unwrap();
     let second = await_prompt(&mut stream, &mut seen, "w").await;
     assert_ne!(second.correlation_id, first.correlation_id);
     assert_eq!(edit(&second).new_content, "second\n");
-    assert!(edit(&second).diff.contains("+second"), "{}", edit(&second).diff);
+    assert!(
+        edit(&second).diff.contains("+second"),
+        "{}",
+        edit(&second).diff
+    );
     // The first prompt is stale now and nothing changes.
     let stale = srv
         .confirm("s", "w", &first.correlation_id, O::ProceedOnce, None)
@@ -183,7 +243,10 @@ async fn modify_with_editor_prompts_again_with_a_new_correlation_id() {
             "success"
         ]
     );
-    assert_eq!(std::fs::read_to_string(srv.path("m.txt")).unwrap(), "second\n");
+    assert_eq!(
+        std::fs::read_to_string(srv.path("m.txt")).unwrap(),
+        "second\n"
+    );
 }
 
 #[tokio::test]
@@ -192,7 +255,11 @@ async fn proceed_always_on_an_edit_switches_the_session_to_auto_edit() {
     let mut stream = srv
         .schedule(
             "s",
-            vec![call("w", "write_file", json!({"file_path": "a.txt", "content": "a"}))],
+            vec![call(
+                "w",
+                "write_file",
+                json!({"file_path": "a.txt", "content": "a"}),
+            )],
         )
         .await;
     let mut seen = Vec::new();
@@ -205,7 +272,11 @@ async fn proceed_always_on_an_edit_switches_the_session_to_auto_edit() {
     let events = srv
         .run(
             "s",
-            vec![call("w2", "write_file", json!({"file_path": "b.txt", "content": "b"}))],
+            vec![call(
+                "w2",
+                "write_file",
+                json!({"file_path": "b.txt", "content": "b"}),
+            )],
         )
         .await;
     assert_eq!(
@@ -218,7 +289,11 @@ async fn proceed_always_on_an_edit_switches_the_session_to_auto_edit() {
             interactive: Some(false),
             ..request(
                 "s",
-                vec![call("sh", "run_shell_command", json!({"command": "echo hi"}))],
+                vec![call(
+                    "sh",
+                    "run_shell_command",
+                    json!({"command": "echo hi"}),
+                )],
             )
         })
         .await,
@@ -233,7 +308,11 @@ async fn proceed_always_on_shell_is_narrowed_to_its_root_commands() {
     let mut stream = srv
         .schedule(
             "s",
-            vec![call("a", "run_shell_command", json!({"command": "echo one | wc -c"}))],
+            vec![call(
+                "a",
+                "run_shell_command",
+                json!({"command": "echo one | wc -c"}),
+            )],
         )
         .await;
     let mut seen = Vec::new();
@@ -249,7 +328,10 @@ async fn proceed_always_on_shell_is_narrowed_to_its_root_commands() {
         .await
         .unwrap();
     seen.extend(collect(stream).await);
-    assert_eq!(success_output(&seen, "a"), "Command: echo one | wc -c\nDirectory: .\nOutput: 4\n");
+    assert_eq!(
+        success_output(&seen, "a"),
+        "Command: echo one | wc -c\nDirectory: .\nOutput: 4\n"
+    );
     // Same root commands: runs without asking. Another command: asks.
     let events = collect(
         srv.schedule_with(pb::ScheduleCallsRequest {
@@ -258,7 +340,11 @@ async fn proceed_always_on_shell_is_narrowed_to_its_root_commands() {
                 "s",
                 vec![
                     call("b", "run_shell_command", json!({"command": "echo two"})),
-                    call("c", "run_shell_command", json!({"command": "echo x && touch t"})),
+                    call(
+                        "c",
+                        "run_shell_command",
+                        json!({"command": "echo x && touch t"}),
+                    ),
                 ],
             )
         })
@@ -281,7 +367,11 @@ async fn non_interactive_batch_turns_ask_into_an_error() {
             interactive: Some(false),
             ..request(
                 "s",
-                vec![call("w", "write_file", json!({"file_path": "a.txt", "content": "a"}))],
+                vec![call(
+                    "w",
+                    "write_file",
+                    json!({"file_path": "a.txt", "content": "a"}),
+                )],
             )
         })
         .await,
@@ -289,7 +379,10 @@ async fn non_interactive_batch_turns_ask_into_an_error() {
     .await;
     let (kind, message) = error_of(&events, "w");
     assert_eq!(kind, pb::ErrorType::PolicyViolation);
-    assert!(message.starts_with("Approval required but the batch is non-interactive"), "{message}");
+    assert!(
+        message.starts_with("Approval required but the batch is non-interactive"),
+        "{message}"
+    );
     assert!(!srv.path("a.txt").exists());
 }
 
@@ -306,7 +399,11 @@ async fn plan_mode_denies_side_effects_and_allows_reads() {
             "s",
             vec![
                 call("r", "read_file", json!({"file_path": "a.txt"})),
-                call("w", "write_file", json!({"file_path": "a.txt", "content": "b"})),
+                call(
+                    "w",
+                    "write_file",
+                    json!({"file_path": "a.txt", "content": "b"}),
+                ),
             ],
         )
         .await;
@@ -322,24 +419,62 @@ async fn confirm_errors_change_nothing() {
     let mut stream = srv
         .schedule(
             "s",
-            vec![call("w", "write_file", json!({"file_path": "a.txt", "content": "a"}))],
+            vec![call(
+                "w",
+                "write_file",
+                json!({"file_path": "a.txt", "content": "a"}),
+            )],
         )
         .await;
     let mut seen = Vec::new();
     let prompt = await_prompt(&mut stream, &mut seen, "w").await;
     let cases = [
-        ("nosuch", "w", prompt.correlation_id.as_str(), O::ProceedOnce, tonic::Code::NotFound),
-        ("s", "nosuch", prompt.correlation_id.as_str(), O::ProceedOnce, tonic::Code::NotFound),
-        ("s", "w", "stale-id", O::ProceedOnce, tonic::Code::FailedPrecondition),
-        ("s", "w", prompt.correlation_id.as_str(), O::ProceedAlwaysServer, tonic::Code::FailedPrecondition),
-        ("s", "w", prompt.correlation_id.as_str(), O::Unspecified, tonic::Code::InvalidArgument),
+        (
+            "nosuch",
+            "w",
+            prompt.correlation_id.as_str(),
+            O::ProceedOnce,
+            tonic::Code::NotFound,
+        ),
+        (
+            "s",
+            "nosuch",
+            prompt.correlation_id.as_str(),
+            O::ProceedOnce,
+            tonic::Code::NotFound,
+        ),
+        (
+            "s",
+            "w",
+            "stale-id",
+            O::ProceedOnce,
+            tonic::Code::FailedPrecondition,
+        ),
+        (
+            "s",
+            "w",
+            prompt.correlation_id.as_str(),
+            O::ProceedAlwaysServer,
+            tonic::Code::FailedPrecondition,
+        ),
+        (
+            "s",
+            "w",
+            prompt.correlation_id.as_str(),
+            O::Unspecified,
+            tonic::Code::InvalidArgument,
+        ),
     ];
     for (session, call_id, corr, outcome, code) in cases {
         let err = srv
             .confirm(session, call_id, corr, outcome, None)
             .await
             .unwrap_err();
-        assert_eq!(err.code(), code, "{session}/{call_id}/{corr}/{outcome:?}: {err:?}");
+        assert_eq!(
+            err.code(),
+            code,
+            "{session}/{call_id}/{corr}/{outcome:?}: {err:?}"
+        );
         assert!(!err.message().is_empty());
     }
     // The prompt still stands and works.
@@ -349,6 +484,12 @@ async fn confirm_errors_change_nothing() {
     seen.extend(collect(stream).await);
     assert_eq!(
         states(&seen, "w"),
-        ["validating", "awaiting_approval", "scheduled", "executing", "success"]
+        [
+            "validating",
+            "awaiting_approval",
+            "scheduled",
+            "executing",
+            "success"
+        ]
     );
 }

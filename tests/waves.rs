@@ -83,9 +83,21 @@ async fn side_effecting_calls_run_one_at_a_time_in_order() {
         .run(
             "s",
             vec![
-                call("w1", "write_file", json!({"file_path": "f.txt", "content": "one"})),
-                call("sh", "run_shell_command", json!({"command": "cat f.txt > g.txt"})),
-                call("w2", "write_file", json!({"file_path": "f.txt", "content": "two"})),
+                call(
+                    "w1",
+                    "write_file",
+                    json!({"file_path": "f.txt", "content": "one"}),
+                ),
+                call(
+                    "sh",
+                    "run_shell_command",
+                    json!({"command": "cat f.txt > g.txt"}),
+                ),
+                call(
+                    "w2",
+                    "write_file",
+                    json!({"file_path": "f.txt", "content": "two"}),
+                ),
             ],
         )
         .await;
@@ -133,7 +145,10 @@ async fn topic_runs_first_and_alone_but_responses_keep_request_order() {
         .collect();
     assert_eq!(created, ["t", "r1", "r2"]);
     // The topic call is terminal before either read is scheduled.
-    let topic_done = t.iter().position(|e| *e == ("t".into(), "success")).unwrap();
+    let topic_done = t
+        .iter()
+        .position(|e| *e == ("t".into(), "success"))
+        .unwrap();
     let first_read = t
         .iter()
         .position(|(id, s)| id.starts_with('r') && *s == "scheduled")
@@ -143,7 +158,11 @@ async fn topic_runs_first_and_alone_but_responses_keep_request_order() {
         success_output(&events, "t"),
         "Topic set to: Fixing the build"
     );
-    let ids: Vec<String> = completed(&events).responses.into_iter().map(|r| r.id).collect();
+    let ids: Vec<String> = completed(&events)
+        .responses
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
     assert_eq!(ids, ["r1", "t", "r2"]);
 }
 
@@ -156,7 +175,10 @@ async fn wait_for_previous_splits_a_wave() {
     let events = srv
         .run(
             "s",
-            vec![call("r1", "read_file", json!({"file_path": "a.txt"})), second],
+            vec![
+                call("r1", "read_file", json!({"file_path": "a.txt"})),
+                second,
+            ],
         )
         .await;
     let t: Vec<(String, &str)> = timeline(&events)

@@ -117,7 +117,9 @@ impl ToolError {
         let (kind, message) = match err.kind() {
             Io::NotFound => (
                 ErrorKind::FileNotFound,
-                format!("File not found: {path}. Check the path (relative to the workspace root) and try again."),
+                format!(
+                    "File not found: {path}. Check the path (relative to the workspace root) and try again."
+                ),
             ),
             Io::PermissionDenied => (
                 ErrorKind::PermissionDenied,
@@ -125,7 +127,9 @@ impl ToolError {
             ),
             Io::IsADirectory => (
                 ErrorKind::TargetIsDirectory,
-                format!("{path} is a directory, not a file. Use list_directory to see its entries."),
+                format!(
+                    "{path} is a directory, not a file. Use list_directory to see its entries."
+                ),
             ),
             Io::StorageFull => (
                 ErrorKind::NoSpaceLeft,
@@ -217,10 +221,15 @@ pub struct ExecContext {
 pub enum ToolOutcome {
     /// `output` becomes the function response's `output`; `result` is the
     /// structured result (e.g. `{"exit_code": 0}`).
-    Success { output: Value, result: Args },
+    Success {
+        output: Value,
+        result: Args,
+    },
     Error(ToolErrorData),
     /// The tool stopped because its token was cancelled.
-    Cancelled { partial_output: Option<String> },
+    Cancelled {
+        partial_output: Option<String>,
+    },
 }
 
 /// [`ToolError`] as plain data (comparable, for outcomes).
@@ -315,7 +324,10 @@ impl Registry {
                 }
             })?;
             let name = decl.name.clone();
-            if map.insert(name.clone(), Entry { tool, validator }).is_some() {
+            if map
+                .insert(name.clone(), Entry { tool, validator })
+                .is_some()
+            {
                 return Err(RegistryError::Duplicate { name });
             }
         }

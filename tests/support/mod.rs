@@ -15,8 +15,8 @@ use toolsched::api::pb::tool_scheduler_client::ToolSchedulerClient;
 use toolsched::api::{ServerOptions, serve};
 use toolsched::scheduler::SchedulerConfig;
 
-pub use pb::tool_call_update::State;
 pub use pb::schedule_calls_response::Event;
+pub use pb::tool_call_update::State;
 
 /// A running server and a client connected to it.
 pub struct TestServer {
@@ -310,4 +310,122 @@ pub fn venv_tool(name: &str) -> std::path::PathBuf {
         path.display()
     );
     path
+}
+
+/// Pids of live (not zombie) processes in process group `pgid`, from /proc.
+pub fn live_group_members(pgid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Fields after the parenthesised command name: state ppid pgrp …
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string() {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Waits (bounded, 10 s) until process group `pgid` has no live member.
+/// A SIGKILL is delivered asynchronously, so "gone" is an event to wait for.
+pub async fn wait_group_gone(pgid: i32) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if live_group_members(pgid).is_empty() {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The built `toolsched` binary, running as a child process.
+pub struct Binary {
+    pub child: std::process::Child,
+    pub addr: SocketAddr,
+    pub stderr_lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Binary {
+    /// Starts `toolsched serve --listen 127.0.0.1:0 --log-format json` over
+    /// `workspace` with `extra` flags, and waits for its "serving" log line,
+    /// which carries the bound address.
+    pub fn start(workspace: &std::path::Path, extra: &[&str]) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolsched"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--workspace",
+            ])
+            .arg(workspace)
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start toolsched binary");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let addr = loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("toolsched logged 'toolsched serving' within 60 s");
+            let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if v["fields"]["message"] == "toolsched serving" {
+                break v["fields"]["listen"]
+                    .as_str()
+                    .expect("listen field")
+                    .parse()
+                    .expect("socket address");
+            }
+        };
+        Self {
+            child,
+            addr,
+            stderr_lines: rx,
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+        self.child.wait().expect("wait for toolsched")
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -1,0 +1,271 @@
+//! Cancellation: Cancel while awaiting approval, while executing (the process
+//! group is really gone), while queued; a client that drops its stream; a
+//! confirmation timeout; server shutdown.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+use toolsched::api::pb;
+use toolsched::policy::ApprovalMode;
+use toolsched::scheduler::SchedulerConfig;
+
+fn yolo() -> SchedulerConfig {
+    SchedulerConfig {
+        default_mode: ApprovalMode::Yolo,
+        ..SchedulerConfig::default()
+    }
+}
+
+async fn cancel(srv: &TestServer, session: &str, batch_id: Option<&str>) -> pb::CancelResponse {
+    srv.client
+        .clone()
+        .cancel(pb::CancelRequest {
+            session_id: session.into(),
+            batch_id: batch_id.map(Into::into),
+            reason: "stop please".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Waits for the shell call's first output chunk containing `marker`; returns
+/// the command's pid (its process group id).
+async fn await_output(
+    stream: &mut tonic::Streaming<pb::ScheduleCallsResponse>,
+    seen: &mut Vec<Event>,
+    call_id: &str,
+    marker: &str,
+) -> i32 {
+    let mut pid = None;
+    loop {
+        let ev = next_matching(stream, seen, |e| {
+            matches!(e, Event::CallUpdate(u) if u.call_id == call_id
+                && matches!(u.state, Some(State::Executing(_))))
+        })
+        .await;
+        if let Event::CallUpdate(pb::ToolCallUpdate {
+            state: Some(State::Executing(x)),
+            ..
+        }) = ev
+        {
+            if let Some(p) = x.pid {
+                pid = Some(p as i32);
+            }
+            if x.output_chunk.contains(marker) {
+                return pid.expect("pid reported before output");
+            }
+        }
+    }
+}
+
+fn group_alive(pgid: i32) -> bool {
+    !live_group_members(pgid).is_empty()
+}
+
+#[tokio::test]
+async fn cancel_while_executing_kills_the_whole_process_group() {
+    let srv = TestServer::with_config(yolo()).await;
+    let mut stream = srv
+        .schedule(
+            "s",
+            vec![
+                call(
+                    "sh",
+                    "run_shell_command",
+                    json!({"command": "sleep 1000 & echo started; sleep 1000; touch after.txt"}),
+                ),
+                call("r", "read_file", json!({"file_path": "nothing"})),
+            ],
+        )
+        .await;
+    let mut seen = Vec::new();
+    let pgid = await_output(&mut stream, &mut seen, "sh", "started").await;
+    assert!(group_alive(pgid));
+    let summary = cancel(&srv, "s", None).await;
+    assert_eq!(summary.cancelled_calls, 2);
+    assert_eq!(summary.cancelled_batches, 1);
+    seen.extend(collect(stream).await);
+    assert_eq!(
+        states(&seen, "sh"),
+        ["validating", "scheduled", "executing", "cancelled"]
+    );
+    assert_eq!(states(&seen, "r"), ["validating", "cancelled"]);
+    match terminal(&seen, "sh") {
+        State::Cancelled(c) => {
+            assert_eq!(c.reason, "stop please");
+            let resp = response_json(c.response.as_ref().unwrap());
+            assert_eq!(resp["error"], "[Operation Cancelled] stop please");
+            assert!(resp["output"].as_str().unwrap().contains("started"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(wait_group_gone(pgid).await, "process group {pgid} survived");
+    assert!(!srv.path("after.txt").exists());
+    // The session is free for the next batch at once.
+    std::fs::write(srv.path("x"), "x\n").unwrap();
+    let next = srv
+        .run(
+            "s",
+            vec![call("r2", "read_file", json!({"file_path": "x"}))],
+        )
+        .await;
+    assert_eq!(success_output(&next, "r2"), "x\n");
+}
+
+#[tokio::test]
+async fn cancel_while_awaiting_approval_and_while_queued() {
+    let srv = TestServer::start().await;
+    let mut first = srv
+        .schedule(
+            "s",
+            vec![call(
+                "w",
+                "write_file",
+                json!({"file_path": "a", "content": "a"}),
+            )],
+        )
+        .await;
+    let mut seen_a = Vec::new();
+    await_prompt(&mut first, &mut seen_a, "w").await;
+    let mut second = srv
+        .schedule("s", vec![call("q", "read_file", json!({"file_path": "a"}))])
+        .await;
+    let queued_id = match second.message().await.unwrap().unwrap().event {
+        Some(Event::BatchAccepted(a)) => a.batch_id,
+        other => panic!("{other:?}"),
+    };
+    // Cancel only the queued batch: its call ends Cancelled, the first batch
+    // still waits for its answer.
+    let summary = cancel(&srv, "s", Some(&queued_id)).await;
+    assert_eq!((summary.cancelled_calls, summary.cancelled_batches), (1, 1));
+    let events_b = collect(second).await;
+    assert_eq!(states(&events_b, "q"), ["cancelled"]);
+    assert_eq!(completed(&events_b).responses.len(), 1);
+    // An unknown batch id is NOT_FOUND.
+    let err = srv
+        .client
+        .clone()
+        .cancel(pb::CancelRequest {
+            session_id: "s".into(),
+            batch_id: Some(queued_id.clone()),
+            reason: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    // Now the awaiting call.
+    cancel(&srv, "s", None).await;
+    seen_a.extend(collect(first).await);
+    assert_eq!(
+        states(&seen_a, "w"),
+        ["validating", "awaiting_approval", "cancelled"]
+    );
+    assert!(!srv.path("a").exists());
+}
+
+#[tokio::test]
+async fn a_client_that_drops_its_stream_cancels_its_batch() {
+    let srv = TestServer::with_config(yolo()).await;
+    let mut first = srv
+        .schedule(
+            "s",
+            vec![call(
+                "sh",
+                "run_shell_command",
+                json!({"command": "echo started; sleep 1000; touch after.txt"}),
+            )],
+        )
+        .await;
+    let mut seen = Vec::new();
+    let pgid = await_output(&mut first, &mut seen, "sh", "started").await;
+    std::fs::write(srv.path("x"), "x\n").unwrap();
+    let mut second = srv
+        .schedule("s", vec![call("r", "read_file", json!({"file_path": "x"}))])
+        .await;
+    let accepted = second.message().await.unwrap().unwrap();
+    assert!(matches!(accepted.event, Some(Event::BatchAccepted(ref a)) if a.queued));
+    drop(first);
+    // The queued batch runs once the dropped one is cancelled, which happens
+    // only after its process group is gone.
+    let events = collect(second).await;
+    assert_eq!(success_output(&events, "r"), "x\n");
+    assert!(wait_group_gone(pgid).await, "process group {pgid} survived");
+    assert!(!srv.path("after.txt").exists());
+}
+
+#[tokio::test]
+async fn an_unanswered_prompt_is_cancelled_by_the_confirmation_timeout() {
+    let srv = TestServer::with_config(SchedulerConfig {
+        confirmation_timeout: Some(Duration::from_millis(200)),
+        ..SchedulerConfig::default()
+    })
+    .await;
+    let events = srv
+        .run(
+            "s",
+            vec![call(
+                "w",
+                "write_file",
+                json!({"file_path": "a", "content": "a"}),
+            )],
+        )
+        .await;
+    assert_eq!(
+        states(&events, "w"),
+        ["validating", "awaiting_approval", "cancelled"]
+    );
+    match terminal(&events, "w") {
+        State::Cancelled(c) => assert!(
+            c.reason.starts_with("Confirmation timed out"),
+            "{}",
+            c.reason
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(!srv.path("a").exists());
+}
+
+#[tokio::test]
+async fn shutdown_cancels_running_calls_after_the_grace_and_refuses_new_batches() {
+    let srv = TestServer::with_options(
+        yolo(),
+        toolsched::api::ServerOptions {
+            shutdown_grace: Duration::from_millis(100),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut stream = srv
+        .schedule(
+            "s",
+            vec![call(
+                "sh",
+                "run_shell_command",
+                json!({"command": "echo started; sleep 1000"}),
+            )],
+        )
+        .await;
+    let mut seen = Vec::new();
+    let pgid = await_output(&mut stream, &mut seen, "sh", "started").await;
+    let client = srv.client.clone();
+    let stopping = tokio::spawn(srv.shutdown());
+    seen.extend(collect(stream).await);
+    match terminal(&seen, "sh") {
+        State::Cancelled(c) => assert_eq!(c.reason, "The server is shutting down."),
+        other => panic!("{other:?}"),
+    }
+    assert!(wait_group_gone(pgid).await, "process group {pgid} survived");
+    stopping.await.unwrap();
+    let refused = client
+        .clone()
+        .schedule_calls(request(
+            "s",
+            vec![call("r", "read_file", json!({"file_path": "x"}))],
+        ))
+        .await;
+    assert!(refused.is_err(), "a stopped server accepted a batch");
+}

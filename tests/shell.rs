@@ -1,0 +1,184 @@
+//! run_shell_command: exit codes, live output, timeouts that kill the whole
+//! group, pipes held open by background children, bounded output, a scrubbed
+//! environment.
+
+mod support;
+
+use serde_json::json;
+use support::*;
+use toolsched::api::pb;
+use toolsched::policy::ApprovalMode;
+use toolsched::sandbox::OutputLimits;
+use toolsched::scheduler::SchedulerConfig;
+
+fn yolo() -> SchedulerConfig {
+    SchedulerConfig {
+        default_mode: ApprovalMode::Yolo,
+        ..SchedulerConfig::default()
+    }
+}
+
+fn result_of(events: &[Event], id: &str) -> serde_json::Map<String, serde_json::Value> {
+    match terminal(events, id) {
+        State::Success(s) => toolsched::api::convert::struct_to_json(s.result.unwrap()),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn non_zero_exit_is_a_success_carrying_the_exit_code() {
+    let srv = TestServer::with_config(yolo()).await;
+    let events = srv
+        .run(
+            "s",
+            vec![call(
+                "sh",
+                "run_shell_command",
+                json!({"command": "echo out; echo err >&2; exit 3"}),
+            )],
+        )
+        .await;
+    let result = result_of(&events, "sh");
+    assert_eq!(result["exit_code"], 3);
+    let out = result["output"].as_str().unwrap();
+    assert!(out.contains("out\n") && out.contains("err\n"), "{out}");
+    assert!(success_output(&events, "sh").ends_with("Exit Code: 3"));
+    // Live output arrived as Executing progress before the Success.
+    let chunks: String = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::CallUpdate(pb::ToolCallUpdate {
+                state: Some(State::Executing(x)),
+                ..
+            }) => Some(x.output_chunk.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        chunks.contains("out\n") && chunks.contains("err\n"),
+        "{chunks}"
+    );
+}
+
+#[tokio::test]
+async fn timeout_kills_the_group_even_with_a_grandchild_holding_the_pipe() {
+    let srv = TestServer::with_config(yolo()).await;
+    let events = srv
+        .run(
+            "s",
+            vec![call(
+                "sh",
+                "run_shell_command",
+                json!({"command": "(sleep 1000 &); echo partial; echo $$ > pid; sleep 1000", "timeout": 1}),
+            )],
+        )
+        .await;
+    assert_eq!(
+        states(&events, "sh"),
+        ["validating", "scheduled", "executing", "error"]
+    );
+    match terminal(&events, "sh") {
+        State::Error(e) => {
+            assert_eq!(e.r#type, pb::ErrorType::ExecutionTimeout as i32);
+            let resp = response_json(e.response.as_ref().unwrap());
+            assert!(
+                resp["output"].as_str().unwrap().contains("partial"),
+                "{resp:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let pgid: i32 = std::fs::read_to_string(srv.path("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_group_gone(pgid).await,
+        "group {pgid} survived the timeout"
+    );
+}
+
+#[tokio::test]
+async fn finishing_does_not_hang_on_a_background_child_holding_the_pipe() {
+    let srv = TestServer::with_config(yolo()).await;
+    // The escaped grandchild keeps stdout open for 30 s; the call still ends
+    // as soon as bash exits (bounded drain), well within the stream timeout.
+    let events = srv
+        .run(
+            "s",
+            vec![call(
+                "sh",
+                "run_shell_command",
+                json!({"command": "setsid sleep 30 & echo done"}),
+            )],
+        )
+        .await;
+    let result = result_of(&events, "sh");
+    assert_eq!(result["exit_code"], 0);
+    assert_eq!(result["output"], "done\n");
+}
+
+#[tokio::test]
+async fn output_is_bounded_to_head_and_tail() {
+    let srv = TestServer::with_config(SchedulerConfig {
+        output: OutputLimits {
+            max_bytes: 1000,
+            max_streamed_bytes: 100,
+        },
+        ..yolo()
+    })
+    .await;
+    let events = srv
+        .run(
+            "s",
+            vec![call(
+                "sh",
+                "run_shell_command",
+                json!({"command": "echo HEAD; yes filler | head -c 100000; echo; echo TAIL"}),
+            )],
+        )
+        .await;
+    let out = result_of(&events, "sh")["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(out.starts_with("HEAD\n"), "{}", &out[..20]);
+    assert!(out.ends_with("TAIL\n"));
+    assert!(out.contains("bytes of output omitted"));
+    assert!(out.len() < 1100, "{}", out.len());
+    let streamed: usize = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::CallUpdate(pb::ToolCallUpdate {
+                state: Some(State::Executing(x)),
+                ..
+            }) => Some(x.output_chunk.len()),
+            _ => None,
+        })
+        .sum();
+    assert!(streamed <= 100, "streamed {streamed} bytes");
+}
+
+#[tokio::test]
+async fn the_environment_is_scrubbed_and_stdin_is_closed() {
+    // The test process runs under cargo, whose CARGO_* variables stand for
+    // whatever the server's environment holds.
+    let srv = TestServer::with_config(yolo()).await;
+    let events = srv
+        .run(
+            "s",
+            vec![call(
+                "sh",
+                "run_shell_command",
+                json!({"command": "env | cut -d= -f1 | sort | tr '\\n' ' '; read x || echo stdin-closed"}),
+            )],
+        )
+        .await;
+    let out = result_of(&events, "sh")["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(out.contains("stdin-closed"), "{out}");
+    assert!(!out.contains("CARGO"), "server env leaked: {out}");
+}
