@@ -72,15 +72,23 @@ impl Walk<'_> {
                 }
             }
             "file_redirect" => {
-                let is_input = node
-                    .child(0)
-                    .map(|op| matches!(op.kind(), "<" | "<&" | "<<<"))
-                    .unwrap_or(false);
+                let mut cursor = node.walk();
+                let op = node
+                    .children(&mut cursor)
+                    .find(|c| !c.is_named())
+                    .map(|c| c.kind())
+                    .unwrap_or("");
                 let target = node
                     .child_by_field_name("destination")
-                    .and_then(|d| d.utf8_text(self.src).ok());
-                if !is_input && target != Some("/dev/null") && !matches!(target, Some("&1" | "&2"))
-                {
+                    .and_then(|d| d.utf8_text(self.src).ok())
+                    .unwrap_or("");
+                let is_input = matches!(op, "<" | "<&" | "<<<" | "<&-");
+                // `2>&1`, `>&-`: duplicating or closing a descriptor writes no file.
+                let fd_dup = matches!(op, ">&" | "<&" | ">&-")
+                    && (target.is_empty()
+                        || target == "-"
+                        || target.bytes().all(|b| b.is_ascii_digit()));
+                if !is_input && !fd_dup && target != "/dev/null" {
                     self.redirects = true;
                 }
             }
