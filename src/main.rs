@@ -27,7 +27,9 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
     tracing::info!(
         listen = %listener.local_addr()?,
-        workspace = %settings.workspace.display(),
+        workspace = %std::fs::canonicalize(&settings.workspace)
+            .unwrap_or_else(|_| settings.workspace.clone())
+            .display(),
         mode = toolsched::policy::mode_name(settings.scheduler.default_mode),
         "toolsched serving"
     );
@@ -46,8 +48,10 @@ async fn main() -> anyhow::Result<()> {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),
