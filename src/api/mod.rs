@@ -106,6 +106,10 @@ impl ToolScheduler for Service {
     }
 }
 
+/// TCP keepalive on accepted connections: finds clients that vanished
+/// without closing (a dead peer otherwise holds its batch forever).
+const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
+
 /// Transport settings of the server.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
@@ -211,7 +215,11 @@ pub async fn serve(
         .add_service(reflection_v1alpha)
         .add_service(service)
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            // Without TCP_NODELAY, Nagle's algorithm and delayed ACKs hold
+            // each small event back ~40 ms.
+            tonic::transport::server::TcpIncoming::from(listener)
+                .with_nodelay(Some(true))
+                .with_keepalive(Some(TCP_KEEPALIVE)),
             drain,
         )
         .await?;

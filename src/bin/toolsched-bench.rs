@@ -1,0 +1,949 @@
+//! `toolsched-bench`: the load generator. It starts the release server
+//! itself on a loopback port, drives it with real tonic clients over K
+//! connections and C concurrent sessions, and prints every figure beside the
+//! transport floor's: a minimal tonic server-streaming service (built into
+//! this binary, run as its own process) that answers each request with the
+//! same number and size of events toolsched sent for the measured batch, with
+//! a spawned task and a channel per call as a real service would.
+//!
+//! Every figure is a ratio measured in one run (these machines are noisy);
+//! nothing here asserts a time. Run it with:
+//!
+//! ```sh
+//! cargo build --release && target/release/toolsched-bench
+//! ```
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use prost::Message;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::Stream;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
+use toolsched::api::convert::json_to_struct;
+use toolsched::api::pb;
+use toolsched::api::pb::tool_scheduler_client::ToolSchedulerClient;
+
+#[derive(Parser)]
+#[command(
+    name = "toolsched-bench",
+    about = "Load generator for toolsched, beside the transport floor"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+    /// Scenarios to run, comma-separated (s1,s2,s3,s4,s5,s6).
+    #[arg(long, default_value = "s1,s2,s3,s4,s6")]
+    scenarios: String,
+    /// Runs per figure; the table shows the median with min and max.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Smaller counts everywhere (a smoke test of the suite).
+    #[arg(long)]
+    quick: bool,
+    /// The toolsched binary [default: `toolsched` beside this one].
+    #[arg(long)]
+    server: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// (internal) Serve the transport floor: replay the events in FILE.
+    Floor {
+        #[arg(long)]
+        template: PathBuf,
+        /// Index of the event after which each stream waits for Confirm.
+        #[arg(long)]
+        pause_after: Option<usize>,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Some(Cmd::Floor {
+            template,
+            pause_after,
+        }) => rt.block_on(floor::serve(&template, pause_after)),
+        None => rt.block_on(suite(cli)),
+    }
+}
+
+// === the suite ===
+
+/// One line of the result table.
+struct Row {
+    scenario: &'static str,
+    metric: String,
+    toolsched: Stat,
+    floor: Option<Stat>,
+    /// How to read the ratio, and the target.
+    target: String,
+    ratio: Option<f64>,
+}
+
+/// Median, min and max of a figure over runs.
+#[derive(Clone, Copy)]
+struct Stat {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Stat {
+    fn of(mut xs: Vec<f64>) -> Stat {
+        xs.sort_by(f64::total_cmp);
+        Stat {
+            median: xs[xs.len() / 2],
+            min: xs[0],
+            max: xs[xs.len() - 1],
+        }
+    }
+}
+
+fn fmt_stat(s: &Stat) -> String {
+    format!("{} ({}–{})", num(s.median), num(s.min), num(s.max))
+}
+
+fn num(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else if x >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.4}")
+    }
+}
+
+fn progress(msg: &str) {
+    eprint!("\r\x1b[2K{msg}");
+    let _ = std::io::stderr().flush();
+}
+
+async fn suite(cli: Cli) -> anyhow::Result<()> {
+    let me = std::env::current_exe()?;
+    let server = cli
+        .server
+        .clone()
+        .unwrap_or_else(|| me.with_file_name("toolsched"));
+    if !server.exists() {
+        bail!(
+            "{} not found: build it first with `cargo build --release`",
+            server.display()
+        );
+    }
+    let ws = tempfile::tempdir()?;
+    std::fs::write(ws.path().join("small.txt"), "a small file\nof two lines\n")?;
+    let big: String = (0..40_000)
+        .map(|i| format!("line {i} of a larger file to read\n"))
+        .collect();
+    std::fs::write(ws.path().join("big.txt"), big)?;
+
+    let scenarios: Vec<String> = cli
+        .scenarios
+        .split(',')
+        .map(|s| s.trim().to_lowercase())
+        .collect();
+    let mut rows = Vec::new();
+    let env = Env {
+        server,
+        me,
+        ws: ws.path().to_path_buf(),
+        runs: cli.runs.max(1),
+        quick: cli.quick,
+    };
+    if scenarios.iter().any(|s| s == "s1") {
+        rows.extend(s1_throughput(&env).await?);
+    }
+    if scenarios.iter().any(|s| s == "s2") {
+        rows.extend(s2_latency(&env).await?);
+    }
+    if scenarios.iter().any(|s| s == "s3") {
+        rows.extend(s3_waves(&env).await?);
+    }
+    if scenarios.iter().any(|s| s == "s4") {
+        rows.extend(s4_scale(&env).await?);
+    }
+    if scenarios.iter().any(|s| s == "s6") {
+        rows.extend(s6_shell(&env).await?);
+    }
+    progress("");
+    eprintln!();
+    print_table(&rows);
+    Ok(())
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "| scenario | metric | toolsched median (min–max) | floor median (min–max) | ratio | target |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for r in rows {
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            r.scenario,
+            r.metric,
+            fmt_stat(&r.toolsched),
+            r.floor.as_ref().map_or("–".into(), fmt_stat),
+            r.ratio.map_or("–".into(), num),
+            r.target
+        );
+    }
+}
+
+struct Env {
+    server: PathBuf,
+    me: PathBuf,
+    ws: PathBuf,
+    runs: usize,
+    quick: bool,
+}
+
+/// A child process serving on a loopback port.
+struct Served {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Starts `program args…`, which must log a JSON line with
+/// `fields.message == "toolsched serving"` or print `floor serving ADDR`.
+fn start(program: &Path, args: &[&str]) -> anyhow::Result<Served> {
+    let mut child = Command::new(program)
+        .args(args)
+        .env("RUST_LOG", "warn,toolsched=info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("start {}", program.display()))?;
+    let stderr = child.stderr.take().context("stderr")?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    for reader in [
+        Box::new(stderr) as Box<dyn std::io::Read + Send>,
+        Box::new(stdout),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(reader)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+    }
+    let addr = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .context("server did not report its address within 60 s")?;
+        if let Some(a) = line.strip_prefix("floor serving ") {
+            break a.trim().parse()?;
+        }
+        if let Ok(v) = serde_json::from_str::<Value>(&line)
+            && v["fields"]["message"] == "toolsched serving"
+        {
+            break v["fields"]["listen"].as_str().context("listen")?.parse()?;
+        }
+    };
+    Ok(Served { child, addr })
+}
+
+fn start_toolsched(env: &Env, extra: &[&str]) -> anyhow::Result<Served> {
+    let ws = env.ws.to_string_lossy().to_string();
+    let mut args = vec![
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--log-format",
+        "json",
+        "--workspace",
+        &ws,
+        "--max-sessions",
+        "1000000",
+        "--max-concurrent-streams",
+        "100000",
+    ];
+    args.extend_from_slice(extra);
+    start(&env.server, &args)
+}
+
+fn start_floor(
+    env: &Env,
+    template: &[pb::ScheduleCallsResponse],
+    pause_after: Option<usize>,
+) -> anyhow::Result<(Served, tempfile::NamedTempFile)> {
+    let mut file = tempfile::NamedTempFile::new()?;
+    for ev in template {
+        file.write_all(&ev.encode_length_delimited_to_vec())?;
+    }
+    file.flush()?;
+    let path = file.path().to_string_lossy().to_string();
+    let pause = pause_after.map(|p| p.to_string());
+    let mut args = vec!["floor", "--template", path.as_str()];
+    if let Some(p) = &pause {
+        args.extend(["--pause-after", p.as_str()]);
+    }
+    Ok((start(&env.me, &args)?, file))
+}
+
+async fn connections(
+    addr: SocketAddr,
+    k: usize,
+) -> anyhow::Result<Vec<ToolSchedulerClient<Channel>>> {
+    let mut out = Vec::with_capacity(k);
+    for _ in 0..k {
+        let ch = Endpoint::from_shared(format!("http://{addr}"))?
+            .http2_adaptive_window(true)
+            .tcp_nodelay(true)
+            .connect()
+            .await?;
+        out.push(ToolSchedulerClient::new(ch).max_decoding_message_size(64 * 1024 * 1024));
+    }
+    Ok(out)
+}
+
+fn fcall(id: &str, name: &str, args: Value, wait: bool) -> pb::FunctionCall {
+    let Value::Object(map) = args else {
+        unreachable!("object literal")
+    };
+    pb::FunctionCall {
+        id: id.into(),
+        name: name.into(),
+        args: Some(json_to_struct(&map)),
+        wait_for_previous: wait,
+    }
+}
+
+fn batch(session: &str, calls: Vec<pb::FunctionCall>) -> pb::ScheduleCallsRequest {
+    pb::ScheduleCallsRequest {
+        session_id: session.into(),
+        calls,
+        approval_mode: 0,
+        interactive: Some(false),
+    }
+}
+
+/// Timing of one batch.
+struct BatchTiming {
+    first_event: Duration,
+    end: Duration,
+    events: usize,
+}
+
+async fn run_batch(
+    client: &mut ToolSchedulerClient<Channel>,
+    req: pb::ScheduleCallsRequest,
+) -> anyhow::Result<BatchTiming> {
+    let t0 = Instant::now();
+    let mut stream = client.schedule_calls(req).await?.into_inner();
+    let mut first = None;
+    let mut events = 0;
+    while let Some(_ev) = stream.message().await? {
+        events += 1;
+        first.get_or_insert_with(|| t0.elapsed());
+    }
+    Ok(BatchTiming {
+        first_event: first.unwrap_or_default(),
+        end: t0.elapsed(),
+        events,
+    })
+}
+
+/// Records what toolsched sends for `req`, to replay from the floor.
+async fn record(
+    addr: SocketAddr,
+    req: pb::ScheduleCallsRequest,
+) -> anyhow::Result<Vec<pb::ScheduleCallsResponse>> {
+    let mut client = connections(addr, 1).await?.remove(0);
+    let mut stream = client.schedule_calls(req).await?.into_inner();
+    let mut out = Vec::new();
+    while let Some(ev) = stream.message().await? {
+        out.push(ev);
+    }
+    Ok(out)
+}
+
+/// Load: `c` sessions over `k` connections for `duration`; each session
+/// sends its next batch when the previous stream has ended.
+struct Load {
+    calls_per_s: f64,
+    events_per_s: f64,
+    first: Vec<Duration>,
+    end: Vec<Duration>,
+}
+
+async fn load(
+    addr: SocketAddr,
+    k: usize,
+    c: usize,
+    duration: Duration,
+    make: Arc<dyn Fn(usize) -> pb::ScheduleCallsRequest + Send + Sync>,
+    calls_per_batch: usize,
+) -> anyhow::Result<Load> {
+    let clients = connections(addr, k).await?;
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for s in 0..c {
+        let mut client = clients[s % k].clone();
+        let make = make.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut timings = Vec::new();
+            while Instant::now() < deadline {
+                timings.push(run_batch(&mut client, make(s)).await?);
+            }
+            anyhow::Ok(timings)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let events: usize = all.iter().map(|t| t.events).sum();
+    Ok(Load {
+        calls_per_s: (all.len() * calls_per_batch) as f64 / elapsed,
+        events_per_s: events as f64 / elapsed,
+        first: all.iter().map(|t| t.first_event).collect(),
+        end: all.iter().map(|t| t.end).collect(),
+    })
+}
+
+fn percentile(xs: &[Duration], p: f64) -> f64 {
+    let mut v: Vec<f64> = xs.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return 0.0;
+    }
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i]
+}
+
+fn read_small(session: &str) -> pb::ScheduleCallsRequest {
+    batch(
+        session,
+        vec![fcall(
+            "r",
+            "read_file",
+            json!({"file_path": "small.txt"}),
+            false,
+        )],
+    )
+}
+
+// === S1: throughput ===
+
+async fn s1_throughput(env: &Env) -> anyhow::Result<Vec<Row>> {
+    let (k, c) = (8, 64);
+    let secs = if env.quick { 1 } else { 4 };
+    let ts = start_toolsched(env, &[])?;
+    let template = record(ts.addr, read_small("record")).await?;
+    let (floor, _file) = start_floor(env, &template, None)?;
+    let make: Arc<dyn Fn(usize) -> pb::ScheduleCallsRequest + Send + Sync> =
+        Arc::new(|s| read_small(&format!("s1-{s}")));
+    let mut t_rps = Vec::new();
+    let mut f_rps = Vec::new();
+    let mut t_eps = Vec::new();
+    let mut f_eps = Vec::new();
+    let mut ratios = Vec::new();
+    for run in 0..env.runs {
+        progress(&format!(
+            "[S1] throughput run {}/{}: toolsched",
+            run + 1,
+            env.runs
+        ));
+        let t = load(ts.addr, k, c, Duration::from_secs(secs), make.clone(), 1).await?;
+        progress(&format!(
+            "[S1] throughput run {}/{}: floor",
+            run + 1,
+            env.runs
+        ));
+        let f = load(floor.addr, k, c, Duration::from_secs(secs), make.clone(), 1).await?;
+        ratios.push(t.calls_per_s / f.calls_per_s);
+        t_rps.push(t.calls_per_s);
+        f_rps.push(f.calls_per_s);
+        t_eps.push(t.events_per_s);
+        f_eps.push(f.events_per_s);
+    }
+    Ok(vec![
+        Row {
+            scenario: "S1",
+            metric: format!(
+                "RPC/s, 1 read_file per batch, C={c} sessions over K={k} connections ({} events per RPC)",
+                template.len()
+            ),
+            toolsched: Stat::of(t_rps),
+            floor: Some(Stat::of(f_rps)),
+            ratio: Some(Stat::of(ratios).median),
+            target: "≥ 0.6 of floor".into(),
+        },
+        Row {
+            scenario: "S1",
+            metric: "events/s".into(),
+            toolsched: Stat::of(t_eps),
+            floor: Some(Stat::of(f_eps)),
+            ratio: None,
+            target: String::new(),
+        },
+    ])
+}
+
+// === S2: latency ===
+
+async fn s2_latency(env: &Env) -> anyhow::Result<Vec<Row>> {
+    let secs = if env.quick { 1 } else { 3 };
+    let ts = start_toolsched(env, &[])?;
+    let template = record(ts.addr, read_small("record")).await?;
+    let (floor, _file) = start_floor(env, &template, None)?;
+    let make: Arc<dyn Fn(usize) -> pb::ScheduleCallsRequest + Send + Sync> =
+        Arc::new(|_| read_small("s2"));
+    let mut rows: Vec<(String, Vec<f64>, Vec<f64>)> = vec![
+        ("first event p50 (µs)".into(), vec![], vec![]),
+        ("first event p99 (µs)".into(), vec![], vec![]),
+        ("end of stream p50 (µs)".into(), vec![], vec![]),
+        ("end of stream p99 (µs)".into(), vec![], vec![]),
+    ];
+    for run in 0..env.runs {
+        progress(&format!("[S2] latency run {}/{}", run + 1, env.runs));
+        let t = load(ts.addr, 1, 1, Duration::from_secs(secs), make.clone(), 1).await?;
+        let f = load(floor.addr, 1, 1, Duration::from_secs(secs), make.clone(), 1).await?;
+        for (i, (xs_t, xs_f)) in [(&t.first, &f.first), (&t.end, &f.end)]
+            .into_iter()
+            .enumerate()
+        {
+            rows[i * 2].1.push(percentile(xs_t, 0.5));
+            rows[i * 2].2.push(percentile(xs_f, 0.5));
+            rows[i * 2 + 1].1.push(percentile(xs_t, 0.99));
+            rows[i * 2 + 1].2.push(percentile(xs_f, 0.99));
+        }
+    }
+    Ok(rows
+        .into_iter()
+        .enumerate()
+        .map(|(i, (metric, t, f))| {
+            let (ts, fs) = (Stat::of(t), Stat::of(f));
+            Row {
+                scenario: "S2",
+                metric: format!("{metric}, C=1"),
+                toolsched: ts,
+                floor: Some(fs),
+                ratio: None,
+                target: if i == 0 {
+                    format!(
+                        "≤ floor + 100 µs (now floor + {:.0} µs)",
+                        ts.median - fs.median
+                    )
+                } else {
+                    format!("toolsched − floor = {:.0} µs", ts.median - fs.median)
+                },
+            }
+        })
+        .collect())
+}
+
+// === S3: waves ===
+
+async fn s3_waves(env: &Env) -> anyhow::Result<Vec<Row>> {
+    let ts = start_toolsched(env, &[])?;
+    let mut client = connections(ts.addr, 1).await?.remove(0);
+    let make = |wait: bool| {
+        batch(
+            "s3",
+            (0..8)
+                .map(|i| {
+                    fcall(
+                        &format!("r{i}"),
+                        "read_file",
+                        json!({"file_path": "big.txt", "start_line": 1, "end_line": 40000}),
+                        wait && i > 0,
+                    )
+                })
+                .collect(),
+        )
+    };
+    let reps = if env.quick { 3 } else { 10 };
+    let mut par = Vec::new();
+    let mut ser = Vec::new();
+    let mut ratios = Vec::new();
+    for run in 0..env.runs {
+        progress(&format!("[S3] waves run {}/{}", run + 1, env.runs));
+        let mut p = Vec::new();
+        let mut s = Vec::new();
+        for _ in 0..reps {
+            p.push(run_batch(&mut client, make(false)).await?.end.as_secs_f64() * 1e3);
+            s.push(run_batch(&mut client, make(true)).await?.end.as_secs_f64() * 1e3);
+        }
+        let (p, s) = (Stat::of(p).median, Stat::of(s).median);
+        par.push(p);
+        ser.push(s);
+        ratios.push(s / p);
+    }
+    Ok(vec![Row {
+        scenario: "S3",
+        metric: "wall ms: 8 parallel read_file (40k lines each) vs the same with wait_for_previous"
+            .into(),
+        toolsched: Stat::of(par),
+        floor: Some(Stat::of(ser)),
+        ratio: Some(Stat::of(ratios).median),
+        target: "serial ÷ parallel ≥ 1.8 (CPU-bound, 2 cores); 'floor' column = serial".into(),
+    }])
+}
+
+// === S4: scale ===
+
+async fn s4_scale(env: &Env) -> anyhow::Result<Vec<Row>> {
+    let n: usize = if env.quick { 1000 } else { 10_000 };
+    let k = 100;
+    let write = |s: usize| pb::ScheduleCallsRequest {
+        interactive: Some(true),
+        ..batch(
+            &format!("s4-{s}"),
+            vec![fcall(
+                "w",
+                "write_file",
+                json!({"file_path": format!("s4/{s}.txt"), "content": "x"}),
+                false,
+            )],
+        )
+    };
+    // toolsched: hold n prompts open.
+    let ts = start_toolsched(env, &["--confirmation-timeout-secs", "0"])?;
+    // What toolsched sends after the prompt once confirmed (recorded in
+    // yolo mode: Scheduled, Executing, Success, Completed).
+    let template = {
+        let yolo = start_toolsched(env, &["--approval-mode", "yolo"])?;
+        record(yolo.addr, write(0)).await?
+    };
+    let (t_rss, t_done) = hold_and_confirm(ts.addr, ts.child.id(), n, k, &write, true).await?;
+    drop(ts);
+    // The floor: the same events up to the prompt, then wait for Confirm.
+    let awaiting: Vec<pb::ScheduleCallsResponse> = {
+        let ts = start_toolsched(env, &["--confirmation-timeout-secs", "0"])?;
+        let mut client = connections(ts.addr, 1).await?.remove(0);
+        let mut stream = client.schedule_calls(write(0)).await?.into_inner();
+        let mut out = Vec::new();
+        while let Some(ev) = stream.message().await? {
+            let prompt = matches!(&ev.event, Some(pb::schedule_calls_response::Event::CallUpdate(u)) if matches!(u.state, Some(pb::tool_call_update::State::AwaitingApproval(_))));
+            out.push(ev);
+            if prompt {
+                break;
+            }
+        }
+        out
+    };
+    let pause_at = awaiting.len() - 1;
+    // Events up to the prompt, then the rest of a completed write.
+    let mut full = awaiting.clone();
+    full.extend(
+        template
+            .iter()
+            .skip_while(|e| !matches!(&e.event, Some(pb::schedule_calls_response::Event::CallUpdate(u)) if matches!(u.state, Some(pb::tool_call_update::State::Scheduled(_)))))
+            .cloned(),
+    );
+    let (floor, _file) = start_floor(env, &full, Some(pause_at))?;
+    let (f_rss, f_done) =
+        hold_and_confirm(floor.addr, floor.child.id(), n, k, &write, false).await?;
+    Ok(vec![
+        Row {
+            scenario: "S4",
+            metric: format!(
+                "server RSS per held stream (KiB), {n} sessions each awaiting approval over {k} connections"
+            ),
+            toolsched: Stat::of(vec![t_rss]),
+            floor: Some(Stat::of(vec![f_rss])),
+            ratio: Some(t_rss / f_rss),
+            target: "≤ 3× floor".into(),
+        },
+        Row {
+            scenario: "S4",
+            metric: format!("seconds from confirming all {n} until every stream completed"),
+            toolsched: Stat::of(vec![t_done]),
+            floor: Some(Stat::of(vec![f_done])),
+            ratio: Some(t_done / f_done),
+            target: "no stream lost".into(),
+        },
+    ])
+}
+
+/// Opens `n` streams that each stop at a prompt, measures the server's RSS
+/// growth per stream, confirms all and times until every stream completed.
+async fn hold_and_confirm(
+    addr: SocketAddr,
+    pid: u32,
+    n: usize,
+    k: usize,
+    make: &dyn Fn(usize) -> pb::ScheduleCallsRequest,
+    check_done: bool,
+) -> anyhow::Result<(f64, f64)> {
+    let clients = connections(addr, k).await?;
+    let before = rss_kib(pid);
+    let (prompt_tx, mut prompt_rx) = mpsc::unbounded_channel::<(usize, String)>();
+    let mut tasks = Vec::with_capacity(n);
+    for s in 0..n {
+        if s % 500 == 0 {
+            progress(&format!("[S4] opening streams {s}/{n}"));
+        }
+        let mut client = clients[s % k].clone();
+        let req = make(s);
+        let tx = prompt_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut stream = client.schedule_calls(req).await?.into_inner();
+            let mut completed = false;
+            while let Some(ev) = stream.message().await? {
+                match ev.event {
+                    Some(pb::schedule_calls_response::Event::CallUpdate(pb::ToolCallUpdate {
+                        state: Some(pb::tool_call_update::State::AwaitingApproval(a)),
+                        ..
+                    })) => {
+                        let _ = tx.send((s, a.correlation_id));
+                    }
+                    Some(pb::schedule_calls_response::Event::BatchCompleted(_)) => completed = true,
+                    _ => {}
+                }
+            }
+            anyhow::Ok(completed)
+        }));
+    }
+    drop(prompt_tx);
+    let mut prompts = Vec::with_capacity(n);
+    while prompts.len() < n {
+        let p = prompt_rx
+            .recv()
+            .await
+            .context("a stream ended before its prompt")?;
+        prompts.push(p);
+        if prompts.len() % 500 == 0 {
+            progress(&format!("[S4] prompts open {}/{n}", prompts.len()));
+        }
+    }
+    let after = rss_kib(pid);
+    let per = (after.saturating_sub(before)) as f64 / n as f64;
+    let t0 = Instant::now();
+    let mut confirms = Vec::with_capacity(n);
+    for (s, corr) in prompts {
+        let mut client = clients[s % k].clone();
+        confirms.push(tokio::spawn(async move {
+            client
+                .confirm(pb::ConfirmRequest {
+                    session_id: format!("s4-{s}"),
+                    call_id: "w".into(),
+                    correlation_id: corr,
+                    outcome: pb::ConfirmationOutcome::ProceedOnce as i32,
+                    new_content: None,
+                })
+                .await
+        }));
+    }
+    for c in confirms {
+        c.await??;
+    }
+    let mut lost = 0;
+    for t in tasks {
+        if !t.await?? {
+            lost += 1;
+        }
+    }
+    let done = t0.elapsed().as_secs_f64();
+    if check_done && lost > 0 {
+        bail!("{lost} streams ended without BatchCompleted");
+    }
+    Ok((per, done))
+}
+
+// === S6: shell ===
+
+async fn s6_shell(env: &Env) -> anyhow::Result<Vec<Row>> {
+    let n = if env.quick { 20 } else { 200 };
+    let ts = start_toolsched(env, &["--approval-mode", "yolo"])?;
+    let mut client = connections(ts.addr, 1).await?.remove(0);
+    let mut t_rate = Vec::new();
+    let mut d_rate = Vec::new();
+    let mut ratios = Vec::new();
+    for run in 0..env.runs {
+        progress(&format!("[S6] shell run {}/{}", run + 1, env.runs));
+        let t0 = Instant::now();
+        for _ in 0..n {
+            run_batch(
+                &mut client,
+                batch(
+                    "s6",
+                    vec![fcall(
+                        "sh",
+                        "run_shell_command",
+                        json!({"command": "true"}),
+                        false,
+                    )],
+                ),
+            )
+            .await?;
+        }
+        let t = n as f64 / t0.elapsed().as_secs_f64();
+        let t0 = Instant::now();
+        for _ in 0..n {
+            tokio::process::Command::new("bash")
+                .args(["-c", "true"])
+                .status()
+                .await?;
+        }
+        let d = n as f64 / t0.elapsed().as_secs_f64();
+        t_rate.push(t);
+        d_rate.push(d);
+        ratios.push(t / d);
+    }
+    Ok(vec![Row {
+        scenario: "S6",
+        metric: "calls/s of `run_shell_command true`, sequential (floor: `bash -c true` spawned from Rust)".into(),
+        toolsched: Stat::of(t_rate),
+        floor: Some(Stat::of(d_rate)),
+        ratio: Some(Stat::of(ratios).median),
+        target: "ratio reported".into(),
+    }])
+}
+
+// === the transport floor ===
+
+mod floor {
+    use super::*;
+    use pb::tool_scheduler_server::{ToolScheduler, ToolSchedulerServer};
+
+    type Waiters = Arc<Mutex<HashMap<String, oneshot::Sender<()>>>>;
+
+    struct Floor {
+        template: Arc<Vec<pb::ScheduleCallsResponse>>,
+        pause_after: Option<usize>,
+        waiters: Waiters,
+    }
+
+    type EventStream =
+        Pin<Box<dyn Stream<Item = Result<pb::ScheduleCallsResponse, Status>> + Send>>;
+
+    #[tonic::async_trait]
+    impl ToolScheduler for Floor {
+        type ScheduleCallsStream = EventStream;
+
+        async fn schedule_calls(
+            &self,
+            request: Request<pb::ScheduleCallsRequest>,
+        ) -> Result<Response<EventStream>, Status> {
+            let session = request.into_inner().session_id;
+            let (tx, rx) = mpsc::unbounded_channel();
+            let template = self.template.clone();
+            let pause = self.pause_after;
+            let (go_tx, go_rx) = oneshot::channel();
+            if pause.is_some()
+                && let Ok(mut w) = self.waiters.lock()
+            {
+                w.insert(session, go_tx);
+            }
+            // A task and a channel per call, as a real service would.
+            tokio::spawn(async move {
+                let mut go = Some(go_rx);
+                for (i, ev) in template.iter().enumerate() {
+                    if tx.send(Ok(ev.clone())).is_err() {
+                        return;
+                    }
+                    if Some(i) == pause
+                        && let Some(g) = go.take()
+                    {
+                        let _ = g.await;
+                    }
+                }
+            });
+            Ok(Response::new(Box::pin(
+                tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
+            )))
+        }
+
+        async fn confirm(
+            &self,
+            request: Request<pb::ConfirmRequest>,
+        ) -> Result<Response<pb::ConfirmResponse>, Status> {
+            let session = request.into_inner().session_id;
+            let waiter = self
+                .waiters
+                .lock()
+                .ok()
+                .and_then(|mut w| w.remove(&session));
+            match waiter {
+                Some(tx) => {
+                    let _ = tx.send(());
+                    Ok(Response::new(pb::ConfirmResponse {}))
+                }
+                None => Err(Status::not_found("no waiting stream")),
+            }
+        }
+
+        async fn cancel(
+            &self,
+            _request: Request<pb::CancelRequest>,
+        ) -> Result<Response<pb::CancelResponse>, Status> {
+            Ok(Response::new(pb::CancelResponse::default()))
+        }
+
+        async fn list_tools(
+            &self,
+            _request: Request<pb::ListToolsRequest>,
+        ) -> Result<Response<pb::ListToolsResponse>, Status> {
+            Ok(Response::new(pb::ListToolsResponse::default()))
+        }
+    }
+
+    pub async fn serve(template: &Path, pause_after: Option<usize>) -> anyhow::Result<()> {
+        let bytes = std::fs::read(template)?;
+        let mut buf = bytes.as_slice();
+        let mut events = Vec::new();
+        while !buf.is_empty() {
+            events.push(pb::ScheduleCallsResponse::decode_length_delimited(
+                &mut buf,
+            )?);
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        println!("floor serving {}", listener.local_addr()?);
+        let floor = Floor {
+            template: Arc::new(events),
+            pause_after,
+            waiters: Arc::new(Mutex::new(HashMap::new())),
+        };
+        tonic::transport::Server::builder()
+            .max_concurrent_streams(100_000)
+            .add_service(ToolSchedulerServer::new(floor))
+            .serve_with_incoming(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            )
+            .await?;
+        Ok(())
+    }
+}
