@@ -33,6 +33,33 @@ pub struct Cli {
 pub enum Command {
     /// Serve the gRPC API (the default command).
     Serve(ServeArgs),
+    /// Send one batch of function calls to a running server, print every
+    /// event, and answer approval prompts from the terminal.
+    Call(CallArgs),
+}
+
+/// Flags of `call`, the small client for manual use.
+#[derive(Debug, Clone, Args)]
+pub struct CallArgs {
+    /// Server address.
+    #[arg(long, env = "TOOLSCHED_ADDR", default_value = "http://127.0.0.1:50051")]
+    pub addr: String,
+    /// Session id.
+    #[arg(long, default_value = "cli")]
+    pub session: String,
+    /// Switch the session to this approval mode first.
+    #[arg(long)]
+    pub approval_mode: Option<ApprovalMode>,
+    /// Approve every prompt once without asking.
+    #[arg(long)]
+    pub yes: bool,
+    /// Bearer token, when the server requires one.
+    #[arg(long, env = "TOOLSCHED_AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
+    /// Pairs of tool name and JSON arguments, e.g.
+    /// `read_file '{"file_path":"README.md"}' list_directory '{"dir_path":"."}'`.
+    #[arg(required = true, num_args = 2.., value_names = ["TOOL", "ARGS_JSON"])]
+    pub calls: Vec<String>,
 }
 
 /// Flags of `serve`. Every one also reads `TOOLSCHED_<NAME>`.

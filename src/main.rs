@@ -1,5 +1,8 @@
 //! `toolsched serve` (the default command): parse settings, set up logging,
-//! build the scheduler, serve until SIGTERM or Ctrl-C, drain.
+//! build the scheduler, serve until SIGTERM or Ctrl-C, drain. `toolsched
+//! call` is a small client for manual use (see `client.rs`).
+
+mod client;
 
 use anyhow::Context;
 use clap::Parser;
@@ -11,6 +14,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Serve(args)) => args,
+        Some(Command::Call(args)) => return client::run(args).await,
         None => cli.serve,
     };
     let settings = Settings::resolve(args)?;
