@@ -1,0 +1,143 @@
+//! Operating the service: bearer-token authentication, health during
+//! shutdown, session expiry, ListTools.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+use toolsched::api::ServerOptions;
+use toolsched::api::pb;
+use toolsched::scheduler::SchedulerConfig;
+
+#[tokio::test]
+async fn a_bearer_token_is_required_when_configured() {
+    let srv = TestServer::with_options(
+        SchedulerConfig::default(),
+        ServerOptions {
+            auth_token: Some("s3cret".into()),
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    let err = srv
+        .client
+        .clone()
+        .list_tools(pb::ListToolsRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    let mut wrong = tonic::Request::new(pb::ListToolsRequest {});
+    wrong
+        .metadata_mut()
+        .insert("authorization", "Bearer nope".parse().unwrap());
+    let err = srv.client.clone().list_tools(wrong).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    let mut right = tonic::Request::new(pb::ListToolsRequest {});
+    right
+        .metadata_mut()
+        .insert("authorization", "Bearer s3cret".parse().unwrap());
+    let tools = srv
+        .client
+        .clone()
+        .list_tools(right)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(tools.tools.iter().any(|t| t.name == "read_file"));
+    // Health stays open for probes.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", srv.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let status = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "toolsched.v1.ToolScheduler".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+}
+
+#[tokio::test]
+async fn list_tools_declares_every_builtin_with_its_schema() {
+    let srv = TestServer::start().await;
+    let tools = srv
+        .client
+        .clone()
+        .list_tools(pb::ListToolsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    for expected in [
+        "list_directory",
+        "read_file",
+        "run_shell_command",
+        "update_topic",
+        "write_file",
+    ] {
+        assert!(
+            names.contains(&expected),
+            "{expected} missing from {names:?}"
+        );
+    }
+    let read = tools.iter().find(|t| t.name == "read_file").unwrap();
+    assert!(read.read_only && read.parallelizable);
+    assert_eq!(read.kind, pb::ToolKind::Read as i32);
+    let schema = toolsched::api::convert::struct_to_json(read.parameters.clone().unwrap());
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["required"], json!(["file_path"]));
+    let shell = tools
+        .iter()
+        .find(|t| t.name == "run_shell_command")
+        .unwrap();
+    assert!(!shell.read_only && !shell.parallelizable);
+}
+
+#[tokio::test]
+async fn an_idle_session_expires_and_forgets_its_rules() {
+    let srv = TestServer::with_config(SchedulerConfig {
+        session_idle_ttl: Duration::from_millis(50),
+        ..SchedulerConfig::default()
+    })
+    .await;
+    std::fs::write(srv.path("a"), "a\n").unwrap();
+    srv.run("s", vec![call("r", "read_file", json!({"file_path": "a"}))])
+        .await;
+    // Wait (bounded) until the session is gone: Cancel on an unknown
+    // session is NOT_FOUND, on a live idle one OK. Each probe is activity
+    // that restarts the idle clock, so probe less often than the TTL.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let res = srv
+            .client
+            .clone()
+            .cancel(pb::CancelRequest {
+                session_id: "s".into(),
+                ..Default::default()
+            })
+            .await;
+        match res {
+            Err(e) if e.code() == tonic::Code::NotFound => break,
+            Ok(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(250)).await
+            }
+            other => panic!("session did not expire: {other:?}"),
+        }
+    }
+    // Using it again creates it afresh.
+    let events = srv
+        .run("s", vec![call("r", "read_file", json!({"file_path": "a"}))])
+        .await;
+    assert_eq!(success_output(&events, "r"), "a\n");
+}
