@@ -194,20 +194,32 @@ impl Session {
             processed: 0,
         };
         let ttl = session.shared.config.session_idle_ttl;
+        // One timer, re-armed when the session becomes idle (or sees a
+        // command while idle), not re-created for every message.
+        let idle_timer = tokio::time::sleep(ttl);
+        tokio::pin!(idle_timer);
+        let mut armed = false;
         let mut idle_reported = false;
         loop {
             let idle = session.active.is_none() && session.queue.is_empty();
+            if !idle {
+                armed = false;
+            } else if !armed {
+                idle_timer.as_mut().reset(tokio::time::Instant::now() + ttl);
+                armed = true;
+                idle_reported = false;
+            }
             tokio::select! {
                 cmd = commands.recv() => match cmd {
                     Some(cmd) => {
                         session.processed += 1;
-                        idle_reported = false;
+                        armed = false;
                         session.handle(cmd);
                     }
                     None => break,
                 },
                 Some(msg) = internal_rx.recv() => session.handle_internal(msg),
-                () = tokio::time::sleep(ttl), if idle && !idle_reported => {
+                () = &mut idle_timer, if idle && armed && !idle_reported => {
                     idle_reported = true;
                     let _ = session.shared.hub.try_send(HubCommand::SessionIdle {
                         session_id: session.id.clone(),
