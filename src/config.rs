@@ -116,6 +116,9 @@ pub struct ServeArgs {
     /// Log format: text or json [default: text].
     #[arg(long, env = "TOOLSCHED_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
+    #[arg(long, env = "TOOLSCHED_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Log output format.
@@ -145,6 +148,7 @@ struct FileConfig {
     auth_token: Option<String>,
     insecure_no_auth: Option<bool>,
     log_format: Option<LogFormat>,
+    metrics_listen: Option<SocketAddr>,
 }
 
 /// Why the settings are unusable.
@@ -173,6 +177,8 @@ pub struct Settings {
     pub scheduler: SchedulerConfig,
     pub server: ServerOptions,
     pub log_format: LogFormat,
+    /// Where `/metrics` is served, if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Settings {
@@ -271,6 +277,7 @@ impl Settings {
                 .log_format
                 .or(file.log_format)
                 .unwrap_or(LogFormat::Text),
+            metrics_listen: args.metrics_listen.or(file.metrics_listen),
         })
     }
 }

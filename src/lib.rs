@@ -33,10 +33,12 @@ pub fn build_scheduler(
             .map_err(|e| anyhow::anyhow!("workspace {}: {e}", workspace.display()))?,
     );
     let registry = Arc::new(tools::Registry::builtin(workspace)?);
+    let metrics = Arc::new(scheduler::Metrics::new()?);
     Ok(scheduler::Scheduler::start(
         config,
         registry,
         policy::Policy,
         shutdown,
+        metrics,
     ))
 }

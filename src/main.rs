@@ -26,6 +26,22 @@ async fn main() -> anyhow::Result<()> {
         settings.scheduler.clone(),
         shutdown.clone(),
     )?;
+    if let Some(addr) = settings.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} for metrics"))?;
+        tracing::info!(listen = %listener.local_addr()?, "metrics at /metrics");
+        let metrics = scheduler.metrics().clone();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let served = toolsched::api::metrics::serve_metrics(listener, metrics, async move {
+                stop.cancelled().await
+            });
+            if let Err(e) = served.await {
+                tracing::error!(error = %e, "metrics endpoint failed");
+            }
+        });
+    }
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;

@@ -141,3 +141,53 @@ async fn an_idle_session_expires_and_forgets_its_rules() {
         .await;
     assert_eq!(success_output(&events, "r"), "a\n");
 }
+
+/// `GET /metrics` over a plain TCP connection.
+fn scrape(addr: std::net::SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    text
+}
+
+#[tokio::test]
+async fn metrics_count_calls_by_tool_and_outcome() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("a"), "a\n").unwrap();
+    let bin = Binary::start(ws.path(), &["--metrics-listen", "127.0.0.1:0"]);
+    let metrics = bin.metrics_addr.expect("metrics address logged");
+    let mut client = toolsched::api::pb::tool_scheduler_client::ToolSchedulerClient::connect(
+        format!("http://{}", bin.addr),
+    )
+    .await
+    .unwrap();
+    let stream = client
+        .schedule_calls(request(
+            "m",
+            vec![
+                call("ok", "read_file", json!({"file_path": "a"})),
+                call("missing", "read_file", json!({"file_path": "nope"})),
+                call("unknown", "no_such_tool", json!({})),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    collect(stream).await;
+    let text = scrape(metrics);
+    for line in [
+        r#"toolsched_calls_total{error_type="",outcome="success",tool="read_file"} 1"#,
+        r#"toolsched_calls_total{error_type="file_not_found",outcome="error",tool="read_file"} 1"#,
+        r#"toolsched_calls_total{error_type="tool_not_registered",outcome="error",tool="(unregistered)"} 1"#,
+        "toolsched_batches_total 1",
+        "toolsched_prompts_open 0",
+        "toolsched_sessions 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+    }
+    assert!(text.contains("toolsched_call_execution_seconds_bucket{tool=\"read_file\""));
+}

@@ -5,6 +5,7 @@
 
 pub mod convert;
 pub mod error;
+pub mod metrics;
 
 use std::future::Future;
 use std::pin::Pin;

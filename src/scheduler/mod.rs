@@ -12,6 +12,7 @@
 
 mod call;
 pub mod events;
+pub mod metrics;
 mod session;
 
 use std::collections::HashMap;
@@ -27,6 +28,7 @@ pub use events::{
     BatchEvent, BatchRequest, CallRequest, CancelRequest, CancelSummary, ConfirmRequest,
     ConfirmationOutcome, Event, FunctionResponse, StateUpdate,
 };
+pub use metrics::Metrics;
 use session::{EventSink, Session, SessionCommand};
 
 use crate::policy::{ApprovalMode, Policy};
@@ -133,6 +135,7 @@ pub(crate) struct Shared {
     /// Cancelled at server shutdown: every batch is cancelled with it.
     pub shutdown: CancellationToken,
     pub hub: mpsc::Sender<HubCommand>,
+    pub metrics: Arc<Metrics>,
 }
 
 pub(crate) enum HubCommand {
@@ -165,6 +168,7 @@ pub struct Scheduler {
     hub: mpsc::Sender<HubCommand>,
     registry: Arc<Registry>,
     open_streams: watch::Receiver<usize>,
+    metrics: Arc<Metrics>,
 }
 
 impl Scheduler {
@@ -174,6 +178,7 @@ impl Scheduler {
         registry: Arc<Registry>,
         policy: Policy,
         shutdown: CancellationToken,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
@@ -183,6 +188,7 @@ impl Scheduler {
             policy,
             shutdown,
             hub: hub_tx.clone(),
+            metrics: metrics.clone(),
         });
         let hub = Hub {
             shared,
@@ -195,7 +201,13 @@ impl Scheduler {
             hub: hub_tx,
             registry,
             open_streams: open_rx,
+            metrics,
         }
+    }
+
+    /// The scheduler's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The tool registry (for `ListTools`).
@@ -300,6 +312,7 @@ impl Hub {
                         .is_some_and(|e| e.forwarded == processed)
                     {
                         self.sessions.remove(&session_id);
+                        self.shared.metrics.sessions.dec();
                     }
                 }
                 HubCommand::StopAccepting => self.accepting = false,
@@ -331,6 +344,7 @@ impl Hub {
                 self.shared.clone(),
                 rx,
             ));
+            self.shared.metrics.sessions.inc();
             self.sessions.insert(
                 request.session_id.clone(),
                 SessionEntry {
@@ -348,6 +362,7 @@ impl Hub {
         let token = entry.token.child_token();
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         entry.forwarded += 1;
+        self.shared.metrics.batch_accepted();
         entry
             .tx
             .send(SessionCommand::Schedule {

@@ -23,7 +23,7 @@ use super::events::{
     BatchEvent, BatchRequest, CancelRequest, CancelSummary, ConfirmRequest, ConfirmationOutcome,
     Event, FunctionResponse, StateUpdate,
 };
-use super::{CancelError, ConfirmError, HubCommand, Shared};
+use super::{CancelError, ConfirmError, HubCommand, Metrics, Shared};
 use crate::policy::{AlwaysScope, ApprovalMode, Decision, PolicyInput, SessionRules};
 use crate::tools::{
     ConfirmationDetails, ErrorKind, ExecContext, Invocation, Progress, TOPIC_TOOL_NAME, ToolError,
@@ -132,9 +132,31 @@ struct ActiveBatch {
     interactive: bool,
     events: EventSink,
     token: CancellationToken,
+    metrics: Arc<Metrics>,
 }
 
 impl ActiveBatch {
+    /// Moves call `index` to `next` (see [`CallSlot::set`]), keeping the
+    /// open-prompt gauge and the terminal-call counters.
+    fn set(&mut self, index: usize, next: CallState) -> bool {
+        let slot = &mut self.calls[index];
+        let was_prompt = matches!(slot.state, CallState::AwaitingApproval { .. });
+        let is_prompt = matches!(next, CallState::AwaitingApproval { .. });
+        if !slot.set(next) {
+            return false;
+        }
+        match (was_prompt, is_prompt) {
+            (true, false) => self.metrics.prompts_open.dec(),
+            (false, true) => self.metrics.prompts_open.inc(),
+            _ => {}
+        }
+        if let CallState::Done(update) = &slot.state {
+            let tool = slot.tool.as_ref().map(|t| t.declaration().name.as_str());
+            self.metrics.call_finished(tool, update);
+        }
+        true
+    }
+
     fn emit_update(&self, index: usize, update: StateUpdate) {
         let slot = &self.calls[index];
         self.events.emit(BatchEvent::CallUpdate {
@@ -146,7 +168,7 @@ impl ActiveBatch {
 
     /// Sets a terminal state and tells the client, once.
     fn finish(&mut self, index: usize, update: StateUpdate) -> bool {
-        if self.calls[index].set(CallState::Done(update.clone())) {
+        if self.set(index, CallState::Done(update.clone())) {
             self.emit_update(index, update);
             true
         } else {
@@ -257,6 +279,7 @@ impl Session {
                     watch.cancelled().await;
                     let _ = tx.send(Internal::BatchDropped { batch_id: id });
                 });
+                self.shared.metrics.queued_batches.inc();
                 self.queue.push_back(PendingBatch {
                     id: batch_id,
                     request,
@@ -326,13 +349,15 @@ impl Session {
                 .map_err(|e| ConfirmError::InvalidNewContent { message: e.message })?;
             batch.calls[index].request.args = args;
         }
-        let slot = &mut batch.calls[index];
         match req.outcome {
             ConfirmationOutcome::ModifyWithEditor => {
-                slot.set(CallState::Validating {
-                    invocation: invocation.clone(),
-                    preparing_prompt: true,
-                });
+                batch.set(
+                    index,
+                    CallState::Validating {
+                        invocation: invocation.clone(),
+                        preparing_prompt: true,
+                    },
+                );
                 let batch_id = batch.id.clone();
                 self.prepare_prompt(batch_id, index, invocation);
             }
@@ -344,6 +369,7 @@ impl Session {
                     ConfirmationOutcome::ProceedAlwaysServer => Some(AlwaysScope::Server),
                     _ => None,
                 };
+                let slot = &batch.calls[index];
                 if let Some(scope) = always {
                     self.rules
                         .allow_always(&slot.request.name, &invocation.subject(), scope);
@@ -355,7 +381,7 @@ impl Session {
                         self.mode = ApprovalMode::AutoEdit;
                     }
                 }
-                if slot.set(CallState::Scheduled { invocation }) {
+                if batch.set(index, CallState::Scheduled { invocation }) {
                     batch.emit_update(index, StateUpdate::Scheduled);
                 }
                 if always.is_some() {
@@ -388,7 +414,7 @@ impl Session {
             });
             if decision == Decision::Allow {
                 let invocation = invocation.clone();
-                if batch.calls[index].set(CallState::Scheduled { invocation }) {
+                if batch.set(index, CallState::Scheduled { invocation }) {
                     batch.emit_update(index, StateUpdate::Scheduled);
                 }
             }
@@ -454,7 +480,8 @@ impl Session {
             if matches(&pending.id) {
                 summary.cancelled_batches += 1;
                 summary.cancelled_calls += pending.request.calls.len() as u32;
-                cancel_pending(pending, &reason);
+                self.shared.metrics.queued_batches.dec();
+                self.cancel_pending(pending, &reason);
             } else {
                 kept.push_back(pending);
             }
@@ -504,6 +531,10 @@ impl Session {
             }
         }
         count
+    }
+
+    fn cancel_pending(&self, pending: PendingBatch, reason: &str) {
+        cancel_pending(&self.shared.metrics, &self.shared.registry, pending, reason);
     }
 
     // === internal reports ===
@@ -590,7 +621,8 @@ impl Session {
         let reason = self.drop_reason();
         if let Some(pos) = self.queue.iter().position(|b| b.id == batch_id) {
             if let Some(pending) = self.queue.remove(pos) {
-                cancel_pending(pending, reason);
+                self.shared.metrics.queued_batches.dec();
+                self.cancel_pending(pending, reason);
             }
         } else if self.active.as_ref().is_some_and(|b| b.id == batch_id) {
             self.cancel_active(reason);
@@ -635,11 +667,14 @@ impl Session {
         };
         let outcomes = offered_outcomes(&details, slot);
         let correlation_id = uuid::Uuid::new_v4().to_string();
-        slot.set(CallState::AwaitingApproval {
-            invocation,
-            correlation_id: correlation_id.clone(),
-            outcomes: outcomes.clone(),
-        });
+        batch.set(
+            index,
+            CallState::AwaitingApproval {
+                invocation,
+                correlation_id: correlation_id.clone(),
+                outcomes: outcomes.clone(),
+            },
+        );
         let deadline = timeout.map(|t| SystemTime::now() + t);
         batch.emit_update(
             index,
@@ -719,6 +754,7 @@ impl Session {
                 let Some(pending) = self.queue.pop_front() else {
                     return;
                 };
+                self.shared.metrics.queued_batches.dec();
                 self.start_batch(pending);
                 continue;
             }
@@ -736,7 +772,7 @@ impl Session {
             token,
         } = pending;
         if token.is_cancelled() {
-            cancel_pending(
+            self.cancel_pending(
                 PendingBatch {
                     id,
                     request,
@@ -768,6 +804,7 @@ impl Session {
             interactive: request.interactive,
             events,
             token,
+            metrics: self.shared.metrics.clone(),
         };
         let mut initial = Vec::with_capacity(order.len());
         for (pos, &req_index) in order.iter().enumerate() {
@@ -788,6 +825,8 @@ impl Session {
                 ),
                 Err(e) => {
                     let update = error_update(&call, e.kind, &e.message, None);
+                    let name = tool.as_ref().map(|t| t.declaration().name.as_str());
+                    self.shared.metrics.call_finished(name, &update);
                     (CallState::Done(update.clone()), update)
                 }
             };
@@ -894,7 +933,7 @@ impl Session {
             });
             match decision {
                 Decision::Allow => {
-                    if batch.calls[index].set(CallState::Scheduled { invocation }) {
+                    if batch.set(index, CallState::Scheduled { invocation }) {
                         batch.emit_update(index, StateUpdate::Scheduled);
                     }
                 }
@@ -910,10 +949,13 @@ impl Session {
                     batch.finish(index, update);
                 }
                 Decision::AskUser { .. } => {
-                    batch.calls[index].set(CallState::Validating {
-                        invocation: invocation.clone(),
-                        preparing_prompt: true,
-                    });
+                    batch.set(
+                        index,
+                        CallState::Validating {
+                            invocation: invocation.clone(),
+                            preparing_prompt: true,
+                        },
+                    );
                     prompts.push((index, invocation));
                 }
             }
@@ -950,11 +992,14 @@ impl Session {
             };
             let invocation = invocation.clone();
             let token = batch.token.child_token();
-            if !batch.calls[index].set(CallState::Executing {
-                started: Instant::now(),
-                token: token.clone(),
-                cancel_reason: None,
-            }) {
+            if !batch.set(
+                index,
+                CallState::Executing {
+                    started: Instant::now(),
+                    token: token.clone(),
+                    cancel_reason: None,
+                },
+            ) {
                 continue;
             }
             batch.emit_update(index, StateUpdate::Executing(Progress::default()));
@@ -1025,17 +1070,28 @@ impl Session {
 }
 
 /// Ends a batch that never started: every call Cancelled, then Completed.
-fn cancel_pending(pending: PendingBatch, reason: &str) {
+fn cancel_pending(
+    metrics: &Metrics,
+    registry: &crate::tools::Registry,
+    pending: PendingBatch,
+    reason: &str,
+) {
     let mut responses = Vec::with_capacity(pending.request.calls.len());
     for call in &pending.request.calls {
         let response = FunctionResponse::cancelled(&call.id, &call.name, reason, None);
+        let update = StateUpdate::Cancelled {
+            reason: reason.to_string(),
+            response: response.clone(),
+        };
+        let tool = registry
+            .get(&call.name)
+            .ok()
+            .map(|t| t.declaration().name.clone());
+        metrics.call_finished(tool.as_deref(), &update);
         pending.events.emit(BatchEvent::CallUpdate {
             call_id: call.id.clone(),
             tool_name: call.name.clone(),
-            update: StateUpdate::Cancelled {
-                reason: reason.to_string(),
-                response: response.clone(),
-            },
+            update,
         });
         responses.push(response);
     }

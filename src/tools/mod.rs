@@ -87,6 +87,32 @@ pub enum ErrorKind {
     UnhandledException,
 }
 
+impl ErrorKind {
+    /// The stable snake_case name (as in the proto's `ErrorType`, lower-cased).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ToolNotRegistered => "tool_not_registered",
+            Self::InvalidToolParams => "invalid_tool_params",
+            Self::PolicyViolation => "policy_violation",
+            Self::FileNotFound => "file_not_found",
+            Self::TargetIsDirectory => "target_is_directory",
+            Self::PathNotInWorkspace => "path_not_in_workspace",
+            Self::FileTooLarge => "file_too_large",
+            Self::PermissionDenied => "permission_denied",
+            Self::NoSpaceLeft => "no_space_left",
+            Self::EditNoOccurrenceFound => "edit_no_occurrence_found",
+            Self::EditExpectedOccurrenceMismatch => "edit_expected_occurrence_mismatch",
+            Self::EditNoChange => "edit_no_change",
+            Self::AttemptToCreateExistingFile => "attempt_to_create_existing_file",
+            Self::SearchPathNotFound => "search_path_not_found",
+            Self::ExecutionTimeout => "execution_timeout",
+            Self::SandboxDenied => "sandbox_denied",
+            Self::McpToolError => "mcp_tool_error",
+            Self::UnhandledException => "unhandled_exception",
+        }
+    }
+}
+
 /// A failed call: a stable type, a message that tells the caller what to do
 /// next, and any output produced before the failure.
 #[derive(Debug, Clone, thiserror::Error)]

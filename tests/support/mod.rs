@@ -356,6 +356,8 @@ pub async fn wait_group_gone(pgid: i32) -> bool {
 pub struct Binary {
     pub child: std::process::Child,
     pub addr: SocketAddr,
+    /// The metrics endpoint's address, when started with --metrics-listen.
+    pub metrics_addr: Option<SocketAddr>,
     pub stderr_lines: std::sync::mpsc::Receiver<String>,
 }
 
@@ -393,6 +395,7 @@ impl Binary {
                 }
             }
         });
+        let mut metrics_addr = None;
         let addr = loop {
             let line = rx
                 .recv_timeout(Duration::from_secs(60))
@@ -400,6 +403,9 @@ impl Binary {
             let Ok(v) = serde_json::from_str::<Value>(&line) else {
                 continue;
             };
+            if v["fields"]["message"] == "metrics at /metrics" {
+                metrics_addr = v["fields"]["listen"].as_str().and_then(|a| a.parse().ok());
+            }
             if v["fields"]["message"] == "toolsched serving" {
                 break v["fields"]["listen"]
                     .as_str()
@@ -411,6 +417,7 @@ impl Binary {
         Self {
             child,
             addr,
+            metrics_addr,
             stderr_lines: rx,
         }
     }
