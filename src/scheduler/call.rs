@@ -53,6 +53,19 @@ impl CallState {
         }
     }
 
+    /// The state's name, for logs.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Validating { .. } => "validating",
+            Self::Scheduled { .. } => "scheduled",
+            Self::AwaitingApproval { .. } => "awaiting_approval",
+            Self::Executing { .. } => "executing",
+            Self::Done(StateUpdate::Success { .. }) => "success",
+            Self::Done(StateUpdate::Error { .. }) => "error",
+            Self::Done(_) => "cancelled",
+        }
+    }
+
     pub(crate) fn is_terminal(&self) -> bool {
         matches!(self, Self::Done(_))
     }

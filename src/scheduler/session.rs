@@ -145,6 +145,13 @@ impl ActiveBatch {
         if !slot.set(next) {
             return false;
         }
+        tracing::debug!(
+            batch = %self.id,
+            call_id = %slot.request.id,
+            tool = %slot.request.name,
+            state = slot.state.name(),
+            "call state"
+        );
         match (was_prompt, is_prompt) {
             (true, false) => self.metrics.prompts_open.dec(),
             (false, true) => self.metrics.prompts_open.inc(),
