@@ -51,6 +51,10 @@ pub struct ServeArgs {
     /// Approval mode of new sessions: default, auto_edit, yolo, plan.
     #[arg(long, env = "TOOLSCHED_APPROVAL_MODE")]
     pub approval_mode: Option<ApprovalMode>,
+    /// Policy rules (TOML) over the built-in defaults; reloaded on change
+    /// and on SIGHUP [default: built-in policy only].
+    #[arg(long, env = "TOOLSCHED_POLICY_FILE")]
+    pub policy_file: Option<PathBuf>,
     /// Seconds an approval prompt waits before the call is cancelled; 0 = wait
     /// forever [default: 600].
     #[arg(long, env = "TOOLSCHED_CONFIRMATION_TIMEOUT_SECS")]
@@ -106,6 +110,7 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     workspace: Option<PathBuf>,
     approval_mode: Option<ApprovalMode>,
+    policy_file: Option<PathBuf>,
     confirmation_timeout_secs: Option<u64>,
     execution_timeout_secs: Option<u64>,
     output_cap_bytes: Option<usize>,
@@ -146,6 +151,8 @@ pub struct Settings {
     pub scheduler: SchedulerConfig,
     pub server: ServerOptions,
     pub log_format: LogFormat,
+    /// The operator's policy file, if any.
+    pub policy_file: Option<PathBuf>,
 }
 
 impl Settings {
@@ -162,7 +169,10 @@ impl Settings {
             .listen
             .or(file.listen)
             .unwrap_or_else(|| DEFAULT_LISTEN.parse().unwrap_or_else(|_| unreachable!()));
-        let auth_token = args.auth_token.or(file.auth_token).filter(|t| !t.is_empty());
+        let auth_token = args
+            .auth_token
+            .or(file.auth_token)
+            .filter(|t| !t.is_empty());
         let insecure = args.insecure_no_auth || file.insecure_no_auth.unwrap_or(false);
         if !listen.ip().is_loopback() && auth_token.is_none() && !insecure {
             return Err(ConfigError::NeedsAuth { addr: listen });
@@ -204,7 +214,10 @@ impl Settings {
                 .unwrap_or(defaults.session_idle_ttl),
         };
         for (field, value) in [
-            ("execution_timeout_secs", scheduler.execution_timeout.as_secs()),
+            (
+                "execution_timeout_secs",
+                scheduler.execution_timeout.as_secs(),
+            ),
             ("output_cap_bytes", output_cap as u64),
             ("max_calls_per_batch", scheduler.max_calls_per_batch as u64),
             ("max_sessions", scheduler.max_sessions as u64),
@@ -238,6 +251,7 @@ impl Settings {
                 .log_format
                 .or(file.log_format)
                 .unwrap_or(LogFormat::Text),
+            policy_file: args.policy_file.or(file.policy_file),
         })
     }
 }

@@ -17,8 +17,23 @@ async fn main() -> anyhow::Result<()> {
     init_tracing(settings.log_format);
 
     let shutdown = CancellationToken::new();
-    let scheduler =
-        toolsched::build_scheduler(&settings.workspace, settings.scheduler.clone(), shutdown.clone())?;
+    let policy = match &settings.policy_file {
+        Some(path) => {
+            toolsched::policy::watch_file(
+                path,
+                toolsched::policy::reload::POLL_INTERVAL,
+                shutdown.clone(),
+            )?
+            .0
+        }
+        None => toolsched::policy::PolicyHandle::default(),
+    };
+    let scheduler = toolsched::build_scheduler_with_policy(
+        &settings.workspace,
+        settings.scheduler.clone(),
+        policy,
+        shutdown.clone(),
+    )?;
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -28,7 +43,14 @@ async fn main() -> anyhow::Result<()> {
         mode = toolsched::policy::mode_name(settings.scheduler.default_mode),
         "toolsched serving"
     );
-    toolsched::api::serve(listener, scheduler, shutdown, settings.server, termination()).await?;
+    toolsched::api::serve(
+        listener,
+        scheduler,
+        shutdown,
+        settings.server,
+        termination(),
+    )
+    .await?;
     tracing::info!("toolsched stopped");
     Ok(())
 }

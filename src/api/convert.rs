@@ -250,10 +250,12 @@ fn details(d: ConfirmationDetails) -> pb::awaiting_approval::Details {
             command,
             root_commands,
             dir_path,
+            write_targets,
         } => Details::Exec(pb::ExecConfirmation {
             command,
             root_commands,
             dir_path,
+            write_targets,
         }),
         ConfirmationDetails::Mcp {
             server_name,
@@ -286,7 +288,10 @@ fn state(update: StateUpdate) -> pb::tool_call_update::State {
         } => State::AwaitingApproval(pb::AwaitingApproval {
             correlation_id,
             details: Some(details(d)),
-            outcomes: outcomes.into_iter().map(|o| outcome_to_pb(o) as i32).collect(),
+            outcomes: outcomes
+                .into_iter()
+                .map(|o| outcome_to_pb(o) as i32)
+                .collect(),
             deadline: deadline.map(timestamp),
             reason,
         }),

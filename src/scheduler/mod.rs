@@ -29,7 +29,7 @@ pub use events::{
 };
 use session::{EventSink, Session, SessionCommand};
 
-use crate::policy::{ApprovalMode, Policy};
+use crate::policy::{ApprovalMode, PolicyHandle};
 use crate::sandbox::OutputLimits;
 use crate::tools::Registry;
 
@@ -129,7 +129,7 @@ pub enum CancelError {
 pub(crate) struct Shared {
     pub config: SchedulerConfig,
     pub registry: Arc<Registry>,
-    pub policy: Policy,
+    pub policy: PolicyHandle,
     /// Cancelled at server shutdown: every batch is cancelled with it.
     pub shutdown: CancellationToken,
     pub hub: mpsc::Sender<HubCommand>,
@@ -149,7 +149,10 @@ pub(crate) enum HubCommand {
         reply: oneshot::Sender<Result<CancelSummary, CancelError>>,
     },
     /// A session has been idle for its TTL after `processed` commands.
-    SessionIdle { session_id: String, processed: u64 },
+    SessionIdle {
+        session_id: String,
+        processed: u64,
+    },
     StopAccepting,
 }
 
@@ -169,7 +172,7 @@ impl Scheduler {
     pub fn start(
         config: SchedulerConfig,
         registry: Arc<Registry>,
-        policy: Policy,
+        policy: PolicyHandle,
         shutdown: CancellationToken,
     ) -> Self {
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);

@@ -85,6 +85,7 @@ enum Internal {
         batch_id: String,
         index: usize,
         result: Result<ConfirmationDetails, ToolError>,
+        reason: Option<String>,
     },
     Progress {
         batch_id: String,
@@ -97,13 +98,18 @@ enum Internal {
         outcome: ToolOutcome,
     },
     /// The batch token was cancelled: client gone or server shutting down.
-    BatchDropped { batch_id: String },
+    BatchDropped {
+        batch_id: String,
+    },
     ConfirmTimeout {
         batch_id: String,
         index: usize,
         correlation_id: String,
     },
-    CancelGuard { batch_id: String, index: usize },
+    CancelGuard {
+        batch_id: String,
+        index: usize,
+    },
 }
 
 struct PendingBatch {
@@ -306,9 +312,7 @@ impl Session {
                 .shared
                 .registry
                 .build(&slot.request.name, &args)
-                .map_err(|e| ConfirmError::InvalidNewContent {
-                    message: e.message,
-                })?;
+                .map_err(|e| ConfirmError::InvalidNewContent { message: e.message })?;
             batch.calls[index].request.args = args;
         }
         let slot = &mut batch.calls[index];
@@ -319,7 +323,7 @@ impl Session {
                     preparing_prompt: true,
                 });
                 let batch_id = batch.id.clone();
-                self.prepare_prompt(batch_id, index, invocation);
+                self.prepare_prompt(batch_id, index, invocation, None);
             }
             outcome => {
                 let always = match outcome {
@@ -368,7 +372,9 @@ impl Session {
             let decision = self.shared.policy.decide(PolicyInput {
                 decl: tool.declaration(),
                 subject: &subject,
+                args: &slot.request.args,
                 mode: self.mode,
+                interactive: batch.interactive,
                 rules: &self.rules,
             });
             if decision == Decision::Allow {
@@ -500,7 +506,8 @@ impl Session {
                 batch_id,
                 index,
                 result,
-            } => self.prompt_ready(&batch_id, index, result),
+                reason,
+            } => self.prompt_ready(&batch_id, index, result, reason),
             Internal::Progress {
                 batch_id,
                 index,
@@ -587,17 +594,20 @@ impl Session {
         batch_id: &str,
         index: usize,
         result: Result<ConfirmationDetails, ToolError>,
+        reason: Option<String>,
     ) {
         let timeout = self.shared.config.confirmation_timeout;
         let internal_tx = self.internal_tx.clone();
-        let reason = format!(
-            "Approval required: '{}' has side effects and the session is in {} mode.",
-            self.active
-                .as_ref()
-                .and_then(|b| b.calls.get(index))
-                .map_or("", |c| c.request.name.as_str()),
-            crate::policy::mode_name(self.mode)
-        );
+        let reason = reason.unwrap_or_else(|| {
+            format!(
+                "Approval required: '{}' has side effects and the session is in {} mode.",
+                self.active
+                    .as_ref()
+                    .and_then(|b| b.calls.get(index))
+                    .map_or("", |c| c.request.name.as_str()),
+                crate::policy::mode_name(self.mode)
+            )
+        });
         let Some(batch) = self.active_batch(batch_id) else {
             return;
         };
@@ -797,7 +807,10 @@ impl Session {
             return false;
         };
         if !batch.wave.is_empty() {
-            let all_terminal = batch.wave.iter().all(|&i| batch.calls[i].state.is_terminal());
+            let all_terminal = batch
+                .wave
+                .iter()
+                .all(|&i| batch.calls[i].state.is_terminal());
             if all_terminal {
                 batch.wave.clear();
                 batch.wave_executing = false;
@@ -871,7 +884,9 @@ impl Session {
             let decision = self.shared.policy.decide(PolicyInput {
                 decl: tool.declaration(),
                 subject: &subject,
+                args: &slot.request.args,
                 mode: self.mode,
+                interactive: batch.interactive,
                 rules: &self.rules,
             });
             match decision {
@@ -880,35 +895,43 @@ impl Session {
                         batch.emit_update(index, StateUpdate::Scheduled);
                     }
                 }
-                Decision::Deny { message } => {
+                Decision::Deny { message, .. } => {
                     let update = slot.error(ErrorKind::PolicyViolation, &message, None);
                     batch.finish(index, update);
                 }
-                Decision::AskUser { reason } if !batch.interactive => {
+                Decision::AskUser { reason, .. } if !batch.interactive => {
                     let message = format!(
                         "Approval required but the batch is non-interactive, so nobody can approve it: {reason}"
                     );
                     let update = slot.error(ErrorKind::PolicyViolation, &message, None);
                     batch.finish(index, update);
                 }
-                Decision::AskUser { .. } => {
+                Decision::AskUser { reason, .. } => {
                     batch.calls[index].set(CallState::Validating {
                         invocation: invocation.clone(),
                         preparing_prompt: true,
                     });
-                    prompts.push((index, invocation));
+                    prompts.push((index, invocation, reason));
                 }
             }
         }
         let batch_id = batch.id.clone();
-        for (index, invocation) in prompts {
-            self.prepare_prompt(batch_id.clone(), index, invocation);
+        for (index, invocation, reason) in prompts {
+            self.prepare_prompt(batch_id.clone(), index, invocation, Some(reason));
         }
     }
 
     /// Builds the prompt's details off the runtime (an edit reads the file
     /// to diff it) and reports back.
-    fn prepare_prompt(&self, batch_id: String, index: usize, invocation: Arc<dyn Invocation>) {
+    /// `reason` is the policy's (naming the deciding rule); `None` keeps a
+    /// generic one (a re-prompt after a modification).
+    fn prepare_prompt(
+        &self,
+        batch_id: String,
+        index: usize,
+        invocation: Arc<dyn Invocation>,
+        reason: Option<String>,
+    ) {
         let tx = self.internal_tx.clone();
         tokio::task::spawn_blocking(move || {
             let result = invocation.confirmation();
@@ -916,6 +939,7 @@ impl Session {
                 batch_id,
                 index,
                 result,
+                reason,
             });
         });
     }
@@ -1040,7 +1064,10 @@ fn offered_outcomes(details: &ConfirmationDetails, slot: &CallSlot) -> Vec<Confi
             outcomes.extend([O::ProceedAlwaysTool, O::ProceedAlwaysServer]);
         }
         ConfirmationDetails::Exec { root_commands, .. } => {
-            if !root_commands.is_empty() {
+            if root_commands
+                .iter()
+                .any(|r| crate::policy::can_always_allow(r))
+            {
                 outcomes.push(O::ProceedAlways);
             }
         }

@@ -117,7 +117,9 @@ impl ToolError {
         let (kind, message) = match err.kind() {
             Io::NotFound => (
                 ErrorKind::FileNotFound,
-                format!("File not found: {path}. Check the path (relative to the workspace root) and try again."),
+                format!(
+                    "File not found: {path}. Check the path (relative to the workspace root) and try again."
+                ),
             ),
             Io::PermissionDenied => (
                 ErrorKind::PermissionDenied,
@@ -125,7 +127,9 @@ impl ToolError {
             ),
             Io::IsADirectory => (
                 ErrorKind::TargetIsDirectory,
-                format!("{path} is a directory, not a file. Use list_directory to see its entries."),
+                format!(
+                    "{path} is a directory, not a file. Use list_directory to see its entries."
+                ),
             ),
             Io::StorageFull => (
                 ErrorKind::NoSpaceLeft,
@@ -151,11 +155,13 @@ pub enum ConfirmationDetails {
         is_new_file: bool,
         new_content: String,
     },
-    /// A shell command with the root commands it runs.
+    /// A shell command with the root commands it runs and the files it
+    /// writes through redirections.
     Exec {
         command: String,
         root_commands: Vec<String>,
         dir_path: String,
+        write_targets: Vec<String>,
     },
     /// A tool of an MCP server.
     Mcp {
@@ -178,6 +184,9 @@ pub enum Subject {
         command: String,
         root_commands: Option<Vec<String>>,
         redirects: bool,
+        /// Working directory relative to the workspace root (`.` for the
+        /// root): policy places relative redirection targets from it.
+        dir_path: String,
     },
     /// A file tool on one path, relative to the workspace root.
     File { path: String },
@@ -217,10 +226,15 @@ pub struct ExecContext {
 pub enum ToolOutcome {
     /// `output` becomes the function response's `output`; `result` is the
     /// structured result (e.g. `{"exit_code": 0}`).
-    Success { output: Value, result: Args },
+    Success {
+        output: Value,
+        result: Args,
+    },
     Error(ToolErrorData),
     /// The tool stopped because its token was cancelled.
-    Cancelled { partial_output: Option<String> },
+    Cancelled {
+        partial_output: Option<String>,
+    },
 }
 
 /// [`ToolError`] as plain data (comparable, for outcomes).
@@ -315,7 +329,10 @@ impl Registry {
                 }
             })?;
             let name = decl.name.clone();
-            if map.insert(name.clone(), Entry { tool, validator }).is_some() {
+            if map
+                .insert(name.clone(), Entry { tool, validator })
+                .is_some()
+            {
                 return Err(RegistryError::Duplicate { name });
             }
         }
