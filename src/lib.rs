@@ -39,13 +39,15 @@ pub fn build_scheduler_with_policy(
     policy: policy::PolicyHandle,
     shutdown: CancellationToken,
 ) -> anyhow::Result<scheduler::Scheduler> {
-    let workspace = Arc::new(
-        sandbox::Workspace::new(workspace)
-            .map_err(|e| anyhow::anyhow!("workspace {}: {e}", workspace.display()))?,
-    );
+    let workspace = Arc::new(sandbox::Workspace::new(workspace).map_err(|e| {
+        anyhow::anyhow!("workspace {}: {e}", workspace.display())
+    })?);
     let policy = policy.with_workspace(workspace.root());
     let registry = Arc::new(tools::Registry::builtin(workspace)?);
     Ok(scheduler::Scheduler::start(
-        config, registry, policy, shutdown,
+        config,
+        registry,
+        policy,
+        shutdown,
     ))
 }

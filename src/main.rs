@@ -17,14 +17,11 @@ async fn main() -> anyhow::Result<()> {
     init_tracing(settings.log_format);
 
     let shutdown = CancellationToken::new();
+    // A bad policy file stops start-up here, naming file, line and reason.
     let policy = match &settings.policy_file {
         Some(path) => {
-            toolsched::policy::watch_file(
-                path,
-                toolsched::policy::reload::POLL_INTERVAL,
-                shutdown.clone(),
-            )?
-            .0
+            let interval = toolsched::policy::reload::POLL_INTERVAL;
+            toolsched::policy::watch_file(path, interval, shutdown.clone())?.0
         }
         None => toolsched::policy::PolicyHandle::default(),
     };
@@ -43,14 +40,7 @@ async fn main() -> anyhow::Result<()> {
         mode = toolsched::policy::mode_name(settings.scheduler.default_mode),
         "toolsched serving"
     );
-    toolsched::api::serve(
-        listener,
-        scheduler,
-        shutdown,
-        settings.server,
-        termination(),
-    )
-    .await?;
+    toolsched::api::serve(listener, scheduler, shutdown, settings.server, termination()).await?;
     tracing::info!("toolsched stopped");
     Ok(())
 }

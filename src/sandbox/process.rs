@@ -21,9 +21,7 @@ use tokio_util::sync::CancellationToken;
 /// Environment variables passed through to commands. Everything else
 /// (tokens, keys, the server's own settings) is dropped so that a command
 /// cannot read the server's secrets from its environment.
-const ENV_ALLOWLIST: &[&str] = &[
-    "PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER",
-];
+const ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER"];
 
 /// Time between SIGTERM and SIGKILL to the group: enough for a well-behaved
 /// program to flush, short enough that cancel feels immediate.
@@ -194,10 +192,7 @@ pub async fn run_process(
 /// there, then SIGKILL again for members that ignored SIGTERM.
 async fn kill_group(pgid: Pid, child: &mut tokio::process::Child) {
     let _ = killpg(pgid, Signal::SIGTERM);
-    if tokio::time::timeout(KILL_GRACE, child.wait())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(KILL_GRACE, child.wait()).await.is_err() {
         let _ = killpg(pgid, Signal::SIGKILL);
         let _ = child.wait().await;
     }

@@ -98,18 +98,13 @@ enum Internal {
         outcome: ToolOutcome,
     },
     /// The batch token was cancelled: client gone or server shutting down.
-    BatchDropped {
-        batch_id: String,
-    },
+    BatchDropped { batch_id: String },
     ConfirmTimeout {
         batch_id: String,
         index: usize,
         correlation_id: String,
     },
-    CancelGuard {
-        batch_id: String,
-        index: usize,
-    },
+    CancelGuard { batch_id: String, index: usize },
 }
 
 struct PendingBatch {
@@ -312,7 +307,9 @@ impl Session {
                 .shared
                 .registry
                 .build(&slot.request.name, &args)
-                .map_err(|e| ConfirmError::InvalidNewContent { message: e.message })?;
+                .map_err(|e| ConfirmError::InvalidNewContent {
+                    message: e.message,
+                })?;
             batch.calls[index].request.args = args;
         }
         let slot = &mut batch.calls[index];
@@ -598,16 +595,14 @@ impl Session {
     ) {
         let timeout = self.shared.config.confirmation_timeout;
         let internal_tx = self.internal_tx.clone();
-        let reason = reason.unwrap_or_else(|| {
-            format!(
-                "Approval required: '{}' has side effects and the session is in {} mode.",
-                self.active
-                    .as_ref()
-                    .and_then(|b| b.calls.get(index))
-                    .map_or("", |c| c.request.name.as_str()),
-                crate::policy::mode_name(self.mode)
-            )
-        });
+        let reason = reason.unwrap_or_else(|| format!(
+            "Approval required: '{}' has side effects and the session is in {} mode.",
+            self.active
+                .as_ref()
+                .and_then(|b| b.calls.get(index))
+                .map_or("", |c| c.request.name.as_str()),
+            crate::policy::mode_name(self.mode)
+        ));
         let Some(batch) = self.active_batch(batch_id) else {
             return;
         };
@@ -807,10 +802,7 @@ impl Session {
             return false;
         };
         if !batch.wave.is_empty() {
-            let all_terminal = batch
-                .wave
-                .iter()
-                .all(|&i| batch.calls[i].state.is_terminal());
+            let all_terminal = batch.wave.iter().all(|&i| batch.calls[i].state.is_terminal());
             if all_terminal {
                 batch.wave.clear();
                 batch.wave_executing = false;
