@@ -6,7 +6,7 @@
 //! | --- | --- | --- | --- | --- |
 //! | `default` | allow | allow | ask | ask |
 //! | `auto_edit` | allow | allow | allow | ask |
-//! | `yolo` | allow | allow | allow | allow |
+//! | `yolo` | allow | allow | allow | allow (redirections too) |
 //! | `plan` | allow | deny | deny | deny |
 //!
 //! Dangerous forms (`rm -rf`, `find -delete`, `git push --force`, `sudo`, …)
@@ -54,7 +54,7 @@ pub fn builtin_rules() -> Vec<Rule> {
         builtin,
     };
     use ApprovalMode as M;
-    vec![
+    let mut rules = vec![
         rule(
             1,
             "read-only-tools",
@@ -82,7 +82,7 @@ pub fn builtin_rules() -> Vec<Rule> {
             "read-only-shell",
             50,
             RuleDecision::Allow,
-            Some(vec![M::Default, M::AutoEdit, M::Yolo]),
+            Some(vec![M::Default, M::AutoEdit]),
             vec![NameMatch::Exact(SHELL_TOOL.into())],
             Some(BuiltinMatch::ReadOnlyShell),
             None,
@@ -117,7 +117,12 @@ pub fn builtin_rules() -> Vec<Rule> {
             None,
             None,
         ),
-    ]
+    ];
+    // yolo writes where it likes inside the workspace.
+    if let Some(yolo) = rules.iter_mut().find(|r| r.name.as_deref() == Some("yolo-mode")) {
+        yolo.allow_redirection = true;
+    }
+    rules
 }
 
 /// Commands that only read, whatever their (possibly dynamic) arguments.
