@@ -410,9 +410,12 @@ impl Policy {
         let text = seg.text.as_str();
         let mut v = rule_verdict(rule, Some(text));
         let mut session_may_allow = v.level == Level::Ask;
-        if v.level == Level::Allow
+        let explicit = rule.tier == Tier::Operator
+            && rule.is_specific()
+            && rule.decision == RuleDecision::Allow;
+        if v.level < Level::Deny
+            && !explicit
             && let Some(form) = defaults::dangerous_form(seg)
-            && !(rule.tier == Tier::Operator && rule.is_specific())
         {
             v = builtin_verdict(
                 Level::Ask,
@@ -422,9 +425,6 @@ impl Policy {
                     "`{form}` is a dangerous form: it asks unless an operator rule naming it allows it"
                 ),
             );
-            session_may_allow = false;
-        }
-        if v.level == Level::Ask && defaults::dangerous_form(seg).is_some() {
             session_may_allow = false;
         }
         for w in &seg.writes {

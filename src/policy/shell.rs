@@ -272,7 +272,7 @@ impl Walk<'_, '_> {
                     self.visit_children(*r, writes);
                 }
                 if let Some(body) = node.child_by_field_name("body") {
-                    self.visit(body, &inner);
+                    self.redirected_body(body, writes, &inner);
                 }
             }
             "command" => self.command(node, writes),
@@ -294,6 +294,25 @@ impl Walk<'_, '_> {
             // Literal data: nothing runs inside.
             "raw_string" | "heredoc_content" | "comment" => {}
             _ => self.visit_children(node, writes),
+        }
+    }
+
+    /// tree-sitter-bash hangs `a && b > f` and `a | b > f` as a redirect of
+    /// the whole list or pipeline; bash applies it to the last command only.
+    fn redirected_body(&mut self, body: Node<'_>, outer: &[Redirect], inner: &[Redirect]) {
+        if !matches!(body.kind(), "list" | "pipeline") {
+            self.visit(body, inner);
+            return;
+        }
+        let mut cursor = body.walk();
+        let children: Vec<Node<'_>> = body.children(&mut cursor).collect();
+        let last = children.iter().rposition(|c| c.is_named() && c.kind() != "comment");
+        for (i, child) in children.into_iter().enumerate() {
+            if Some(i) == last {
+                self.redirected_body(child, outer, inner);
+            } else {
+                self.visit(child, outer);
+            }
         }
     }
 
@@ -923,6 +942,9 @@ mod tests {
         assert!(!analyze("ls 2>&1 >&2").redirects());
         assert_eq!(analyze("{ ls; rm x; } >> log").segments[1].writes.len(), 1);
         assert_eq!(analyze(">f echo a").write_targets(), ["f"]);
+        let a = analyze("ls && wc | tee x > f");
+        let writes: Vec<usize> = a.segments.iter().map(|s| s.writes.len()).collect();
+        assert_eq!(writes, [0, 0, 1]);
         assert_eq!(analyze("echo a &> 'b c'").write_targets(), ["b c"]);
     }
 
