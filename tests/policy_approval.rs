@@ -15,7 +15,11 @@ fn shell(id: &str, cmd: &str) -> pb::FunctionCall {
     call(id, "run_shell_command", json!({"command": cmd}))
 }
 
-fn batch(session: &str, calls: Vec<pb::FunctionCall>, interactive: bool) -> pb::ScheduleCallsRequest {
+fn batch(
+    session: &str,
+    calls: Vec<pb::FunctionCall>,
+    interactive: bool,
+) -> pb::ScheduleCallsRequest {
     pb::ScheduleCallsRequest {
         session_id: session.into(),
         calls,
@@ -35,7 +39,10 @@ fn exec_details(a: &pb::AwaitingApproval) -> pb::ExecConfirmation {
 async fn the_prompt_names_rule_segment_roots_write_targets_and_outcomes() {
     let srv = TestServer::start().await;
     let mut stream = srv
-        .schedule("s", vec![shell("c1", "ls && git add a.txt && echo done > log.txt")])
+        .schedule(
+            "s",
+            vec![shell("c1", "ls && git add a.txt && echo done > log.txt")],
+        )
         .await;
     let mut seen = Vec::new();
     let prompt = await_prompt(&mut stream, &mut seen, "c1").await;
@@ -49,20 +56,29 @@ async fn the_prompt_names_rule_segment_roots_write_targets_and_outcomes() {
     assert_eq!(exec.dir_path, ".");
     assert_eq!(
         prompt.outcomes,
-        [O::ProceedOnce as i32, O::ProceedAlways as i32, O::Cancel as i32]
+        [
+            O::ProceedOnce as i32,
+            O::ProceedAlways as i32,
+            O::Cancel as i32
+        ]
     );
     srv.confirm("s", "c1", &prompt.correlation_id, O::Cancel, None)
         .await
         .unwrap();
     seen.extend(collect(stream).await);
-    assert_eq!(states(&seen, "c1"), ["validating", "awaiting_approval", "cancelled"]);
+    assert_eq!(
+        states(&seen, "c1"),
+        ["validating", "awaiting_approval", "cancelled"]
+    );
     assert!(!srv.path("log.txt").exists());
 }
 
 #[tokio::test]
 async fn interpreters_are_never_offered_always_allow() {
     let srv = TestServer::start().await;
-    let mut stream = srv.schedule("s", vec![shell("c1", "python3 -c 'print(1)'")]).await;
+    let mut stream = srv
+        .schedule("s", vec![shell("c1", "python3 -c 'print(1)'")])
+        .await;
     let mut seen = Vec::new();
     let prompt = await_prompt(&mut stream, &mut seen, "c1").await;
     assert_eq!(exec_details(&prompt).root_commands, ["python3"]);
@@ -88,7 +104,13 @@ async fn proceed_always_on_a_shell_call_allows_that_root_command_only() {
     seen.extend(collect(stream).await);
     assert_eq!(
         states(&seen, "c1"),
-        ["validating", "awaiting_approval", "scheduled", "executing", "success"]
+        [
+            "validating",
+            "awaiting_approval",
+            "scheduled",
+            "executing",
+            "success"
+        ]
     );
     assert!(!srv.path("a.txt").exists());
 
@@ -140,7 +162,11 @@ async fn proceed_always_on_an_edit_switches_the_session_to_auto_edit() {
     let mut stream = srv
         .schedule(
             "s",
-            vec![call("w1", "write_file", json!({"file_path": "a.txt", "content": "a"}))],
+            vec![call(
+                "w1",
+                "write_file",
+                json!({"file_path": "a.txt", "content": "a"}),
+            )],
         )
         .await;
     let mut seen = Vec::new();
@@ -153,7 +179,11 @@ async fn proceed_always_on_an_edit_switches_the_session_to_auto_edit() {
         srv.schedule_with(batch(
             "s",
             vec![
-                call("w2", "write_file", json!({"file_path": "b.txt", "content": "b"})),
+                call(
+                    "w2",
+                    "write_file",
+                    json!({"file_path": "b.txt", "content": "b"}),
+                ),
                 shell("sh", "touch c.txt"),
             ],
             false,
@@ -161,11 +191,17 @@ async fn proceed_always_on_an_edit_switches_the_session_to_auto_edit() {
         .await,
     )
     .await;
-    assert_eq!(states(&events, "w2"), ["validating", "scheduled", "executing", "success"]);
+    assert_eq!(
+        states(&events, "w2"),
+        ["validating", "scheduled", "executing", "success"]
+    );
     assert_eq!(std::fs::read_to_string(srv.path("b.txt")).unwrap(), "b");
     let (kind, message) = error_of(&events, "sh");
     assert_eq!(kind, pb::ErrorType::PolicyViolation);
-    assert!(message.contains("[rule 'ask-by-default' (<built-in>), segment `touch c.txt`]"), "{message}");
+    assert!(
+        message.contains("[rule 'ask-by-default' (<built-in>), segment `touch c.txt`]"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -177,7 +213,11 @@ async fn plan_mode_denies_with_a_message_and_reads_still_run() {
             session_id: "p".into(),
             calls: vec![
                 call("r", "read_file", json!({"file_path": "a.txt"})),
-                call("w", "write_file", json!({"file_path": "b.txt", "content": "b"})),
+                call(
+                    "w",
+                    "write_file",
+                    json!({"file_path": "b.txt", "content": "b"}),
+                ),
                 shell("ls", "ls"),
             ],
             approval_mode: pb::ApprovalMode::Plan as i32,

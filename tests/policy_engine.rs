@@ -245,7 +245,10 @@ decision = "allow"
 "#,
     );
     // Really from server `srv`.
-    assert_eq!(short(&mcp("srv", "x_y", json!({}), &none).decide(&p)).0, "allow");
+    assert_eq!(
+        short(&mcp("srv", "x_y", json!({}), &none).decide(&p)).0,
+        "allow"
+    );
     // Server `srv_x` exposing `y` is also named `mcp_srv_x_y`: not trusted.
     assert_eq!(
         short(&mcp("srv_x", "y", json!({}), &none).decide(&p)),
@@ -255,7 +258,10 @@ decision = "allow"
     let mut c = mcp("evil", "docs_search", json!({}), &none);
     c.decl.name = "mcp_docs_search".into();
     assert_eq!(short(&c.decide(&p)).0, "ask");
-    assert_eq!(short(&mcp("docs", "search", json!({}), &none).decide(&p)).0, "allow");
+    assert_eq!(
+        short(&mcp("docs", "search", json!({}), &none).decide(&p)).0,
+        "allow"
+    );
 }
 
 #[test]
@@ -266,14 +272,29 @@ fn proceed_always_narrowing() {
     let c = mcp("db", "query", json!({}), &rules);
     let subject = c.subject.clone();
     rules.allow_always("mcp_db_query", &subject, AlwaysScope::Narrow);
-    assert_eq!(short(&mcp("db", "query", json!({}), &rules).decide(&p)).0, "allow");
-    assert_eq!(short(&mcp("db", "drop", json!({}), &rules).decide(&p)).0, "ask");
-    assert_eq!(short(&mcp("other", "query", json!({}), &rules).decide(&p)).0, "ask");
+    assert_eq!(
+        short(&mcp("db", "query", json!({}), &rules).decide(&p)).0,
+        "allow"
+    );
+    assert_eq!(
+        short(&mcp("db", "drop", json!({}), &rules).decide(&p)).0,
+        "ask"
+    );
+    assert_eq!(
+        short(&mcp("other", "query", json!({}), &rules).decide(&p)).0,
+        "ask"
+    );
     // MCP server: every tool of it, no other server.
     let subject = mcp("db", "x", json!({}), &rules).subject.clone();
     rules.allow_always("mcp_db_x", &subject, AlwaysScope::Server);
-    assert_eq!(short(&mcp("db", "drop", json!({}), &rules).decide(&p)).0, "allow");
-    assert_eq!(short(&mcp("dbx", "drop", json!({}), &rules).decide(&p)).0, "ask");
+    assert_eq!(
+        short(&mcp("db", "drop", json!({}), &rules).decide(&p)).0,
+        "allow"
+    );
+    assert_eq!(
+        short(&mcp("dbx", "drop", json!({}), &rules).decide(&p)).0,
+        "ask"
+    );
     // File tools: that exact path.
     rules.allow_always(
         "delete_file",
@@ -304,9 +325,15 @@ fn proceed_always_narrowing() {
     );
     assert_eq!(short(&shell("npm run build", &rules).decide(&p)).0, "allow");
     assert_eq!(short(&shell("python3 y.py", &rules).decide(&p)).0, "ask");
-    assert_eq!(short(&shell("npm test && make", &rules).decide(&p)).0, "ask");
+    assert_eq!(
+        short(&shell("npm test && make", &rules).decide(&p)).0,
+        "ask"
+    );
     // A redirection, a dangerous form or an unresolved part still asks.
-    assert_eq!(short(&shell("npm test > out.txt", &rules).decide(&p)).0, "ask");
+    assert_eq!(
+        short(&shell("npm test > out.txt", &rules).decide(&p)).0,
+        "ask"
+    );
     assert_eq!(short(&shell("sudo npm test", &rules).decide(&p)).0, "ask");
     assert_eq!(short(&shell("npm $X", &rules).decide(&p)).0, "allow");
     assert_eq!(short(&shell("$X test", &rules).decide(&p)).0, "ask");
@@ -402,29 +429,55 @@ decision = "allow"
     assert_eq!(decide("make; curl x"), ("deny", "no-curl".into()));
     assert_eq!(decide("rm -rf dist"), ("ask", "dangerous-shell".into()));
     assert_eq!(decide("rm -rf build"), ("allow", String::new()));
-    assert_eq!(decide("git push --force"), ("ask", "dangerous-shell".into()));
-    assert_eq!(decide("echo x > /etc/passwd"), ("deny", "write-outside-workspace".into()));
+    assert_eq!(
+        decide("git push --force"),
+        ("ask", "dangerous-shell".into())
+    );
+    assert_eq!(
+        decide("echo x > /etc/passwd"),
+        ("deny", "write-outside-workspace".into())
+    );
     assert_eq!(decide("echo x > /ws/inside.txt").0, "allow");
 }
 
 #[test]
 fn bad_policy_files_name_file_line_and_reason() {
     let cases = [
-        ("[[rule]]\ndecision = \"allow\"\nprority = 3\n", 3, "unknown field `prority`"),
-        ("[[rule]]\ntool_name = \"x\"\n", 1, "missing field `decision`"),
+        (
+            "[[rule]]\ndecision = \"allow\"\nprority = 3\n",
+            3,
+            "unknown field `prority`",
+        ),
+        (
+            "[[rule]]\ntool_name = \"x\"\n",
+            1,
+            "missing field `decision`",
+        ),
         (
             "\n[[rule]]\ndecision = \"deny\"\nargs_pattern = \"[a-\"\n",
             4,
             "args_pattern is not a valid regex",
         ),
-        ("[[rule]]\ndecision = \"allow\"\ninteractive = \"sometimes\"\n", 1, "interactive must be"),
-        ("[[rule]]\ndecision = \"allow\"\nmodes = [\"turbo\"]\n", 3, "unknown variant `turbo`"),
+        (
+            "[[rule]]\ndecision = \"allow\"\ninteractive = \"sometimes\"\n",
+            1,
+            "interactive must be",
+        ),
+        (
+            "[[rule]]\ndecision = \"allow\"\nmodes = [\"turbo\"]\n",
+            3,
+            "unknown variant `turbo`",
+        ),
         (
             "[[rule]]\ndecision = \"allow\"\ndeny_message = \"x\"\n",
             1,
             "deny_message needs decision",
         ),
-        ("[[rule]]\ndecision = \"allow\"\npriority = 99999999\n", 1, "priority 99999999"),
+        (
+            "[[rule]]\ndecision = \"allow\"\npriority = 99999999\n",
+            1,
+            "priority 99999999",
+        ),
     ];
     for (text, line, reason) in cases {
         let e = parse_rules(text, "ops.toml").unwrap_err().to_string();

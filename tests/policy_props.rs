@@ -52,7 +52,13 @@ fn level(d: &Decision) -> u8 {
     }
 }
 
-fn decide(p: &Policy, c: &Call, mode: ApprovalMode, interactive: bool, rules: &SessionRules) -> Decision {
+fn decide(
+    p: &Policy,
+    c: &Call,
+    mode: ApprovalMode,
+    interactive: bool,
+    rules: &SessionRules,
+) -> Decision {
     p.decide_in(
         PolicyInput {
             decl: &c.decl,
@@ -75,7 +81,16 @@ fn mode() -> impl Strategy<Value = ApprovalMode> {
     ]
 }
 
-const ALLOWED: &[&str] = &["ls", "ls -la", "cat a.txt", "echo hi", "git status", "wc -l a.txt", "pwd", "make test"];
+const ALLOWED: &[&str] = &[
+    "ls",
+    "ls -la",
+    "cat a.txt",
+    "echo hi",
+    "git status",
+    "wc -l a.txt",
+    "pwd",
+    "make test",
+];
 const DENIED: &[&str] = &["curl http://x", "wget x", "curl -d @- x", "rm -rf /"];
 
 /// Ways to put a denied command next to (or inside) an allowed one.
@@ -181,32 +196,48 @@ fn rule_toml() -> impl Strategy<Value = String> {
         Just(Some("[\"plan\"]")),
     ];
     let interactive = prop_oneof![Just(None), Just(Some("true")), Just(Some("false"))];
-    (tool, prefix, pattern, decision, -3i64..4, modes, interactive, any::<bool>()).prop_map(
-        |(tool, prefix, pattern, decision, priority, modes, interactive, redirection)| {
-            let mut t = String::from("[[rule]]\n");
-            let tool = if prefix.is_some() { Some("\"run_shell_command\"") } else { tool };
-            if let Some(tool) = tool {
-                t.push_str(&format!("tool_name = {tool}\n"));
-            }
-            if let Some(p) = prefix {
-                t.push_str(&format!("command_prefix = \"{p}\"\n"));
-            }
-            if let Some(p) = pattern {
-                t.push_str(&format!("args_pattern = '{p}'\n"));
-            }
-            t.push_str(&format!("decision = \"{decision}\"\npriority = {priority}\n"));
-            if let Some(m) = modes {
-                t.push_str(&format!("modes = {m}\n"));
-            }
-            if let Some(i) = interactive {
-                t.push_str(&format!("interactive = {i}\n"));
-            }
-            if redirection && decision == "allow" {
-                t.push_str("allow_redirection = true\n");
-            }
-            t
-        },
+    (
+        tool,
+        prefix,
+        pattern,
+        decision,
+        -3i64..4,
+        modes,
+        interactive,
+        any::<bool>(),
     )
+        .prop_map(
+            |(tool, prefix, pattern, decision, priority, modes, interactive, redirection)| {
+                let mut t = String::from("[[rule]]\n");
+                let tool = if prefix.is_some() {
+                    Some("\"run_shell_command\"")
+                } else {
+                    tool
+                };
+                if let Some(tool) = tool {
+                    t.push_str(&format!("tool_name = {tool}\n"));
+                }
+                if let Some(p) = prefix {
+                    t.push_str(&format!("command_prefix = \"{p}\"\n"));
+                }
+                if let Some(p) = pattern {
+                    t.push_str(&format!("args_pattern = '{p}'\n"));
+                }
+                t.push_str(&format!(
+                    "decision = \"{decision}\"\npriority = {priority}\n"
+                ));
+                if let Some(m) = modes {
+                    t.push_str(&format!("modes = {m}\n"));
+                }
+                if let Some(i) = interactive {
+                    t.push_str(&format!("interactive = {i}\n"));
+                }
+                if redirection && decision == "allow" {
+                    t.push_str("allow_redirection = true\n");
+                }
+                t
+            },
+        )
 }
 
 fn deny_rule_toml() -> impl Strategy<Value = String> {
@@ -219,9 +250,19 @@ fn deny_rule_toml() -> impl Strategy<Value = String> {
 
 fn call() -> impl Strategy<Value = Call> {
     let shell = proptest::sample::select(vec![
-        "ls", "ls && git status", "git push", "git push --force", "rm a.txt", "curl x | sh",
-        "echo hi > out.txt", "ls; rm -rf b", "$X", "bash -c 'git log'", "cat a.txt | grep x",
-        "printf x >> ../up.txt", "make prod",
+        "ls",
+        "ls && git status",
+        "git push",
+        "git push --force",
+        "rm a.txt",
+        "curl x | sh",
+        "echo hi > out.txt",
+        "ls; rm -rf b",
+        "$X",
+        "bash -c 'git log'",
+        "cat a.txt | grep x",
+        "printf x >> ../up.txt",
+        "make prod",
     ])
     .prop_map(shell_call);
     let file = proptest::sample::select(vec!["a.txt", "b.txt"]).prop_map(|p| Call {
@@ -229,16 +270,20 @@ fn call() -> impl Strategy<Value = Call> {
         subject: Subject::File { path: p.into() },
         args: serde_json::from_value(json!({"file_path": p, "content": "x"})).unwrap(),
     });
-    let mcp = proptest::sample::select(vec![("db", "query"), ("db_x", "y"), ("git", "log")]).prop_map(
-        |(server, tool)| Call {
+    let mcp = proptest::sample::select(vec![("db", "query"), ("db_x", "y"), ("git", "log")])
+        .prop_map(|(server, tool)| Call {
             decl: decl(&format!("mcp_{server}_{tool}"), ToolKind::Other, false),
-            subject: Subject::Mcp { server: server.into(), tool: tool.into() },
+            subject: Subject::Mcp {
+                server: server.into(),
+                tool: tool.into(),
+            },
             args: serde_json::from_value(json!({"database": "prod"})).unwrap(),
-        },
-    );
+        });
     let read = Just(Call {
         decl: decl("read_file", ToolKind::Read, true),
-        subject: Subject::File { path: "a.txt".into() },
+        subject: Subject::File {
+            path: "a.txt".into(),
+        },
         args: serde_json::from_value(json!({"file_path": "a.txt"})).unwrap(),
     });
     prop_oneof![4 => shell, 2 => file, 2 => mcp, 1 => read]

@@ -13,8 +13,10 @@ use toolsched::api::{ServerOptions, pb};
 use toolsched::policy::{ReloadStatus, watch_file};
 use toolsched::scheduler::SchedulerConfig;
 
-const DENY_TOUCH: &str = "[[rule]]\nname = \"no-touch\"\ncommand_prefix = \"touch\"\ndecision = \"deny\"\n";
-const ALLOW_TOUCH: &str = "[[rule]]\nname = \"touch-ok\"\ncommand_prefix = \"touch\"\ndecision = \"allow\"\n";
+const DENY_TOUCH: &str =
+    "[[rule]]\nname = \"no-touch\"\ncommand_prefix = \"touch\"\ndecision = \"deny\"\n";
+const ALLOW_TOUCH: &str =
+    "[[rule]]\nname = \"touch-ok\"\ncommand_prefix = \"touch\"\ndecision = \"allow\"\n";
 const BAD: &str = "[[rule]]\nname = \"broken\"\ncommand_prefix = \"touch\"\ndecision = \"allow\"\nargs_pattern = \"(\"\n";
 
 #[test]
@@ -59,7 +61,11 @@ async fn touch(srv: &TestServer, id: &str) -> Vec<Event> {
     collect(
         srv.schedule_with(pb::ScheduleCallsRequest {
             session_id: "s".into(),
-            calls: vec![call(id, "run_shell_command", json!({"command": format!("touch {id}")}))],
+            calls: vec![call(
+                id,
+                "run_shell_command",
+                json!({"command": format!("touch {id}")}),
+            )],
             approval_mode: 0,
             interactive: Some(false),
         })
@@ -77,8 +83,7 @@ async fn a_changed_file_is_reloaded_and_a_bad_one_keeps_the_old_policy() {
     let (policy, mut status) =
         watch_file(&file, Duration::from_millis(20), shutdown.clone()).unwrap();
     let srv =
-        TestServer::with_policy(SchedulerConfig::default(), ServerOptions::default(), policy)
-            .await;
+        TestServer::with_policy(SchedulerConfig::default(), ServerOptions::default(), policy).await;
 
     let events = touch(&srv, "one").await;
     let (kind, message) = error_of(&events, "one");
@@ -90,9 +95,19 @@ async fn a_changed_file_is_reloaded_and_a_bad_one_keeps_the_old_policy() {
     std::fs::write(&tmp, ALLOW_TOUCH).unwrap();
     std::fs::rename(&tmp, &file).unwrap();
     let s = wait_status(&mut status, |s| s.applied == 1).await;
-    assert_eq!(s, ReloadStatus { applied: 1, rejected: 0, last_error: None });
+    assert_eq!(
+        s,
+        ReloadStatus {
+            applied: 1,
+            rejected: 0,
+            last_error: None
+        }
+    );
     let events = touch(&srv, "two").await;
-    assert_eq!(states(&events, "two"), ["validating", "scheduled", "executing", "success"]);
+    assert_eq!(
+        states(&events, "two"),
+        ["validating", "scheduled", "executing", "success"]
+    );
 
     std::fs::write(&tmp, BAD).unwrap();
     std::fs::rename(&tmp, &file).unwrap();
@@ -110,7 +125,10 @@ async fn a_changed_file_is_reloaded_and_a_bad_one_keeps_the_old_policy() {
     );
     // The old (allowing) policy stays in force.
     let events = touch(&srv, "three").await;
-    assert_eq!(states(&events, "three"), ["validating", "scheduled", "executing", "success"]);
+    assert_eq!(
+        states(&events, "three"),
+        ["validating", "scheduled", "executing", "success"]
+    );
     assert!(srv.path("three").exists());
     shutdown.cancel();
 }

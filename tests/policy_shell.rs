@@ -112,18 +112,33 @@ fn table() -> Vec<(&'static str, Want)> {
         ("echo hi > /tmp/outside.txt", Deny(OUTSIDE, "echo hi")),
         ("echo hi > ../outside.txt", Deny(OUTSIDE, "echo hi")),
         ("printf x > ~/outside.txt", Deny(OUTSIDE, "printf x")),
-        ("ls && touch marker > ../up.txt", Deny(OUTSIDE, "touch marker")),
+        (
+            "ls && touch marker > ../up.txt",
+            Deny(OUTSIDE, "touch marker"),
+        ),
         ("ls | tee marker > ../up.txt", Deny(OUTSIDE, "tee marker")),
         // Not read-only: asks in default mode.
         ("ls; rm a.txt", Ask(DEFAULT, "rm a.txt")),
-        ("cat a.txt | sort -o sorted.txt", Ask(DEFAULT, "sort -o sorted.txt")),
+        (
+            "cat a.txt | sort -o sorted.txt",
+            Ask(DEFAULT, "sort -o sorted.txt"),
+        ),
         ("FOO=bar ls", Ask(DEFAULT, "FOO=bar ls")),
-        ("git -c core.pager=x log", Ask(DEFAULT, "git -c core.pager=x log")),
-        ("python3 -c 'print(1)'", Ask(DEFAULT, "python3 -c 'print(1)'")),
+        (
+            "git -c core.pager=x log",
+            Ask(DEFAULT, "git -c core.pager=x log"),
+        ),
+        (
+            "python3 -c 'print(1)'",
+            Ask(DEFAULT, "python3 -c 'print(1)'"),
+        ),
         // Dangerous forms ask unless a rule names them.
         ("rm -rf other", Ask(DANGER, "rm -rf other")),
         ("find . -delete", Ask(DANGER, "find . -delete")),
-        ("find . -exec touch {} \\;", Ask(DANGER, "find . -exec touch {} \\;")),
+        (
+            "find . -exec touch {} \\;",
+            Ask(DANGER, "find . -exec touch {} \\;"),
+        ),
         ("git push --force", Ask(DANGER, "git push --force")),
         ("sudo ls", Ask(DANGER, "sudo ls")),
         // What the parser cannot resolve asks.
@@ -141,8 +156,7 @@ async fn shell_commands_are_decided_by_their_strictest_segment() {
     std::fs::write(&file, POLICY).unwrap();
     let policy = PolicyHandle::fixed(Policy::from_file(&file).unwrap());
     let srv =
-        TestServer::with_policy(SchedulerConfig::default(), ServerOptions::default(), policy)
-            .await;
+        TestServer::with_policy(SchedulerConfig::default(), ServerOptions::default(), policy).await;
     std::fs::write(srv.path("a.txt"), "alpha\n").unwrap();
     std::fs::create_dir(srv.path("sub")).unwrap();
     std::fs::create_dir(srv.path("tmpdir")).unwrap();
@@ -152,7 +166,13 @@ async fn shell_commands_are_decided_by_their_strictest_segment() {
     let calls = table
         .iter()
         .enumerate()
-        .map(|(i, (cmd, _))| call(&format!("c{i}"), "run_shell_command", json!({"command": cmd})))
+        .map(|(i, (cmd, _))| {
+            call(
+                &format!("c{i}"),
+                "run_shell_command",
+                json!({"command": cmd}),
+            )
+        })
         .collect();
     let events = collect(
         srv.schedule_with(pb::ScheduleCallsRequest {
@@ -177,7 +197,11 @@ async fn shell_commands_are_decided_by_their_strictest_segment() {
                 Allow
             }
             State::Error(e) => {
-                assert_eq!(e.r#type, pb::ErrorType::PolicyViolation as i32, "{cmd}: {e:?}");
+                assert_eq!(
+                    e.r#type,
+                    pb::ErrorType::PolicyViolation as i32,
+                    "{cmd}: {e:?}"
+                );
                 assert_eq!(states(&events, &id), ["validating", "error"], "{cmd}");
                 match classify(&e.message) {
                     Some(w) => w,
@@ -204,7 +228,10 @@ async fn shell_commands_are_decided_by_their_strictest_segment() {
     assert!(!srv.path("sorted.txt").exists());
     // Allowed ones did.
     assert!(srv.path("ok.txt").exists());
-    assert_eq!(std::fs::read_to_string(srv.path("printed.txt")).unwrap(), "hi");
+    assert_eq!(
+        std::fs::read_to_string(srv.path("printed.txt")).unwrap(),
+        "hi"
+    );
     assert!(!srv.path("tmpdir").exists());
 }
 

@@ -16,18 +16,21 @@ async fn sighup_reloads_the_policy_file() {
     let (policy, mut status) =
         watch_file(&file, Duration::from_secs(3600), shutdown.clone()).unwrap();
     assert_eq!(policy.current().operator_rules(), 0);
-    std::fs::write(
-        &file,
-        "[[rule]]\ntool_name = \"*\"\ndecision = \"deny\"\n",
-    )
-    .unwrap();
+    std::fs::write(&file, "[[rule]]\ntool_name = \"*\"\ndecision = \"deny\"\n").unwrap();
     nix::sys::signal::raise(nix::sys::signal::Signal::SIGHUP).unwrap();
     let s = tokio::time::timeout(Duration::from_secs(30), status.wait_for(|s| s.applied == 1))
         .await
         .expect("reload within 30 s")
         .expect("reloader running")
         .clone();
-    assert_eq!(s, ReloadStatus { applied: 1, rejected: 0, last_error: None });
+    assert_eq!(
+        s,
+        ReloadStatus {
+            applied: 1,
+            rejected: 0,
+            last_error: None
+        }
+    );
     assert_eq!(policy.current().operator_rules(), 1);
     shutdown.cancel();
 }

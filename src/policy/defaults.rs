@@ -119,7 +119,10 @@ pub fn builtin_rules() -> Vec<Rule> {
         ),
     ];
     // yolo writes where it likes inside the workspace.
-    if let Some(yolo) = rules.iter_mut().find(|r| r.name.as_deref() == Some("yolo-mode")) {
+    if let Some(yolo) = rules
+        .iter_mut()
+        .find(|r| r.name.as_deref() == Some("yolo-mode"))
+    {
         yolo.allow_redirection = true;
     }
     rules
@@ -284,7 +287,7 @@ pub fn dangerous_form(seg: &Segment) -> Option<String> {
         args.iter()
             .any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains(c))
     };
-    let long_has = |o: &str| args.iter().any(|a| *a == o);
+    let long_has = |o: &str| args.contains(&o);
     match name {
         "rm" if short_has('r')
             || short_has('R')

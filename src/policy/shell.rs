@@ -306,7 +306,9 @@ impl Walk<'_, '_> {
         }
         let mut cursor = body.walk();
         let children: Vec<Node<'_>> = body.children(&mut cursor).collect();
-        let last = children.iter().rposition(|c| c.is_named() && c.kind() != "comment");
+        let last = children
+            .iter()
+            .rposition(|c| c.is_named() && c.kind() != "comment");
         for (i, child) in children.into_iter().enumerate() {
             if Some(i) == last {
                 self.redirected_body(child, outer, inner);
