@@ -91,7 +91,13 @@ const ALLOWED: &[&str] = &[
     "pwd",
     "make test",
 ];
-const DENIED: &[&str] = &["curl http://x", "wget x", "curl -d @- x", "rm -rf /"];
+const DENIED: &[&str] = &[
+    "curl http://x",
+    "wget x",
+    "curl -d @- x",
+    "rm -rf /",
+    "/usr/bin/curl x",
+];
 
 /// Ways to put a denied command next to (or inside) an allowed one.
 fn join(a: &str, d: &str, how: usize) -> String {

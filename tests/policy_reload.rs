@@ -36,13 +36,39 @@ fn a_bad_policy_file_stops_start_up_naming_file_line_and_reason() {
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(&format!(
-            "policy file {}, line 5: rule 'broken': args_pattern is not a valid regex",
-            file.display()
-        )),
-        "{stderr}"
+    let expected = format!(
+        "policy file {}, line 5: rule 'broken': args_pattern is not a valid regex",
+        file.display()
     );
+    assert!(stderr.contains(&expected), "{stderr}");
+    // The same through the environment variable and the config file key.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolsched"))
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--workspace")
+        .arg(dir.path())
+        .env("TOOLSCHED_POLICY_FILE", &file)
+        .env_remove("TOOLSCHED_CONFIG")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&expected));
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("policy_file = {:?}\n", file.display().to_string()),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolsched"))
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--workspace")
+        .arg(dir.path())
+        .arg("--config")
+        .arg(&config)
+        .env_remove("TOOLSCHED_POLICY_FILE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&expected));
 }
 
 /// Waits for the next status change satisfying `pred`.

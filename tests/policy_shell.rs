@@ -105,6 +105,9 @@ fn table() -> Vec<(&'static str, Want)> {
         ("f() { curl x; }; touch marker; f", Deny(NET, "curl x")),
         ("echo $(echo $(curl x))", Deny(NET, "curl x")),
         ("bash -c \"sh -c 'eval curl x'\"", Deny(NET, "curl x")),
+        ("/usr/bin/curl x", Deny(NET, "/usr/bin/curl x")),
+        ("/usr/bin/env \\curl x", Deny(NET, "/usr/bin/env \\curl x")),
+        ("c\"ur\"l x", Deny(NET, "c\"ur\"l x")),
         // Writes through redirections.
         ("echo hi > out.txt", Ask(READ_ONLY, "echo hi")),
         ("echo hi >> log.txt", Ask(READ_ONLY, "echo hi")),
@@ -132,6 +135,7 @@ fn table() -> Vec<(&'static str, Want)> {
             "python3 -c 'print(1)'",
             Ask(DEFAULT, "python3 -c 'print(1)'"),
         ),
+        ("./ls", Ask(DEFAULT, "./ls")),
         // Dangerous forms ask unless a rule names them.
         ("rm -rf other", Ask(DANGER, "rm -rf other")),
         ("find . -delete", Ask(DANGER, "find . -delete")),
@@ -140,6 +144,11 @@ fn table() -> Vec<(&'static str, Want)> {
             Ask(DANGER, "find . -exec touch {} \\;"),
         ),
         ("git push --force", Ask(DANGER, "git push --force")),
+        (
+            "git -C . push -f origin",
+            Ask(DANGER, "git -C . push -f origin"),
+        ),
+        ("rm $OPTS x", Ask(DANGER, "rm $OPTS x")),
         ("sudo ls", Ask(DANGER, "sudo ls")),
         // What the parser cannot resolve asks.
         ("$CMD x", Ask(UNRESOLVED, "$CMD x")),

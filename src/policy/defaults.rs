@@ -276,7 +276,15 @@ pub fn dangerous_form(seg: &Segment) -> Option<String> {
     {
         return Some(format!("assigning {v}"));
     }
-    let name = seg.name()?;
+    let name = seg.base_name()?;
+    // `rm $opts x` may well be `rm -rf x`.
+    if matches!(
+        name,
+        "rm" | "find" | "chmod" | "chown" | "chgrp" | "git" | "dd"
+    ) && !seg.is_literal()
+    {
+        return Some(format!("{name} with arguments computed at run time"));
+    }
     let args: Vec<&str> = seg
         .words
         .iter()
@@ -315,11 +323,16 @@ pub fn dangerous_form(seg: &Segment) -> Option<String> {
             })
             .map(|a| format!("find {a}")),
         "git" => {
-            let sub = args
-                .iter()
-                .find(|a| !a.starts_with('-'))
-                .copied()
-                .unwrap_or("");
+            // Skip git's global options (`git -C dir push --force`).
+            let mut i = 0;
+            while i < args.len() && args[i].starts_with('-') {
+                let takes_value = matches!(
+                    args[i],
+                    "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--exec-path"
+                );
+                i += if takes_value { 2 } else { 1 };
+            }
+            let sub = args.get(i).copied().unwrap_or("");
             match sub {
                 "push"
                     if args.iter().any(|a| {

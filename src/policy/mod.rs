@@ -138,7 +138,7 @@ const NEVER_ALWAYS: &[&str] = &[
 
 /// Whether "always allow" may be recorded for root command `root`.
 pub fn can_always_allow(root: &str) -> bool {
-    !NEVER_ALWAYS.contains(&root)
+    !NEVER_ALWAYS.contains(&shell::base_name(root))
 }
 
 /// Which "always" narrowing an approval asked for.

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::ApprovalMode;
-use super::shell::Segment;
+use super::shell::{Segment, base_name};
 use crate::tools::{Args, Declaration, Subject, ToolKind};
 
 /// Compiled size limit of one `args_pattern`, in bytes: a pattern such as
@@ -185,12 +185,14 @@ impl Rule {
                 return false;
             };
             let argv = seg.argv();
+            // A deny or ask rule for `curl` also catches `/usr/bin/curl`; an
+            // allow for `ls` does not allow `./ls` (a script the agent wrote).
+            let by_base = self.decision != RuleDecision::Allow;
             let hit = self.command_prefixes.iter().any(|prefix| {
                 prefix.len() <= argv.len()
-                    && prefix
-                        .iter()
-                        .zip(&argv)
-                        .all(|(p, w)| w.is_some_and(|w| w == p))
+                    && prefix.iter().zip(&argv).enumerate().all(|(i, (p, w))| {
+                        w.is_some_and(|w| w == p || (by_base && i == 0 && base_name(w) == p))
+                    })
             });
             if !hit {
                 return false;

@@ -84,6 +84,12 @@ impl Segment {
         self.words.first().and_then(|w| w.literal.as_deref())
     }
 
+    /// The command name without its directory (`/usr/bin/curl` → `curl`),
+    /// when it is a literal.
+    pub fn base_name(&self) -> Option<&str> {
+        self.name().map(base_name)
+    }
+
     /// Literal words (`None` for dynamic ones).
     pub fn argv(&self) -> Vec<Option<&str>> {
         self.words.iter().map(|w| w.literal.as_deref()).collect()
@@ -490,6 +496,11 @@ impl Walk<'_, '_> {
     }
 }
 
+/// `name` without its directory: `/usr/bin/curl` → `curl`.
+pub fn base_name(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
 /// Targets that are not files in any sense that matters.
 fn is_harmless_target(t: &str) -> bool {
     matches!(t, "/dev/null" | "/dev/stdout" | "/dev/stderr" | "/dev/tty")
@@ -782,7 +793,8 @@ fn strip_wrappers(mut words: Vec<Word>) -> Result<Stripped, String> {
         let Some(name) = words.first().and_then(|w| w.literal.clone()) else {
             return Ok((words, wrappers, assignments));
         };
-        let Some(spec) = WRAPPERS.iter().find(|s| s.name == name) else {
+        // `/usr/bin/env curl` is `env curl`.
+        let Some(spec) = WRAPPERS.iter().find(|s| s.name == base_name(&name)) else {
             return Ok((words, wrappers, assignments));
         };
         let mut i = 1;
@@ -866,7 +878,7 @@ fn nested_script(name: &str, words: &[Word]) -> Nested {
         }
         return Nested::Script(parts.join(" "), "eval".into());
     }
-    let base = name.rsplit('/').next().unwrap_or(name);
+    let base = base_name(name);
     if !SHELLS.contains(&base) {
         return Nested::None;
     }
