@@ -101,6 +101,7 @@ impl fmt::Display for DecisionSource {
 /// `message` already name the deciding rule and segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
+    /// Run without asking.
     Allow,
     /// Ask a person; the reason says why.
     AskUser {
@@ -198,13 +199,17 @@ impl SessionRules {
 /// What the policy is asked about.
 #[derive(Debug, Clone, Copy)]
 pub struct PolicyInput<'a> {
+    /// The tool's declaration (name, kind, read-only).
     pub decl: &'a Declaration,
+    /// What the call would do, as its invocation reports it.
     pub subject: &'a Subject,
     /// The call's (schema-checked) arguments, for `args_pattern`.
     pub args: &'a Args,
+    /// The session's approval mode.
     pub mode: ApprovalMode,
     /// Whether a person can answer a prompt (the batch's `interactive`).
     pub interactive: bool,
+    /// The session's "always allow" rules.
     pub rules: &'a SessionRules,
 }
 

@@ -95,20 +95,26 @@ pub enum BuiltinMatch {
 pub struct Rule {
     /// The rule's `name`, if it has one.
     pub name: Option<String>,
+    /// File, line and position it was written at.
     pub origin: RuleOrigin,
+    /// Built-in or operator.
     pub tier: Tier,
     /// Empty means every tool.
     pub tools: Vec<NameMatch>,
+    /// The MCP server the call must really come from.
     pub mcp_server: Option<String>,
+    /// Searched in [`serialize_args`] of the call (per shell segment).
     pub args_pattern: Option<Regex>,
     /// Each prefix split into words; empty means any command.
     pub command_prefixes: Vec<Vec<String>>,
     pub decision: RuleDecision,
+    /// Highest wins within a tier; ties keep file order.
     pub priority: i64,
     /// `None` means every mode.
     pub modes: Option<Vec<ApprovalMode>>,
     /// `None` means either.
     pub interactive: Option<bool>,
+    /// Shown in the error of a deny.
     pub deny_message: Option<String>,
     /// An allow stays an allow when the command redirects into a file inside
     /// the workspace.
