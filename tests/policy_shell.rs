@@ -106,6 +106,8 @@ fn table() -> Vec<(&'static str, Want)> {
         ("echo $(echo $(curl x))", Deny(NET, "curl x")),
         ("bash -c \"sh -c 'eval curl x'\"", Deny(NET, "curl x")),
         ("/usr/bin/curl x", Deny(NET, "/usr/bin/curl x")),
+        ("trap 'curl x' EXIT; ls", Deny(NET, "curl x")),
+        ("setsid nice curl x", Deny(NET, "setsid nice curl x")),
         ("/usr/bin/env \\curl x", Deny(NET, "/usr/bin/env \\curl x")),
         ("c\"ur\"l x", Deny(NET, "c\"ur\"l x")),
         // Writes through redirections.
@@ -152,6 +154,7 @@ fn table() -> Vec<(&'static str, Want)> {
         ("sudo ls", Ask(DANGER, "sudo ls")),
         // What the parser cannot resolve asks.
         ("$CMD x", Ask(UNRESOLVED, "$CMD x")),
+        ("/usr/bin/cur? x", Ask(UNRESOLVED, "/usr/bin/cur? x")),
         ("echo 'unterminated", Ask(UNRESOLVED, "echo 'unterminated")),
         ("bash script.sh", Ask(UNRESOLVED, "bash script.sh")),
         ("eval \"$X\"", Ask(UNRESOLVED, "eval \"$X\"")),

@@ -450,6 +450,14 @@ impl Walk<'_, '_> {
             });
             return;
         };
+        // `cur? x` or `/usr/bin/c*l` is whatever the glob finds.
+        if !matches!(name.as_str(), "[" | "[[") && name.contains(['*', '?', '[', '{']) {
+            self.out.unresolved.push(Unresolved {
+                text: self.text(node),
+                reason: format!("the command name `{name}` is a pattern expanded at run time"),
+            });
+            return;
+        }
         if matches!(name.as_str(), "cd" | "pushd" | "popd") {
             self.out.changes_dir = true;
         }
@@ -777,6 +785,56 @@ const WRAPPERS: &[WrapperSpec] = &[
         assignments: false,
         lookup_only: &[],
     },
+    WrapperSpec {
+        name: "coproc",
+        with_value: &[],
+        flags: &[],
+        positional: 0,
+        assignments: false,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "setsid",
+        with_value: &[],
+        flags: &["-f", "--fork", "-w", "--wait", "-c", "--ctty"],
+        positional: 0,
+        assignments: false,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "chroot",
+        with_value: &["--userspec", "--groups"],
+        flags: &["--skip-chdir"],
+        positional: 1,
+        assignments: false,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "ionice",
+        with_value: &["-c", "--class", "-n", "--classdata"],
+        flags: &["-t", "--ignore"],
+        positional: 0,
+        assignments: false,
+        lookup_only: &["-p", "--pid", "-P", "--pgid", "-u", "--uid"],
+    },
+    WrapperSpec {
+        name: "taskset",
+        with_value: &[],
+        flags: &["-a", "--all-tasks", "-c", "--cpu-list"],
+        positional: 1,
+        assignments: false,
+        lookup_only: &["-p", "--pid"],
+    },
+];
+
+/// Commands whose argument is a script for a shell: `(name, option before
+/// the script or "" for the first non-option argument, join the rest)`.
+const SCRIPT_TAKERS: &[(&str, &str, bool)] = &[
+    ("trap", "", false),
+    ("watch", "", true),
+    ("su", "-c", false),
+    ("runuser", "-c", false),
+    ("flock", "-c", false),
 ];
 
 /// Stripped words, the wrappers removed and assignments they made.
@@ -856,6 +914,50 @@ fn strip_wrappers(mut words: Vec<Word>) -> Result<Stripped, String> {
     }
 }
 
+/// The script argument of a [`SCRIPT_TAKERS`] command. `trap 'cmd' EXIT`,
+/// `watch -n 1 cmd args`, `su -c 'cmd' user`, `flock -c 'cmd' file`.
+fn script_argument(base: &str, option: &str, join: bool, words: &[Word]) -> Nested {
+    let mut literals = Vec::with_capacity(words.len());
+    for w in &words[1..] {
+        match &w.literal {
+            Some(l) => literals.push(l.as_str()),
+            None => {
+                return Nested::Opaque(format!("`{base}` with arguments computed at run time"));
+            }
+        }
+    }
+    let script = if option.is_empty() {
+        // Options (`watch -n 1`, `trap -p`) until the first other word.
+        let mut i = 0;
+        while i < literals.len() && literals[i].starts_with('-') {
+            i += if matches!(literals[i], "-n" | "--interval" | "-d") {
+                2
+            } else {
+                1
+            };
+        }
+        match literals.get(i..) {
+            Some(rest) if !rest.is_empty() && join => rest.join(" "),
+            Some(rest) if !rest.is_empty() => rest[0].to_string(),
+            // `trap -p`, `trap` alone: lists traps.
+            _ => return Nested::None,
+        }
+    } else {
+        match literals.iter().position(|w| *w == option) {
+            Some(i) => match literals.get(i + 1) {
+                Some(s) => s.to_string(),
+                None => return Nested::Opaque(format!("`{base} {option}` without a script")),
+            },
+            // `su user`, `flock file cmd`: an interactive shell or a command
+            // the analyser does not follow.
+            None => {
+                return Nested::Opaque(format!("`{base}` runs a command the analyser cannot see"));
+            }
+        }
+    };
+    Nested::Script(script, base.to_string())
+}
+
 enum Nested {
     None,
     /// The script to analyse and how it was run (`bash -c`).
@@ -879,6 +981,9 @@ fn nested_script(name: &str, words: &[Word]) -> Nested {
         return Nested::Script(parts.join(" "), "eval".into());
     }
     let base = base_name(name);
+    if let Some((_, option, join)) = SCRIPT_TAKERS.iter().find(|(n, _, _)| *n == base) {
+        return script_argument(base, option, *join, words);
+    }
     if !SHELLS.contains(&base) {
         return Nested::None;
     }
@@ -982,6 +1087,15 @@ mod tests {
         assert_eq!(names("eval 'rm' '-rf' a"), ["rm -rf a"]);
         assert_eq!(names("find . | xargs -0 rm"), ["find .", "rm"]);
         assert_eq!(names("command -v ls"), ["command -v ls"]);
+        assert_eq!(names("trap 'rm x' EXIT; ls"), ["rm x", "ls"]);
+        assert_eq!(names("watch -n 1 du -sh ."), ["du -sh ."]);
+        assert_eq!(names("su -c 'curl x' bob"), ["curl x"]);
+        assert_eq!(
+            names("setsid chroot / ionice -c 3 taskset -c 1 curl x"),
+            ["curl x"]
+        );
+        assert!(!analyze("cur? x").is_complete());
+        assert!(!analyze("{curl,x} y").is_complete());
         assert_eq!(names("echo 'rm -rf /; $(x)'"), ["echo rm -rf /; $(x)"]);
         assert_eq!(names("cat <<'EOF'\n$(rm -rf /)\nEOF"), ["cat"]);
         assert_eq!(names("cat <<EOF\n$(rm -rf /)\nEOF"), ["rm -rf /", "cat"]);
