@@ -125,6 +125,14 @@ fn table() -> Vec<(&'static str, Want)> {
         // Not read-only: asks in default mode.
         ("ls; rm a.txt", Ask(DEFAULT, "rm a.txt")),
         (
+            "sort -ro sorted.txt a.txt",
+            Ask(DEFAULT, "sort -ro sorted.txt a.txt"),
+        ),
+        (
+            "uniq a.txt sorted.txt",
+            Ask(DEFAULT, "uniq a.txt sorted.txt"),
+        ),
+        (
             "cat a.txt | sort -o sorted.txt",
             Ask(DEFAULT, "sort -o sorted.txt"),
         ),

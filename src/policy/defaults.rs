@@ -159,7 +159,6 @@ const READ_ONLY: &[&str] = &[
     "cmp",
     "cut",
     "tr",
-    "uniq",
     "nl",
     "comm",
     "test",
@@ -191,7 +190,8 @@ const READ_ONLY_UNLESS: &[(&str, &[&str])] = &[
             "-fls",
         ],
     ),
-    ("sort", &["-o", "--output"]),
+    // `--compress-program` runs a program.
+    ("sort", &["-o", "--output", "--compress-program"]),
     ("tree", &["-o", "-R"]),
     ("rg", &["--pre", "--pre-glob"]),
     ("date", &["-s", "--set"]),
@@ -236,7 +236,12 @@ pub fn is_read_only(seg: &Segment) -> bool {
             unsafe_opts.iter().any(|o| {
                 a == o
                     || (o.starts_with("--") && a.starts_with(&format!("{o}=")))
-                    || (*o == "-o" && a.starts_with("-o"))
+                    // A one-letter option inside a cluster: `sort -ro f`.
+                    || (name != "find"
+                        && o.len() == 2
+                        && !a.starts_with("--")
+                        && a.starts_with('-')
+                        && o[1..].chars().all(|c| a[1..].contains(c)))
             })
         });
     }
