@@ -50,6 +50,15 @@ async fn the_prompt_names_rule_segment_roots_write_targets_and_outcomes() {
         prompt.reason,
         "Approval required for 'run_shell_command': the rule asks for approval [rule 'ask-by-default' (<built-in>), segment `git add a.txt`]."
     );
+    assert_eq!(
+        prompt.policy_rule,
+        Some(pb::PolicyRuleRef {
+            file: "<built-in>".into(),
+            line: 0,
+            rule: "ask-by-default".into(),
+            segment: "git add a.txt".into(),
+        })
+    );
     let exec = exec_details(&prompt);
     assert_eq!(exec.root_commands, ["ls", "git", "echo"]);
     assert_eq!(exec.write_targets, ["log.txt"]);

@@ -285,12 +285,19 @@ fn state(update: StateUpdate) -> pb::tool_call_update::State {
             outcomes,
             deadline,
             reason,
+            policy_rule,
         } => State::AwaitingApproval(pb::AwaitingApproval {
             correlation_id,
             details: Some(details(d)),
             outcomes: outcomes.into_iter().map(|o| outcome_to_pb(o) as i32).collect(),
             deadline: deadline.map(timestamp),
             reason,
+            policy_rule: policy_rule.map(|s| pb::PolicyRuleRef {
+                file: s.file,
+                line: s.line.map_or(0, |l| u32::try_from(l).unwrap_or(u32::MAX)),
+                rule: s.rule,
+                segment: s.segment.unwrap_or_default(),
+            }),
         }),
         StateUpdate::Executing(p) => State::Executing(pb::Executing {
             pid: p.pid,

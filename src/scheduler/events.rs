@@ -166,6 +166,8 @@ pub enum StateUpdate {
         outcomes: Vec<ConfirmationOutcome>,
         deadline: Option<SystemTime>,
         reason: String,
+        /// The rule (and shell segment) that asked.
+        policy_rule: Option<crate::policy::DecisionSource>,
     },
     Executing(Progress),
     Success {

@@ -24,7 +24,9 @@ use super::events::{
     Event, FunctionResponse, StateUpdate,
 };
 use super::{CancelError, ConfirmError, HubCommand, Shared};
-use crate::policy::{AlwaysScope, ApprovalMode, Decision, PolicyInput, SessionRules};
+use crate::policy::{
+    AlwaysScope, ApprovalMode, Decision, DecisionSource, PolicyInput, SessionRules,
+};
 use crate::tools::{
     ConfirmationDetails, ErrorKind, ExecContext, Invocation, Progress, TOPIC_TOOL_NAME, ToolError,
     ToolKind, ToolOutcome,
@@ -85,7 +87,7 @@ enum Internal {
         batch_id: String,
         index: usize,
         result: Result<ConfirmationDetails, ToolError>,
-        reason: Option<String>,
+        reason: Option<(String, DecisionSource)>,
     },
     Progress {
         batch_id: String,
@@ -591,18 +593,24 @@ impl Session {
         batch_id: &str,
         index: usize,
         result: Result<ConfirmationDetails, ToolError>,
-        reason: Option<String>,
+        reason: Option<(String, DecisionSource)>,
     ) {
         let timeout = self.shared.config.confirmation_timeout;
         let internal_tx = self.internal_tx.clone();
-        let reason = reason.unwrap_or_else(|| format!(
-            "Approval required: '{}' has side effects and the session is in {} mode.",
-            self.active
-                .as_ref()
-                .and_then(|b| b.calls.get(index))
-                .map_or("", |c| c.request.name.as_str()),
-            crate::policy::mode_name(self.mode)
-        ));
+        let (reason, policy_rule) = match reason {
+            Some((reason, source)) => (reason, Some(source)),
+            None => (
+                format!(
+                    "Approval required: '{}' has side effects and the session is in {} mode.",
+                    self.active
+                        .as_ref()
+                        .and_then(|b| b.calls.get(index))
+                        .map_or("", |c| c.request.name.as_str()),
+                    crate::policy::mode_name(self.mode)
+                ),
+                None,
+            ),
+        };
         let Some(batch) = self.active_batch(batch_id) else {
             return;
         };
@@ -639,6 +647,7 @@ impl Session {
                 outcomes,
                 deadline,
                 reason,
+                policy_rule,
             },
         );
         if let Some(t) = timeout {
@@ -898,12 +907,12 @@ impl Session {
                     let update = slot.error(ErrorKind::PolicyViolation, &message, None);
                     batch.finish(index, update);
                 }
-                Decision::AskUser { reason, .. } => {
+                Decision::AskUser { reason, source } => {
                     batch.calls[index].set(CallState::Validating {
                         invocation: invocation.clone(),
                         preparing_prompt: true,
                     });
-                    prompts.push((index, invocation, reason));
+                    prompts.push((index, invocation, (reason, source)));
                 }
             }
         }
@@ -922,7 +931,7 @@ impl Session {
         batch_id: String,
         index: usize,
         invocation: Arc<dyn Invocation>,
-        reason: Option<String>,
+        reason: Option<(String, DecisionSource)>,
     ) {
         let tx = self.internal_tx.clone();
         tokio::task::spawn_blocking(move || {
