@@ -396,7 +396,14 @@ impl Policy {
         workspace: Option<&Path>,
     ) -> Verdict {
         // The rule sees this segment as if it were the whole command.
-        let mut args = input.args.clone();
+        // Built without copying the whole script once per segment (a long
+        // script of many segments would cost quadratic time).
+        let mut args: Args = input
+            .args
+            .iter()
+            .filter(|(k, _)| k.as_str() != "command")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         args.insert(
             "command".into(),
             serde_json::Value::String(seg.command_line()),

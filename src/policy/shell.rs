@@ -25,6 +25,9 @@ pub const MAX_NESTING: usize = 8;
 /// Longest script analysed, in bytes; a longer one is unresolved. Bounds
 /// parse time; the tool's own argument limit is larger than any sane script.
 pub const MAX_SCRIPT_BYTES: usize = 256 * 1024;
+/// Simple commands analysed per script; more are unresolved. Bounds the
+/// policy's work per decision (every segment is matched against every rule).
+pub const MAX_SEGMENTS: usize = 4096;
 
 /// Shells whose `-c` argument is a script to analyse.
 const SHELLS: &[&str] = &[
@@ -492,6 +495,20 @@ impl Walk<'_, '_> {
         assignments: Vec<String>,
         writes: &[Redirect],
     ) {
+        if self.out.segments.len() >= MAX_SEGMENTS {
+            if !self
+                .out
+                .unresolved
+                .iter()
+                .any(|u| u.reason.contains("simple commands"))
+            {
+                self.out.unresolved.push(Unresolved {
+                    text: truncate(self.src),
+                    reason: format!("more than {MAX_SEGMENTS} simple commands"),
+                });
+            }
+            return;
+        }
         let mut all = self.wrappers.to_vec();
         all.extend(wrappers);
         self.out.segments.push(Segment {
@@ -1065,6 +1082,18 @@ mod tests {
         let writes: Vec<usize> = a.segments.iter().map(|s| s.writes.len()).collect();
         assert_eq!(writes, [0, 0, 1]);
         assert_eq!(analyze("echo a &> 'b c'").write_targets(), ["b c"]);
+    }
+
+    #[test]
+    fn too_many_segments_are_unresolved() {
+        let script = "true;".repeat(MAX_SEGMENTS + 10);
+        let a = analyze(&script);
+        assert_eq!(a.segments.len(), MAX_SEGMENTS);
+        assert_eq!(a.unresolved.len(), 1);
+        assert_eq!(
+            a.unresolved[0].reason,
+            format!("more than {MAX_SEGMENTS} simple commands")
+        );
     }
 
     #[test]
