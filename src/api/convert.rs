@@ -293,8 +293,8 @@ fn state(update: StateUpdate) -> pb::tool_call_update::State {
             deadline: deadline.map(timestamp),
             reason,
             policy_rule: policy_rule.map(|s| pb::PolicyRuleRef {
-                file: s.file,
                 line: s.line.map_or(0, |l| u32::try_from(l).unwrap_or(u32::MAX)),
+                file: s.file,
                 rule: s.rule,
                 segment: s.segment.unwrap_or_default(),
             }),

@@ -167,7 +167,8 @@ pub enum StateUpdate {
         deadline: Option<SystemTime>,
         reason: String,
         /// The rule (and shell segment) that asked.
-        policy_rule: Option<crate::policy::DecisionSource>,
+        /// Boxed: keeps the update small for the other states.
+        policy_rule: Option<Box<crate::policy::DecisionSource>>,
     },
     Executing(Progress),
     Success {

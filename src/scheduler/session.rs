@@ -598,7 +598,7 @@ impl Session {
         let timeout = self.shared.config.confirmation_timeout;
         let internal_tx = self.internal_tx.clone();
         let (reason, policy_rule) = match reason {
-            Some((reason, source)) => (reason, Some(source)),
+            Some((reason, source)) => (reason, Some(Box::new(source))),
             None => (
                 format!(
                     "Approval required: '{}' has side effects and the session is in {} mode.",
