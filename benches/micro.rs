@@ -27,16 +27,19 @@ fn policy(c: &mut Criterion) {
         .unwrap()
         .clone();
     let rules = SessionRules::default();
+    let policy = Policy::builtin();
     c.bench_function("shell analysis of a compound command", |b| {
         b.iter(|| analyze(std::hint::black_box(command)))
     });
     c.bench_function("policy decision for a compound shell command", |b| {
         b.iter(|| {
             let subject = invocation.subject();
-            Policy.decide(PolicyInput {
+            policy.decide(PolicyInput {
                 decl: &decl,
                 subject: &subject,
+                args: &args,
                 mode: ApprovalMode::Default,
+                interactive: true,
                 rules: &rules,
             })
         })

@@ -78,6 +78,10 @@ pub struct ServeArgs {
     /// Approval mode of new sessions: default, auto_edit, yolo, plan.
     #[arg(long, env = "TOOLSCHED_APPROVAL_MODE")]
     pub approval_mode: Option<ApprovalMode>,
+    /// Policy rules (TOML) over the built-in defaults; reloaded on change
+    /// and on SIGHUP [default: built-in policy only].
+    #[arg(long, env = "TOOLSCHED_POLICY_FILE")]
+    pub policy_file: Option<PathBuf>,
     /// Seconds an approval prompt waits before the call is cancelled; 0 = wait
     /// forever [default: 600].
     #[arg(long, env = "TOOLSCHED_CONFIRMATION_TIMEOUT_SECS")]
@@ -136,6 +140,7 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     workspace: Option<PathBuf>,
     approval_mode: Option<ApprovalMode>,
+    policy_file: Option<PathBuf>,
     confirmation_timeout_secs: Option<u64>,
     execution_timeout_secs: Option<u64>,
     output_cap_bytes: Option<usize>,
@@ -179,6 +184,8 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// Where `/metrics` is served, if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// The operator's policy file, if any.
+    pub policy_file: Option<PathBuf>,
 }
 
 impl Settings {
@@ -278,6 +285,7 @@ impl Settings {
                 .or(file.log_format)
                 .unwrap_or(LogFormat::Text),
             metrics_listen: args.metrics_listen.or(file.metrics_listen),
+            policy_file: args.policy_file.or(file.policy_file),
         })
     }
 }

@@ -28,17 +28,25 @@ pub fn build_scheduler(
     config: scheduler::SchedulerConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<scheduler::Scheduler> {
+    build_scheduler_with_policy(workspace, config, policy::PolicyHandle::default(), shutdown)
+}
+
+/// Like [`build_scheduler`], deciding with `policy` (e.g. from
+/// [`policy::watch_file`], which follows the operator's policy file).
+pub fn build_scheduler_with_policy(
+    workspace: &std::path::Path,
+    config: scheduler::SchedulerConfig,
+    policy: policy::PolicyHandle,
+    shutdown: CancellationToken,
+) -> anyhow::Result<scheduler::Scheduler> {
     let workspace = Arc::new(
         sandbox::Workspace::new(workspace)
             .map_err(|e| anyhow::anyhow!("workspace {}: {e}", workspace.display()))?,
     );
+    let policy = policy.with_workspace(workspace.root());
     let registry = Arc::new(tools::Registry::builtin(workspace)?);
     let metrics = Arc::new(scheduler::Metrics::new()?);
     Ok(scheduler::Scheduler::start(
-        config,
-        registry,
-        policy::Policy,
-        shutdown,
-        metrics,
+        config, registry, policy, shutdown, metrics,
     ))
 }

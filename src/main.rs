@@ -21,9 +21,18 @@ async fn main() -> anyhow::Result<()> {
     init_tracing(settings.log_format);
 
     let shutdown = CancellationToken::new();
-    let scheduler = toolsched::build_scheduler(
+    // A bad policy file stops start-up here, naming file, line and reason.
+    let policy = match &settings.policy_file {
+        Some(path) => {
+            let interval = toolsched::policy::reload::POLL_INTERVAL;
+            toolsched::policy::watch_file(path, interval, shutdown.clone())?.0
+        }
+        None => toolsched::policy::PolicyHandle::default(),
+    };
+    let scheduler = toolsched::build_scheduler_with_policy(
         &settings.workspace,
         settings.scheduler.clone(),
+        policy,
         shutdown.clone(),
     )?;
     if let Some(addr) = settings.metrics_listen {

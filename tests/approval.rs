@@ -283,7 +283,7 @@ async fn proceed_always_on_an_edit_switches_the_session_to_auto_edit() {
         states(&events, "w2"),
         ["validating", "scheduled", "executing", "success"]
     );
-    // Shell still asks.
+    // A shell command that writes still asks.
     let events = collect(
         srv.schedule_with(pb::ScheduleCallsRequest {
             interactive: Some(false),
@@ -292,7 +292,7 @@ async fn proceed_always_on_an_edit_switches_the_session_to_auto_edit() {
                 vec![call(
                     "sh",
                     "run_shell_command",
-                    json!({"command": "echo hi"}),
+                    json!({"command": "touch hi"}),
                 )],
             )
         })
@@ -311,7 +311,7 @@ async fn proceed_always_on_shell_is_narrowed_to_its_root_commands() {
             vec![call(
                 "a",
                 "run_shell_command",
-                json!({"command": "echo one | wc -c"}),
+                json!({"command": "mkdir -p d1 && touch d1/f && echo made"}),
             )],
         )
         .await;
@@ -319,7 +319,7 @@ async fn proceed_always_on_shell_is_narrowed_to_its_root_commands() {
     let prompt = await_prompt(&mut stream, &mut seen, "a").await;
     match prompt.details.as_ref() {
         Some(Details::Exec(x)) => {
-            assert_eq!(x.root_commands, ["echo", "wc"]);
+            assert_eq!(x.root_commands, ["mkdir", "touch", "echo"]);
             assert_eq!(x.dir_path, ".");
         }
         other => panic!("{other:?}"),
@@ -330,7 +330,7 @@ async fn proceed_always_on_shell_is_narrowed_to_its_root_commands() {
     seen.extend(collect(stream).await);
     assert_eq!(
         success_output(&seen, "a"),
-        "Command: echo one | wc -c\nDirectory: .\nOutput: 4\n"
+        "Command: mkdir -p d1 && touch d1/f && echo made\nDirectory: .\nOutput: made\n"
     );
     // Same root commands: runs without asking. Another command: asks.
     let events = collect(
@@ -339,11 +339,15 @@ async fn proceed_always_on_shell_is_narrowed_to_its_root_commands() {
             ..request(
                 "s",
                 vec![
-                    call("b", "run_shell_command", json!({"command": "echo two"})),
+                    call(
+                        "b",
+                        "run_shell_command",
+                        json!({"command": "mkdir -p d2 && touch d2/g"}),
+                    ),
                     call(
                         "c",
                         "run_shell_command",
-                        json!({"command": "echo x && touch t"}),
+                        json!({"command": "touch t && cp d1/f t"}),
                     ),
                 ],
             )
@@ -355,6 +359,8 @@ async fn proceed_always_on_shell_is_narrowed_to_its_root_commands() {
         states(&events, "b"),
         ["validating", "scheduled", "executing", "success"]
     );
+    assert!(srv.path("d2/g").exists());
+    // `cp` was never approved: the whole command asks, no segment ran.
     assert_eq!(states(&events, "c"), ["validating", "error"]);
     assert!(!srv.path("t").exists());
 }
@@ -410,7 +416,10 @@ async fn plan_mode_denies_side_effects_and_allows_reads() {
     assert_eq!(success_output(&events, "r"), "a\n");
     let (kind, message) = error_of(&events, "w");
     assert_eq!(kind, pb::ErrorType::PolicyViolation);
-    assert!(message.contains("not allowed in plan mode"), "{message}");
+    assert!(
+        message.contains("only read-only tools run in plan mode"),
+        "{message}"
+    );
 }
 
 #[tokio::test]

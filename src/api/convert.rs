@@ -250,10 +250,12 @@ fn details(d: ConfirmationDetails) -> pb::awaiting_approval::Details {
             command,
             root_commands,
             dir_path,
+            write_targets,
         } => Details::Exec(pb::ExecConfirmation {
             command,
             root_commands,
             dir_path,
+            write_targets,
         }),
         ConfirmationDetails::Mcp {
             server_name,
@@ -283,6 +285,7 @@ fn state(update: StateUpdate) -> pb::tool_call_update::State {
             outcomes,
             deadline,
             reason,
+            policy_rule,
         } => State::AwaitingApproval(pb::AwaitingApproval {
             correlation_id,
             details: Some(details(d)),
@@ -292,6 +295,12 @@ fn state(update: StateUpdate) -> pb::tool_call_update::State {
                 .collect(),
             deadline: deadline.map(timestamp),
             reason,
+            policy_rule: policy_rule.map(|s| pb::PolicyRuleRef {
+                line: s.line.map_or(0, |l| u32::try_from(l).unwrap_or(u32::MAX)),
+                file: s.file,
+                rule: s.rule,
+                segment: s.segment.unwrap_or_default(),
+            }),
         }),
         StateUpdate::Executing(p) => State::Executing(pb::Executing {
             pid: p.pid,

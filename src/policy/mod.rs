@@ -1,30 +1,50 @@
 //! Policy decisions: may a call run, must a person approve it, or is it
-//! denied? Decided from the tool's declaration, what the call would do
-//! ([`Subject`]), the session's approval mode, whether a person can answer,
-//! and the session's "always allow" rules.
+//! denied? Decided from rules in tiers (built-in defaults < the operator's
+//! TOML file < the session's "always allow" answers), the tool's declaration,
+//! what the call would do ([`Subject`]), its arguments, the session's
+//! approval mode and whether a person can answer.
 //!
-//! This is the built-in default policy (DESIGN §5): read-only tools and
-//! `update_topic` run; edits and shell ask; `auto_edit` lets edits run;
-//! `yolo` runs everything; `plan` denies everything that is not read-only.
+//! A shell command is decided per simple command ("segment", found by
+//! [`shell::analyze`] with a real bash parser) and the strictest decision
+//! wins, so an allow rule for `ls` never lets `ls && rm -rf ~` through. Every
+//! decision names the rule that made it and, for the shell, the segment.
+//!
+//! The policy in force can be replaced while sessions run (file change,
+//! SIGHUP): sessions read it through a [`PolicyHandle`] (a `watch` channel),
+//! never through a lock. See [`reload`].
 //!
 //! Not here: asking the person (the scheduler does), running the call.
 
+pub mod defaults;
+pub mod reload;
+pub mod rules;
 pub mod shell;
 
 use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
-use crate::tools::{Declaration, Subject, ToolKind};
+use tokio::sync::watch;
+
+use crate::tools::{Args, Declaration, Subject};
+use rules::{MatchInput, Rule, RuleDecision, Tier};
+use shell::{Segment, ShellAnalysis};
+
+pub use reload::{ReloadStatus, watch_file};
+pub use rules::{PolicyError, load_file, parse_rules};
 
 /// How much runs without asking (Gemini CLI's approval modes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalMode {
-    /// Read-only tools run; edits, shell and MCP tools ask.
+    /// Read-only tools (and known read-only shell commands) run; edits, other
+    /// shell commands and MCP tools ask.
     #[default]
     Default,
     /// Like `Default`, and file edits run without asking.
     AutoEdit,
-    /// Everything runs unless a rule denies it.
+    /// Everything runs unless a rule denies it or it is a dangerous form.
     Yolo,
     /// Only read-only tools; everything else is denied.
     Plan,
@@ -46,23 +66,60 @@ impl std::str::FromStr for ApprovalMode {
     }
 }
 
-/// A policy decision with the reason shown to the client.
+/// Which rule decided, and for a shell command which segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionSource {
+    /// `<built-in>`, `<session>` or the operator policy file's path.
+    pub file: String,
+    /// 1-based line of the rule in `file`, when it has one.
+    pub line: Option<usize>,
+    /// The rule's name, or `#index` (1-based position in its file).
+    pub rule: String,
+    /// The shell segment that caused the decision (its source text).
+    pub segment: Option<String>,
+}
+
+impl fmt::Display for DecisionSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rule = if self.rule.starts_with('#') {
+            self.rule.clone()
+        } else {
+            format!("'{}'", self.rule)
+        };
+        match self.line {
+            Some(line) => write!(f, "rule {rule} ({}:{line})", self.file)?,
+            None => write!(f, "rule {rule} ({})", self.file)?,
+        }
+        if let Some(seg) = &self.segment {
+            write!(f, ", segment `{seg}`")?;
+        }
+        Ok(())
+    }
+}
+
+/// A policy decision with the reason shown to the client. `reason` and
+/// `message` already name the deciding rule and segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
+    /// Run without asking.
     Allow,
     /// Ask a person; the reason says why.
     AskUser {
         reason: String,
+        source: DecisionSource,
     },
     /// Deny; the message says why and what would be allowed.
     Deny {
         message: String,
+        source: DecisionSource,
     },
 }
 
 /// Rules a session gathered from `proceed_always` answers, narrowed as in
 /// Gemini CLI: shell by root command, file tools by exact path, MCP by tool or
-/// server.
+/// server. They only turn an "ask" into an "allow": never a deny, a dangerous
+/// form, a write through a redirection or something the parser could not
+/// resolve.
 #[derive(Debug, Clone, Default)]
 pub struct SessionRules {
     shell_roots: BTreeSet<String>,
@@ -73,11 +130,17 @@ pub struct SessionRules {
 }
 
 /// Root commands never added as a whole by "always allow": allowing them
-/// would allow any script they run.
+/// would allow any script or program they run.
 const NEVER_ALWAYS: &[&str] = &[
-    "bash", "sh", "zsh", "dash", "eval", "exec", "env", "sudo", "xargs", "python", "python3",
-    "node", "perl", "ruby",
+    "bash", "sh", "zsh", "dash", "ksh", "eval", "exec", "env", "sudo", "doas", "xargs", "python",
+    "python3", "node", "perl", "ruby", "php", "deno", "bun", "npx", "source", ".", "command",
+    "builtin", "timeout", "nice", "nohup", "time", "stdbuf",
 ];
+
+/// Whether "always allow" may be recorded for root command `root`.
+pub fn can_always_allow(root: &str) -> bool {
+    !NEVER_ALWAYS.contains(&shell::base_name(root))
+}
 
 /// Which "always" narrowing an approval asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +157,7 @@ impl SessionRules {
         match (subject, scope) {
             (Subject::Shell { root_commands, .. }, _) => {
                 for root in root_commands.iter().flatten() {
-                    if !NEVER_ALWAYS.contains(&root.as_str()) {
+                    if can_always_allow(root) {
                         self.shell_roots.insert(root.clone());
                     }
                 }
@@ -114,14 +177,14 @@ impl SessionRules {
         }
     }
 
-    /// Whether a session rule allows this call.
+    /// Whether a session rule allows shell root command `root`.
+    pub fn allows_root(&self, root: &str) -> bool {
+        self.shell_roots.contains(root)
+    }
+
+    /// Whether a session rule allows this (non-shell) call.
     pub fn allows(&self, tool: &str, subject: &Subject) -> bool {
         match subject {
-            Subject::Shell {
-                root_commands: Some(roots),
-                redirects: false,
-                ..
-            } => !roots.is_empty() && roots.iter().all(|r| self.shell_roots.contains(r)),
             Subject::Shell { .. } => false,
             Subject::File { path } => self.paths.contains(&(tool.to_string(), path.clone())),
             Subject::Mcp { server, tool } => {
@@ -136,44 +199,484 @@ impl SessionRules {
 /// What the policy is asked about.
 #[derive(Debug, Clone, Copy)]
 pub struct PolicyInput<'a> {
+    /// The tool's declaration (name, kind, read-only).
     pub decl: &'a Declaration,
+    /// What the call would do, as its invocation reports it.
     pub subject: &'a Subject,
+    /// The call's (schema-checked) arguments, for `args_pattern`.
+    pub args: &'a Args,
+    /// The session's approval mode.
     pub mode: ApprovalMode,
+    /// Whether a person can answer a prompt (the batch's `interactive`).
+    pub interactive: bool,
+    /// The session's "always allow" rules.
     pub rules: &'a SessionRules,
 }
 
-/// The built-in default policy.
-#[derive(Debug, Clone, Default)]
-pub struct Policy;
+/// How strict a verdict is; the strictest over segments wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Allow,
+    Ask,
+    Deny,
+}
+
+/// One segment's (or the call's) decision before it becomes a [`Decision`].
+struct Verdict {
+    level: Level,
+    source: DecisionSource,
+    /// Why, without the source.
+    why: String,
+}
+
+/// Where a redirection writes, relative to the workspace.
+enum Place {
+    Inside,
+    Outside,
+    Unknown,
+}
+
+const SESSION_FILE: &str = "<session>";
+
+/// A compiled policy: the built-in rules and the operator's, in decision
+/// order. Immutable; replaced as a whole on reload.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Sorted: higher tier first, then higher priority, then file order.
+    rules: Vec<Rule>,
+    /// Where the operator rules came from, for logs.
+    source: Option<PathBuf>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self::builtin()
+    }
+}
 
 impl Policy {
-    /// Decides `input`. Read-only tools always run; in `plan` nothing else
-    /// does; `yolo` runs everything; a session rule allows its narrowed
-    /// calls; `auto_edit` runs edits; everything else asks.
+    /// The built-in default policy alone.
+    pub fn builtin() -> Self {
+        Self::with_rules(Vec::new(), None)
+    }
+
+    /// The built-in rules plus operator `rules` (from `source`).
+    pub fn with_rules(rules: Vec<Rule>, source: Option<PathBuf>) -> Self {
+        let mut all = rules;
+        all.extend(defaults::builtin_rules());
+        // Stable: equal tier and priority keep file order.
+        all.sort_by_key(|r| (std::cmp::Reverse(r.tier), std::cmp::Reverse(r.priority)));
+        Self { rules: all, source }
+    }
+
+    /// The policy of the file at `path` over the built-in rules.
+    pub fn from_file(path: &Path) -> Result<Self, PolicyError> {
+        Ok(Self::with_rules(load_file(path)?, Some(path.to_path_buf())))
+    }
+
+    /// The operator file this policy was loaded from, if any.
+    pub fn source(&self) -> Option<&Path> {
+        self.source.as_deref()
+    }
+
+    /// Number of operator rules.
+    pub fn operator_rules(&self) -> usize {
+        self.rules
+            .iter()
+            .filter(|r| r.tier == Tier::Operator)
+            .count()
+    }
+
+    /// Decides `input` for a workspace rooted at `workspace` (absolute; used
+    /// to place redirection targets; `None` treats absolute targets as
+    /// outside).
+    pub fn decide_in(&self, input: PolicyInput<'_>, workspace: Option<&Path>) -> Decision {
+        let args_text = rules::serialize_args(input.args);
+        let verdict = match input.subject {
+            Subject::Shell {
+                command, dir_path, ..
+            } => {
+                let analysis = shell::analyze(command);
+                self.shell_verdict(&input, &analysis, dir_path, workspace)
+            }
+            _ => self.call_verdict(&input, &args_text),
+        };
+        into_decision(verdict, input.decl)
+    }
+
+    /// Decides `input` without a workspace root.
     pub fn decide(&self, input: PolicyInput<'_>) -> Decision {
-        let decl = input.decl;
-        if decl.read_only {
-            return Decision::Allow;
+        self.decide_in(input, None)
+    }
+
+    fn first_match(&self, m: &MatchInput<'_>) -> &Rule {
+        // The built-in `ask-by-default` rule matches everything, so there is
+        // always a match; the fallback only satisfies the type.
+        self.rules
+            .iter()
+            .find(|r| r.matches(m))
+            .unwrap_or_else(|| &self.rules[self.rules.len() - 1])
+    }
+
+    /// A non-shell call: the first matching rule, then session rules.
+    fn call_verdict(&self, input: &PolicyInput<'_>, args_text: &str) -> Verdict {
+        let rule = self.first_match(&MatchInput {
+            decl: input.decl,
+            subject: input.subject,
+            mode: input.mode,
+            interactive: input.interactive,
+            args: args_text,
+            segment: None,
+            read_only_segment: false,
+        });
+        let mut v = rule_verdict(rule, None);
+        if v.level == Level::Ask && input.rules.allows(&input.decl.name, input.subject) {
+            v = session_verdict(
+                None,
+                "approved with \"always allow\" earlier in this session",
+            );
         }
-        match input.mode {
-            ApprovalMode::Plan => Decision::Deny {
-                message: format!(
-                    "Tool '{}' is not allowed in plan mode: only read-only tools run. Switch the session to another approval mode to make changes.",
-                    decl.name
-                ),
-            },
-            ApprovalMode::Yolo => Decision::Allow,
-            _ if input.rules.allows(&decl.name, input.subject) => Decision::Allow,
-            ApprovalMode::AutoEdit if decl.kind == ToolKind::Edit => Decision::Allow,
-            _ => Decision::AskUser {
-                reason: format!(
-                    "Tool '{}' has side effects ({:?}); the default policy asks in {} mode.",
-                    decl.name,
-                    decl.kind,
-                    mode_name(input.mode)
-                ),
-            },
+        v
+    }
+
+    fn shell_verdict(
+        &self,
+        input: &PolicyInput<'_>,
+        analysis: &ShellAnalysis,
+        dir_path: &str,
+        workspace: Option<&Path>,
+    ) -> Verdict {
+        let mut verdicts = Vec::new();
+        for seg in &analysis.segments {
+            verdicts.push(self.segment_verdict(input, seg, analysis, dir_path, workspace));
         }
+        for u in &analysis.unresolved {
+            // What the parser cannot see: the tool-level rules (no command
+            // prefix can match) may still deny; otherwise it asks.
+            let rule = self.first_match(&MatchInput {
+                decl: input.decl,
+                subject: input.subject,
+                mode: input.mode,
+                interactive: input.interactive,
+                args: &rules::serialize_args(input.args),
+                segment: None,
+                read_only_segment: false,
+            });
+            if rule.decision == RuleDecision::Deny {
+                verdicts.push(rule_verdict(rule, Some(&u.text)));
+            } else {
+                verdicts.push(builtin_verdict(
+                    Level::Ask,
+                    "unresolved-shell",
+                    Some(&u.text),
+                    format!("the command cannot be analysed fully: {}", u.reason),
+                ));
+            }
+        }
+        if verdicts.is_empty() {
+            // Only comments or assignments: decided as the tool itself.
+            return self.call_verdict(input, &rules::serialize_args(input.args));
+        }
+        // The strictest; the first one of that level names the segment.
+        let mut best = verdicts.remove(0);
+        for v in verdicts {
+            if v.level > best.level {
+                best = v;
+            }
+        }
+        best
+    }
+
+    fn segment_verdict(
+        &self,
+        input: &PolicyInput<'_>,
+        seg: &Segment,
+        analysis: &ShellAnalysis,
+        dir_path: &str,
+        workspace: Option<&Path>,
+    ) -> Verdict {
+        // The rule sees this segment as if it were the whole command.
+        // Built without copying the whole script once per segment (a long
+        // script of many segments would cost quadratic time).
+        let mut args: Args = input
+            .args
+            .iter()
+            .filter(|(k, _)| k.as_str() != "command")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        args.insert(
+            "command".into(),
+            serde_json::Value::String(seg.command_line()),
+        );
+        let args_text = rules::serialize_args(&args);
+        let read_only = defaults::is_read_only(seg);
+        let rule = self.first_match(&MatchInput {
+            decl: input.decl,
+            subject: input.subject,
+            mode: input.mode,
+            interactive: input.interactive,
+            args: &args_text,
+            segment: Some(seg),
+            read_only_segment: read_only,
+        });
+        let text = seg.text.as_str();
+        let mut v = rule_verdict(rule, Some(text));
+        let mut session_may_allow = v.level == Level::Ask;
+        let explicit = rule.tier == Tier::Operator
+            && rule.is_specific()
+            && rule.decision == RuleDecision::Allow;
+        if v.level < Level::Deny
+            && !explicit
+            && let Some(form) = defaults::dangerous_form(seg)
+        {
+            v = builtin_verdict(
+                Level::Ask,
+                "dangerous-shell",
+                Some(text),
+                format!(
+                    "`{form}` is a dangerous form: it asks unless an operator rule naming it allows it"
+                ),
+            );
+            session_may_allow = false;
+        }
+        for w in &seg.writes {
+            let shown = w.target.as_deref().unwrap_or(&w.text);
+            match place(
+                w.target.as_deref(),
+                dir_path,
+                workspace,
+                analysis.changes_dir,
+            ) {
+                Place::Outside => {
+                    return builtin_verdict(
+                        Level::Deny,
+                        "write-outside-workspace",
+                        Some(text),
+                        format!("it writes to {shown}, outside the workspace"),
+                    );
+                }
+                Place::Unknown => {
+                    session_may_allow = false;
+                    if v.level < Level::Ask {
+                        v = builtin_verdict(
+                            Level::Ask,
+                            "unresolved-write",
+                            Some(text),
+                            format!(
+                                "it writes to `{}`, whose location cannot be known before it runs",
+                                w.text
+                            ),
+                        );
+                    }
+                }
+                Place::Inside => {
+                    session_may_allow = false;
+                    if v.level == Level::Allow && !rule.allow_redirection {
+                        v = Verdict {
+                            level: Level::Ask,
+                            why: format!(
+                                "it writes to {shown} through a redirection, and the rule that allows it has no allow_redirection"
+                            ),
+                            source: v.source,
+                        };
+                    }
+                }
+            }
+        }
+        if session_may_allow
+            && v.level == Level::Ask
+            && seg.name().is_some_and(|n| input.rules.allows_root(n))
+        {
+            v = session_verdict(
+                Some(text),
+                "its command was approved with \"always allow\" earlier in this session",
+            );
+        }
+        v
+    }
+}
+
+fn rule_verdict(rule: &Rule, segment: Option<&str>) -> Verdict {
+    let source = DecisionSource {
+        file: rule.origin.file.to_string(),
+        line: (rule.origin.line > 0).then_some(rule.origin.line),
+        rule: rule
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("#{}", rule.origin.index)),
+        segment: segment.map(str::to_string),
+    };
+    let (level, why) = match rule.decision {
+        RuleDecision::Allow => (Level::Allow, String::new()),
+        RuleDecision::AskUser => (Level::Ask, "the rule asks for approval".to_string()),
+        RuleDecision::Deny => (
+            Level::Deny,
+            rule.deny_message
+                .clone()
+                .unwrap_or_else(|| "the rule denies it".to_string()),
+        ),
+    };
+    Verdict { level, source, why }
+}
+
+fn builtin_verdict(level: Level, rule: &str, segment: Option<&str>, why: String) -> Verdict {
+    Verdict {
+        level,
+        source: DecisionSource {
+            file: defaults::BUILTIN_FILE.into(),
+            line: None,
+            rule: rule.into(),
+            segment: segment.map(str::to_string),
+        },
+        why,
+    }
+}
+
+fn session_verdict(segment: Option<&str>, why: &str) -> Verdict {
+    Verdict {
+        level: Level::Allow,
+        source: DecisionSource {
+            file: SESSION_FILE.into(),
+            line: None,
+            rule: "always-allow".into(),
+            segment: segment.map(str::to_string),
+        },
+        why: why.into(),
+    }
+}
+
+fn into_decision(v: Verdict, decl: &Declaration) -> Decision {
+    match v.level {
+        Level::Allow => Decision::Allow,
+        Level::Ask => Decision::AskUser {
+            reason: format!(
+                "Approval required for '{}': {} [{}].",
+                decl.name, v.why, v.source
+            ),
+            source: v.source,
+        },
+        Level::Deny => Decision::Deny {
+            message: format!("Tool '{}' denied: {} [{}].", decl.name, v.why, v.source),
+            source: v.source,
+        },
+    }
+}
+
+/// Places a redirection target: `dir_path` is the command's working
+/// directory relative to the workspace root. Lexical only: a symlink inside
+/// the workspace pointing out is the sandbox's to stop.
+fn place(
+    target: Option<&str>,
+    dir_path: &str,
+    workspace: Option<&Path>,
+    changes_dir: bool,
+) -> Place {
+    let Some(t) = target else {
+        return Place::Unknown;
+    };
+    if t.starts_with('~') {
+        return Place::Outside;
+    }
+    if t.contains(['*', '?', '[']) {
+        return Place::Unknown;
+    }
+    let path = Path::new(t);
+    if path.is_absolute() {
+        let Some(root) = workspace else {
+            return Place::Outside;
+        };
+        return match normalize(path) {
+            Some(p) if p.starts_with(root) => Place::Inside,
+            _ => Place::Outside,
+        };
+    }
+    if changes_dir {
+        return Place::Unknown;
+    }
+    // Relative to the workspace root: `..` past it is outside.
+    let mut depth: usize = 0;
+    for c in Path::new(dir_path).join(path).components() {
+        match c {
+            Component::Normal(_) => depth += 1,
+            Component::ParentDir => {
+                if depth == 0 {
+                    return Place::Outside;
+                }
+                depth -= 1;
+            }
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => return Place::Outside,
+        }
+    }
+    Place::Inside
+}
+
+/// `path` with `.` and `..` removed lexically; `None` if `..` climbs past `/`.
+fn normalize(path: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    Some(out)
+}
+
+/// What sessions hold to read the policy in force: a `watch` receiver (no
+/// lock shared with anyone) and the workspace root decisions place
+/// redirection targets in.
+#[derive(Clone)]
+pub struct PolicyHandle {
+    rx: watch::Receiver<Arc<Policy>>,
+    workspace: Option<Arc<Path>>,
+}
+
+impl Default for PolicyHandle {
+    fn default() -> Self {
+        Self::fixed(Policy::builtin())
+    }
+}
+
+impl PolicyHandle {
+    /// A handle to a policy that never changes.
+    pub fn fixed(policy: Policy) -> Self {
+        let (tx, rx) = watch::channel(Arc::new(policy));
+        // The receiver keeps the last value after the sender is gone.
+        drop(tx);
+        Self {
+            rx,
+            workspace: None,
+        }
+    }
+
+    /// A handle following `rx` (see [`reload::watch_file`]).
+    pub fn from_watch(rx: watch::Receiver<Arc<Policy>>) -> Self {
+        Self {
+            rx,
+            workspace: None,
+        }
+    }
+
+    /// The same handle, placing redirection targets in `root` (absolute).
+    pub fn with_workspace(mut self, root: &Path) -> Self {
+        self.workspace = Some(Arc::from(root));
+        self
+    }
+
+    /// The policy in force now.
+    pub fn current(&self) -> Arc<Policy> {
+        self.rx.borrow().clone()
+    }
+
+    /// Decides `input` with the policy in force now.
+    pub fn decide(&self, input: PolicyInput<'_>) -> Decision {
+        self.current().decide_in(input, self.workspace.as_deref())
     }
 }
 

@@ -1,155 +1,1139 @@
 //! Shell command analysis with a real bash parser (tree-sitter-bash), as
-//! codex-rs does: what commands a script runs and whether it redirects to a
-//! file. Text in quotes is data; anything the parser cannot resolve leaves
-//! `root_commands` unset so that policy asks.
+//! codex-rs does: every simple command a script would run, with its words,
+//! the wrappers in front of it and the redirections that apply to it.
+//!
+//! Threat model: an allow rule for `ls` must not let `ls && rm -rf ~` run,
+//! and an allowed `wc` must not write files through `>`. So the analysis
+//! finds every simple command wherever it hides: lists (`&&`, `||`, `;`,
+//! `&`, newlines), pipelines, `$(…)` and backticks (also inside double
+//! quotes and unquoted heredocs), `<(…)`/`>(…)`, subshells, `{ …; }`, loops,
+//! functions, scripts given to `bash -c`/`sh -c`/`eval` (parsed recursively),
+//! and the real command behind wrappers (`env`, `xargs`, `timeout`, `nice`,
+//! `nohup`, `sudo`, `command`, `exec`, `time`). Text inside single quotes (and
+//! quoted heredocs) is data. What the parser cannot resolve (a parse error, a
+//! command name built from an expansion, an unknown wrapper option, a script
+//! from a variable) is reported in [`ShellAnalysis::unresolved`], and policy
+//! asks for it.
+//!
+//! Not here: deciding anything (see `policy`), running the command.
 
 use tree_sitter::{Node, Parser};
 
-/// What a script does, as far as the parser can tell.
+/// Nesting of `bash -c`/`eval` scripts followed before giving up (a script
+/// that nests deeper is unresolved): bounds the work an input can cause.
+pub const MAX_NESTING: usize = 8;
+/// Longest script analysed, in bytes; a longer one is unresolved. Bounds
+/// parse time; the tool's own argument limit is larger than any sane script.
+pub const MAX_SCRIPT_BYTES: usize = 256 * 1024;
+/// Simple commands analysed per script; more are unresolved. Bounds the
+/// policy's work per decision (every segment is matched against every rule).
+pub const MAX_SEGMENTS: usize = 4096;
+
+/// Shells whose `-c` argument is a script to analyse.
+const SHELLS: &[&str] = &[
+    "bash",
+    "sh",
+    "dash",
+    "zsh",
+    "ksh",
+    "mksh",
+    "ash",
+    "busybox-sh",
+];
+
+/// One word of a simple command: its literal value, or `None` when it
+/// contains an expansion (`$x`, `$(…)`, `$'…'`) whose value the parser cannot
+/// know.
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Word {
+    /// The value after quote removal, when it is a literal.
+    pub literal: Option<String>,
+    /// The source text.
+    pub text: String,
+}
+
+/// Where a redirection writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redirect {
+    /// The literal target path, or `None` when it contains an expansion.
+    pub target: Option<String>,
+    /// The redirection's source text, e.g. `>> log.txt`.
+    pub text: String,
+}
+
+/// A simple command the script runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// Source text of the command as written (for `bash -c 'a; b'` the text
+    /// of `a` inside the script).
+    pub text: String,
+    /// Words of the real command, wrappers stripped: `sudo -u x rm -rf a` →
+    /// `rm -rf a`.
+    pub words: Vec<Word>,
+    /// Wrappers stripped in front of it, outermost first (`sudo`, `bash -c`).
+    pub wrappers: Vec<String>,
+    /// Names of variables assigned for this command (`FOO=1 cmd`, `env FOO=1
+    /// cmd`): they can change what a command does (`PATH`, `GIT_PAGER`).
+    pub assignments: Vec<String>,
+    /// Redirections to files that apply to it (its own and those of
+    /// enclosing `{ …; } > f`, subshells, loops). Duplications (`2>&1`) and
+    /// `/dev/null`-like targets are left out.
+    pub writes: Vec<Redirect>,
+}
+
+impl Segment {
+    /// The command name, when it is a literal.
+    pub fn name(&self) -> Option<&str> {
+        self.words.first().and_then(|w| w.literal.as_deref())
+    }
+
+    /// The command name without its directory (`/usr/bin/curl` → `curl`),
+    /// when it is a literal.
+    pub fn base_name(&self) -> Option<&str> {
+        self.name().map(base_name)
+    }
+
+    /// Literal words (`None` for dynamic ones).
+    pub fn argv(&self) -> Vec<Option<&str>> {
+        self.words.iter().map(|w| w.literal.as_deref()).collect()
+    }
+
+    /// The command line rules match against: the words after wrappers,
+    /// literal values where known and the source text otherwise, joined by
+    /// single spaces.
+    pub fn command_line(&self) -> String {
+        self.words
+            .iter()
+            .map(|w| w.literal.as_deref().unwrap_or(&w.text))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Whether every word is a literal.
+    pub fn is_literal(&self) -> bool {
+        self.words.iter().all(|w| w.literal.is_some())
+    }
+}
+
+/// Something the parser could not resolve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unresolved {
+    /// The source text concerned (the whole script for a parse error).
+    pub text: String,
+    /// Why, in words for the approval prompt.
+    pub reason: String,
+}
+
+/// What a script does, as far as the parser can tell.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ShellAnalysis {
-    /// Names of every simple command, in order of appearance, deduplicated
-    /// (`git`, `rm`, …); `None` when the script has a parse error or a command
-    /// whose name is not a literal word (`$cmd args`).
-    pub root_commands: Option<Vec<String>>,
-    /// The script redirects output to a file (`>`, `>>`, `&>`, …), which is a
-    /// write. Redirection to `/dev/null` is not counted.
-    pub redirects: bool,
+    /// Every simple command, in source order.
+    pub segments: Vec<Segment>,
+    /// What could not be resolved; empty when the analysis is complete.
+    pub unresolved: Vec<Unresolved>,
+    /// The script changes directory (`cd`, `pushd`, `popd`), so relative
+    /// write targets cannot be placed.
+    pub changes_dir: bool,
+}
+
+impl ShellAnalysis {
+    /// The analysis is complete: nothing unresolved.
+    pub fn is_complete(&self) -> bool {
+        self.unresolved.is_empty()
+    }
+
+    /// Command names of every segment, deduplicated in order of appearance;
+    /// `None` when the analysis is incomplete.
+    pub fn root_commands(&self) -> Option<Vec<String>> {
+        if !self.is_complete() {
+            return None;
+        }
+        let mut names: Vec<String> = Vec::new();
+        for seg in &self.segments {
+            if let Some(name) = seg.name()
+                && !names.iter().any(|n| n == name)
+            {
+                names.push(name.to_string());
+            }
+        }
+        Some(names)
+    }
+
+    /// Every write target (source text of the target), deduplicated.
+    pub fn write_targets(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for seg in &self.segments {
+            for w in &seg.writes {
+                let t = w.target.clone().unwrap_or_else(|| w.text.clone());
+                if !out.contains(&t) {
+                    out.push(t);
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether the script writes to any file.
+    pub fn redirects(&self) -> bool {
+        self.segments.iter().any(|s| !s.writes.is_empty())
+    }
 }
 
 /// Analyses `script`.
 pub fn analyze(script: &str) -> ShellAnalysis {
+    let mut out = ShellAnalysis::default();
+    analyze_into(script, 0, &[], &[], &mut out);
+    out
+}
+
+/// Analyses `script` at nesting `depth`; its segments get `wrappers` and
+/// `writes` of the command that ran it.
+fn analyze_into(
+    script: &str,
+    depth: usize,
+    wrappers: &[String],
+    writes: &[Redirect],
+    out: &mut ShellAnalysis,
+) {
+    if depth > MAX_NESTING {
+        out.unresolved.push(Unresolved {
+            text: script.to_string(),
+            reason: format!("scripts nested more than {MAX_NESTING} levels deep"),
+        });
+        return;
+    }
+    if script.len() > MAX_SCRIPT_BYTES {
+        out.unresolved.push(Unresolved {
+            text: truncate(script),
+            reason: format!("script longer than {MAX_SCRIPT_BYTES} bytes"),
+        });
+        return;
+    }
     let mut parser = Parser::new();
     if parser
         .set_language(&tree_sitter_bash::LANGUAGE.into())
         .is_err()
     {
-        return unresolved();
+        out.unresolved.push(Unresolved {
+            text: truncate(script),
+            reason: "the bash grammar could not be loaded".into(),
+        });
+        return;
     }
     let Some(tree) = parser.parse(script, None) else {
-        return unresolved();
+        out.unresolved.push(Unresolved {
+            text: truncate(script),
+            reason: "the bash parser gave up".into(),
+        });
+        return;
     };
     let root = tree.root_node();
     if root.has_error() {
-        return ShellAnalysis {
-            root_commands: None,
-            redirects: true,
-        };
+        out.unresolved.push(Unresolved {
+            text: truncate(script),
+            reason: "the script does not parse as bash".into(),
+        });
     }
     let mut walk = Walk {
-        src: script.as_bytes(),
-        names: Vec::new(),
-        resolved: true,
-        redirects: false,
+        src: script,
+        depth,
+        wrappers,
+        out,
     };
-    walk.visit(root);
-    ShellAnalysis {
-        root_commands: walk.resolved.then_some(walk.names),
-        redirects: walk.redirects,
+    walk.visit(root, writes);
+}
+
+fn truncate(s: &str) -> String {
+    const SHOWN: usize = 200;
+    if s.len() <= SHOWN {
+        return s.to_string();
     }
-}
-
-fn unresolved() -> ShellAnalysis {
-    ShellAnalysis {
-        root_commands: None,
-        redirects: true,
+    let mut end = SHOWN;
+    while !s.is_char_boundary(end) {
+        end -= 1;
     }
+    format!("{}…", &s[..end])
 }
 
-struct Walk<'a> {
-    src: &'a [u8],
-    names: Vec<String>,
-    resolved: bool,
-    redirects: bool,
+struct Walk<'a, 'o> {
+    src: &'a str,
+    depth: usize,
+    wrappers: &'a [String],
+    out: &'o mut ShellAnalysis,
 }
 
-impl Walk<'_> {
-    fn visit(&mut self, node: Node<'_>) {
+impl Walk<'_, '_> {
+    fn text(&self, node: Node<'_>) -> String {
+        self.src[node.byte_range()].to_string()
+    }
+
+    /// Visits `node` with the file writes of enclosing statements.
+    fn visit(&mut self, node: Node<'_>, writes: &[Redirect]) {
         match node.kind() {
-            "command" => {
-                if let Some(name) = node.child_by_field_name("name") {
-                    self.command_name(name);
-                }
-            }
-            "file_redirect" => {
+            "redirected_statement" => {
+                let mut inner = writes.to_vec();
                 let mut cursor = node.walk();
-                let op = node
-                    .children(&mut cursor)
-                    .find(|c| !c.is_named())
-                    .map(|c| c.kind())
-                    .unwrap_or("");
-                let target = node
-                    .child_by_field_name("destination")
-                    .and_then(|d| d.utf8_text(self.src).ok())
-                    .unwrap_or("");
-                let is_input = matches!(op, "<" | "<&" | "<<<" | "<&-");
-                // `2>&1`, `>&-`: duplicating or closing a descriptor writes no file.
-                let fd_dup = matches!(op, ">&" | "<&" | ">&-")
-                    && (target.is_empty()
-                        || target == "-"
-                        || target.bytes().all(|b| b.is_ascii_digit()));
-                if !is_input && !fd_dup && target != "/dev/null" {
-                    self.redirects = true;
+                let redirects: Vec<Node<'_>> = node
+                    .children_by_field_name("redirect", &mut cursor)
+                    .collect();
+                for r in &redirects {
+                    self.redirect(*r, &mut inner);
+                    self.visit_children(*r, writes);
+                }
+                if let Some(body) = node.child_by_field_name("body") {
+                    self.redirected_body(body, writes, &inner);
                 }
             }
-            _ => {}
-        }
-        let mut cursor = node.walk();
-        for child in node.children(&mut cursor) {
-            self.visit(child);
+            "command" => self.command(node, writes),
+            "declaration_command" | "unset_command" => {
+                // `export PATH=…`, `declare -x …`: its words are its keyword
+                // and arguments; substitutions inside are visited.
+                let words = self.words_of(node);
+                self.push_segment(node, words, Vec::new(), Vec::new(), writes);
+                self.visit_children(node, writes);
+            }
+            "test_command" => {
+                let words = vec![Word {
+                    literal: Some("[[".into()),
+                    text: "[[".into(),
+                }];
+                self.push_segment(node, words, Vec::new(), Vec::new(), writes);
+                self.visit_children(node, writes);
+            }
+            // Literal data: nothing runs inside.
+            "raw_string" | "heredoc_content" | "comment" => {}
+            _ => self.visit_children(node, writes),
         }
     }
 
-    fn command_name(&mut self, name: Node<'_>) {
-        // A literal word only: `$x`, `$(…)` or a quoted name with expansions
-        // could be anything.
-        let literal = name.kind() == "command_name"
-            && name.named_child_count() <= 1
-            && name
-                .named_child(0)
-                .is_none_or(|w| matches!(w.kind(), "word" | "raw_string"));
-        match name.utf8_text(self.src) {
-            Ok(text) if literal => {
-                let text = text.trim_matches(|c| c == '\'' || c == '"').to_string();
-                if !self.names.contains(&text) {
-                    self.names.push(text);
-                }
+    /// tree-sitter-bash hangs `a && b > f` and `a | b > f` as a redirect of
+    /// the whole list or pipeline; bash applies it to the last command only.
+    fn redirected_body(&mut self, body: Node<'_>, outer: &[Redirect], inner: &[Redirect]) {
+        if !matches!(body.kind(), "list" | "pipeline") {
+            self.visit(body, inner);
+            return;
+        }
+        let mut cursor = body.walk();
+        let children: Vec<Node<'_>> = body.children(&mut cursor).collect();
+        let last = children
+            .iter()
+            .rposition(|c| c.is_named() && c.kind() != "comment");
+        for (i, child) in children.into_iter().enumerate() {
+            if Some(i) == last {
+                self.redirected_body(child, outer, inner);
+            } else {
+                self.visit(child, outer);
             }
-            _ => self.resolved = false,
         }
     }
+
+    fn visit_children(&mut self, node: Node<'_>, writes: &[Redirect]) {
+        let mut cursor = node.walk();
+        let children: Vec<Node<'_>> = node.children(&mut cursor).collect();
+        for child in children {
+            self.visit(child, writes);
+        }
+    }
+
+    /// Records a file write of redirection node `r` into `writes`.
+    fn redirect(&mut self, r: Node<'_>, writes: &mut Vec<Redirect>) {
+        if r.kind() != "file_redirect" {
+            return; // heredoc / herestring: input
+        }
+        let mut op = None;
+        let mut cursor = r.walk();
+        for child in r.children(&mut cursor) {
+            if !child.is_named() {
+                op = Some(child.kind());
+            }
+        }
+        let dest = r.child_by_field_name("destination");
+        let is_write = match op {
+            Some(">" | ">>" | "&>" | "&>>" | ">|" | "<>") => true,
+            // `>&2`, `>&-` duplicate a descriptor; `>& file` writes it.
+            Some(">&") => dest.is_some_and(|d| {
+                let t = self.text(d);
+                !(d.kind() == "number" || t == "-" || t.chars().all(|c| c.is_ascii_digit()))
+            }),
+            _ => false,
+        };
+        if !is_write {
+            return;
+        }
+        let target = dest.and_then(|d| literal(d, self.src));
+        if let Some(t) = &target
+            && is_harmless_target(t)
+        {
+            return;
+        }
+        writes.push(Redirect {
+            target,
+            text: self.text(r),
+        });
+    }
+
+    fn words_of(&self, node: Node<'_>) -> Vec<Word> {
+        let mut words = Vec::new();
+        let mut cursor = node.walk();
+        for child in node.named_children(&mut cursor) {
+            if matches!(
+                child.kind(),
+                "file_redirect" | "herestring_redirect" | "comment"
+            ) {
+                continue;
+            }
+            words.push(Word {
+                literal: literal(child, self.src),
+                text: self.text(child),
+            });
+        }
+        // The keyword itself (`export`) is an anonymous child.
+        if let Some(first) = node.child(0)
+            && !first.is_named()
+        {
+            words.insert(
+                0,
+                Word {
+                    literal: Some(first.kind().to_string()),
+                    text: first.kind().to_string(),
+                },
+            );
+        }
+        words
+    }
+
+    fn command(&mut self, node: Node<'_>, writes: &[Redirect]) {
+        let mut own_writes = writes.to_vec();
+        let mut assignments = Vec::new();
+        let mut words = Vec::new();
+        let mut cursor = node.walk();
+        let children: Vec<Node<'_>> = node.named_children(&mut cursor).collect();
+        for child in &children {
+            match child.kind() {
+                "file_redirect" | "herestring_redirect" | "heredoc_redirect" => {
+                    self.redirect(*child, &mut own_writes);
+                }
+                "variable_assignment" => {
+                    if let Some(name) = child.child_by_field_name("name") {
+                        assignments.push(self.text(name));
+                    }
+                }
+                "comment" => {}
+                _ => words.push(Word {
+                    literal: literal(*child, self.src),
+                    text: self.text(*child),
+                }),
+            }
+        }
+        // Substitutions anywhere in the command run too.
+        for child in &children {
+            self.visit(*child, writes);
+        }
+        if words.is_empty() {
+            return; // `FOO=1` alone, or only redirections
+        }
+        let (words, mut wrappers, more_assignments) = match strip_wrappers(words) {
+            Ok(stripped) => stripped,
+            Err(reason) => {
+                self.out.unresolved.push(Unresolved {
+                    text: self.text(node),
+                    reason,
+                });
+                return;
+            }
+        };
+        assignments.extend(more_assignments);
+        let Some(first) = words.first() else {
+            return; // a bare wrapper such as `nohup` with nothing after it
+        };
+        let Some(name) = first.literal.clone() else {
+            self.out.unresolved.push(Unresolved {
+                text: self.text(node),
+                reason: format!("the command name `{}` is computed at run time", first.text),
+            });
+            return;
+        };
+        // `cur? x` or `/usr/bin/c*l` is whatever the glob finds.
+        if !matches!(name.as_str(), "[" | "[[") && name.contains(['*', '?', '[', '{']) {
+            self.out.unresolved.push(Unresolved {
+                text: self.text(node),
+                reason: format!("the command name `{name}` is a pattern expanded at run time"),
+            });
+            return;
+        }
+        if matches!(name.as_str(), "cd" | "pushd" | "popd") {
+            self.out.changes_dir = true;
+        }
+        // A script passed to a shell or eval: analyse it in place of the
+        // command that runs it.
+        match nested_script(&name, &words) {
+            Nested::None => {}
+            Nested::Script(script, how) => {
+                let mut all = self.wrappers.to_vec();
+                all.append(&mut wrappers);
+                all.push(how);
+                let depth = self.depth + 1;
+                analyze_into(&script, depth, &all, &own_writes, self.out);
+                return;
+            }
+            Nested::Opaque(reason) => {
+                self.out.unresolved.push(Unresolved {
+                    text: self.text(node),
+                    reason,
+                });
+                return;
+            }
+        }
+        self.push_segment(node, words, wrappers, assignments, &own_writes);
+    }
+
+    fn push_segment(
+        &mut self,
+        node: Node<'_>,
+        words: Vec<Word>,
+        wrappers: Vec<String>,
+        assignments: Vec<String>,
+        writes: &[Redirect],
+    ) {
+        if self.out.segments.len() >= MAX_SEGMENTS {
+            if !self
+                .out
+                .unresolved
+                .iter()
+                .any(|u| u.reason.contains("simple commands"))
+            {
+                self.out.unresolved.push(Unresolved {
+                    text: truncate(self.src),
+                    reason: format!("more than {MAX_SEGMENTS} simple commands"),
+                });
+            }
+            return;
+        }
+        let mut all = self.wrappers.to_vec();
+        all.extend(wrappers);
+        self.out.segments.push(Segment {
+            text: self.text(node),
+            words,
+            wrappers: all,
+            assignments,
+            writes: writes.to_vec(),
+        });
+    }
+}
+
+/// `name` without its directory: `/usr/bin/curl` → `curl`.
+pub fn base_name(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
+/// Targets that are not files in any sense that matters.
+fn is_harmless_target(t: &str) -> bool {
+    matches!(t, "/dev/null" | "/dev/stdout" | "/dev/stderr" | "/dev/tty")
+        || t.strip_prefix("/dev/fd/")
+            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// The literal value of a word node after quote removal, or `None` when it
+/// contains an expansion.
+fn literal(node: Node<'_>, src: &str) -> Option<String> {
+    let text = &src[node.byte_range()];
+    match node.kind() {
+        "word" | "command_name" if node.named_child_count() == 0 => Some(unescape_word(text)),
+        "command_name" => node.named_child(0).and_then(|c| literal(c, src)),
+        "number" => Some(text.to_string()),
+        "raw_string" => Some(
+            text.trim_start_matches('\'')
+                .trim_end_matches('\'')
+                .to_string(),
+        ),
+        "string" => {
+            let mut value = String::new();
+            let mut cursor = node.walk();
+            for child in node.named_children(&mut cursor) {
+                match child.kind() {
+                    "string_content" => value.push_str(&unescape_dquoted(&src[child.byte_range()])),
+                    _ => return None,
+                }
+            }
+            Some(value)
+        }
+        "concatenation" => {
+            let mut value = String::new();
+            let mut cursor = node.walk();
+            for child in node.children(&mut cursor) {
+                value.push_str(&literal(child, src)?);
+            }
+            Some(value)
+        }
+        _ => None,
+    }
+}
+
+/// An unquoted word's value: a backslash quotes the next character.
+fn unescape_word(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.next() {
+                Some('\n') | None => {}
+                Some(n) => out.push(n),
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Inside double quotes a backslash only quotes `$`, `` ` ``, `"`, `\` and
+/// newline.
+fn unescape_dquoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.peek() {
+                Some('$' | '`' | '"' | '\\') => {
+                    if let Some(n) = chars.next() {
+                        out.push(n);
+                    }
+                }
+                Some('\n') => {
+                    chars.next();
+                }
+                _ => out.push(c),
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Option syntax of one wrapper: options that take a separate value, and
+/// whether leading `NAME=value` words are assignments.
+struct WrapperSpec {
+    name: &'static str,
+    /// Options (exact words) followed by a value word.
+    with_value: &'static [&'static str],
+    /// Options (exact words, or short flags) that take no value.
+    flags: &'static [&'static str],
+    /// Positional words consumed before the command (`timeout DURATION`).
+    positional: usize,
+    /// `NAME=value` words before the command are assignments (`env`).
+    assignments: bool,
+    /// Options that mean the wrapper does not run the command at all
+    /// (`command -v x` only looks it up).
+    lookup_only: &'static [&'static str],
+}
+
+const WRAPPERS: &[WrapperSpec] = &[
+    WrapperSpec {
+        name: "env",
+        with_value: &["-u", "--unset", "-C", "--chdir"],
+        flags: &["-i", "--ignore-environment", "-0", "--null", "-"],
+        positional: 0,
+        assignments: true,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "timeout",
+        with_value: &["-s", "--signal", "-k", "--kill-after"],
+        flags: &["--preserve-status", "--foreground", "-v", "--verbose"],
+        positional: 1,
+        assignments: false,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "nice",
+        with_value: &["-n", "--adjustment"],
+        flags: &[],
+        positional: 0,
+        assignments: false,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "nohup",
+        with_value: &[],
+        flags: &[],
+        positional: 0,
+        assignments: false,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "sudo",
+        with_value: &[
+            "-u",
+            "--user",
+            "-g",
+            "--group",
+            "-C",
+            "--close-from",
+            "-D",
+            "--chdir",
+            "-h",
+            "--host",
+            "-p",
+            "--prompt",
+            "-r",
+            "--role",
+            "-t",
+            "--type",
+            "-T",
+            "--command-timeout",
+            "-U",
+            "--other-user",
+        ],
+        flags: &[
+            "-A",
+            "-b",
+            "-E",
+            "-H",
+            "-i",
+            "-k",
+            "-K",
+            "-n",
+            "-P",
+            "-S",
+            "-s",
+            "--",
+            "--askpass",
+            "--background",
+            "--preserve-env",
+            "--set-home",
+            "--login",
+            "--non-interactive",
+            "--stdin",
+            "--shell",
+            "--reset-timestamp",
+        ],
+        positional: 0,
+        assignments: true,
+        lookup_only: &["-l", "--list", "-v", "--validate", "-V", "--version"],
+    },
+    WrapperSpec {
+        name: "doas",
+        with_value: &["-u", "-C"],
+        flags: &["-n", "-s"],
+        positional: 0,
+        assignments: false,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "command",
+        with_value: &[],
+        flags: &["-p", "--"],
+        positional: 0,
+        assignments: false,
+        lookup_only: &["-v", "-V"],
+    },
+    WrapperSpec {
+        name: "builtin",
+        with_value: &[],
+        flags: &[],
+        positional: 0,
+        assignments: false,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "exec",
+        with_value: &["-a"],
+        flags: &["-c", "-l", "-cl", "-lc"],
+        positional: 0,
+        assignments: false,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "time",
+        with_value: &[],
+        flags: &["-p"],
+        positional: 0,
+        assignments: false,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "xargs",
+        with_value: &[
+            "-I",
+            "-L",
+            "-n",
+            "-P",
+            "-d",
+            "-E",
+            "-s",
+            "-a",
+            "--arg-file",
+            "--delimiter",
+            "--max-args",
+            "--max-procs",
+            "--max-chars",
+            "--max-lines",
+            "--replace",
+            "--eof",
+            "--process-slot-var",
+        ],
+        flags: &[
+            "-0",
+            "--null",
+            "-r",
+            "--no-run-if-empty",
+            "-t",
+            "--verbose",
+            "-p",
+            "--interactive",
+            "-x",
+            "--exit",
+            "-o",
+            "--open-tty",
+            "-i",
+            "-e",
+            "-l",
+        ],
+        positional: 0,
+        assignments: false,
+        lookup_only: &["--help", "--version"],
+    },
+    WrapperSpec {
+        name: "stdbuf",
+        with_value: &["-i", "-o", "-e"],
+        flags: &[],
+        positional: 0,
+        assignments: false,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "coproc",
+        with_value: &[],
+        flags: &[],
+        positional: 0,
+        assignments: false,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "setsid",
+        with_value: &[],
+        flags: &["-f", "--fork", "-w", "--wait", "-c", "--ctty"],
+        positional: 0,
+        assignments: false,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "chroot",
+        with_value: &["--userspec", "--groups"],
+        flags: &["--skip-chdir"],
+        positional: 1,
+        assignments: false,
+        lookup_only: &[],
+    },
+    WrapperSpec {
+        name: "ionice",
+        with_value: &["-c", "--class", "-n", "--classdata"],
+        flags: &["-t", "--ignore"],
+        positional: 0,
+        assignments: false,
+        lookup_only: &["-p", "--pid", "-P", "--pgid", "-u", "--uid"],
+    },
+    WrapperSpec {
+        name: "taskset",
+        with_value: &[],
+        flags: &["-a", "--all-tasks", "-c", "--cpu-list"],
+        positional: 1,
+        assignments: false,
+        lookup_only: &["-p", "--pid"],
+    },
+];
+
+/// Commands whose argument is a script for a shell: `(name, option before
+/// the script or "" for the first non-option argument, join the rest)`.
+const SCRIPT_TAKERS: &[(&str, &str, bool)] = &[
+    ("trap", "", false),
+    ("watch", "", true),
+    ("su", "-c", false),
+    ("runuser", "-c", false),
+    ("flock", "-c", false),
+];
+
+/// Stripped words, the wrappers removed and assignments they made.
+type Stripped = (Vec<Word>, Vec<String>, Vec<String>);
+
+/// Removes wrappers in front of the real command, repeatedly (`sudo env
+/// FOO=1 nice rm` → `rm`). An option the wrapper spec does not know is an
+/// error: guessing whether it takes a value could pick the wrong word as the
+/// command.
+fn strip_wrappers(mut words: Vec<Word>) -> Result<Stripped, String> {
+    let mut wrappers = Vec::new();
+    let mut assignments = Vec::new();
+    loop {
+        let Some(name) = words.first().and_then(|w| w.literal.clone()) else {
+            return Ok((words, wrappers, assignments));
+        };
+        // `/usr/bin/env curl` is `env curl`.
+        let Some(spec) = WRAPPERS.iter().find(|s| s.name == base_name(&name)) else {
+            return Ok((words, wrappers, assignments));
+        };
+        let mut i = 1;
+        let mut positional = spec.positional;
+        while i < words.len() {
+            let Some(w) = words[i].literal.as_deref() else {
+                return Err(format!(
+                    "an argument of `{name}` is computed at run time, so the command it runs is unknown"
+                ));
+            };
+            if spec.lookup_only.contains(&w) {
+                // `command -v ls`: a lookup, nothing runs. Keep it as the
+                // wrapper itself so that rules see `command -v …`.
+                return Ok((words, wrappers, assignments));
+            }
+            if w == "--" {
+                i += 1;
+                break;
+            }
+            if w.starts_with('-') && w.len() > 1 {
+                if spec.with_value.contains(&w) {
+                    i += 2;
+                } else if spec.flags.contains(&w)
+                    || spec.with_value.iter().any(|o| {
+                        o.starts_with("--") && w.starts_with(&format!("{o}="))
+                            || (!o.starts_with("--") && w.starts_with(o) && w.len() > o.len())
+                    })
+                    || (name == "nice" && w[1..].chars().all(|c| c.is_ascii_digit()))
+                {
+                    i += 1;
+                } else {
+                    return Err(format!(
+                        "`{name}` option `{w}` is not known to the analyser, so the command it runs is unclear"
+                    ));
+                }
+                continue;
+            }
+            if spec.assignments && w.contains('=') && !w.starts_with('=') {
+                if let Some((var, _)) = w.split_once('=') {
+                    assignments.push(var.to_string());
+                }
+                i += 1;
+                continue;
+            }
+            if positional > 0 {
+                positional -= 1;
+                i += 1;
+                continue;
+            }
+            break;
+        }
+        if i >= words.len() {
+            // A wrapper with no command (`env` prints the environment,
+            // `xargs` runs `echo`): the wrapper is the command.
+            return Ok((words, wrappers, assignments));
+        }
+        wrappers.push(name);
+        words.drain(..i);
+    }
+}
+
+/// The script argument of a [`SCRIPT_TAKERS`] command. `trap 'cmd' EXIT`,
+/// `watch -n 1 cmd args`, `su -c 'cmd' user`, `flock -c 'cmd' file`.
+fn script_argument(base: &str, option: &str, join: bool, words: &[Word]) -> Nested {
+    let mut literals = Vec::with_capacity(words.len());
+    for w in &words[1..] {
+        match &w.literal {
+            Some(l) => literals.push(l.as_str()),
+            None => {
+                return Nested::Opaque(format!("`{base}` with arguments computed at run time"));
+            }
+        }
+    }
+    let script = if option.is_empty() {
+        // Options (`watch -n 1`, `trap -p`) until the first other word.
+        let mut i = 0;
+        while i < literals.len() && literals[i].starts_with('-') {
+            i += if matches!(literals[i], "-n" | "--interval" | "-d") {
+                2
+            } else {
+                1
+            };
+        }
+        match literals.get(i..) {
+            Some(rest) if !rest.is_empty() && join => rest.join(" "),
+            Some(rest) if !rest.is_empty() => rest[0].to_string(),
+            // `trap -p`, `trap` alone: lists traps.
+            _ => return Nested::None,
+        }
+    } else {
+        match literals.iter().position(|w| *w == option) {
+            Some(i) => match literals.get(i + 1) {
+                Some(s) => s.to_string(),
+                None => return Nested::Opaque(format!("`{base} {option}` without a script")),
+            },
+            // `su user`, `flock file cmd`: an interactive shell or a command
+            // the analyser does not follow.
+            None => {
+                return Nested::Opaque(format!("`{base}` runs a command the analyser cannot see"));
+            }
+        }
+    };
+    Nested::Script(script, base.to_string())
+}
+
+enum Nested {
+    None,
+    /// The script to analyse and how it was run (`bash -c`).
+    Script(String, String),
+    /// A script the parser cannot see.
+    Opaque(String),
+}
+
+/// The script a shell or `eval` runs.
+fn nested_script(name: &str, words: &[Word]) -> Nested {
+    if name == "eval" {
+        let mut parts = Vec::new();
+        for w in &words[1..] {
+            match &w.literal {
+                Some(l) => parts.push(l.clone()),
+                None => {
+                    return Nested::Opaque("`eval` of text computed at run time".to_string());
+                }
+            }
+        }
+        return Nested::Script(parts.join(" "), "eval".into());
+    }
+    let base = base_name(name);
+    if let Some((_, option, join)) = SCRIPT_TAKERS.iter().find(|(n, _, _)| *n == base) {
+        return script_argument(base, option, *join, words);
+    }
+    if !SHELLS.contains(&base) {
+        return Nested::None;
+    }
+    let mut i = 1;
+    let mut has_c = false;
+    while i < words.len() {
+        let Some(w) = words[i].literal.as_deref() else {
+            return Nested::Opaque(format!("`{base}` with arguments computed at run time"));
+        };
+        if w == "--" {
+            i += 1;
+            break;
+        }
+        if w.starts_with('-') || w.starts_with('+') {
+            if w.starts_with('-') && !w.starts_with("--") && w.contains('c') {
+                has_c = true;
+            }
+            // `-o option` / `+O shopt` take a value.
+            if matches!(w, "-o" | "+o" | "-O" | "+O" | "--rcfile" | "--init-file") {
+                i += 1;
+            }
+            i += 1;
+            continue;
+        }
+        break;
+    }
+    if has_c {
+        return match words.get(i) {
+            Some(Word {
+                literal: Some(script),
+                ..
+            }) => Nested::Script(script.clone(), format!("{base} -c")),
+            Some(_) => Nested::Opaque(format!("`{base} -c` of a script computed at run time")),
+            None => Nested::Opaque(format!("`{base} -c` without a script")),
+        };
+    }
+    Nested::Opaque(format!(
+        "`{base}` runs a script (a file or standard input) the analyser cannot see"
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn names(script: &str) -> Vec<String> {
+        analyze(script)
+            .segments
+            .iter()
+            .map(|s| s.command_line())
+            .collect()
+    }
+
     #[test]
     fn compound_commands_and_substitutions() {
         let a = analyze("ls -la && echo \"$(whoami)\" | wc -l; git status");
+        assert!(a.is_complete(), "{a:?}");
         assert_eq!(
-            a.root_commands,
+            a.root_commands(),
             Some(vec![
                 "ls".into(),
-                "echo".into(),
                 "whoami".into(),
+                "echo".into(),
                 "wc".into(),
                 "git".into()
             ])
         );
-        assert!(!a.redirects);
+        assert!(!a.redirects());
     }
 
     #[test]
-    fn redirection_is_a_write_but_dev_null_is_not() {
-        assert!(analyze("wc -l > out.txt").redirects);
-        assert!(!analyze("ls 2>/dev/null").redirects);
-        assert!(!analyze("ls 2>&1").redirects);
+    fn redirection_is_a_write_but_dev_null_and_dups_are_not() {
+        assert_eq!(analyze("wc -l > out.txt").write_targets(), ["out.txt"]);
+        assert!(!analyze("ls 2>/dev/null").redirects());
+        assert!(!analyze("ls 2>&1 >&2").redirects());
+        assert_eq!(analyze("{ ls; rm x; } >> log").segments[1].writes.len(), 1);
+        assert_eq!(analyze(">f echo a").write_targets(), ["f"]);
+        let a = analyze("ls && wc | tee x > f");
+        let writes: Vec<usize> = a.segments.iter().map(|s| s.writes.len()).collect();
+        assert_eq!(writes, [0, 0, 1]);
+        assert_eq!(analyze("echo a &> 'b c'").write_targets(), ["b c"]);
     }
 
     #[test]
-    fn dynamic_command_name_is_unresolved() {
-        assert_eq!(analyze("$cmd arg").root_commands, None);
-        assert_eq!(analyze("echo 'unterminated").root_commands, None);
+    fn too_many_segments_are_unresolved() {
+        let script = "true;".repeat(MAX_SEGMENTS + 10);
+        let a = analyze(&script);
+        assert_eq!(a.segments.len(), MAX_SEGMENTS);
+        assert_eq!(a.unresolved.len(), 1);
+        assert_eq!(
+            a.unresolved[0].reason,
+            format!("more than {MAX_SEGMENTS} simple commands")
+        );
+    }
+
+    #[test]
+    fn dynamic_command_name_and_parse_errors_are_unresolved() {
+        assert_eq!(analyze("$cmd arg").root_commands(), None);
+        assert_eq!(analyze("echo 'unterminated").root_commands(), None);
+        assert!(!analyze("bash script.sh").is_complete());
+        assert!(!analyze("sudo --weird rm x").is_complete());
+    }
+
+    #[test]
+    fn wrappers_and_nested_scripts_resolve_to_the_real_command() {
+        assert_eq!(
+            names("sudo -u bob env A=1 nice -n 5 rm -rf x"),
+            ["rm -rf x"]
+        );
+        assert_eq!(names("timeout -s KILL 5 git push"), ["git push"]);
+        assert_eq!(names("bash -c 'ls && rm x'"), ["ls", "rm x"]);
+        assert_eq!(names("sh -c \"echo hi; touch y\""), ["echo hi", "touch y"]);
+        assert_eq!(names("eval 'rm' '-rf' a"), ["rm -rf a"]);
+        assert_eq!(names("find . | xargs -0 rm"), ["find .", "rm"]);
+        assert_eq!(names("command -v ls"), ["command -v ls"]);
+        assert_eq!(names("trap 'rm x' EXIT; ls"), ["rm x", "ls"]);
+        assert_eq!(names("watch -n 1 du -sh ."), ["du -sh ."]);
+        assert_eq!(names("su -c 'curl x' bob"), ["curl x"]);
+        assert_eq!(
+            names("setsid chroot / ionice -c 3 taskset -c 1 curl x"),
+            ["curl x"]
+        );
+        assert!(!analyze("cur? x").is_complete());
+        assert!(!analyze("{curl,x} y").is_complete());
+        assert_eq!(names("echo 'rm -rf /; $(x)'"), ["echo rm -rf /; $(x)"]);
+        assert_eq!(names("cat <<'EOF'\n$(rm -rf /)\nEOF"), ["cat"]);
+        assert_eq!(names("cat <<EOF\n$(rm -rf /)\nEOF"), ["rm -rf /", "cat"]);
+        assert_eq!(
+            names("diff <(ls a) >(tee b)"),
+            ["ls a", "tee b", "diff <(ls a) >(tee b)"]
+        );
+        let a = analyze("bash -c 'echo hi > f'");
+        assert_eq!(a.write_targets(), ["f"]);
+        assert_eq!(a.segments[0].wrappers, ["bash -c"]);
     }
 }

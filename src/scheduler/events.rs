@@ -166,6 +166,9 @@ pub enum StateUpdate {
         outcomes: Vec<ConfirmationOutcome>,
         deadline: Option<SystemTime>,
         reason: String,
+        /// The rule (and shell segment) that asked.
+        /// Boxed: keeps the update small for the other states.
+        policy_rule: Option<Box<crate::policy::DecisionSource>>,
     },
     Executing(Progress),
     Success {

@@ -31,7 +31,7 @@ pub use events::{
 pub use metrics::Metrics;
 use session::{EventSink, Session, SessionCommand};
 
-use crate::policy::{ApprovalMode, Policy};
+use crate::policy::{ApprovalMode, PolicyHandle};
 use crate::sandbox::OutputLimits;
 use crate::tools::Registry;
 
@@ -131,7 +131,7 @@ pub enum CancelError {
 pub(crate) struct Shared {
     pub config: SchedulerConfig,
     pub registry: Arc<Registry>,
-    pub policy: Policy,
+    pub policy: PolicyHandle,
     /// Cancelled at server shutdown: every batch is cancelled with it.
     pub shutdown: CancellationToken,
     pub hub: mpsc::Sender<HubCommand>,
@@ -176,7 +176,7 @@ impl Scheduler {
     pub fn start(
         config: SchedulerConfig,
         registry: Arc<Registry>,
-        policy: Policy,
+        policy: PolicyHandle,
         shutdown: CancellationToken,
         metrics: Arc<Metrics>,
     ) -> Self {

@@ -24,7 +24,9 @@ use super::events::{
     Event, FunctionResponse, StateUpdate,
 };
 use super::{CancelError, ConfirmError, HubCommand, Metrics, Shared};
-use crate::policy::{AlwaysScope, ApprovalMode, Decision, PolicyInput, SessionRules};
+use crate::policy::{
+    AlwaysScope, ApprovalMode, Decision, DecisionSource, PolicyInput, SessionRules,
+};
 use crate::tools::{
     ConfirmationDetails, ErrorKind, ExecContext, Invocation, Progress, TOPIC_TOOL_NAME, ToolError,
     ToolKind, ToolOutcome,
@@ -85,6 +87,7 @@ enum Internal {
         batch_id: String,
         index: usize,
         result: Result<ConfirmationDetails, ToolError>,
+        reason: Option<(String, DecisionSource)>,
     },
     Progress {
         batch_id: String,
@@ -366,7 +369,7 @@ impl Session {
                     },
                 );
                 let batch_id = batch.id.clone();
-                self.prepare_prompt(batch_id, index, invocation);
+                self.prepare_prompt(batch_id, index, invocation, None);
             }
             outcome => {
                 let always = match outcome {
@@ -416,7 +419,9 @@ impl Session {
             let decision = self.shared.policy.decide(PolicyInput {
                 decl: tool.declaration(),
                 subject: &subject,
+                args: &slot.request.args,
                 mode: self.mode,
+                interactive: batch.interactive,
                 rules: &self.rules,
             });
             if decision == Decision::Allow {
@@ -553,7 +558,8 @@ impl Session {
                 batch_id,
                 index,
                 result,
-            } => self.prompt_ready(&batch_id, index, result),
+                reason,
+            } => self.prompt_ready(&batch_id, index, result, reason),
             Internal::Progress {
                 batch_id,
                 index,
@@ -641,17 +647,24 @@ impl Session {
         batch_id: &str,
         index: usize,
         result: Result<ConfirmationDetails, ToolError>,
+        reason: Option<(String, DecisionSource)>,
     ) {
         let timeout = self.shared.config.confirmation_timeout;
         let internal_tx = self.internal_tx.clone();
-        let reason = format!(
-            "Approval required: '{}' has side effects and the session is in {} mode.",
-            self.active
-                .as_ref()
-                .and_then(|b| b.calls.get(index))
-                .map_or("", |c| c.request.name.as_str()),
-            crate::policy::mode_name(self.mode)
-        );
+        let (reason, policy_rule) = match reason {
+            Some((reason, source)) => (reason, Some(Box::new(source))),
+            None => (
+                format!(
+                    "Approval required: '{}' has side effects and the session is in {} mode.",
+                    self.active
+                        .as_ref()
+                        .and_then(|b| b.calls.get(index))
+                        .map_or("", |c| c.request.name.as_str()),
+                    crate::policy::mode_name(self.mode)
+                ),
+                None,
+            ),
+        };
         let Some(batch) = self.active_batch(batch_id) else {
             return;
         };
@@ -691,6 +704,7 @@ impl Session {
                 outcomes,
                 deadline,
                 reason,
+                policy_rule,
             },
         );
         if let Some(t) = timeout {
@@ -935,7 +949,9 @@ impl Session {
             let decision = self.shared.policy.decide(PolicyInput {
                 decl: tool.declaration(),
                 subject: &subject,
+                args: &slot.request.args,
                 mode: self.mode,
+                interactive: batch.interactive,
                 rules: &self.rules,
             });
             match decision {
@@ -944,18 +960,18 @@ impl Session {
                         batch.emit_update(index, StateUpdate::Scheduled);
                     }
                 }
-                Decision::Deny { message } => {
+                Decision::Deny { message, .. } => {
                     let update = slot.error(ErrorKind::PolicyViolation, &message, None);
                     batch.finish(index, update);
                 }
-                Decision::AskUser { reason } if !batch.interactive => {
+                Decision::AskUser { reason, .. } if !batch.interactive => {
                     let message = format!(
                         "Approval required but the batch is non-interactive, so nobody can approve it: {reason}"
                     );
                     let update = slot.error(ErrorKind::PolicyViolation, &message, None);
                     batch.finish(index, update);
                 }
-                Decision::AskUser { .. } => {
+                Decision::AskUser { reason, source } => {
                     batch.set(
                         index,
                         CallState::Validating {
@@ -963,19 +979,27 @@ impl Session {
                             preparing_prompt: true,
                         },
                     );
-                    prompts.push((index, invocation));
+                    prompts.push((index, invocation, (reason, source)));
                 }
             }
         }
         let batch_id = batch.id.clone();
-        for (index, invocation) in prompts {
-            self.prepare_prompt(batch_id.clone(), index, invocation);
+        for (index, invocation, reason) in prompts {
+            self.prepare_prompt(batch_id.clone(), index, invocation, Some(reason));
         }
     }
 
     /// Builds the prompt's details off the runtime (an edit reads the file
     /// to diff it) and reports back.
-    fn prepare_prompt(&self, batch_id: String, index: usize, invocation: Arc<dyn Invocation>) {
+    /// `reason` is the policy's (naming the deciding rule); `None` keeps a
+    /// generic one (a re-prompt after a modification).
+    fn prepare_prompt(
+        &self,
+        batch_id: String,
+        index: usize,
+        invocation: Arc<dyn Invocation>,
+        reason: Option<(String, DecisionSource)>,
+    ) {
         let tx = self.internal_tx.clone();
         tokio::task::spawn_blocking(move || {
             let result = invocation.confirmation();
@@ -983,6 +1007,7 @@ impl Session {
                 batch_id,
                 index,
                 result,
+                reason,
             });
         });
     }
@@ -1121,7 +1146,10 @@ fn offered_outcomes(details: &ConfirmationDetails, slot: &CallSlot) -> Vec<Confi
             outcomes.extend([O::ProceedAlwaysTool, O::ProceedAlwaysServer]);
         }
         ConfirmationDetails::Exec { root_commands, .. } => {
-            if !root_commands.is_empty() {
+            if root_commands
+                .iter()
+                .any(|r| crate::policy::can_always_allow(r))
+            {
                 outcomes.push(O::ProceedAlways);
             }
         }

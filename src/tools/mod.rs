@@ -181,11 +181,13 @@ pub enum ConfirmationDetails {
         is_new_file: bool,
         new_content: String,
     },
-    /// A shell command with the root commands it runs.
+    /// A shell command with the root commands it runs and the files it
+    /// writes through redirections.
     Exec {
         command: String,
         root_commands: Vec<String>,
         dir_path: String,
+        write_targets: Vec<String>,
     },
     /// A tool of an MCP server.
     Mcp {
@@ -208,6 +210,9 @@ pub enum Subject {
         command: String,
         root_commands: Option<Vec<String>>,
         redirects: bool,
+        /// Working directory relative to the workspace root (`.` for the
+        /// root): policy places relative redirection targets from it.
+        dir_path: String,
     },
     /// A file tool on one path, relative to the workspace root.
     File { path: String },

@@ -87,16 +87,19 @@ impl Invocation for ShellInvocation {
         let analysis = analyze(&self.command);
         Subject::Shell {
             command: self.command.clone(),
-            root_commands: analysis.root_commands,
-            redirects: analysis.redirects,
+            root_commands: analysis.root_commands(),
+            redirects: analysis.redirects(),
+            dir_path: self.dir_display.clone(),
         }
     }
 
     fn confirmation(&self) -> Result<ConfirmationDetails, ToolError> {
+        let analysis = analyze(&self.command);
         Ok(ConfirmationDetails::Exec {
             command: self.command.clone(),
-            root_commands: analyze(&self.command).root_commands.unwrap_or_default(),
+            root_commands: analysis.root_commands().unwrap_or_default(),
             dir_path: self.dir_display.clone(),
+            write_targets: analysis.write_targets(),
         })
     }
 

@@ -39,14 +39,28 @@ impl TestServer {
     }
 
     pub async fn with_options(config: SchedulerConfig, options: ServerOptions) -> Self {
+        Self::with_policy(config, options, toolsched::policy::PolicyHandle::default()).await
+    }
+
+    /// A server deciding with `policy` (e.g. from `policy::watch_file`).
+    pub async fn with_policy(
+        config: SchedulerConfig,
+        options: ServerOptions,
+        policy: toolsched::policy::PolicyHandle,
+    ) -> Self {
         let workspace = tempfile::tempdir().expect("temp workspace");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
         let addr = listener.local_addr().expect("local addr");
         let shutdown = CancellationToken::new();
-        let scheduler = toolsched::build_scheduler(workspace.path(), config, shutdown.clone())
-            .expect("scheduler");
+        let scheduler = toolsched::build_scheduler_with_policy(
+            workspace.path(),
+            config,
+            policy,
+            shutdown.clone(),
+        )
+        .expect("scheduler");
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             serve(listener, scheduler, shutdown, options, async {
