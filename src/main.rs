@@ -36,21 +36,9 @@ async fn main() -> anyhow::Result<()> {
         shutdown.clone(),
     )?;
     if let Some(addr) = settings.metrics_listen {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on {addr} for metrics"))?;
-        tracing::info!(listen = %listener.local_addr()?, "metrics at /metrics");
-        let metrics = scheduler.metrics().clone();
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            let served = toolsched::api::metrics::serve_metrics(listener, metrics, async move {
-                stop.cancelled().await
-            });
-            if let Err(e) = served.await {
-                tracing::error!(error = %e, "metrics endpoint failed");
-            }
-        });
+        spawn_metrics(addr, &scheduler, shutdown.clone()).await?;
     }
+    let signal = termination()?;
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -62,15 +50,28 @@ async fn main() -> anyhow::Result<()> {
         mode = toolsched::policy::mode_name(settings.scheduler.default_mode),
         "toolsched serving"
     );
-    toolsched::api::serve(
-        listener,
-        scheduler,
-        shutdown,
-        settings.server,
-        termination(),
-    )
-    .await?;
+    toolsched::api::serve(listener, scheduler, shutdown, settings.server, signal).await?;
     tracing::info!("toolsched stopped");
+    Ok(())
+}
+
+/// Serves `/metrics` on `addr` until `shutdown`.
+async fn spawn_metrics(
+    addr: std::net::SocketAddr,
+    scheduler: &toolsched::scheduler::Scheduler,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} for metrics"))?;
+    tracing::info!(listen = %listener.local_addr()?, "metrics at /metrics");
+    let metrics = scheduler.metrics().clone();
+    tokio::spawn(async move {
+        let stop = async move { shutdown.cancelled().await };
+        if let Err(e) = toolsched::api::metrics::serve_metrics(listener, metrics, stop).await {
+            tracing::error!(error = %e, "metrics endpoint failed");
+        }
+    });
     Ok(())
 }
 
@@ -88,24 +89,17 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
-/// Resolves on SIGTERM (Kubernetes) or Ctrl-C.
-async fn termination() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
+/// Registers for SIGTERM (Kubernetes) and SIGINT (Ctrl-C) now, so that a
+/// signal arriving right after start-up is not lost, and returns a future
+/// that resolves on the first of them.
+fn termination() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(async move {
         tokio::select! {
-            _ = ctrl_c => {}
             _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    })
 }
