@@ -2,6 +2,7 @@
 //! file: flags beat the environment, which beats the file, which beats the
 //! built-in defaults.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,6 +14,7 @@ use crate::api::ServerOptions;
 use crate::policy::ApprovalMode;
 use crate::sandbox::OutputLimits;
 use crate::scheduler::SchedulerConfig;
+use crate::tools::mcp::McpServerConfig;
 
 /// Default listen address: loopback only, so a fresh start exposes nothing.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
@@ -118,6 +120,10 @@ struct FileConfig {
     auth_token: Option<String>,
     insecure_no_auth: Option<bool>,
     log_format: Option<LogFormat>,
+    /// `[mcp_servers.<name>]` tables: MCP servers whose tools are registered
+    /// as `mcp_<name>_<tool>` (file only: no flag).
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, McpServerConfig>,
 }
 
 /// Why the settings are unusable.
@@ -136,6 +142,8 @@ pub enum ConfigError {
     NeedsAuth { addr: SocketAddr },
     #[error("{field} must be greater than 0")]
     Zero { field: &'static str },
+    #[error("mcp_servers.{name}: {message}")]
+    McpServer { name: String, message: String },
 }
 
 /// The resolved settings.
@@ -146,6 +154,8 @@ pub struct Settings {
     pub scheduler: SchedulerConfig,
     pub server: ServerOptions,
     pub log_format: LogFormat,
+    /// Configured MCP servers by name (checked: each has a command or a URL).
+    pub mcp_servers: BTreeMap<String, McpServerConfig>,
 }
 
 impl Settings {
@@ -213,6 +223,12 @@ impl Settings {
                 return Err(ConfigError::Zero { field });
             }
         }
+        for (name, server) in &file.mcp_servers {
+            server.check(name).map_err(|message| ConfigError::McpServer {
+                name: name.clone(),
+                message,
+            })?;
+        }
         let server = ServerOptions {
             auth_token,
             max_concurrent_streams: args
@@ -238,6 +254,7 @@ impl Settings {
                 .log_format
                 .or(file.log_format)
                 .unwrap_or(LogFormat::Text),
+            mcp_servers: file.mcp_servers,
         })
     }
 }

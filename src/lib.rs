@@ -39,3 +39,30 @@ pub fn build_scheduler(
         shutdown,
     ))
 }
+
+/// Like [`build_scheduler`], plus the tools of the MCP servers in
+/// `mcp_servers` (name → config). Waits until every server has finished its
+/// first connection attempt (each bounded by its `startup_timeout_ms`); a
+/// server that fails is logged, its tools are absent, and it is retried with
+/// backoff. `shutdown` also stops the servers.
+pub async fn build_scheduler_with_mcp(
+    workspace: &std::path::Path,
+    config: scheduler::SchedulerConfig,
+    mcp_servers: &std::collections::BTreeMap<String, tools::mcp::McpServerConfig>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<(scheduler::Scheduler, tools::mcp::McpManager)> {
+    let workspace = Arc::new(sandbox::Workspace::new(workspace).map_err(|e| {
+        anyhow::anyhow!("workspace {}: {e}", workspace.display())
+    })?);
+    let builtin = tools::Registry::builtin(workspace)?;
+    let (manager, registry) =
+        tools::mcp::McpManager::start(&builtin, mcp_servers, shutdown.clone())?;
+    manager.wait_started().await;
+    for (name, status) in manager.statuses() {
+        if let tools::mcp::McpServerStatus::Failed { reason, .. } = status {
+            tracing::error!(server = %name, %reason, "MCP server failed to start; its tools are absent");
+        }
+    }
+    let scheduler = scheduler::Scheduler::start(config, registry, policy::Policy, shutdown);
+    Ok((scheduler, manager))
+}

@@ -17,8 +17,13 @@ async fn main() -> anyhow::Result<()> {
     init_tracing(settings.log_format);
 
     let shutdown = CancellationToken::new();
-    let scheduler =
-        toolsched::build_scheduler(&settings.workspace, settings.scheduler.clone(), shutdown.clone())?;
+    let (scheduler, _mcp) = toolsched::build_scheduler_with_mcp(
+        &settings.workspace,
+        settings.scheduler.clone(),
+        &settings.mcp_servers,
+        shutdown.clone(),
+    )
+    .await?;
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;

@@ -1,0 +1,542 @@
+//! Connecting to one MCP server and keeping it connected.
+//!
+//! The supervisor task of a server connects (spawning a stdio server in its
+//! own process group, or opening a streamable-HTTP session), lists its tools,
+//! publishes the connection to the server's tools through a `watch` channel,
+//! relists on `notifications/tools/list_changed`, and when the server exits
+//! or the connection drops, records why (exit status, last stderr lines),
+//! which fails every in-flight call at once, then restarts with backoff.
+//!
+//! Stdio servers are spawned here rather than by rmcp's child-process
+//! transport so that we own the `Child`: its exit status and stderr are what
+//! a failed call reports.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
+};
+use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
+use rmcp::{ClientHandler, ServiceExt};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::tool::McpTool;
+use super::{McpManager, McpServerConfig, McpServerStatus, Transport};
+use crate::tools::Tool;
+
+/// Lines of a stdio server's stderr kept for error messages.
+const STDERR_TAIL_LINES: usize = 10;
+/// Bytes of one stderr line kept (a server printing a huge line cannot bloat
+/// an error message).
+const STDERR_LINE_BYTES: usize = 512;
+/// Progress notifications kept for a token nobody has subscribed to yet (the
+/// server can answer faster than the call subscribes); the oldest go first.
+const MAX_PENDING_PROGRESS: usize = 64;
+/// First restart delay; doubled per failed attempt up to [`MAX_BACKOFF`].
+const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
+/// Longest restart delay: a broken server is retried at least this often.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A connection that lived this long resets the backoff: it was healthy.
+const HEALTHY_AFTER: Duration = Duration::from_secs(60);
+/// Time the stderr reader gets after the process exited to read its last
+/// lines.
+const STDERR_DRAIN: Duration = Duration::from_millis(300);
+
+/// What the tools of a server see: a live connection or why there is none.
+#[derive(Clone)]
+pub(crate) enum Link {
+    Up(Arc<Connection>),
+    Down { reason: String },
+}
+
+/// One live session with a server.
+pub(crate) struct Connection {
+    pub peer: Peer<RoleClient>,
+    pub progress: ProgressRouter,
+    closed: CancellationToken,
+    death: OnceLock<String>,
+}
+
+impl Connection {
+    /// Resolves when the connection is gone.
+    pub async fn closed(&self) {
+        self.closed.cancelled().await;
+    }
+
+    /// Why the connection is gone, waiting at most `wait` for the supervisor
+    /// to find out.
+    pub async fn death_reason(&self, wait: Duration) -> Option<String> {
+        let _ = tokio::time::timeout(wait, self.closed.cancelled()).await;
+        self.death.get().cloned()
+    }
+
+    fn die(&self, reason: String) {
+        let _ = self.death.set(reason);
+        self.closed.cancel();
+    }
+}
+
+// === impl ProgressRouter ===
+
+/// Routes `notifications/progress` to the call that owns the token.
+#[derive(Clone, Default)]
+pub(crate) struct ProgressRouter(Arc<Mutex<RouterState>>);
+
+#[derive(Default)]
+struct RouterState {
+    subscribers: HashMap<ProgressToken, mpsc::UnboundedSender<ProgressNotificationParam>>,
+    pending: VecDeque<ProgressNotificationParam>,
+}
+
+/// A call's progress notifications; unsubscribes on drop.
+pub(crate) struct ProgressSubscription {
+    rx: mpsc::UnboundedReceiver<ProgressNotificationParam>,
+    token: ProgressToken,
+    router: ProgressRouter,
+}
+
+impl ProgressSubscription {
+    pub async fn recv(&mut self) -> Option<ProgressNotificationParam> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for ProgressSubscription {
+    fn drop(&mut self) {
+        self.router.lock().subscribers.remove(&self.token);
+    }
+}
+
+impl ProgressRouter {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RouterState> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn route(&self, p: ProgressNotificationParam) {
+        let mut state = self.lock();
+        if let Some(tx) = state.subscribers.get(&p.progress_token) {
+            let _ = tx.send(p);
+            return;
+        }
+        if state.pending.len() == MAX_PENDING_PROGRESS {
+            state.pending.pop_front();
+        }
+        state.pending.push_back(p);
+    }
+
+    /// Subscribes to `token`, first receiving what arrived before.
+    pub fn subscribe(&self, token: ProgressToken) -> ProgressSubscription {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut state = self.lock();
+        let pending = std::mem::take(&mut state.pending);
+        for p in pending {
+            if p.progress_token == token {
+                let _ = tx.send(p);
+            } else {
+                state.pending.push_back(p);
+            }
+        }
+        state.subscribers.insert(token.clone(), tx);
+        drop(state);
+        ProgressSubscription {
+            rx,
+            token,
+            router: self.clone(),
+        }
+    }
+}
+
+// === impl Handler ===
+
+/// Our side of the MCP session: progress and tool list changes.
+struct Handler {
+    progress: ProgressRouter,
+    list_changed: mpsc::UnboundedSender<()>,
+}
+
+impl ClientHandler for Handler {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.route(params);
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.list_changed.send(());
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("toolsched", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+// === the supervisor ===
+
+/// A started server: the session and, for stdio, the process.
+struct Started {
+    service: RunningService<RoleClient, Handler>,
+    process: Option<Process>,
+    progress: ProgressRouter,
+    list_changed: mpsc::UnboundedReceiver<()>,
+}
+
+/// A stdio server's process and the tail of its stderr.
+struct Process {
+    child: tokio::process::Child,
+    /// The process group (the child's pid): killed as a whole so that
+    /// grandchildren (`npx` → `node`) do not outlive it.
+    pgid: Option<i32>,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    stderr_done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Process {
+    fn kill_group(&mut self) {
+        if let Some(pgid) = self.pgid {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = self.child.start_kill();
+    }
+
+    /// "exit status 3; last stderr lines: …"
+    async fn describe_exit(&mut self, status: std::io::Result<std::process::ExitStatus>) -> String {
+        if let Some(done) = self.stderr_done.take() {
+            let _ = tokio::time::timeout(STDERR_DRAIN, done).await;
+        }
+        let status = match status {
+            Ok(s) => describe_status(s),
+            Err(e) => format!("its exit status is unknown ({e})"),
+        };
+        let tail = self
+            .stderr_tail
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect::<Vec<_>>();
+        if tail.is_empty() {
+            format!("the server process exited ({status}); it wrote nothing to stderr")
+        } else {
+            format!(
+                "the server process exited ({status}); last stderr lines:\n{}",
+                tail.join("\n")
+            )
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill_group();
+    }
+}
+
+fn describe_status(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => s.to_string(),
+    }
+}
+
+/// Runs `name`'s server until `shutdown`: connect, serve, restart.
+pub(crate) async fn supervise(
+    name: String,
+    config: Arc<McpServerConfig>,
+    manager: McpManager,
+    shutdown: CancellationToken,
+) {
+    let (link_tx, link_rx) = watch::channel(Link::Down {
+        reason: "the server is starting".into(),
+    });
+    let mut backoff = INITIAL_BACKOFF;
+    let mut restarts = 0u32;
+    loop {
+        let attempt = tokio::select! {
+            () = shutdown.cancelled() => return,
+            r = tokio::time::timeout(config.startup_timeout(), start(&name, &config)) => match r {
+                Ok(r) => r,
+                Err(_) => Err(format!(
+                    "it did not start within {} s (startup_timeout_ms)",
+                    config.startup_timeout().as_secs_f64()
+                )),
+            },
+        };
+        let reason = match attempt {
+            Ok(started) => {
+                let since = Instant::now();
+                let reason =
+                    serve(&name, &config, &manager, started, &link_tx, &link_rx, &shutdown).await;
+                if since.elapsed() >= HEALTHY_AFTER {
+                    backoff = INITIAL_BACKOFF;
+                }
+                match reason {
+                    Some(reason) => reason,
+                    None => return, // shutdown
+                }
+            }
+            Err(reason) => reason,
+        };
+        restarts += 1;
+        tracing::warn!(server = %name, %reason, retry_in_ms = backoff.as_millis() as u64, "MCP server unavailable; restarting");
+        link_tx.send_replace(Link::Down {
+            reason: reason.clone(),
+        });
+        manager.set_status(&name, McpServerStatus::Failed { reason, restarts });
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Serves one connection until it ends; returns why (`None` on shutdown).
+async fn serve(
+    name: &str,
+    config: &Arc<McpServerConfig>,
+    manager: &McpManager,
+    started: Started,
+    link_tx: &watch::Sender<Link>,
+    link_rx: &watch::Receiver<Link>,
+    shutdown: &CancellationToken,
+) -> Option<String> {
+    let Started {
+        service,
+        mut process,
+        progress,
+        mut list_changed,
+    } = started;
+    let conn = Arc::new(Connection {
+        peer: service.peer().clone(),
+        progress,
+        closed: CancellationToken::new(),
+        death: OnceLock::new(),
+    });
+    if let Err(reason) = relist(name, config, manager, &conn, link_rx).await {
+        conn.die(reason.clone());
+        return Some(reason);
+    }
+    link_tx.send_replace(Link::Up(conn.clone()));
+    let service_ended = service.waiting();
+    tokio::pin!(service_ended);
+    let reason = loop {
+        tokio::select! {
+            () = shutdown.cancelled() => {
+                conn.die("the service is shutting down".into());
+                return None;
+            }
+            status = async {
+                match process.as_mut() {
+                    Some(p) => p.child.wait().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                let Some(p) = process.as_mut() else { continue };
+                // Grandchildren may still hold the pipes open.
+                p.kill_group();
+                break p.describe_exit(status).await;
+            }
+            quit = &mut service_ended => {
+                let why = match quit {
+                    Ok(reason) => format!("the connection closed ({reason:?})"),
+                    Err(e) => format!("the connection task failed ({e})"),
+                };
+                match process.as_mut() {
+                    // A stdio server that closed stdout: stop it and report
+                    // its exit.
+                    Some(p) => {
+                        p.kill_group();
+                        let status = p.child.wait().await;
+                        break format!("{why}; {}", p.describe_exit(status).await);
+                    }
+                    None => break why,
+                }
+            }
+            Some(()) = list_changed.recv() => {
+                if let Err(reason) = relist(name, config, manager, &conn, link_rx).await {
+                    tracing::warn!(server = %name, %reason, "relisting tools failed");
+                }
+            }
+        }
+    };
+    conn.die(reason.clone());
+    Some(reason)
+}
+
+/// Lists the server's tools and registers them.
+async fn relist(
+    name: &str,
+    config: &Arc<McpServerConfig>,
+    manager: &McpManager,
+    conn: &Arc<Connection>,
+    link_rx: &watch::Receiver<Link>,
+) -> Result<(), String> {
+    let listed = conn
+        .peer
+        .list_all_tools()
+        .await
+        .map_err(|e| format!("tools/list failed: {e}"))?;
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
+    for t in &listed {
+        match McpTool::new(name, config.clone(), t, link_rx.clone()) {
+            Ok(tool) => tools.push(Arc::new(tool)),
+            Err(reason) => {
+                tracing::warn!(server = %name, tool = %t.name, %reason, "MCP tool left out");
+            }
+        }
+    }
+    let count = manager.set_tools(name, tools);
+    tracing::info!(server = %name, tools = count, "MCP server ready");
+    manager.set_status(name, McpServerStatus::Ready { tools: count });
+    Ok(())
+}
+
+/// Starts the server and runs the MCP handshake.
+async fn start(name: &str, config: &McpServerConfig) -> Result<Started, String> {
+    let progress = ProgressRouter::default();
+    let (list_tx, list_rx) = mpsc::unbounded_channel();
+    let handler = Handler {
+        progress: progress.clone(),
+        list_changed: list_tx,
+    };
+    match config.transport() {
+        Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut process = spawn(name, &command, &args, &env, cwd.as_deref())?;
+            let stdout = process.child.stdout.take();
+            let stdin = process.child.stdin.take();
+            let (Some(stdout), Some(stdin)) = (stdout, stdin) else {
+                return Err("the server's stdio pipes are missing".into());
+            };
+            let service = tokio::select! {
+                r = handler.serve((stdout, stdin)) => r,
+                status = process.child.wait() => {
+                    return Err(process.describe_exit(status).await);
+                }
+            };
+            match service {
+                Ok(service) => Ok(Started {
+                    service,
+                    process: Some(process),
+                    progress,
+                    list_changed: list_rx,
+                }),
+                Err(e) => {
+                    process.kill_group();
+                    let status = process.child.wait().await;
+                    Err(format!(
+                        "the MCP handshake failed ({e}); {}",
+                        process.describe_exit(status).await
+                    ))
+                }
+            }
+        }
+        Transport::Http { url, headers } => {
+            use rmcp::transport::StreamableHttpClientTransport;
+            use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+            let mut custom = HashMap::new();
+            for (k, v) in &headers {
+                let name = http::HeaderName::try_from(k.as_str())
+                    .map_err(|e| format!("header name '{k}': {e}"))?;
+                let value = http::HeaderValue::try_from(v.as_str())
+                    .map_err(|e| format!("header '{k}' value: {e}"))?;
+                custom.insert(name, value);
+            }
+            let transport = StreamableHttpClientTransport::from_config(
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom),
+            );
+            let service = handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+            Ok(Started {
+                service,
+                process: None,
+                progress,
+                list_changed: list_rx,
+            })
+        }
+    }
+}
+
+/// Spawns a stdio server in its own process group with stdin/stdout piped
+/// for MCP, stderr captured, and only [`super::INHERITED_ENV`] plus its
+/// configured `env` in its environment.
+fn spawn(
+    name: &str,
+    command: &str,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    cwd: Option<&std::path::Path>,
+) -> Result<Process, String> {
+    let mut cmd = tokio::process::Command::new(command);
+    cmd.args(args)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    for key in super::INHERITED_ENV {
+        if let Some(v) = std::env::var_os(key) {
+            cmd.env(key, v);
+        }
+    }
+    cmd.envs(env);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start '{command}': {e}"))?;
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok());
+    let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+    let stderr_done = child.stderr.take().map(|stderr| {
+        let tail = stderr_tail.clone();
+        let server = name.to_string();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(mut line)) = lines.next_line().await {
+                tracing::debug!(server = %server, "stderr: {line}");
+                if line.len() > STDERR_LINE_BYTES {
+                    let mut cut = STDERR_LINE_BYTES;
+                    while !line.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    line.truncate(cut);
+                    line.push('…');
+                }
+                let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
+                if tail.len() == STDERR_TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+            }
+        })
+    });
+    Ok(Process {
+        child,
+        pgid,
+        stderr_tail,
+        stderr_done,
+    })
+}
