@@ -16,10 +16,17 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use std::future::Future;
+
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
+    ClientCapabilities, ClientConfig, Implementation, JsonRpcMessage, ProgressNotificationParam,
+    ProgressToken, ServerNotification,
 };
-use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
+use rmcp::service::{
+    NotificationContext, Peer, RoleClient, RunningService, RxJsonRpcMessage, TxJsonRpcMessage,
+};
+use rmcp::transport::async_rw::TransportAdapterAsyncRW;
+use rmcp::transport::{IntoTransport, Transport as RmcpTransport};
 use rmcp::{ClientHandler, ServiceExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{mpsc, watch};
@@ -104,6 +111,11 @@ impl ProgressSubscription {
     pub async fn recv(&mut self) -> Option<ProgressNotificationParam> {
         self.rx.recv().await
     }
+
+    /// A notification already routed, without waiting.
+    pub fn try_recv(&mut self) -> Option<ProgressNotificationParam> {
+        self.rx.try_recv().ok()
+    }
 }
 
 impl Drop for ProgressSubscription {
@@ -151,23 +163,56 @@ impl ProgressRouter {
     }
 }
 
+// === impl Tap ===
+
+/// A transport that routes `notifications/progress` as it reads them, in
+/// wire order. rmcp runs notification handlers on tasks of their own, so a
+/// handler could see the last progress of a call after its result (or two
+/// notifications swapped); reading them here, before the service loop sees
+/// the response that follows them, keeps the order the server sent.
+struct Tap<T> {
+    inner: T,
+    progress: ProgressRouter,
+}
+
+impl<T: RmcpTransport<RoleClient>> RmcpTransport<RoleClient> for Tap<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        let progress = self.progress.clone();
+        let next = self.inner.receive();
+        async move {
+            let msg = next.await;
+            if let Some(JsonRpcMessage::Notification(n)) = &msg
+                && let ServerNotification::ProgressNotification(p) = &n.notification
+            {
+                progress.route(p.params.clone());
+            }
+            msg
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
 // === impl Handler ===
 
-/// Our side of the MCP session: progress and tool list changes.
+/// Our side of the MCP session: tool list changes (progress is taken off
+/// the wire by [`Tap`]).
 struct Handler {
-    progress: ProgressRouter,
     list_changed: mpsc::UnboundedSender<()>,
 }
 
 impl ClientHandler for Handler {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.progress.route(params);
-    }
-
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         let _ = self.list_changed.send(());
     }
@@ -280,7 +325,7 @@ pub(crate) async fn supervise(
             Ok(started) => {
                 let since = Instant::now();
                 let reason =
-                    serve(&name, &config, &manager, started, &link_tx, &link_rx, &shutdown).await;
+                    serve(restarts, &name, &config, &manager, started, &link_tx, &link_rx, &shutdown).await;
                 if since.elapsed() >= HEALTHY_AFTER {
                     backoff = INITIAL_BACKOFF;
                 }
@@ -307,6 +352,7 @@ pub(crate) async fn supervise(
 
 /// Serves one connection until it ends; returns why (`None` on shutdown).
 async fn serve(
+    restarts: u32,
     name: &str,
     config: &Arc<McpServerConfig>,
     manager: &McpManager,
@@ -327,7 +373,7 @@ async fn serve(
         closed: CancellationToken::new(),
         death: OnceLock::new(),
     });
-    if let Err(reason) = relist(name, config, manager, &conn, link_rx).await {
+    if let Err(reason) = relist(restarts, name, config, manager, &conn, link_rx).await {
         conn.die(reason.clone());
         return Some(reason);
     }
@@ -368,7 +414,7 @@ async fn serve(
                 }
             }
             Some(()) = list_changed.recv() => {
-                if let Err(reason) = relist(name, config, manager, &conn, link_rx).await {
+                if let Err(reason) = relist(restarts, name, config, manager, &conn, link_rx).await {
                     tracing::warn!(server = %name, %reason, "relisting tools failed");
                 }
             }
@@ -380,6 +426,7 @@ async fn serve(
 
 /// Lists the server's tools and registers them.
 async fn relist(
+    restarts: u32,
     name: &str,
     config: &Arc<McpServerConfig>,
     manager: &McpManager,
@@ -402,7 +449,13 @@ async fn relist(
     }
     let count = manager.set_tools(name, tools);
     tracing::info!(server = %name, tools = count, "MCP server ready");
-    manager.set_status(name, McpServerStatus::Ready { tools: count });
+    manager.set_status(
+        name,
+        McpServerStatus::Ready {
+            tools: count,
+            restarts,
+        },
+    );
     Ok(())
 }
 
@@ -411,7 +464,6 @@ async fn start(name: &str, config: &McpServerConfig) -> Result<Started, String> 
     let progress = ProgressRouter::default();
     let (list_tx, list_rx) = mpsc::unbounded_channel();
     let handler = Handler {
-        progress: progress.clone(),
         list_changed: list_tx,
     };
     match config.transport() {
@@ -428,7 +480,10 @@ async fn start(name: &str, config: &McpServerConfig) -> Result<Started, String> 
                 return Err("the server's stdio pipes are missing".into());
             };
             let service = tokio::select! {
-                r = handler.serve((stdout, stdin)) => r,
+                r = handler.serve(Tap {
+                    inner: IntoTransport::<RoleClient, std::io::Error, TransportAdapterAsyncRW>::into_transport((stdout, stdin)),
+                    progress: progress.clone(),
+                }) => r,
                 status = process.child.wait() => {
                     return Err(process.describe_exit(status).await);
                 }
@@ -465,7 +520,10 @@ async fn start(name: &str, config: &McpServerConfig) -> Result<Started, String> 
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom),
             );
             let service = handler
-                .serve(transport)
+                .serve(Tap {
+                    inner: transport,
+                    progress: progress.clone(),
+                })
                 .await
                 .map_err(|e| format!("cannot connect to {url}: {e}"))?;
             Ok(Started {

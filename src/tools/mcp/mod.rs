@@ -171,8 +171,9 @@ impl McpServerConfig {
 pub enum McpServerStatus {
     /// The first connection attempt has not finished yet.
     Starting,
-    /// Connected; `tools` of its tools are registered.
-    Ready { tools: usize },
+    /// Connected; `tools` of its tools are registered; `restarts` counts the
+    /// failures before this connection.
+    Ready { tools: usize, restarts: u32 },
     /// Not connected; a restart is scheduled. `reason` names the exit status
     /// and the last stderr lines, or the connection error.
     Failed { reason: String, restarts: u32 },
@@ -248,6 +249,11 @@ impl McpManager {
             .iter()
             .map(|(name, s)| (name.clone(), s.borrow().clone()))
             .collect()
+    }
+
+    /// A receiver of `server`'s status changes (`None`: no such server).
+    pub fn watch_status(&self, server: &str) -> Option<watch::Receiver<McpServerStatus>> {
+        self.inner.statuses.get(server).map(watch::Sender::subscribe)
     }
 
     pub(crate) fn set_status(&self, server: &str, status: McpServerStatus) {

@@ -209,7 +209,16 @@ impl McpInvocation {
                     });
                     return Ok(ToolOutcome::Cancelled { partial_output: merged.last_message() });
                 }
+                Some(p) = progress.recv() => {
+                    idle.as_mut().reset(tokio::time::Instant::now() + inactivity);
+                    let _ = ctx.progress.send(merged.merge(p));
+                }
                 result = &mut response => {
+                    // Progress the server sent before its result was routed
+                    // before it (see `Tap`): report it first.
+                    while let Some(p) = progress.try_recv() {
+                        let _ = ctx.progress.send(merged.merge(p));
+                    }
                     return match result {
                         Ok(Ok(ServerResult::CallToolResult(result))) => Ok(map_result(result)),
                         Ok(Ok(other)) => Err(mcp_error(format!(
@@ -225,10 +234,6 @@ impl McpInvocation {
                     };
                 }
                 () = conn.closed() => return Err(self.broken(&conn, &ServiceError::TransportClosed).await),
-                Some(p) = progress.recv() => {
-                    idle.as_mut().reset(tokio::time::Instant::now() + inactivity);
-                    let _ = ctx.progress.send(merged.merge(p));
-                }
                 () = &mut idle => {
                     self.cancel_remote(&conn, &request_id, "timeout");
                     return Err(ToolError::new(ErrorKind::ExecutionTimeout, format!(
@@ -280,9 +285,7 @@ struct Merged {
 
 impl Merged {
     fn merge(&mut self, p: ProgressNotificationParam) -> Progress {
-        if p.progress.is_finite() {
-            self.progress = Some(p.progress);
-        }
+        self.progress = Some(p.progress);
         if let Some(total) = p.total {
             self.total = Some(total);
         }
