@@ -80,6 +80,8 @@ async def block_until_cancelled(marker: str, ctx: Context) -> str:
 async def exit_mid_call(code: int, ctx: Context) -> str:
     """Writes to stderr and exits with `code` in the middle of the call."""
     await ctx.report_progress(0, message="about to exit")
+    # Let the SDK's writer task put the notification on stdout first.
+    await asyncio.sleep(0.2)
     print("fatal: simulated crash in exit_mid_call", file=sys.stderr, flush=True)
     os._exit(code)
 
