@@ -224,10 +224,12 @@ impl Settings {
             }
         }
         for (name, server) in &file.mcp_servers {
-            server.check(name).map_err(|message| ConfigError::McpServer {
-                name: name.clone(),
-                message,
-            })?;
+            server
+                .check(name)
+                .map_err(|message| ConfigError::McpServer {
+                    name: name.clone(),
+                    message,
+                })?;
         }
         let server = ServerOptions {
             auth_token,
@@ -301,6 +303,26 @@ mod tests {
             Settings::resolve(args),
             Err(ConfigError::NeedsAuth { .. })
         ));
+
+        std::fs::write(
+            &file,
+            "[mcp_servers.fs]\ncommand = \"mcp-fs\"\nargs = [\"/srv\"]\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(file.clone()),
+            ..ServeArgs::default()
+        };
+        let s = Settings::resolve(args).unwrap();
+        assert_eq!(s.mcp_servers["fs"].command.as_deref(), Some("mcp-fs"));
+        assert_eq!(s.mcp_servers["fs"].args, ["/srv"]);
+        std::fs::write(&file, "[mcp_servers.fs]\nargs = []\n").unwrap();
+        let args = ServeArgs {
+            config: Some(file.clone()),
+            ..ServeArgs::default()
+        };
+        let err = Settings::resolve(args).unwrap_err().to_string();
+        assert!(err.contains("mcp_servers.fs: set command"), "{err}");
 
         std::fs::write(&file, "no_such_key = 1\n").unwrap();
         let args = ServeArgs {

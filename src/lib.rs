@@ -51,9 +51,10 @@ pub async fn build_scheduler_with_mcp(
     mcp_servers: &std::collections::BTreeMap<String, tools::mcp::McpServerConfig>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(scheduler::Scheduler, tools::mcp::McpManager)> {
-    let workspace = Arc::new(sandbox::Workspace::new(workspace).map_err(|e| {
-        anyhow::anyhow!("workspace {}: {e}", workspace.display())
-    })?);
+    let workspace = Arc::new(
+        sandbox::Workspace::new(workspace)
+            .map_err(|e| anyhow::anyhow!("workspace {}: {e}", workspace.display()))?,
+    );
     let builtin = tools::Registry::builtin(workspace)?;
     let (manager, registry) =
         tools::mcp::McpManager::start(&builtin, mcp_servers, shutdown.clone())?;

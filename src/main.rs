@@ -40,8 +40,8 @@ async fn main() -> anyhow::Result<()> {
 
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| // rmcp logs every MCP message at info.
-        tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
+        // rmcp logs every MCP message at info.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -31,13 +31,22 @@ async fn tools_are_listed_with_schema_and_annotations() {
     let echo = tools
         .iter()
         .find(|t| t.name == "mcp_everything_echo")
-        .unwrap_or_else(|| panic!("echo listed: {:?}", tools.iter().map(|t| &t.name).collect::<Vec<_>>()));
+        .unwrap_or_else(|| {
+            panic!(
+                "echo listed: {:?}",
+                tools.iter().map(|t| &t.name).collect::<Vec<_>>()
+            )
+        });
     assert_eq!(echo.description, "Echoes back the input string");
     let schema = toolsched::api::convert::struct_to_json(echo.parameters.clone().unwrap());
     assert_eq!(schema["properties"]["message"]["type"], "string");
     assert_eq!(schema["required"], json!(["message"]));
     assert!(echo.parallelizable && echo.read_only, "{echo:?}");
-    for name in ["mcp_everything_get-sum", "mcp_everything_trigger-long-running-operation", "read_file"] {
+    for name in [
+        "mcp_everything_get-sum",
+        "mcp_everything_trigger-long-running-operation",
+        "read_file",
+    ] {
         assert!(tools.iter().any(|t| t.name == name), "{name} listed");
     }
 }
@@ -78,7 +87,11 @@ async fn a_wave_of_read_only_mcp_calls_runs_concurrently() {
     assert_eq!(success_output(&events, "e1"), "Echo: hi");
     assert_eq!(success_output(&events, "s1"), "The sum of 2 and 3 is 5.");
     assert_eq!(success_output(&events, "e2"), "Echo: there");
-    let ids: Vec<String> = completed(&events).responses.into_iter().map(|r| r.id).collect();
+    let ids: Vec<String> = completed(&events)
+        .responses
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
     assert_eq!(ids, ["e1", "s1", "e2"]);
 }
 
@@ -86,12 +99,18 @@ async fn a_wave_of_read_only_mcp_calls_runs_concurrently() {
 async fn invalid_arguments_fail_the_tools_schema_before_validating() {
     let srv = start(true).await;
     let events = srv
-        .run("s", vec![call("x", "mcp_everything_get-sum", json!({"a": "two"}))])
+        .run(
+            "s",
+            vec![call("x", "mcp_everything_get-sum", json!({"a": "two"}))],
+        )
         .await;
     assert_eq!(states(&events, "x"), ["error"]);
     let (kind, message) = error_of(&events, "x");
     assert_eq!(kind, toolsched::api::pb::ErrorType::InvalidToolParams);
-    assert!(message.contains("'a'") || message.contains("argument"), "{message}");
+    assert!(
+        message.contains("'a'") || message.contains("argument"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -107,7 +126,10 @@ async fn long_running_operation_progress_arrives_as_percentages() {
             )],
         )
         .await;
-    assert_eq!(states(&events, "lr"), ["validating", "scheduled", "executing", "success"]);
+    assert_eq!(
+        states(&events, "lr"),
+        ["validating", "scheduled", "executing", "success"]
+    );
     assert_eq!(
         progress_of(&events, "lr"),
         [
@@ -127,17 +149,26 @@ async fn long_running_operation_progress_arrives_as_percentages() {
 async fn images_come_back_as_inline_data() {
     let srv = start(true).await;
     let events = srv
-        .run("s", vec![call("img", "mcp_everything_get-tiny-image", json!({}))])
+        .run(
+            "s",
+            vec![call("img", "mcp_everything_get-tiny-image", json!({}))],
+        )
         .await;
     let State::Success(s) = terminal(&events, "img") else {
         panic!("image call failed: {:?}", terminal(&events, "img"));
     };
     let output = response_json(s.response.as_ref().unwrap())["output"].clone();
     let parts = output.as_array().expect("parts");
-    let inline: Vec<&serde_json::Value> = parts.iter().filter_map(|p| p.get("inlineData")).collect();
+    let inline: Vec<&serde_json::Value> =
+        parts.iter().filter_map(|p| p.get("inlineData")).collect();
     assert_eq!(inline.len(), 1, "{parts:?}");
     assert_eq!(inline[0]["mimeType"], "image/png");
-    assert!(inline[0]["data"].as_str().unwrap().starts_with("iVBORw0KGgo"));
+    assert!(
+        inline[0]["data"]
+            .as_str()
+            .unwrap()
+            .starts_with("iVBORw0KGgo")
+    );
     assert!(parts.iter().any(|p| p.get("text").is_some()), "{parts:?}");
 }
 
@@ -179,13 +210,18 @@ async fn streamable_http_server_works_like_stdio() {
         trust: true,
         ..McpServerConfig::default()
     };
-    let srv = TestServer::with_mcp(SchedulerConfig::default(), servers(vec![("web", config)])).await;
+    let srv =
+        TestServer::with_mcp(SchedulerConfig::default(), servers(vec![("web", config)])).await;
     let events = srv
         .run(
             "s",
             vec![
                 call("e", "mcp_web_echo", json!({"message": "over http"})),
-                call("lr", "mcp_web_trigger-long-running-operation", json!({"duration": 0.2, "steps": 2})),
+                call(
+                    "lr",
+                    "mcp_web_trigger-long-running-operation",
+                    json!({"duration": 0.2, "steps": 2}),
+                ),
             ],
         )
         .await;

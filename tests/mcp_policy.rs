@@ -58,14 +58,29 @@ async fn proceed_always_tool_then_server_add_session_rules() {
     assert_eq!(m.server_name, "py");
     assert_eq!(m.tool_name, "whoami");
     assert_eq!(m.description, "The server's process id.");
-    assert_eq!(struct_to_json(m.args.clone().unwrap_or_default()), json!({}).as_object().unwrap().clone());
+    assert_eq!(
+        struct_to_json(m.args.clone().unwrap_or_default()),
+        json!({}).as_object().unwrap().clone()
+    );
     assert_eq!(
         prompt.outcomes,
-        [O::ProceedOnce, O::ProceedAlwaysTool, O::ProceedAlwaysServer, O::Cancel].map(|o| o as i32)
+        [
+            O::ProceedOnce,
+            O::ProceedAlwaysTool,
+            O::ProceedAlwaysServer,
+            O::Cancel
+        ]
+        .map(|o| o as i32)
     );
     assert_eq!(
         states(&events, "w1"),
-        ["validating", "awaiting_approval", "scheduled", "executing", "success"]
+        [
+            "validating",
+            "awaiting_approval",
+            "scheduled",
+            "executing",
+            "success"
+        ]
     );
 
     // The tool rule covers whoami only; progress_steps still asks.
@@ -81,20 +96,37 @@ async fn proceed_always_tool_then_server_add_session_rules() {
     )
     .await;
     assert_eq!(mcp_details(&prompt).tool_name, "progress_steps");
-    assert_eq!(states(&events, "w2"), ["validating", "scheduled", "executing", "success"]);
+    assert_eq!(
+        states(&events, "w2"),
+        ["validating", "scheduled", "executing", "success"]
+    );
     assert_eq!(
         states(&events, "p"),
-        ["validating", "awaiting_approval", "scheduled", "executing", "success"]
+        [
+            "validating",
+            "awaiting_approval",
+            "scheduled",
+            "executing",
+            "success"
+        ]
     );
 
     // The server rule covers every tool of `py`.
     let events = srv
         .run("s", vec![call("q", "mcp_py_silent", json!({"seconds": 0}))])
         .await;
-    assert_eq!(states(&events, "q"), ["validating", "scheduled", "executing", "success"]);
+    assert_eq!(
+        states(&events, "q"),
+        ["validating", "scheduled", "executing", "success"]
+    );
 
     // Rules belong to the session.
-    let mut stream = srv.schedule("other", vec![call("o", "mcp_py_silent", json!({"seconds": 0}))]).await;
+    let mut stream = srv
+        .schedule(
+            "other",
+            vec![call("o", "mcp_py_silent", json!({"seconds": 0}))],
+        )
+        .await;
     let mut seen = Vec::new();
     await_prompt(&mut stream, &mut seen, "o").await;
 }
@@ -131,8 +163,13 @@ async fn a_server_rule_does_not_cover_a_server_whose_name_extends_it() {
     .await;
     assert_eq!(mcp_details(&prompt).server_name, "py_fake");
     assert_eq!(mcp_details(&prompt).tool_name, "whoami");
-    assert_eq!(states(&events, "f"), ["validating", "awaiting_approval", "cancelled"]);
-    let State::Cancelled(c) = terminal(&events, "f") else { unreachable!() };
+    assert_eq!(
+        states(&events, "f"),
+        ["validating", "awaiting_approval", "cancelled"]
+    );
+    let State::Cancelled(c) = terminal(&events, "f") else {
+        unreachable!()
+    };
     assert_eq!(c.reason, "User denied execution.");
 }
 
@@ -177,7 +214,10 @@ async fn read_only_hints_count_only_for_trusted_servers() {
         )
     };
     let events = collect(srv.schedule_with(req).await).await;
-    assert_eq!(states(&events, "t"), ["validating", "scheduled", "executing", "success"]);
+    assert_eq!(
+        states(&events, "t"),
+        ["validating", "scheduled", "executing", "success"]
+    );
     assert_eq!(states(&events, "u"), ["validating", "error"]);
     assert_eq!(error_of(&events, "u").0, pb::ErrorType::PolicyViolation);
     assert_eq!(states(&events, "w"), ["validating", "error"]);

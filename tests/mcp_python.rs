@@ -21,7 +21,11 @@ async fn start_py() -> TestServer {
 
 /// Runs `tool` of the `py` server alone in yolo mode (no approval needed).
 async fn run_one(srv: &TestServer, id: &str, tool: &str, args: serde_json::Value) -> Vec<Event> {
-    collect(srv.schedule_with(yolo_request("s", vec![call(id, tool, args)])).await).await
+    collect(
+        srv.schedule_with(yolo_request("s", vec![call(id, tool, args)]))
+            .await,
+    )
+    .await
 }
 
 fn yolo_request(session: &str, calls: Vec<pb::FunctionCall>) -> pb::ScheduleCallsRequest {
@@ -40,14 +44,22 @@ async fn pid(srv: &TestServer) -> String {
 async fn progress_fields_missing_later_keep_their_earlier_values() {
     let srv = start_py().await;
     let events = run_one(&srv, "p", "mcp_py_progress_steps", json!({})).await;
-    assert_eq!(states(&events, "p"), ["validating", "scheduled", "executing", "success"]);
+    assert_eq!(
+        states(&events, "p"),
+        ["validating", "scheduled", "executing", "success"]
+    );
     assert_eq!(
         progress_of(&events, "p"),
         [
             (Some(1.0), Some(4.0), Some(25.0), "starting".to_string()),
             (Some(2.0), Some(4.0), Some(50.0), "starting".to_string()),
             (Some(3.0), Some(4.0), Some(75.0), "almost there".to_string()),
-            (Some(4.0), Some(4.0), Some(100.0), "almost there".to_string()),
+            (
+                Some(4.0),
+                Some(4.0),
+                Some(100.0),
+                "almost there".to_string()
+            ),
         ]
     );
     assert_eq!(success_output(&events, "p"), "steps done");
@@ -78,8 +90,13 @@ async fn cancel_mid_call_reaches_the_server_and_the_connection_stays_usable() {
     let summary = cancel(&srv, "s").await;
     assert_eq!(summary.cancelled_calls, 1);
     seen.extend(collect(stream).await);
-    assert_eq!(states(&seen, "b"), ["validating", "scheduled", "executing", "cancelled"]);
-    let State::Cancelled(c) = terminal(&seen, "b") else { unreachable!() };
+    assert_eq!(
+        states(&seen, "b"),
+        ["validating", "scheduled", "executing", "cancelled"]
+    );
+    let State::Cancelled(c) = terminal(&seen, "b") else {
+        unreachable!()
+    };
     assert_eq!(c.reason, "stop it");
     assert!(response_error(&seen, "b").starts_with("[Operation Cancelled]"));
 
@@ -136,7 +153,10 @@ async fn a_server_dying_mid_call_fails_the_call_and_is_restarted() {
         "server exit -> call error: {:?} (from its last progress)",
         times[error_at] - times[last_progress]
     );
-    assert_eq!(states(&events, "x"), ["validating", "scheduled", "executing", "error"]);
+    assert_eq!(
+        states(&events, "x"),
+        ["validating", "scheduled", "executing", "error"]
+    );
     let (kind, message) = error_of(&events, "x");
     assert_eq!(kind, pb::ErrorType::McpToolError);
     assert!(message.contains("exit status 3"), "{message}");
@@ -145,9 +165,11 @@ async fn a_server_dying_mid_call_fails_the_call_and_is_restarted() {
         "{message}"
     );
     // Restarted with backoff: a new process serves the next call.
-    wait_status(&srv, "py", |s| {
-        matches!(s, McpServerStatus::Ready { restarts, .. } if *restarts >= 1)
-    })
+    wait_status(
+        &srv,
+        "py",
+        |s| matches!(s, McpServerStatus::Ready { restarts, .. } if *restarts >= 1),
+    )
     .await;
     let after = pid(&srv).await;
     assert_ne!(after, before, "a new server process");
@@ -178,7 +200,10 @@ async fn progress_keeps_a_slow_call_alive_past_the_inactivity_timeout() {
         json!({"seconds": 2.5, "interval": 0.2}),
     )
     .await;
-    assert_eq!(states(&events, "slow"), ["validating", "scheduled", "executing", "success"]);
+    assert_eq!(
+        states(&events, "slow"),
+        ["validating", "scheduled", "executing", "success"]
+    );
     assert!(success_output(&events, "slow").starts_with("slow done after "));
     assert!(progress_of(&events, "slow").len() >= 5);
 
@@ -186,7 +211,10 @@ async fn progress_keeps_a_slow_call_alive_past_the_inactivity_timeout() {
     let events = run_one(&srv, "quiet", "mcp_py_silent", json!({"seconds": 30})).await;
     let (kind, message) = error_of(&events, "quiet");
     assert_eq!(kind, pb::ErrorType::ExecutionTimeout);
-    assert!(message.contains("sent neither a result nor progress for 1 s"), "{message}");
+    assert!(
+        message.contains("sent neither a result nor progress for 1 s"),
+        "{message}"
+    );
 
     // Progress does not lift the maximum total time.
     let events = run_one(
@@ -202,7 +230,10 @@ async fn progress_keeps_a_slow_call_alive_past_the_inactivity_timeout() {
 
     // The connection survives timeouts.
     let events = run_one(&srv, "who", "mcp_py_whoami", json!({})).await;
-    assert_eq!(states(&events, "who"), ["validating", "scheduled", "executing", "success"]);
+    assert_eq!(
+        states(&events, "who"),
+        ["validating", "scheduled", "executing", "success"]
+    );
 }
 
 #[tokio::test]
@@ -212,19 +243,32 @@ async fn an_is_error_result_is_an_mcp_tool_error_with_the_servers_text() {
     let (kind, message) = error_of(&events, "f");
     assert_eq!(kind, pb::ErrorType::McpToolError);
     assert_eq!(message, "Error executing tool fail: disk on fire");
-    assert_eq!(response_error(&events, "f"), "Error executing tool fail: disk on fire");
+    assert_eq!(
+        response_error(&events, "f"),
+        "Error executing tool fail: disk on fire"
+    );
 }
 
 #[tokio::test]
 async fn tools_list_changed_registers_new_tools() {
     let srv = start_py().await;
-    assert!(!tool_names(&srv).await.contains(&"mcp_py_late_tool".to_string()));
+    assert!(
+        !tool_names(&srv)
+            .await
+            .contains(&"mcp_py_late_tool".to_string())
+    );
     let events = run_one(&srv, "a", "mcp_py_add_tool", json!({})).await;
     assert_eq!(success_output(&events, "a"), "added");
     // The registry is swapped when the relisting finishes.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !tool_names(&srv).await.contains(&"mcp_py_late_tool".to_string()) {
-        assert!(tokio::time::Instant::now() < deadline, "late_tool never listed");
+    while !tool_names(&srv)
+        .await
+        .contains(&"mcp_py_late_tool".to_string())
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "late_tool never listed"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let events = run_one(&srv, "l", "mcp_py_late_tool", json!({})).await;
@@ -247,19 +291,30 @@ async fn servers_that_fail_to_start_leave_their_tools_out_and_say_why() {
     };
     let srv = TestServer::with_mcp(
         SchedulerConfig::default(),
-        servers(vec![("py", py(true)), ("missing", missing), ("crashing", crashing)]),
+        servers(vec![
+            ("py", py(true)),
+            ("missing", missing),
+            ("crashing", crashing),
+        ]),
     )
     .await;
     let names = tool_names(&srv).await;
     assert!(names.contains(&"mcp_py_whoami".to_string()), "{names:?}");
     assert!(names.contains(&"read_file".to_string()));
-    assert!(!names.iter().any(|n| n.starts_with("mcp_missing_") || n.starts_with("mcp_crashing_")));
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("mcp_missing_") || n.starts_with("mcp_crashing_"))
+    );
 
     let statuses = srv.mcp.as_ref().unwrap().statuses();
     let McpServerStatus::Failed { reason, .. } = &statuses["missing"] else {
         panic!("missing: {:?}", statuses["missing"]);
     };
-    assert!(reason.contains("cannot start '/nonexistent/mcp-server'"), "{reason}");
+    assert!(
+        reason.contains("cannot start '/nonexistent/mcp-server'"),
+        "{reason}"
+    );
     let McpServerStatus::Failed { reason, .. } = &statuses["crashing"] else {
         panic!("crashing: {:?}", statuses["crashing"]);
     };
@@ -269,5 +324,8 @@ async fn servers_that_fail_to_start_leave_their_tools_out_and_say_why() {
 
     // The service works: built-in and MCP tools run.
     let events = run_one(&srv, "who", "mcp_py_whoami", json!({})).await;
-    assert_eq!(states(&events, "who"), ["validating", "scheduled", "executing", "success"]);
+    assert_eq!(
+        states(&events, "who"),
+        ["validating", "scheduled", "executing", "success"]
+    );
 }

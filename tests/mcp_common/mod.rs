@@ -18,16 +18,19 @@ fn root() -> PathBuf {
 
 /// `node` from PATH; panics loudly when missing.
 pub fn node() -> String {
-    let found = std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths).any(|p| p.join("node").is_file())
-    });
-    assert!(found, "node is not on PATH: the MCP tests need Node.js 20 (apt-get install nodejs npm), then `bash tests/setup.sh`");
+    let found = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|p| p.join("node").is_file()));
+    assert!(
+        found,
+        "node is not on PATH: the MCP tests need Node.js 20 (apt-get install nodejs npm), then `bash tests/setup.sh`"
+    );
     "node".into()
 }
 
 /// server-everything's entry point; panics with how to install it.
 pub fn everything_js() -> String {
-    let js = root().join("tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let js =
+        root().join("tests/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(
         js.exists(),
         "{} is missing: run `bash tests/setup.sh` (npm ci in tests/mcp)",
@@ -85,12 +88,11 @@ pub async fn list_tools(srv: &TestServer) -> Vec<pb::FunctionDeclaration> {
         .tools
 }
 
-/// The Executing updates of `call_id` that carry progress, as
-/// (progress, total, percent, message).
-pub fn progress_of(
-    events: &[Event],
-    call_id: &str,
-) -> Vec<(Option<f64>, Option<f64>, Option<f64>, String)> {
+/// (progress, total, percent, message) of an Executing update.
+pub type ProgressRow = (Option<f64>, Option<f64>, Option<f64>, String);
+
+/// The Executing updates of `call_id` that carry progress.
+pub fn progress_of(events: &[Event], call_id: &str) -> Vec<ProgressRow> {
     events
         .iter()
         .filter_map(|e| match e {
@@ -131,12 +133,11 @@ pub async fn wait_status(
         .expect("started with MCP servers")
         .watch_status(server)
         .expect("configured server");
-    let status = tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|s| pred(s)))
+    tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|s| pred(s)))
         .await
         .unwrap_or_else(|_| panic!("{server} did not reach the expected status within 60 s"))
         .expect("status channel open")
-        .clone();
-    status
+        .clone()
 }
 
 /// The Cancel RPC for a session.

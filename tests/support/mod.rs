@@ -92,9 +92,15 @@ impl TestServer {
         .expect("scheduler");
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
-            serve(listener, scheduler, shutdown, ServerOptions::default(), async {
-                let _ = stopped.await;
-            })
+            serve(
+                listener,
+                scheduler,
+                shutdown,
+                ServerOptions::default(),
+                async {
+                    let _ = stopped.await;
+                },
+            )
             .await
             .expect("server ran");
         });

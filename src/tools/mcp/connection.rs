@@ -308,6 +308,14 @@ pub(crate) async fn supervise(
     let (link_tx, link_rx) = watch::channel(Link::Down {
         reason: "the server is starting".into(),
     });
+    let sup = Supervisor {
+        name: name.clone(),
+        config: config.clone(),
+        manager: manager.clone(),
+        link_tx,
+        link_rx,
+        shutdown: shutdown.clone(),
+    };
     let mut backoff = INITIAL_BACKOFF;
     let mut restarts = 0u32;
     loop {
@@ -324,8 +332,7 @@ pub(crate) async fn supervise(
         let reason = match attempt {
             Ok(started) => {
                 let since = Instant::now();
-                let reason =
-                    serve(restarts, &name, &config, &manager, started, &link_tx, &link_rx, &shutdown).await;
+                let reason = sup.serve(restarts, started).await;
                 if since.elapsed() >= HEALTHY_AFTER {
                     backoff = INITIAL_BACKOFF;
                 }
@@ -338,7 +345,7 @@ pub(crate) async fn supervise(
         };
         restarts += 1;
         tracing::warn!(server = %name, %reason, retry_in_ms = backoff.as_millis() as u64, "MCP server unavailable; restarting");
-        link_tx.send_replace(Link::Down {
+        sup.link_tx.send_replace(Link::Down {
             reason: reason.clone(),
         });
         manager.set_status(&name, McpServerStatus::Failed { reason, restarts });
@@ -350,113 +357,113 @@ pub(crate) async fn supervise(
     }
 }
 
-/// Serves one connection until it ends; returns why (`None` on shutdown).
-async fn serve(
-    restarts: u32,
-    name: &str,
-    config: &Arc<McpServerConfig>,
-    manager: &McpManager,
-    started: Started,
-    link_tx: &watch::Sender<Link>,
-    link_rx: &watch::Receiver<Link>,
-    shutdown: &CancellationToken,
-) -> Option<String> {
-    let Started {
-        service,
-        mut process,
-        progress,
-        mut list_changed,
-    } = started;
-    let conn = Arc::new(Connection {
-        peer: service.peer().clone(),
-        progress,
-        closed: CancellationToken::new(),
-        death: OnceLock::new(),
-    });
-    if let Err(reason) = relist(restarts, name, config, manager, &conn, link_rx).await {
-        conn.die(reason.clone());
-        return Some(reason);
-    }
-    link_tx.send_replace(Link::Up(conn.clone()));
-    let service_ended = service.waiting();
-    tokio::pin!(service_ended);
-    let reason = loop {
-        tokio::select! {
-            () = shutdown.cancelled() => {
-                conn.die("the service is shutting down".into());
-                return None;
-            }
-            status = async {
-                match process.as_mut() {
-                    Some(p) => p.child.wait().await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                let Some(p) = process.as_mut() else { continue };
-                // Grandchildren may still hold the pipes open.
-                p.kill_group();
-                break p.describe_exit(status).await;
-            }
-            quit = &mut service_ended => {
-                let why = match quit {
-                    Ok(reason) => format!("the connection closed ({reason:?})"),
-                    Err(e) => format!("the connection task failed ({e})"),
-                };
-                match process.as_mut() {
-                    // A stdio server that closed stdout: stop it and report
-                    // its exit.
-                    Some(p) => {
-                        p.kill_group();
-                        let status = p.child.wait().await;
-                        break format!("{why}; {}", p.describe_exit(status).await);
-                    }
-                    None => break why,
-                }
-            }
-            Some(()) = list_changed.recv() => {
-                if let Err(reason) = relist(restarts, name, config, manager, &conn, link_rx).await {
-                    tracing::warn!(server = %name, %reason, "relisting tools failed");
-                }
-            }
-        }
-    };
-    conn.die(reason.clone());
-    Some(reason)
+/// What a server's supervisor keeps across connections.
+struct Supervisor {
+    name: String,
+    config: Arc<McpServerConfig>,
+    manager: McpManager,
+    /// What the server's tools see.
+    link_tx: watch::Sender<Link>,
+    link_rx: watch::Receiver<Link>,
+    shutdown: CancellationToken,
 }
 
-/// Lists the server's tools and registers them.
-async fn relist(
-    restarts: u32,
-    name: &str,
-    config: &Arc<McpServerConfig>,
-    manager: &McpManager,
-    conn: &Arc<Connection>,
-    link_rx: &watch::Receiver<Link>,
-) -> Result<(), String> {
-    let listed = conn
-        .peer
-        .list_all_tools()
-        .await
-        .map_err(|e| format!("tools/list failed: {e}"))?;
-    let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
-    for t in &listed {
-        match McpTool::new(name, config.clone(), t, link_rx.clone()) {
-            Ok(tool) => tools.push(Arc::new(tool)),
-            Err(reason) => {
-                tracing::warn!(server = %name, tool = %t.name, %reason, "MCP tool left out");
+impl Supervisor {
+    /// Serves one connection until it ends; returns why (`None` on shutdown).
+    async fn serve(&self, restarts: u32, started: Started) -> Option<String> {
+        let (name, shutdown) = (&self.name, &self.shutdown);
+        let Started {
+            service,
+            mut process,
+            progress,
+            mut list_changed,
+        } = started;
+        let conn = Arc::new(Connection {
+            peer: service.peer().clone(),
+            progress,
+            closed: CancellationToken::new(),
+            death: OnceLock::new(),
+        });
+        if let Err(reason) = self.relist(restarts, &conn).await {
+            conn.die(reason.clone());
+            return Some(reason);
+        }
+        self.link_tx.send_replace(Link::Up(conn.clone()));
+        let service_ended = service.waiting();
+        tokio::pin!(service_ended);
+        let reason = loop {
+            tokio::select! {
+                () = shutdown.cancelled() => {
+                    conn.die("the service is shutting down".into());
+                    return None;
+                }
+                status = async {
+                    match process.as_mut() {
+                        Some(p) => p.child.wait().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let Some(p) = process.as_mut() else { continue };
+                    // Grandchildren may still hold the pipes open.
+                    p.kill_group();
+                    break p.describe_exit(status).await;
+                }
+                quit = &mut service_ended => {
+                    let why = match quit {
+                        Ok(reason) => format!("the connection closed ({reason:?})"),
+                        Err(e) => format!("the connection task failed ({e})"),
+                    };
+                    match process.as_mut() {
+                        // A stdio server that closed stdout: stop it and report
+                        // its exit.
+                        Some(p) => {
+                            p.kill_group();
+                            let status = p.child.wait().await;
+                            break format!("{why}; {}", p.describe_exit(status).await);
+                        }
+                        None => break why,
+                    }
+                }
+                Some(()) = list_changed.recv() => {
+                    if let Err(reason) = self.relist(restarts, &conn).await {
+                        tracing::warn!(server = %name, %reason, "relisting tools failed");
+                    }
+                }
+            }
+        };
+        conn.die(reason.clone());
+        Some(reason)
+    }
+
+    /// Lists the server's tools and registers them.
+    async fn relist(&self, restarts: u32, conn: &Arc<Connection>) -> Result<(), String> {
+        let (name, config, manager, link_rx) =
+            (&self.name, &self.config, &self.manager, &self.link_rx);
+        let listed = conn
+            .peer
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
+        for t in &listed {
+            match McpTool::new(name, config.clone(), t, link_rx.clone()) {
+                Ok(tool) => tools.push(Arc::new(tool)),
+                Err(reason) => {
+                    tracing::warn!(server = %name, tool = %t.name, %reason, "MCP tool left out");
+                }
             }
         }
+        let count = manager.set_tools(name, tools);
+        tracing::info!(server = %name, tools = count, "MCP server ready");
+        manager.set_status(
+            name,
+            McpServerStatus::Ready {
+                tools: count,
+                restarts,
+            },
+        );
+        Ok(())
     }
-    let count = manager.set_tools(name, tools);
-    tracing::info!(server = %name, tools = count, "MCP server ready");
-    manager.set_status(
-        name,
-        McpServerStatus::Ready {
-            tools: count,
-            restarts,
-        },
-    );
-    Ok(())
 }
 
 /// Starts the server and runs the MCP handshake.

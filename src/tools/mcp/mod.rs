@@ -162,7 +162,10 @@ impl McpServerConfig {
     }
 
     pub(crate) fn startup_timeout(&self) -> Duration {
-        Duration::from_millis(self.startup_timeout_ms.unwrap_or(DEFAULT_STARTUP_TIMEOUT_MS))
+        Duration::from_millis(
+            self.startup_timeout_ms
+                .unwrap_or(DEFAULT_STARTUP_TIMEOUT_MS),
+        )
     }
 }
 
@@ -253,7 +256,10 @@ impl McpManager {
 
     /// A receiver of `server`'s status changes (`None`: no such server).
     pub fn watch_status(&self, server: &str) -> Option<watch::Receiver<McpServerStatus>> {
-        self.inner.statuses.get(server).map(watch::Sender::subscribe)
+        self.inner
+            .statuses
+            .get(server)
+            .map(watch::Sender::subscribe)
     }
 
     pub(crate) fn set_status(&self, server: &str, status: McpServerStatus) {
@@ -301,5 +307,86 @@ impl McpManager {
             Err(e) => tracing::error!(error = %e, "cannot rebuild the registry with MCP tools"),
         }
         registered
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct File {
+        mcp_servers: BTreeMap<String, McpServerConfig>,
+    }
+
+    #[test]
+    fn stdio_and_http_tables_parse_and_check() {
+        let file: File = toml::from_str(
+            r#"
+            [mcp_servers.everything]
+            command = "npx"
+            args = ["-y", "@modelcontextprotocol/server-everything"]
+            env = { DEBUG = "1" }
+            cwd = "/tmp"
+            timeout_ms = 120000
+            max_total_time_ms = 900000
+            trust = true
+
+            [mcp_servers.search]
+            url = "http://127.0.0.1:3001/mcp"
+            headers = { Authorization = "Bearer abc" }
+            "#,
+        )
+        .unwrap();
+        let e = &file.mcp_servers["everything"];
+        e.check("everything").unwrap();
+        assert_eq!(e.call_timeout(), Duration::from_secs(120));
+        assert_eq!(e.max_total_time(), Some(Duration::from_secs(900)));
+        assert!(matches!(e.transport(), Transport::Stdio { ref command, .. } if command == "npx"));
+        let s = &file.mcp_servers["search"];
+        s.check("search").unwrap();
+        assert_eq!(
+            s.call_timeout(),
+            Duration::from_millis(DEFAULT_CALL_TIMEOUT_MS)
+        );
+        assert!(!s.trust);
+        assert!(
+            matches!(s.transport(), Transport::Http { ref headers, .. } if headers["Authorization"] == "Bearer abc")
+        );
+    }
+
+    #[test]
+    fn bad_tables_are_refused_with_what_to_change() {
+        let both = McpServerConfig {
+            command: Some("x".into()),
+            url: Some("http://h/".into()),
+            ..McpServerConfig::default()
+        };
+        assert!(both.check("a").unwrap_err().contains("not both"));
+        assert!(
+            McpServerConfig::default()
+                .check("a")
+                .unwrap_err()
+                .contains("set command")
+        );
+        let tls = McpServerConfig {
+            url: Some("https://h/".into()),
+            ..McpServerConfig::default()
+        };
+        assert!(tls.check("a").unwrap_err().contains("http://"));
+        let zero = McpServerConfig {
+            command: Some("x".into()),
+            timeout_ms: Some(0),
+            ..McpServerConfig::default()
+        };
+        assert!(zero.check("a").unwrap_err().contains("timeout_ms"));
+        let ok = McpServerConfig {
+            command: Some("x".into()),
+            ..McpServerConfig::default()
+        };
+        assert!(ok.check("a b").unwrap_err().contains("server name"));
+        let unknown: Result<File, _> =
+            toml::from_str("[mcp_servers.a]\ncommand = \"x\"\ntimeout = 5\n");
+        assert!(unknown.err().unwrap().to_string().contains("timeout"));
     }
 }

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest,
-    ContentBlock, ProgressNotificationParam, Request, ResourceContents, ServerResult,
+    CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest, ContentBlock,
+    ProgressNotificationParam, Request, ResourceContents, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::{Map, Value, json};
@@ -76,8 +76,7 @@ impl McpTool {
         link: watch::Receiver<Link>,
     ) -> Result<Self, String> {
         let parameters = Value::Object((*tool.input_schema).clone());
-        jsonschema::validator_for(&parameters)
-            .map_err(|e| format!("invalid input schema: {e}"))?;
+        jsonschema::validator_for(&parameters).map_err(|e| format!("invalid input schema: {e}"))?;
         let read_only_hint = tool
             .annotations
             .as_ref()
@@ -352,7 +351,10 @@ fn map_result(result: CallToolResult) -> ToolOutcome {
                 other => text(unknown_block(&other), &mut parts),
             },
             ContentBlock::ResourceLink(link) => {
-                text(format!("Resource link: {} ({})", link.name, link.uri), &mut parts);
+                text(
+                    format!("Resource link: {} ({})", link.name, link.uri),
+                    &mut parts,
+                );
             }
             other => text(unknown_block(&other), &mut parts),
         }
@@ -393,7 +395,10 @@ mod tests {
 
     #[test]
     fn names_are_sanitised_and_bounded() {
-        assert_eq!(registered_name("everything", "get-sum"), "mcp_everything_get-sum");
+        assert_eq!(
+            registered_name("everything", "get-sum"),
+            "mcp_everything_get-sum"
+        );
         assert_eq!(registered_name("s", "a b/c"), "mcp_s_a_b_c");
         let long = registered_name("server", &"x".repeat(100));
         assert_eq!(long.len(), MAX_NAME_LEN);
