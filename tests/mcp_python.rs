@@ -102,16 +102,21 @@ async fn cancel_mid_call_reaches_the_server_and_the_connection_stays_usable() {
 
     // The same connection (same server process) answers the next call.
     assert_eq!(pid(&srv).await, before);
-    // The server saw notifications/cancelled: its handler was cancelled and
-    // wrote the marker. It does so on its own schedule; wait for the file.
+    wait_for_marker(&marker).await;
+}
+
+/// The server saw notifications/cancelled: its handler was cancelled and
+/// wrote "cancelled" to `marker`, on its own schedule; wait for the file.
+async fn wait_for_marker(marker: &std::path::Path) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        if std::fs::read_to_string(&marker).is_ok_and(|s| s == "cancelled") {
-            break;
+        if std::fs::read_to_string(marker).is_ok_and(|s| s == "cancelled") {
+            return;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the server never recorded the cancellation"
+            "the server never recorded the cancellation in {}",
+            marker.display()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -164,15 +169,15 @@ async fn a_server_dying_mid_call_fails_the_call_and_is_restarted() {
         message.contains("fatal: simulated crash in exit_mid_call"),
         "{message}"
     );
-    // Restarted with backoff: a new process serves the next call.
-    wait_status(
-        &srv,
-        "py",
-        |s| matches!(s, McpServerStatus::Ready { restarts, .. } if *restarts >= 1),
-    )
-    .await;
+    // Restarted with backoff: the next call, made at once, waits for the
+    // new process and runs there.
     let after = pid(&srv).await;
     assert_ne!(after, before, "a new server process");
+    let status = wait_status(&srv, "py", |s| matches!(s, McpServerStatus::Ready { .. })).await;
+    assert!(
+        matches!(status, McpServerStatus::Ready { restarts: 1, .. }),
+        "{status:?}"
+    );
 }
 
 #[tokio::test]
@@ -207,14 +212,23 @@ async fn progress_keeps_a_slow_call_alive_past_the_inactivity_timeout() {
     assert!(success_output(&events, "slow").starts_with("slow done after "));
     assert!(progress_of(&events, "slow").len() >= 5);
 
-    // Silence ends the call at the inactivity timeout.
-    let events = run_one(&srv, "quiet", "mcp_py_silent", json!({"seconds": 30})).await;
+    // Silence ends the call at the inactivity timeout, and the server is
+    // told (notifications/cancelled).
+    let marker = srv.workspace.path().join("timeout-marker");
+    let events = run_one(
+        &srv,
+        "quiet",
+        "mcp_py_silent",
+        json!({"seconds": 30, "marker": marker.display().to_string()}),
+    )
+    .await;
     let (kind, message) = error_of(&events, "quiet");
     assert_eq!(kind, pb::ErrorType::ExecutionTimeout);
     assert!(
         message.contains("sent neither a result nor progress for 1 s"),
         "{message}"
     );
+    wait_for_marker(&marker).await;
 
     // Progress does not lift the maximum total time.
     let events = run_one(

@@ -56,9 +56,15 @@ async def slow_with_progress(seconds: float, interval: float, ctx: Context) -> s
 
 
 @mcp.tool()
-async def silent(seconds: float) -> str:
-    """Sleeps without reporting progress."""
-    await asyncio.sleep(seconds)
+async def silent(seconds: float, marker: str = "") -> str:
+    """Sleeps without reporting progress; records a cancellation in `marker`."""
+    try:
+        await asyncio.sleep(seconds)
+    except BaseException:
+        if marker:
+            with open(marker, "w") as f:
+                f.write("cancelled")
+        raise
     return "silent done"
 
 

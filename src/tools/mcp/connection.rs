@@ -75,6 +75,12 @@ impl Connection {
         self.closed.cancelled().await;
     }
 
+    /// Whether the connection is gone (its link may still say Up for a
+    /// moment).
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
     /// Why the connection is gone, waiting at most `wait` for the supervisor
     /// to find out.
     pub async fn death_reason(&self, wait: Duration) -> Option<String> {

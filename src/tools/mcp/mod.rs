@@ -32,9 +32,6 @@ use super::{Registry, SharedRegistry, Tool};
 
 pub use tool::{McpTool, registered_name};
 
-/// Inactivity timeout of a call when the server sets none: Gemini CLI's
-/// default MCP timeout (10 minutes). Each progress notification restarts it.
-pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 600_000;
 /// How long connecting (spawn or HTTP, `initialize`, `tools/list`) may take
 /// before the attempt counts as failed.
 pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 30_000;
@@ -62,7 +59,9 @@ pub struct McpServerConfig {
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// Milliseconds a call may go without a result or a progress
-    /// notification [default: 600000]; progress restarts this clock.
+    /// notification; progress restarts this clock [default, and upper
+    /// bound: the service's execution timeout, whose guard in the scheduler
+    /// also restarts on progress].
     pub timeout_ms: Option<u64>,
     /// Milliseconds a call may take in all, progress or not [default: no
     /// limit beyond `timeout_ms`].
@@ -151,9 +150,13 @@ impl McpServerConfig {
         }
     }
 
-    /// The inactivity timeout of a call.
-    pub fn call_timeout(&self) -> Duration {
-        Duration::from_millis(self.timeout_ms.unwrap_or(DEFAULT_CALL_TIMEOUT_MS))
+    /// The inactivity timeout of a call under the service's execution
+    /// timeout `execution`: `timeout_ms`, at most `execution`. (Beyond it the
+    /// scheduler's guard would end the call first, without telling the
+    /// server.)
+    pub fn call_timeout(&self, execution: Duration) -> Duration {
+        self.timeout_ms
+            .map_or(execution, |ms| Duration::from_millis(ms).min(execution))
     }
 
     /// The maximum total time of a call, if any.
@@ -340,15 +343,17 @@ mod tests {
         .unwrap();
         let e = &file.mcp_servers["everything"];
         e.check("everything").unwrap();
-        assert_eq!(e.call_timeout(), Duration::from_secs(120));
+        let execution = Duration::from_secs(300);
+        assert_eq!(e.call_timeout(execution), Duration::from_secs(120));
+        assert_eq!(
+            e.call_timeout(Duration::from_secs(60)),
+            Duration::from_secs(60)
+        );
         assert_eq!(e.max_total_time(), Some(Duration::from_secs(900)));
         assert!(matches!(e.transport(), Transport::Stdio { ref command, .. } if command == "npx"));
         let s = &file.mcp_servers["search"];
         s.check("search").unwrap();
-        assert_eq!(
-            s.call_timeout(),
-            Duration::from_millis(DEFAULT_CALL_TIMEOUT_MS)
-        );
+        assert_eq!(s.call_timeout(execution), execution);
         assert!(!s.trust);
         assert!(
             matches!(s.transport(), Transport::Http { ref headers, .. } if headers["Authorization"] == "Bearer abc")

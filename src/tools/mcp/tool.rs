@@ -31,6 +31,9 @@ const MAX_NAME_LEN: usize = 64;
 /// How long a call whose connection broke waits for the supervisor to learn
 /// why (exit status, stderr) before it reports the bare broken connection.
 const DEATH_REPORT_WAIT: Duration = Duration::from_millis(900);
+/// How long a call waits for a restarting server to come back before it
+/// fails (the first restarts come after 0.25 s, 0.5 s, 1 s, …).
+const RECONNECT_WAIT: Duration = Duration::from_secs(10);
 
 /// `mcp_<server>_<tool>` with every character a model's function name cannot
 /// hold replaced by `_`, shortened in the middle to [`MAX_NAME_LEN`] as
@@ -162,14 +165,10 @@ fn mcp_error(message: impl Into<String>) -> ToolError {
 
 impl McpInvocation {
     async fn run(&self, ctx: ExecContext) -> Result<ToolOutcome, ToolError> {
-        let conn = match &*self.link.borrow() {
-            Link::Up(conn) => conn.clone(),
-            Link::Down { reason } => {
-                return Err(mcp_error(format!(
-                    "MCP server '{}' is not connected: {reason}",
-                    self.server
-                )));
-            }
+        let Some(conn) = self.connection(&ctx).await? else {
+            return Ok(ToolOutcome::Cancelled {
+                partial_output: None,
+            });
         };
         let params =
             CallToolRequestParams::new(self.tool.clone()).with_arguments(self.args.clone());
@@ -183,9 +182,16 @@ impl McpInvocation {
             },
         };
         let request_id = handle.id.clone();
+        // Whatever ends this call early (cancellation, a timeout, the
+        // scheduler dropping it) tells the server.
+        let mut remote = RemoteCancel {
+            conn: Some(conn.clone()),
+            id: request_id.clone(),
+            reason: "Cancelled by the client.",
+        };
         let mut progress = conn.progress.subscribe(handle.progress_token.clone());
         let mut response = handle.rx;
-        let inactivity = self.config.call_timeout();
+        let inactivity = self.config.call_timeout(ctx.timeout);
         let idle = tokio::time::sleep(inactivity);
         tokio::pin!(idle);
         let total_limit = self.config.max_total_time();
@@ -196,16 +202,9 @@ impl McpInvocation {
             tokio::select! {
                 biased;
                 () = ctx.token.cancelled() => {
-                    // Tell the server, but do not wait for it: the call ends
-                    // now and a late result is dropped with `response`.
-                    let peer = conn.peer.clone();
-                    let id = request_id.clone();
-                    tokio::spawn(async move {
-                        let param = CancelledNotificationParam::new(Some(id), Some("Cancelled by the client.".into()));
-                        if let Err(e) = peer.notify_cancelled(param).await {
-                            tracing::debug!(error = %e, "could not send notifications/cancelled");
-                        }
-                    });
+                    // `remote` tells the server without waiting for it: the
+                    // call ends now and a late result is dropped with
+                    // `response`.
                     return Ok(ToolOutcome::Cancelled { partial_output: merged.last_message() });
                 }
                 Some(p) = progress.recv() => {
@@ -215,6 +214,7 @@ impl McpInvocation {
                 result = &mut response => {
                     // Progress the server sent before its result was routed
                     // before it (see `Tap`): report it first.
+                    remote.disarm();
                     while let Some(p) = progress.try_recv() {
                         let _ = ctx.progress.send(merged.merge(p));
                     }
@@ -232,16 +232,19 @@ impl McpInvocation {
                         Err(_) => Err(self.broken(&conn, &ServiceError::TransportClosed).await),
                     };
                 }
-                () = conn.closed() => return Err(self.broken(&conn, &ServiceError::TransportClosed).await),
+                () = conn.closed() => {
+                    remote.disarm();
+                    return Err(self.broken(&conn, &ServiceError::TransportClosed).await);
+                }
                 () = &mut idle => {
-                    self.cancel_remote(&conn, &request_id, "timeout");
+                    remote.reason = "timeout";
                     return Err(ToolError::new(ErrorKind::ExecutionTimeout, format!(
                         "MCP tool '{}' of server '{}' sent neither a result nor progress for {} s (the server's timeout_ms); the call was cancelled.",
                         self.tool, self.server, inactivity.as_secs_f64()
                     )));
                 }
                 () = &mut total, if total_limit.is_some() => {
-                    self.cancel_remote(&conn, &request_id, "maximum total time exceeded");
+                    remote.reason = "maximum total time exceeded";
                     return Err(ToolError::new(ErrorKind::ExecutionTimeout, format!(
                         "MCP tool '{}' of server '{}' did not finish within its maximum total time of {} s (max_total_time_ms); the call was cancelled.",
                         self.tool, self.server, total_limit.unwrap_or_default().as_secs_f64()
@@ -251,12 +254,28 @@ impl McpInvocation {
         }
     }
 
-    fn cancel_remote(&self, conn: &Arc<Connection>, id: &rmcp::model::RequestId, reason: &str) {
-        let peer = conn.peer.clone();
-        let param = CancelledNotificationParam::new(Some(id.clone()), Some(reason.to_string()));
-        tokio::spawn(async move {
-            let _ = peer.notify_cancelled(param).await;
-        });
+    /// The server's live connection; while it is restarting, waits for it
+    /// up to [`RECONNECT_WAIT`]. `None` when the call was cancelled meanwhile.
+    async fn connection(&self, ctx: &ExecContext) -> Result<Option<Arc<Connection>>, ToolError> {
+        let mut link = self.link.clone();
+        let wait = link.wait_for(|l| matches!(l, Link::Up(c) if !c.is_closed()));
+        let waited = tokio::select! {
+            () = ctx.token.cancelled() => return Ok(None),
+            r = tokio::time::timeout(RECONNECT_WAIT, wait) => r.map(|r| r.map(|l| l.clone())),
+        };
+        match waited {
+            Ok(Ok(Link::Up(conn))) if !conn.is_closed() => Ok(Some(conn)),
+            _ => {
+                let reason = match &*self.link.borrow() {
+                    Link::Down { reason } => reason.clone(),
+                    Link::Up(_) => "it is restarting".to_string(),
+                };
+                Err(mcp_error(format!(
+                    "MCP server '{}' is not connected: {reason}",
+                    self.server
+                )))
+            }
+        }
     }
 
     /// The error of a call whose connection broke: the exit status and last
@@ -270,6 +289,39 @@ impl McpInvocation {
             "MCP server '{}' failed during the call of '{}': {reason}",
             self.server, self.tool
         ))
+    }
+}
+
+/// Sends `notifications/cancelled` for a request when dropped armed: the
+/// call ended (or was dropped) before the server answered.
+struct RemoteCancel {
+    conn: Option<Arc<Connection>>,
+    id: rmcp::model::RequestId,
+    reason: &'static str,
+}
+
+impl RemoteCancel {
+    fn disarm(&mut self) {
+        self.conn = None;
+    }
+}
+
+impl Drop for RemoteCancel {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        let param =
+            CancelledNotificationParam::new(Some(self.id.clone()), Some(self.reason.into()));
+        // Drop may run outside a runtime (at shutdown): then there is no
+        // server left to tell.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = conn.peer.notify_cancelled(param).await {
+                    tracing::debug!(error = %e, "could not send notifications/cancelled");
+                }
+            });
+        }
     }
 }
 
