@@ -584,25 +584,7 @@ fn spawn(
     let stderr_done = child.stderr.take().map(|stderr| {
         let tail = stderr_tail.clone();
         let server = name.to_string();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(mut line)) = lines.next_line().await {
-                tracing::debug!(server = %server, "stderr: {line}");
-                if line.len() > STDERR_LINE_BYTES {
-                    let mut cut = STDERR_LINE_BYTES;
-                    while !line.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    line.truncate(cut);
-                    line.push('…');
-                }
-                let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
-                if tail.len() == STDERR_TAIL_LINES {
-                    tail.pop_front();
-                }
-                tail.push_back(line);
-            }
-        })
+        tokio::spawn(read_stderr(server, stderr, tail))
     });
     Ok(Process {
         child,
@@ -610,4 +592,121 @@ fn spawn(
         stderr_tail,
         stderr_done,
     })
+}
+
+/// Reads a server's stderr to its end, keeping the last
+/// [`STDERR_TAIL_LINES`] lines of at most [`STDERR_LINE_BYTES`] each. It
+/// never stops early (invalid UTF-8, a line without end): a server blocked
+/// on a full stderr pipe would hang its calls.
+async fn read_stderr(
+    server: String,
+    stderr: tokio::process::ChildStderr,
+    tail: Arc<Mutex<VecDeque<String>>>,
+) {
+    let mut reader = BufReader::new(stderr);
+    let mut line: Vec<u8> = Vec::new();
+    let mut cut = false;
+    loop {
+        // (bytes consumed, a line ended, the stream ended)
+        let (consumed, newline, ended) = match reader.fill_buf().await {
+            Ok([]) | Err(_) => (0, false, true),
+            Ok(buf) => match buf.iter().position(|&b| b == b'\n') {
+                Some(at) => {
+                    keep(&mut line, &mut cut, &buf[..at]);
+                    (at + 1, true, false)
+                }
+                None => {
+                    keep(&mut line, &mut cut, buf);
+                    (buf.len(), false, false)
+                }
+            },
+        };
+        reader.consume(consumed);
+        if newline || (ended && !line.is_empty()) {
+            let mut text = String::from_utf8_lossy(&line).into_owned();
+            if cut {
+                text.push('…');
+            }
+            tracing::debug!(server = %server, "stderr: {text}");
+            let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
+            if tail.len() == STDERR_TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(text);
+            line.clear();
+            cut = false;
+        }
+        if ended {
+            return;
+        }
+    }
+}
+
+/// Appends `bytes` to `line` up to [`STDERR_LINE_BYTES`]; notes a cut.
+fn keep(line: &mut Vec<u8>, cut: &mut bool, bytes: &[u8]) {
+    let room = STDERR_LINE_BYTES.saturating_sub(line.len());
+    line.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    *cut |= bytes.len() > room;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn stderr_tail_keeps_last_lines_bounded_and_survives_bad_utf8() {
+        // 12 lines, one of invalid UTF-8, one too long, the last without a
+        // newline.
+        let script = r#"for i in 1 2 3 4 5 6 7 8 9; do echo "line $i" >&2; done
+printf '\377\376 bad\n' >&2
+head -c 2000 /dev/zero | tr '\0' x >&2; echo >&2
+printf 'last' >&2"#;
+        let mut process = spawn(
+            "t",
+            "sh",
+            &["-c".into(), script.into()],
+            &BTreeMap::new(),
+            None,
+        )
+        .unwrap();
+        let status = process.child.wait().await;
+        let described = process.describe_exit(status).await;
+        let tail: Vec<String> = process
+            .stderr_tail
+            .lock()
+            .unwrap()
+            .iter()
+            .cloned()
+            .collect();
+        assert_eq!(tail.len(), STDERR_TAIL_LINES);
+        assert_eq!(tail[0], "line 3");
+        assert_eq!(tail[7], "\u{fffd}\u{fffd} bad");
+        assert_eq!(tail[8], format!("{}…", "x".repeat(STDERR_LINE_BYTES)));
+        assert_eq!(tail[9], "last");
+        assert!(
+            described.starts_with(
+                "the server process exited (exit status 0); last stderr lines:\nline 3\n"
+            ),
+            "{described}"
+        );
+    }
+
+    #[tokio::test]
+    async fn progress_that_arrives_before_its_subscriber_is_kept() {
+        let router = ProgressRouter::default();
+        let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
+        let other = ProgressToken(rmcp::model::NumberOrString::Number(8));
+        router.route(ProgressNotificationParam::new(token.clone(), 1.0));
+        router.route(ProgressNotificationParam::new(other.clone(), 5.0));
+        let mut sub = router.subscribe(token.clone());
+        router.route(ProgressNotificationParam::new(token.clone(), 2.0));
+        assert_eq!(sub.recv().await.unwrap().progress, 1.0);
+        assert_eq!(sub.recv().await.unwrap().progress, 2.0);
+        drop(sub);
+        // Unsubscribed: its later progress waits (bounded) like any other.
+        router.route(ProgressNotificationParam::new(token, 3.0));
+        let mut sub8 = router.subscribe(other);
+        assert_eq!(sub8.try_recv().unwrap().progress, 5.0);
+        assert!(sub8.try_recv().is_none());
+    }
 }
