@@ -360,6 +360,73 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_name_registered_twice_keeps_the_first_server_in_order() {
+        let base = Registry::new(Vec::new()).unwrap();
+        let (manager, registry) =
+            McpManager::start(&base, &BTreeMap::new(), CancellationToken::new()).unwrap();
+        let (_tx, link) = watch::channel(connection::Link::Down {
+            reason: "test".into(),
+        });
+        let schema: Arc<serde_json::Map<String, serde_json::Value>> = Arc::new(
+            serde_json::json!({"type": "object"})
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        let tool = |server: &str, name: &'static str| -> Arc<dyn Tool> {
+            let t = rmcp::model::Tool::new(name, "d", schema.clone());
+            Arc::new(
+                McpTool::new(
+                    server,
+                    Arc::new(McpServerConfig::default()),
+                    &t,
+                    link.clone(),
+                )
+                .unwrap(),
+            )
+        };
+        // "a" + "b_c" and "a_b" + "c" both make mcp_a_b_c.
+        assert_eq!(
+            manager.set_tools("a_b", vec![tool("a_b", "c"), tool("a_b", "d")]),
+            2
+        );
+        assert_eq!(manager.set_tools("a", vec![tool("a", "b_c")]), 1);
+        let names: Vec<String> = registry
+            .load()
+            .declarations()
+            .map(|d| d.name.clone())
+            .collect();
+        assert_eq!(names, ["mcp_a_b_c", "mcp_a_b_d"]);
+        let subject = registry
+            .load()
+            .build("mcp_a_b_c", &Default::default())
+            .unwrap()
+            .subject();
+        assert_eq!(
+            subject,
+            crate::tools::Subject::Mcp {
+                server: "a".into(),
+                tool: "b_c".into()
+            }
+        );
+        // A tool with a schema that does not compile is left out.
+        let bad = rmcp::model::Tool::new(
+            "bad",
+            "d",
+            Arc::new(serde_json::json!({"type": 5}).as_object().unwrap().clone()),
+        );
+        assert!(
+            McpTool::new(
+                "a",
+                Arc::new(McpServerConfig::default()),
+                &bad,
+                link.clone()
+            )
+            .is_err()
+        );
+    }
+
     #[test]
     fn bad_tables_are_refused_with_what_to_change() {
         let both = McpServerConfig {
