@@ -2,6 +2,7 @@
 //! file: flags beat the environment, which beats the file, which beats the
 //! built-in defaults.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,6 +14,7 @@ use crate::api::ServerOptions;
 use crate::policy::ApprovalMode;
 use crate::sandbox::OutputLimits;
 use crate::scheduler::SchedulerConfig;
+use crate::tools::mcp::McpServerConfig;
 
 /// Default listen address: loopback only, so a fresh start exposes nothing.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
@@ -154,6 +156,10 @@ struct FileConfig {
     insecure_no_auth: Option<bool>,
     log_format: Option<LogFormat>,
     metrics_listen: Option<SocketAddr>,
+    /// `[mcp_servers.<name>]` tables: MCP servers whose tools are registered
+    /// as `mcp_<name>_<tool>` (file only: no flag).
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, McpServerConfig>,
 }
 
 /// Why the settings are unusable.
@@ -172,6 +178,8 @@ pub enum ConfigError {
     NeedsAuth { addr: SocketAddr },
     #[error("{field} must be greater than 0")]
     Zero { field: &'static str },
+    #[error("mcp_servers.{name}: {message}")]
+    McpServer { name: String, message: String },
 }
 
 /// The resolved settings.
@@ -186,6 +194,8 @@ pub struct Settings {
     pub metrics_listen: Option<SocketAddr>,
     /// The operator's policy file, if any.
     pub policy_file: Option<PathBuf>,
+    /// Configured MCP servers by name (checked: each has a command or a URL).
+    pub mcp_servers: BTreeMap<String, McpServerConfig>,
 }
 
 impl Settings {
@@ -259,6 +269,14 @@ impl Settings {
                 return Err(ConfigError::Zero { field });
             }
         }
+        for (name, server) in &file.mcp_servers {
+            server
+                .check(name)
+                .map_err(|message| ConfigError::McpServer {
+                    name: name.clone(),
+                    message,
+                })?;
+        }
         let server = ServerOptions {
             auth_token,
             max_concurrent_streams: args
@@ -286,6 +304,7 @@ impl Settings {
                 .unwrap_or(LogFormat::Text),
             metrics_listen: args.metrics_listen.or(file.metrics_listen),
             policy_file: args.policy_file.or(file.policy_file),
+            mcp_servers: file.mcp_servers,
         })
     }
 }
@@ -332,6 +351,26 @@ mod tests {
             Settings::resolve(args),
             Err(ConfigError::NeedsAuth { .. })
         ));
+
+        std::fs::write(
+            &file,
+            "[mcp_servers.fs]\ncommand = \"mcp-fs\"\nargs = [\"/srv\"]\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(file.clone()),
+            ..ServeArgs::default()
+        };
+        let s = Settings::resolve(args).unwrap();
+        assert_eq!(s.mcp_servers["fs"].command.as_deref(), Some("mcp-fs"));
+        assert_eq!(s.mcp_servers["fs"].args, ["/srv"]);
+        std::fs::write(&file, "[mcp_servers.fs]\nargs = []\n").unwrap();
+        let args = ServeArgs {
+            config: Some(file.clone()),
+            ..ServeArgs::default()
+        };
+        let err = Settings::resolve(args).unwrap_err().to_string();
+        assert!(err.contains("mcp_servers.fs: set command"), "{err}");
 
         std::fs::write(&file, "no_such_key = 1\n").unwrap();
         let args = ServeArgs {

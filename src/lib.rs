@@ -39,14 +39,45 @@ pub fn build_scheduler_with_policy(
     policy: policy::PolicyHandle,
     shutdown: CancellationToken,
 ) -> anyhow::Result<scheduler::Scheduler> {
-    let workspace = Arc::new(
-        sandbox::Workspace::new(workspace)
-            .map_err(|e| anyhow::anyhow!("workspace {}: {e}", workspace.display()))?,
-    );
+    let workspace = open_workspace(workspace)?;
     let policy = policy.with_workspace(workspace.root());
     let registry = Arc::new(tools::Registry::builtin(workspace)?);
     let metrics = Arc::new(scheduler::Metrics::new()?);
     Ok(scheduler::Scheduler::start(
         config, registry, policy, shutdown, metrics,
     ))
+}
+
+/// Like [`build_scheduler_with_policy`], plus the tools of the MCP servers in
+/// `mcp_servers` (name → config). Waits until every server has finished its
+/// first connection attempt (each bounded by its `startup_timeout_ms`); a
+/// server that fails is logged, its tools are absent, and it is retried with
+/// backoff. `shutdown` also stops the servers.
+pub async fn build_scheduler_with_mcp(
+    workspace: &std::path::Path,
+    config: scheduler::SchedulerConfig,
+    policy: policy::PolicyHandle,
+    mcp_servers: &std::collections::BTreeMap<String, tools::mcp::McpServerConfig>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<(scheduler::Scheduler, tools::mcp::McpManager)> {
+    let workspace = open_workspace(workspace)?;
+    let policy = policy.with_workspace(workspace.root());
+    let builtin = tools::Registry::builtin(workspace)?;
+    let (manager, registry) =
+        tools::mcp::McpManager::start(&builtin, mcp_servers, shutdown.clone())?;
+    manager.wait_started().await;
+    for (name, status) in manager.statuses() {
+        if let tools::mcp::McpServerStatus::Failed { reason, .. } = status {
+            tracing::error!(server = %name, %reason, "MCP server failed to start; its tools are absent");
+        }
+    }
+    let metrics = Arc::new(scheduler::Metrics::new()?);
+    let scheduler = scheduler::Scheduler::start(config, registry, policy, shutdown, metrics);
+    Ok((scheduler, manager))
+}
+
+fn open_workspace(root: &std::path::Path) -> anyhow::Result<Arc<sandbox::Workspace>> {
+    sandbox::Workspace::new(root)
+        .map(Arc::new)
+        .map_err(|e| anyhow::anyhow!("workspace {}: {e}", root.display()))
 }

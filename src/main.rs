@@ -29,12 +29,14 @@ async fn main() -> anyhow::Result<()> {
         }
         None => toolsched::policy::PolicyHandle::default(),
     };
-    let scheduler = toolsched::build_scheduler_with_policy(
+    let (scheduler, _mcp) = toolsched::build_scheduler_with_mcp(
         &settings.workspace,
         settings.scheduler.clone(),
         policy,
+        &settings.mcp_servers,
         shutdown.clone(),
-    )?;
+    )
+    .await?;
     if let Some(addr) = settings.metrics_listen {
         spawn_metrics(addr, &scheduler, shutdown.clone()).await?;
     }
@@ -77,7 +79,8 @@ async fn spawn_metrics(
 
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // rmcp logs every MCP message at info.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

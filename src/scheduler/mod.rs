@@ -33,7 +33,7 @@ use session::{EventSink, Session, SessionCommand};
 
 use crate::policy::{ApprovalMode, PolicyHandle};
 use crate::sandbox::OutputLimits;
-use crate::tools::Registry;
+use crate::tools::{Registry, SharedRegistry};
 
 /// Limits and timeouts of the scheduler. Every field is a documented limit.
 #[derive(Debug, Clone)]
@@ -130,7 +130,9 @@ pub enum CancelError {
 /// What every session shares (read-only).
 pub(crate) struct Shared {
     pub config: SchedulerConfig,
-    pub registry: Arc<Registry>,
+    /// Read once per batch (a snapshot), so MCP tool list changes apply to
+    /// batches that start later.
+    pub registry: SharedRegistry,
     pub policy: PolicyHandle,
     /// Cancelled at server shutdown: every batch is cancelled with it.
     pub shutdown: CancellationToken,
@@ -166,20 +168,23 @@ const HUB_CHANNEL_CAPACITY: usize = 4096;
 #[derive(Clone)]
 pub struct Scheduler {
     hub: mpsc::Sender<HubCommand>,
-    registry: Arc<Registry>,
+    registry: SharedRegistry,
     open_streams: watch::Receiver<usize>,
     metrics: Arc<Metrics>,
 }
 
 impl Scheduler {
     /// Starts the hub. `shutdown` cancels every session, batch and call.
+    /// `registry` is an `Arc<Registry>` or a [`SharedRegistry`] that MCP
+    /// servers update.
     pub fn start(
         config: SchedulerConfig,
-        registry: Arc<Registry>,
+        registry: impl Into<SharedRegistry>,
         policy: PolicyHandle,
         shutdown: CancellationToken,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let registry = registry.into();
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
         let shared = Arc::new(Shared {
@@ -210,9 +215,9 @@ impl Scheduler {
         &self.metrics
     }
 
-    /// The tool registry (for `ListTools`).
-    pub fn registry(&self) -> &Registry {
-        &self.registry
+    /// The current tool registry (for `ListTools`).
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.load()
     }
 
     /// Accepts a batch. The stream starts with `Accepted` and ends after

@@ -355,6 +355,7 @@ impl Session {
             invocation = self
                 .shared
                 .registry
+                .load()
                 .build(&slot.request.name, &args)
                 .map_err(|e| ConfirmError::InvalidNewContent { message: e.message })?;
             batch.calls[index].request.args = args;
@@ -546,7 +547,12 @@ impl Session {
     }
 
     fn cancel_pending(&self, pending: PendingBatch, reason: &str) {
-        cancel_pending(&self.shared.metrics, &self.shared.registry, pending, reason);
+        cancel_pending(
+            &self.shared.metrics,
+            &self.shared.registry.load(),
+            pending,
+            reason,
+        );
     }
 
     // === internal reports ===
@@ -828,10 +834,12 @@ impl Session {
             metrics: self.shared.metrics.clone(),
         };
         let mut initial = Vec::with_capacity(order.len());
+        // One snapshot per batch: a registry swapped in meanwhile (MCP tool
+        // lists changed) applies to later batches.
+        let registry = self.shared.registry.load();
         for (pos, &req_index) in order.iter().enumerate() {
             request_order[req_index] = pos;
             let call = request.calls[req_index].clone();
-            let registry = &self.shared.registry;
             let tool = registry.get(&call.name).ok().cloned();
             // An unknown tool or invalid arguments: created directly in Error.
             let (state, update) = match registry.build(&call.name, &call.args) {
@@ -1055,6 +1063,11 @@ impl Session {
                         biased;
                         p = progress_rx.recv(), if progress_open => match p {
                             Some(progress) => {
+                                // A tool reporting progress is alive: the
+                                // guard restarts (MCP calls outlive it while
+                                // progress flows; the tool enforces its own
+                                // inactivity and total limits).
+                                limit.as_mut().reset(tokio::time::Instant::now() + config.execution_timeout + TIMEOUT_SLACK);
                                 let _ = tx.send(Internal::Progress { batch_id: batch_id.clone(), index, progress });
                             }
                             None => progress_open = false,

@@ -10,6 +10,7 @@
 //! (`scheduler`), and confining what it does (`sandbox`).
 
 mod file;
+pub mod mcp;
 mod shell;
 mod topic;
 
@@ -326,7 +327,9 @@ pub enum RegistryError {
     Duplicate { name: String },
 }
 
-/// All tools by wire name. Immutable once built; shared as `Arc<Registry>`.
+/// All tools by wire name. Immutable once built; shared as `Arc<Registry>`
+/// through a [`SharedRegistry`] so that a new one (MCP servers' tool lists
+/// changed) can replace it for batches that start later.
 pub struct Registry {
     tools: BTreeMap<String, Entry>,
 }
@@ -363,6 +366,11 @@ impl Registry {
             }
         }
         Ok(Self { tools: map })
+    }
+
+    /// Every registered tool, in name order (to build a registry with more).
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.tools.values().map(|e| e.tool.clone()).collect()
     }
 
     /// Declarations in name order, for `ListTools`.
@@ -427,6 +435,39 @@ impl Registry {
             ErrorKind::ToolNotRegistered,
             format!("Tool \"{name}\" not found in registry. {hint}"),
         )
+    }
+}
+
+/// The current registry, replaceable as a whole: readers take a snapshot
+/// ([`SharedRegistry::load`]) at the start of a batch and keep it for the
+/// batch, so a batch never sees two registries. Cheap to clone.
+#[derive(Clone)]
+pub struct SharedRegistry(Arc<tokio::sync::watch::Sender<Arc<Registry>>>);
+
+impl SharedRegistry {
+    pub fn new(registry: Arc<Registry>) -> Self {
+        Self(Arc::new(tokio::sync::watch::Sender::new(registry)))
+    }
+
+    /// The current registry.
+    pub fn load(&self) -> Arc<Registry> {
+        self.0.borrow().clone()
+    }
+
+    /// Replaces the registry for every later [`load`](Self::load).
+    pub fn store(&self, registry: Arc<Registry>) {
+        self.0.send_replace(registry);
+    }
+
+    /// A receiver that sees every replacement.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Arc<Registry>> {
+        self.0.subscribe()
+    }
+}
+
+impl From<Arc<Registry>> for SharedRegistry {
+    fn from(registry: Arc<Registry>) -> Self {
+        Self::new(registry)
     }
 }
 
