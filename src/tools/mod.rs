@@ -9,9 +9,17 @@
 //! Not here: deciding whether a call may run (`policy`), when it runs
 //! (`scheduler`), and confining what it does (`sandbox`).
 
+mod edit;
+mod encoding;
 mod file;
+mod glob;
+mod grep;
+mod list;
+mod read;
 mod shell;
 mod topic;
+mod walk;
+mod write;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -25,7 +33,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::sandbox::{OutputLimits, Workspace};
 
-pub use file::{ListDirectoryTool, ReadFileTool, WriteFileTool};
+pub use edit::ReplaceTool;
+pub use glob::GlobTool;
+pub use grep::GrepTool;
+pub use list::ListDirectoryTool;
+pub use read::ReadFileTool;
+pub use write::WriteFileTool;
 pub use shell::ShellTool;
 pub use topic::{TOPIC_TOOL_NAME, UpdateTopicTool};
 
@@ -85,6 +98,11 @@ pub enum ErrorKind {
     SandboxDenied,
     McpToolError,
     UnhandledException,
+    /// A directory tool (list_directory, glob, grep_search) was given a file.
+    PathIsNotADirectory,
+    /// The file changed on disk while an edit was being written; nothing
+    /// was written.
+    FileChangedConcurrently,
 }
 
 /// A failed call: a stable type, a message that tells the caller what to do
@@ -298,6 +316,9 @@ impl Registry {
             Arc::new(ReadFileTool::new(workspace.clone())),
             Arc::new(ListDirectoryTool::new(workspace.clone())),
             Arc::new(WriteFileTool::new(workspace.clone())),
+            Arc::new(ReplaceTool::new(workspace.clone())),
+            Arc::new(GlobTool::new(workspace.clone())),
+            Arc::new(GrepTool::new(workspace.clone())),
             Arc::new(ShellTool::new(workspace)),
             Arc::new(UpdateTopicTool::new()),
         ])
