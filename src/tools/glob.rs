@@ -175,12 +175,12 @@ impl GlobCall {
         let left_note = left.describe(hint);
         let mut out = if total == 0 {
             format!(
-                "No files found matching pattern \"{}\" within {}.\n",
+                "No files found matching pattern \"{}\" within \"{}\".\n",
                 self.pattern, self.display
             )
         } else {
             format!(
-                "Found {total} file(s) matching \"{}\" within {}, sorted by modification time (newest first):\n",
+                "Found {total} file(s) matching \"{}\" within \"{}\", sorted by modification time (newest first):\n",
                 self.pattern, self.display
             )
         };

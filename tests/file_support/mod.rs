@@ -90,3 +90,78 @@ pub fn put(srv: &TestServer, rel: &str, bytes: impl AsRef<[u8]>) {
 pub fn bytes(srv: &TestServer, rel: &str) -> Vec<u8> {
     std::fs::read(srv.path(rel)).unwrap()
 }
+
+/// A server whose workspace is `repo/<sub>`: a directory inside a larger
+/// repository (whose `.git` and `.gitignore` lie above the workspace root).
+pub struct NestedServer {
+    pub repo: tempfile::TempDir,
+    pub workspace: std::path::PathBuf,
+    client: toolsched::api::pb::tool_scheduler_client::ToolSchedulerClient<tonic::transport::Channel>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl NestedServer {
+    /// `prepare` fills the repository before the server starts.
+    pub async fn start(sub: &str, prepare: impl FnOnce(&std::path::Path)) -> Self {
+        let repo = tempfile::tempdir().unwrap();
+        let workspace = repo.path().join(sub);
+        std::fs::create_dir_all(&workspace).unwrap();
+        prepare(repo.path());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let scheduler =
+            toolsched::build_scheduler(&workspace, SchedulerConfig::default(), shutdown.clone())
+                .unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            toolsched::api::serve(
+                listener,
+                scheduler,
+                shutdown,
+                toolsched::api::ServerOptions::default(),
+                async {
+                    let _ = stopped.await;
+                },
+            )
+            .await
+            .unwrap();
+        });
+        let client = toolsched::api::pb::tool_scheduler_client::ToolSchedulerClient::connect(
+            format!("http://{addr}"),
+        )
+        .await
+        .unwrap();
+        Self {
+            repo,
+            workspace,
+            client,
+            stop: Some(stop),
+            server: Some(server),
+        }
+    }
+
+    /// Runs one call "c" and returns its events.
+    pub async fn run_one(&self, name: &str, args: Value) -> Vec<Event> {
+        let stream = self
+            .client
+            .clone()
+            .schedule_calls(request("s", vec![call("c", name, args)]))
+            .await
+            .unwrap()
+            .into_inner();
+        collect(stream).await
+    }
+}
+
+impl Drop for NestedServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+    }
+}
