@@ -67,7 +67,15 @@ async fn edits_are_byte_exact_in_every_encoding_and_line_ending() {
     )
     .await;
     // Mixed endings outside the edit stay as they were.
-    edit_exact(&srv, "mixed.txt", b"a\r\nb\nc\r\n", "b", "B", b"a\r\nB\nc\r\n").await;
+    edit_exact(
+        &srv,
+        "mixed.txt",
+        b"a\r\nb\nc\r\n",
+        "b",
+        "B",
+        b"a\r\nB\nc\r\n",
+    )
+    .await;
     // UTF-8 BOM kept.
     edit_exact(
         &srv,
@@ -185,9 +193,7 @@ async fn replace_error_types() {
     put(&srv, "latin1.txt", b"caf\xe9\n");
     put(&srv, "blob.bin", b"\x00\x01\x02");
     std::fs::create_dir(srv.path("dir")).unwrap();
-    let replace = |path: &str, old: &str, new: &str| {
-        json!({"file_path": path, "old_string": old, "new_string": new})
-    };
+    let replace = |path: &str, old: &str, new: &str| json!({"file_path": path, "old_string": old, "new_string": new});
 
     let events = run_one(&srv, "replace", replace("f.txt", "absent", "x")).await;
     let (kind, message) = failed(&events, false);
@@ -201,7 +207,10 @@ async fn replace_error_types() {
     let events = run_one(&srv, "replace", replace("f.txt", "hello", "hello")).await;
     let (kind, message) = failed(&events, true);
     assert_eq!(kind, ErrorType::EditNoChange);
-    assert!(message.starts_with("No changes to apply to f.txt"), "{message}");
+    assert!(
+        message.starts_with("No changes to apply to f.txt"),
+        "{message}"
+    );
 
     let events = run_one(&srv, "replace", replace("f.txt", "", "new")).await;
     let (kind, message) = failed(&events, false);
@@ -211,7 +220,10 @@ async fn replace_error_types() {
     let events = run_one(&srv, "replace", replace("missing.txt", "a", "b")).await;
     let (kind, message) = failed(&events, false);
     assert_eq!(kind, ErrorType::FileNotFound);
-    assert!(message.starts_with("File not found: missing.txt."), "{message}");
+    assert!(
+        message.starts_with("File not found: missing.txt."),
+        "{message}"
+    );
 
     let events = run_one(&srv, "replace", replace("dir", "a", "b")).await;
     let (kind, _) = failed(&events, true);
@@ -225,11 +237,18 @@ async fn replace_error_types() {
         "blob.bin is a binary file, 3 bytes; replace only edits text files."
     );
 
-    let events = run_one(&srv, "replace", replace("latin1.txt", "caf\u{e9}", "\u{2603}")).await;
+    let events = run_one(
+        &srv,
+        "replace",
+        replace("latin1.txt", "caf\u{e9}", "\u{2603}"),
+    )
+    .await;
     let (kind, message) = failed(&events, false);
     assert_eq!(kind, ErrorType::InvalidToolParams);
     assert!(
-        message.starts_with("argument 'new_string': the character '☃' (U+2603) cannot be written in windows-1252"),
+        message.starts_with(
+            "argument 'new_string': the character '☃' (U+2603) cannot be written in windows-1252"
+        ),
         "{message}"
     );
     assert_eq!(bytes(&srv, "latin1.txt"), b"caf\xe9\n");
@@ -239,9 +258,17 @@ async fn replace_error_types() {
     let events = run_one(&srv, "replace", replace("huge.txt", "a", "b")).await;
     let (kind, message) = failed(&events, false);
     assert_eq!(kind, ErrorType::FileTooLarge);
-    assert!(message.contains("over the 16777216-byte limit"), "{message}");
+    assert!(
+        message.contains("over the 16777216-byte limit"),
+        "{message}"
+    );
 
-    let events = run_one(&srv, "replace", json!({"file_path": "f.txt", "old_string": "a"})).await;
+    let events = run_one(
+        &srv,
+        "replace",
+        json!({"file_path": "f.txt", "old_string": "a"}),
+    )
+    .await;
     let (kind, message) = failed(&events, true);
     assert_eq!(kind, ErrorType::InvalidToolParams);
     assert!(message.contains("new_string"), "{message}");
@@ -328,8 +355,16 @@ async fn two_approved_replaces_of_one_file_in_one_batch_both_land() {
         .schedule(
             "s",
             vec![
-                call("r1", "replace", json!({"file_path": "f.txt", "old_string": "a = 1", "new_string": "a = 2"})),
-                call("r2", "replace", json!({"file_path": "f.txt", "old_string": "b = 1", "new_string": "b = 2"})),
+                call(
+                    "r1",
+                    "replace",
+                    json!({"file_path": "f.txt", "old_string": "a = 1", "new_string": "a = 2"}),
+                ),
+                call(
+                    "r2",
+                    "replace",
+                    json!({"file_path": "f.txt", "old_string": "b = 1", "new_string": "b = 2"}),
+                ),
             ],
         )
         .await;
@@ -357,7 +392,13 @@ async fn two_approved_replaces_of_one_file_in_one_batch_both_land() {
     for id in ["r1", "r2"] {
         assert_eq!(
             states(&seen, id),
-            ["validating", "awaiting_approval", "scheduled", "executing", "success"],
+            [
+                "validating",
+                "awaiting_approval",
+                "scheduled",
+                "executing",
+                "success"
+            ],
             "{id}"
         );
     }
@@ -374,7 +415,11 @@ async fn the_edit_applies_to_the_file_as_it_is_at_execution() {
     let mut stream = srv
         .schedule(
             "s",
-            vec![call("r", "replace", json!({"file_path": "f.txt", "old_string": "target", "new_string": "done"}))],
+            vec![call(
+                "r",
+                "replace",
+                json!({"file_path": "f.txt", "old_string": "target", "new_string": "done"}),
+            )],
         )
         .await;
     let mut seen = Vec::new();
@@ -386,7 +431,13 @@ async fn the_edit_applies_to_the_file_as_it_is_at_execution() {
     seen.extend(collect(stream).await);
     assert_eq!(
         states(&seen, "r"),
-        ["validating", "awaiting_approval", "scheduled", "executing", "success"]
+        [
+            "validating",
+            "awaiting_approval",
+            "scheduled",
+            "executing",
+            "success"
+        ]
     );
     assert_eq!(bytes(&srv, "f.txt"), b"someone else's line\nkeep\ndone\n");
 
@@ -395,7 +446,11 @@ async fn the_edit_applies_to_the_file_as_it_is_at_execution() {
     let mut stream = srv
         .schedule(
             "s",
-            vec![call("r", "replace", json!({"file_path": "f.txt", "old_string": "keep", "new_string": "kept"}))],
+            vec![call(
+                "r",
+                "replace",
+                json!({"file_path": "f.txt", "old_string": "keep", "new_string": "kept"}),
+            )],
         )
         .await;
     let mut seen = Vec::new();
@@ -407,11 +462,20 @@ async fn the_edit_applies_to_the_file_as_it_is_at_execution() {
     seen.extend(collect(stream).await);
     assert_eq!(
         states(&seen, "r"),
-        ["validating", "awaiting_approval", "scheduled", "executing", "error"]
+        [
+            "validating",
+            "awaiting_approval",
+            "scheduled",
+            "executing",
+            "error"
+        ]
     );
     let (kind, message) = error_of(&seen, "r");
     assert_eq!(kind, ErrorType::EditNoOccurrenceFound);
-    assert!(message.contains("The file may have changed since you read it"), "{message}");
+    assert!(
+        message.contains("The file may have changed since you read it"),
+        "{message}"
+    );
     assert_eq!(bytes(&srv, "f.txt"), b"rewritten\n");
 }
 
@@ -422,7 +486,11 @@ async fn inline_new_content_replaces_new_string() {
     let mut stream = srv
         .schedule(
             "s",
-            vec![call("r", "replace", json!({"file_path": "f.txt", "old_string": "x = 1", "new_string": "x = 2"}))],
+            vec![call(
+                "r",
+                "replace",
+                json!({"file_path": "f.txt", "old_string": "x = 1", "new_string": "x = 2"}),
+            )],
         )
         .await;
     let mut seen = Vec::new();
@@ -443,7 +511,13 @@ async fn inline_new_content_replaces_new_string() {
     seen.extend(collect(stream).await);
     assert_eq!(
         states(&seen, "r"),
-        ["validating", "awaiting_approval", "scheduled", "executing", "success"]
+        [
+            "validating",
+            "awaiting_approval",
+            "scheduled",
+            "executing",
+            "success"
+        ]
     );
     assert_eq!(bytes(&srv, "f.txt"), b"x = 42\r\ny = $1\r\n");
 }
@@ -455,7 +529,11 @@ async fn a_prompt_for_an_edit_that_cannot_apply_is_never_shown() {
     let events = srv
         .run(
             "s",
-            vec![call("c", "replace", json!({"file_path": "f.txt", "old_string": "nope", "new_string": "x"}))],
+            vec![call(
+                "c",
+                "replace",
+                json!({"file_path": "f.txt", "old_string": "nope", "new_string": "x"}),
+            )],
         )
         .await;
     let (kind, _) = error_of(&events, "c");

@@ -37,7 +37,12 @@ async fn read_file_windows_lines_and_says_how_to_continue() {
     assert_eq!(result["truncated"], json!(true));
     assert_eq!(result["encoding"], json!("UTF-8"));
 
-    let events = run_one(&srv, "read_file", json!({"file_path": "big.txt", "start_line": 2001})).await;
+    let events = run_one(
+        &srv,
+        "read_file",
+        json!({"file_path": "big.txt", "start_line": 2001}),
+    )
+    .await;
     let rest: String = (2001..=3000).map(|i| format!("line {i}\n")).collect();
     assert_eq!(
         ok_output(&events),
@@ -84,7 +89,11 @@ async fn read_file_detects_and_states_the_encoding_without_replacement_character
     let srv = TestServer::start().await;
     let utf16le: Vec<u8> = [0xFF, 0xFE]
         .into_iter()
-        .chain("h\u{e9}llo\nw\u{f6}rld\n".encode_utf16().flat_map(u16::to_le_bytes))
+        .chain(
+            "h\u{e9}llo\nw\u{f6}rld\n"
+                .encode_utf16()
+                .flat_map(u16::to_le_bytes),
+        )
         .collect();
     let utf16be: Vec<u8> = [0xFE, 0xFF]
         .into_iter()
@@ -93,7 +102,11 @@ async fn read_file_detects_and_states_the_encoding_without_replacement_character
     put(&srv, "le.txt", &utf16le);
     put(&srv, "be.txt", &utf16be);
     put(&srv, "bom.txt", b"\xEF\xBB\xBFcaf\xC3\xA9\n");
-    put(&srv, "latin1.txt", b"Fran\xe7ais: \xe9t\xe9, na\xefve, gar\xe7on, d\xe9j\xe0 vu\n");
+    put(
+        &srv,
+        "latin1.txt",
+        b"Fran\xe7ais: \xe9t\xe9, na\xefve, gar\xe7on, d\xe9j\xe0 vu\n",
+    );
     let cases = [
         ("le.txt", "UTF-16LE with BOM", "h\u{e9}llo\nw\u{f6}rld\n"),
         ("be.txt", "UTF-16BE with BOM", "\u{3b1}\u{3b2}\n"),
@@ -123,7 +136,11 @@ async fn read_file_detects_and_states_the_encoding_without_replacement_character
 async fn read_file_reports_binary_files_and_inlines_images_and_pdf() {
     let srv = TestServer::start().await;
     put(&srv, "blob.bin", b"\x7fELF\x02\x01\x00\x00garbage\x00\x01");
-    let png = [b"\x89PNG\r\n\x1a\n".as_slice(), b"\x00\x00\x00\x0dIHDR rest"].concat();
+    let png = [
+        b"\x89PNG\r\n\x1a\n".as_slice(),
+        b"\x00\x00\x00\x0dIHDR rest",
+    ]
+    .concat();
     put(&srv, "pic.png", &png);
     let pdf = b"%PDF-1.4\n1 0 obj\n<<>>\nendobj\n%%EOF\n".to_vec();
     put(&srv, "doc.pdf", &pdf);
@@ -152,7 +169,10 @@ async fn read_file_reports_binary_files_and_inlines_images_and_pdf() {
     let events = run_one(&srv, "read_file", json!({"file_path": "huge.png"})).await;
     let (kind, message) = failed(&events, false);
     assert_eq!(kind, ErrorType::FileTooLarge);
-    assert!(message.contains("huge.png is a image/png file of 3145728 bytes"), "{message}");
+    assert!(
+        message.contains("huge.png is a image/png file of 3145728 bytes"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -167,7 +187,10 @@ async fn read_file_error_types() {
     let events = run_one(&srv, "read_file", json!({"file_path": "missing.txt"})).await;
     let (kind, message) = failed(&events, false);
     assert_eq!(kind, ErrorType::FileNotFound);
-    assert!(message.starts_with("File not found: missing.txt."), "{message}");
+    assert!(
+        message.starts_with("File not found: missing.txt."),
+        "{message}"
+    );
 
     let events = run_one(&srv, "read_file", json!({"file_path": "dir"})).await;
     let (kind, message) = failed(&events, false);
@@ -177,7 +200,10 @@ async fn read_file_error_types() {
     let events = run_one(&srv, "read_file", json!({"file_path": "sparse.log"})).await;
     let (kind, message) = failed(&events, false);
     assert_eq!(kind, ErrorType::FileTooLarge);
-    assert!(message.contains("sparse.log is 537919488 bytes"), "{message}");
+    assert!(
+        message.contains("sparse.log is 537919488 bytes"),
+        "{message}"
+    );
 
     let events = run_one(
         &srv,
@@ -192,10 +218,18 @@ async fn read_file_error_types() {
         "argument 'start_line' (3) must not be greater than 'end_line' (2). Send start_line <= end_line."
     );
 
-    let events = run_one(&srv, "read_file", json!({"file_path": "three.txt", "start_line": 9})).await;
+    let events = run_one(
+        &srv,
+        "read_file",
+        json!({"file_path": "three.txt", "start_line": 9}),
+    )
+    .await;
     let (kind, message) = failed(&events, false);
     assert_eq!(kind, ErrorType::InvalidToolParams);
-    assert!(message.contains("three.txt, which has 3 lines"), "{message}");
+    assert!(
+        message.contains("three.txt, which has 3 lines"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -233,7 +267,10 @@ async fn write_file_creates_and_overwrites_keeping_encoding_line_endings_and_mod
         "Successfully created and wrote to new file: new/dir/f.txt."
     );
     assert_eq!(bytes(&srv, "new/dir/f.txt"), b"hi\n");
-    let mode = std::fs::metadata(srv.path("new/dir/f.txt")).unwrap().permissions().mode();
+    let mode = std::fs::metadata(srv.path("new/dir/f.txt"))
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o644);
 
     // An existing CRLF, Latin-1, executable file keeps all three.
@@ -246,8 +283,14 @@ async fn write_file_creates_and_overwrites_keeping_encoding_line_endings_and_mod
     )
     .await;
     assert_eq!(ok_output(&events), "Successfully overwrote file: run.bat.");
-    assert_eq!(bytes(&srv, "run.bat"), b"@echo off\r\necho d\xe9j\xe0 vu\r\n");
-    let mode = std::fs::metadata(srv.path("run.bat")).unwrap().permissions().mode();
+    assert_eq!(
+        bytes(&srv, "run.bat"),
+        b"@echo off\r\necho d\xe9j\xe0 vu\r\n"
+    );
+    let mode = std::fs::metadata(srv.path("run.bat"))
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o755);
 
     // A character the file's encoding cannot hold is refused, file intact.
@@ -259,8 +302,16 @@ async fn write_file_creates_and_overwrites_keeping_encoding_line_endings_and_mod
     .await;
     let (kind, message) = failed(&events, false);
     assert_eq!(kind, ErrorType::InvalidToolParams);
-    assert!(message.starts_with("argument 'content': the character '中' (U+4E2D) cannot be written in windows-1252"), "{message}");
-    assert_eq!(bytes(&srv, "run.bat"), b"@echo off\r\necho d\xe9j\xe0 vu\r\n");
+    assert!(
+        message.starts_with(
+            "argument 'content': the character '中' (U+4E2D) cannot be written in windows-1252"
+        ),
+        "{message}"
+    );
+    assert_eq!(
+        bytes(&srv, "run.bat"),
+        b"@echo off\r\necho d\xe9j\xe0 vu\r\n"
+    );
 
     // No temp file is left behind.
     let mut names: Vec<String> = std::fs::read_dir(srv.workspace.path())
@@ -271,7 +322,12 @@ async fn write_file_creates_and_overwrites_keeping_encoding_line_endings_and_mod
     assert_eq!(names, ["new", "run.bat"]);
 
     std::fs::create_dir(srv.path("adir")).unwrap();
-    let events = run_one(&srv, "write_file", json!({"file_path": "adir", "content": "x"})).await;
+    let events = run_one(
+        &srv,
+        "write_file",
+        json!({"file_path": "adir", "content": "x"}),
+    )
+    .await;
     let (kind, _) = failed(&events, true);
     assert_eq!(kind, ErrorType::TargetIsDirectory);
 }
@@ -283,7 +339,11 @@ async fn write_file_prompt_carries_a_unified_diff_and_modified_content_is_writte
     let mut stream = srv
         .schedule(
             "s",
-            vec![call("w", "write_file", json!({"file_path": "a.txt", "content": "one\n2\nthree\n"}))],
+            vec![call(
+                "w",
+                "write_file",
+                json!({"file_path": "a.txt", "content": "one\n2\nthree\n"}),
+            )],
         )
         .await;
     let mut seen = Vec::new();
@@ -311,7 +371,13 @@ async fn write_file_prompt_carries_a_unified_diff_and_modified_content_is_writte
     seen.extend(events);
     assert_eq!(
         states(&seen, "w"),
-        ["validating", "awaiting_approval", "scheduled", "executing", "success"]
+        [
+            "validating",
+            "awaiting_approval",
+            "scheduled",
+            "executing",
+            "success"
+        ]
     );
     assert_eq!(bytes(&srv, "a.txt"), b"edited by a person\n");
 }
@@ -332,7 +398,12 @@ async fn list_directory_lists_dirs_first_and_counts_what_ignore_rules_left_out()
     put(&srv, "src/main.rs", "fn main() {}");
     put(&srv, "target/debug/app", "bin");
 
-    let events = run_one(&srv, "list_directory", json!({"dir_path": ".", "ignore": ["*.tmp"]})).await;
+    let events = run_one(
+        &srv,
+        "list_directory",
+        json!({"dir_path": ".", "ignore": ["*.tmp"]}),
+    )
+    .await;
     assert_eq!(
         ok_output(&events),
         "Directory listing for .:\n[DIR] src\n.gitignore\n.toolschedignore\na.txt\nb.txt\n\n\
@@ -362,16 +433,27 @@ async fn list_directory_lists_dirs_first_and_counts_what_ignore_rules_left_out()
     let events = run_one(&srv, "list_directory", json!({"dir_path": "nope"})).await;
     let (kind, message) = failed(&events, false);
     assert_eq!(kind, ErrorType::FileNotFound);
-    assert!(message.starts_with("Directory not found: nope."), "{message}");
+    assert!(
+        message.starts_with("Directory not found: nope."),
+        "{message}"
+    );
 
     let events = run_one(&srv, "list_directory", json!({"dir_path": "a.txt"})).await;
     let (kind, _) = failed(&events, false);
     assert_eq!(kind, ErrorType::PathIsNotADirectory);
 
-    let events = run_one(&srv, "list_directory", json!({"dir_path": ".", "ignore": ["[oops"]})).await;
+    let events = run_one(
+        &srv,
+        "list_directory",
+        json!({"dir_path": ".", "ignore": ["[oops"]}),
+    )
+    .await;
     let (kind, message) = failed(&events, true);
     assert_eq!(kind, ErrorType::InvalidToolParams);
-    assert!(message.starts_with("argument 'ignore/0': '[oops' is not a valid glob"), "{message}");
+    assert!(
+        message.starts_with("argument 'ignore/0': '[oops' is not a valid glob"),
+        "{message}"
+    );
 }
 
 // === the workspace boundary, for every tool ===
@@ -433,17 +515,29 @@ async fn every_tool_refuses_paths_leading_outside_the_workspace() {
         let calls = [
             ("read_file", json!({"file_path": p})),
             ("write_file", json!({"file_path": p, "content": "pwned"})),
-            ("replace", json!({"file_path": p, "old_string": "TOPSECRET", "new_string": "pwned"})),
-            ("replace", json!({"file_path": p, "old_string": "", "new_string": "pwned"})),
+            (
+                "replace",
+                json!({"file_path": p, "old_string": "TOPSECRET", "new_string": "pwned"}),
+            ),
+            (
+                "replace",
+                json!({"file_path": p, "old_string": "", "new_string": "pwned"}),
+            ),
             ("list_directory", json!({"dir_path": p})),
             ("glob", json!({"pattern": "*", "dir_path": p})),
-            ("grep_search", json!({"pattern": "TOPSECRET", "dir_path": p})),
+            (
+                "grep_search",
+                json!({"pattern": "TOPSECRET", "dir_path": p}),
+            ),
         ];
         for (tool, args) in calls {
             let events = run_one(srv, tool, args).await;
             let (kind, message) = failed(&events, true);
             assert_eq!(kind, ErrorType::PathNotInWorkspace, "{tool} {p}: {message}");
-            assert!(message.contains("resolves outside the workspace root"), "{message}");
+            assert!(
+                message.contains("resolves outside the workspace root"),
+                "{message}"
+            );
         }
     }
     let sibling_dir = format!("../{sibling_name}");
@@ -472,11 +566,17 @@ async fn walks_never_follow_links_out_and_count_them() {
     let events = run_one(srv, "glob", json!({"pattern": "**/*"})).await;
     let output = ok_output(&events);
     assert!(!output.contains("secret"), "{output}");
-    let mut listed: Vec<&str> = output.lines().skip(1).take_while(|l| !l.is_empty()).collect();
+    let mut listed: Vec<&str> = output
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
     listed.sort();
     assert_eq!(listed, ["inside.txt", "real/inner.txt"]);
     assert_eq!(result_of(&events, "c")["outside_symlinks"], json!(2));
-    assert!(output.contains("2 symlink(s) leading outside the workspace (or nowhere) were left out"));
+    assert!(
+        output.contains("2 symlink(s) leading outside the workspace (or nowhere) were left out")
+    );
 
     let events = run_one(srv, "grep_search", json!({"pattern": "TOPSECRET|visible"})).await;
     assert_eq!(
@@ -500,8 +600,16 @@ async fn walks_never_follow_links_out_and_count_them() {
 async fn a_new_file_under_a_symlinked_directory_inside_is_allowed() {
     let e = Escape::new().await;
     let srv = &e.srv;
-    let events = run_one(srv, "write_file", json!({"file_path": "alias/new.txt", "content": "n\n"})).await;
-    assert_eq!(ok_output(&events), "Successfully created and wrote to new file: real/new.txt.");
+    let events = run_one(
+        srv,
+        "write_file",
+        json!({"file_path": "alias/new.txt", "content": "n\n"}),
+    )
+    .await;
+    assert_eq!(
+        ok_output(&events),
+        "Successfully created and wrote to new file: real/new.txt."
+    );
     assert_eq!(bytes(srv, "real/new.txt"), b"n\n");
     let events = run_one(
         srv,
@@ -509,9 +617,15 @@ async fn a_new_file_under_a_symlinked_directory_inside_is_allowed() {
         json!({"file_path": "alias/other.txt", "old_string": "", "new_string": "o\n"}),
     )
     .await;
-    assert_eq!(ok_output(&events), "Created new file: real/other.txt with the provided content.");
+    assert_eq!(
+        ok_output(&events),
+        "Created new file: real/other.txt with the provided content."
+    );
     let events = run_one(srv, "read_file", json!({"file_path": "alias/new.txt"})).await;
     assert_eq!(ok_output(&events), "n\n");
     let events = run_one(srv, "list_directory", json!({"dir_path": "alias"})).await;
-    assert_eq!(ok_output(&events), "Directory listing for real:\nnew.txt\nother.txt\n");
+    assert_eq!(
+        ok_output(&events),
+        "Directory listing for real:\nnew.txt\nother.txt\n"
+    );
 }

@@ -96,7 +96,10 @@ impl Binary {
                     String::from_utf8_lossy(&out.stderr)
                 );
             }
-            assert!(Instant::now() < deadline, "toolsched did not listen on {addr} within 60 s");
+            assert!(
+                Instant::now() < deadline,
+                "toolsched did not listen on {addr} within 60 s"
+            );
             std::thread::yield_now();
         }
         Self { child, addr }
@@ -205,7 +208,11 @@ async fn huge_files_read_with_bounded_clearly_truncated_results_over_tonic_and_g
             .filter_map(|u| u.keys().find(|k| *k != "callId" && *k != "toolName"))
             .map(String::as_str)
             .collect();
-        assert_eq!(states, ["validating", "scheduled", "executing", "success"], "{file}");
+        assert_eq!(
+            states,
+            ["validating", "scheduled", "executing", "success"],
+            "{file}"
+        );
         let (output, result) = grpcurl_success(&messages);
         assert_eq!(output, expected, "{file}");
         assert_eq!(result["truncated"], json!(true), "{file}");

@@ -20,8 +20,16 @@ fn repo(srv: &TestServer) {
     std::fs::create_dir(srv.path(".git")).unwrap();
     put(srv, ".gitignore", "target/\n*.log\n");
     put(srv, ".geminiignore", "private/\n");
-    put(srv, "src/main.rs", "fn main() {\n    println!(\"Hello\");\n}\n");
-    put(srv, "src/lib.rs", "pub fn hello() -> &'static str {\n    \"hello\"\n}\n");
+    put(
+        srv,
+        "src/main.rs",
+        "fn main() {\n    println!(\"Hello\");\n}\n",
+    );
+    put(
+        srv,
+        "src/lib.rs",
+        "pub fn hello() -> &'static str {\n    \"hello\"\n}\n",
+    );
     put(srv, "src/gen/.gitignore", "*.gen.rs\n");
     put(srv, "src/gen/keep.rs", "// hello kept\n");
     put(srv, "src/gen/out.gen.rs", "// hello generated\n");
@@ -90,13 +98,23 @@ async fn glob_matches_paths_with_ignore_rules_and_counts_what_was_left_out() {
     // '*' stays in one directory; case-insensitive by default.
     let events = run_one(&srv, "glob", json!({"pattern": "*.MD"})).await;
     assert_eq!(listed(&ok_output(&events)), ["README.md"]);
-    let events = run_one(&srv, "glob", json!({"pattern": "*.MD", "case_sensitive": true})).await;
+    let events = run_one(
+        &srv,
+        "glob",
+        json!({"pattern": "*.MD", "case_sensitive": true}),
+    )
+    .await;
     assert!(
         ok_output(&events).starts_with("No files found matching pattern \"*.MD\" within \".\".\n")
     );
     let events = run_one(&srv, "glob", json!({"pattern": "*.rs", "dir_path": "src"})).await;
     assert_eq!(listed(&ok_output(&events)), ["src/lib.rs", "src/main.rs"]);
-    let events = run_one(&srv, "glob", json!({"pattern": "{lib,main}.rs", "dir_path": "src"})).await;
+    let events = run_one(
+        &srv,
+        "glob",
+        json!({"pattern": "{lib,main}.rs", "dir_path": "src"}),
+    )
+    .await;
     assert_eq!(result_of(&events, "c")["matches"], json!(2));
 }
 
@@ -114,14 +132,18 @@ async fn ignore_rules_of_a_parent_repository_root_apply_in_every_search_tool() {
     let events = srv.run_one("glob", json!({"pattern": "**/*"})).await;
     assert_eq!(listed(&ok_output(&events)), ["index.js"]);
     assert_eq!(result_of(&events, "c")["ignored_entries"], json!(2));
-    let events = srv.run_one("grep_search", json!({"pattern": "needle"})).await;
+    let events = srv
+        .run_one("grep_search", json!({"pattern": "needle"}))
+        .await;
     assert_eq!(
         ok_output(&events),
         "Found 1 match(es) in 1 file(s) for pattern \"needle\" in path \".\":\n---\n\
          File: index.js\nL1: needle\n---\n\n\
          2 entries were left out by ignore rules (.gitignore, .toolschedignore, .geminiignore) (e.g. dist/, scratch.tmp).\n"
     );
-    let events = srv.run_one("list_directory", json!({"dir_path": "."})).await;
+    let events = srv
+        .run_one("list_directory", json!({"dir_path": "."}))
+        .await;
     assert_eq!(
         ok_output(&events),
         "Directory listing for .:\nindex.js\n\n\
@@ -149,13 +171,48 @@ async fn glob_error_types() {
     let srv = TestServer::start().await;
     put(&srv, "a.txt", "");
     let cases = [
-        (json!({"pattern": "*", "dir_path": "nope"}), ErrorType::SearchPathNotFound, false, "Search path not found: nope."),
-        (json!({"pattern": "*", "dir_path": "a.txt"}), ErrorType::PathIsNotADirectory, false, "a.txt is a file, not a directory."),
-        (json!({"pattern": "a[b"}), ErrorType::InvalidToolParams, true, "argument 'pattern': 'a[b' is not a valid glob"),
-        (json!({"pattern": "../*"}), ErrorType::InvalidToolParams, true, "argument 'pattern': '../*' must be relative"),
-        (json!({"pattern": "/etc/*"}), ErrorType::InvalidToolParams, true, "argument 'pattern': '/etc/*' must be relative"),
-        (json!({"pattern": ""}), ErrorType::InvalidToolParams, true, "Invalid arguments for glob: argument 'pattern'"),
-        (json!({"pattern": "*", "case_sensitive": 1}), ErrorType::InvalidToolParams, true, "Invalid arguments for glob: argument 'case_sensitive'"),
+        (
+            json!({"pattern": "*", "dir_path": "nope"}),
+            ErrorType::SearchPathNotFound,
+            false,
+            "Search path not found: nope.",
+        ),
+        (
+            json!({"pattern": "*", "dir_path": "a.txt"}),
+            ErrorType::PathIsNotADirectory,
+            false,
+            "a.txt is a file, not a directory.",
+        ),
+        (
+            json!({"pattern": "a[b"}),
+            ErrorType::InvalidToolParams,
+            true,
+            "argument 'pattern': 'a[b' is not a valid glob",
+        ),
+        (
+            json!({"pattern": "../*"}),
+            ErrorType::InvalidToolParams,
+            true,
+            "argument 'pattern': '../*' must be relative",
+        ),
+        (
+            json!({"pattern": "/etc/*"}),
+            ErrorType::InvalidToolParams,
+            true,
+            "argument 'pattern': '/etc/*' must be relative",
+        ),
+        (
+            json!({"pattern": ""}),
+            ErrorType::InvalidToolParams,
+            true,
+            "Invalid arguments for glob: argument 'pattern'",
+        ),
+        (
+            json!({"pattern": "*", "case_sensitive": 1}),
+            ErrorType::InvalidToolParams,
+            true,
+            "Invalid arguments for glob: argument 'case_sensitive'",
+        ),
     ];
     for (args, kind, built, start) in cases {
         let events = run_one(&srv, "glob", args.clone()).await;
@@ -204,7 +261,14 @@ async fn grep_search_finds_lines_with_every_parameter() {
     .await;
     assert_eq!(
         listed(&ok_output(&events)),
-        ["---", "File: src/main.rs", "L1- fn main() {", "L2:     println!(\"Hello\");", "L3- }", "---"]
+        [
+            "---",
+            "File: src/main.rs",
+            "L1- fn main() {",
+            "L2:     println!(\"Hello\");",
+            "L3- }",
+            "---"
+        ]
     );
 
     let events = run_one(
@@ -219,7 +283,10 @@ async fn grep_search_finds_lines_with_every_parameter() {
     ), "{output}");
 
     let events = run_one(&srv, "grep_search", json!({"pattern": "absent_\\w+"})).await;
-    assert!(ok_output(&events).starts_with("No matches found for pattern \"absent_\\w+\" in path \".\".\n"));
+    assert!(
+        ok_output(&events)
+            .starts_with("No matches found for pattern \"absent_\\w+\" in path \".\".\n")
+    );
 }
 
 #[tokio::test]
@@ -239,20 +306,30 @@ async fn grep_search_is_bounded_and_says_what_was_cut() {
     ), "{output}");
     assert_eq!(result_of(&events, "c")["truncated"], json!(true));
 
-    let events = run_one(&srv, "grep_search", json!({"pattern": "match", "total_max_matches": 1000})).await;
+    let events = run_one(
+        &srv,
+        "grep_search",
+        json!({"pattern": "match", "total_max_matches": 1000}),
+    )
+    .await;
     let output = ok_output(&events);
     assert_eq!(output.matches("\nL").count(), 300);
     assert_eq!(result_of(&events, "c")["truncated"], json!(false));
 
     let events = run_one(&srv, "grep_search", json!({"pattern": "needle"})).await;
     let output = ok_output(&events);
-    assert!(output.contains(&format!(
-        "L1: needle {}... [line truncated, 10007 characters]\n",
-        "x".repeat(493)
-    )), "{output}");
-    assert!(output.ends_with(
-        "1 line(s) longer than 500 characters were cut; read them with read_file.\n"
-    ));
+    assert!(
+        output.contains(&format!(
+            "L1: needle {}... [line truncated, 10007 characters]\n",
+            "x".repeat(493)
+        )),
+        "{output}"
+    );
+    assert!(
+        output.ends_with(
+            "1 line(s) longer than 500 characters were cut; read them with read_file.\n"
+        )
+    );
 }
 
 #[tokio::test]
@@ -261,7 +338,11 @@ async fn grep_search_handles_binary_utf16_and_latin1_files() {
     put(&srv, "blob.bin", b"needle\x00\x01\x02");
     let utf16: Vec<u8> = [0xFF, 0xFE]
         .into_iter()
-        .chain("first\nneedle \u{e9}\n".encode_utf16().flat_map(u16::to_le_bytes))
+        .chain(
+            "first\nneedle \u{e9}\n"
+                .encode_utf16()
+                .flat_map(u16::to_le_bytes),
+        )
         .collect();
     put(&srv, "wide.txt", &utf16);
     put(&srv, "latin1.txt", b"needle caf\xe9\n");
@@ -281,14 +362,54 @@ async fn grep_search_error_types() {
     let srv = TestServer::start().await;
     put(&srv, "a.txt", "");
     let cases = [
-        (json!({"pattern": "x", "dir_path": "nope"}), ErrorType::SearchPathNotFound, false, "Search path not found: nope."),
-        (json!({"pattern": "x", "dir_path": "a.txt"}), ErrorType::PathIsNotADirectory, false, "a.txt is a file, not a directory."),
-        (json!({"pattern": "(unclosed"}), ErrorType::InvalidToolParams, true, "argument 'pattern': not a valid regular expression"),
-        (json!({"pattern": "x", "include_pattern": "a[b"}), ErrorType::InvalidToolParams, true, "argument 'include_pattern': 'a[b' is not a valid glob"),
-        (json!({"pattern": "x", "exclude_pattern": "{a"}), ErrorType::InvalidToolParams, true, "argument 'exclude_pattern': '{a' is not a valid glob"),
-        (json!({"pattern": "x", "context": 11}), ErrorType::InvalidToolParams, true, "Invalid arguments for grep_search: argument 'context'"),
-        (json!({"pattern": "x", "total_max_matches": 0}), ErrorType::InvalidToolParams, true, "Invalid arguments for grep_search: argument 'total_max_matches'"),
-        (json!({"dir_path": "."}), ErrorType::InvalidToolParams, true, "Invalid arguments for grep_search: arguments: \"pattern\" is a required property"),
+        (
+            json!({"pattern": "x", "dir_path": "nope"}),
+            ErrorType::SearchPathNotFound,
+            false,
+            "Search path not found: nope.",
+        ),
+        (
+            json!({"pattern": "x", "dir_path": "a.txt"}),
+            ErrorType::PathIsNotADirectory,
+            false,
+            "a.txt is a file, not a directory.",
+        ),
+        (
+            json!({"pattern": "(unclosed"}),
+            ErrorType::InvalidToolParams,
+            true,
+            "argument 'pattern': not a valid regular expression",
+        ),
+        (
+            json!({"pattern": "x", "include_pattern": "a[b"}),
+            ErrorType::InvalidToolParams,
+            true,
+            "argument 'include_pattern': 'a[b' is not a valid glob",
+        ),
+        (
+            json!({"pattern": "x", "exclude_pattern": "{a"}),
+            ErrorType::InvalidToolParams,
+            true,
+            "argument 'exclude_pattern': '{a' is not a valid glob",
+        ),
+        (
+            json!({"pattern": "x", "context": 11}),
+            ErrorType::InvalidToolParams,
+            true,
+            "Invalid arguments for grep_search: argument 'context'",
+        ),
+        (
+            json!({"pattern": "x", "total_max_matches": 0}),
+            ErrorType::InvalidToolParams,
+            true,
+            "Invalid arguments for grep_search: argument 'total_max_matches'",
+        ),
+        (
+            json!({"dir_path": "."}),
+            ErrorType::InvalidToolParams,
+            true,
+            "Invalid arguments for grep_search: arguments: \"pattern\" is a required property",
+        ),
     ];
     for (args, kind, built, start) in cases {
         let events = run_one(&srv, "grep_search", args.clone()).await;
@@ -298,6 +419,11 @@ async fn grep_search_error_types() {
     }
     // A fixed string is not a regex: "(unclosed" is fine then.
     put(&srv, "p.txt", "call(unclosed\n");
-    let events = run_one(&srv, "grep_search", json!({"pattern": "(unclosed", "fixed_strings": true})).await;
+    let events = run_one(
+        &srv,
+        "grep_search",
+        json!({"pattern": "(unclosed", "fixed_strings": true}),
+    )
+    .await;
     assert_eq!(result_of(&events, "c")["matches"], json!(1));
 }

@@ -71,7 +71,10 @@ async fn every_declared_schema_is_valid_json_schema() {
             );
         }
         for req in schema["required"].as_array().into_iter().flatten() {
-            assert!(props.contains_key(req.as_str().unwrap()), "{name}: required {req}");
+            assert!(
+                props.contains_key(req.as_str().unwrap()),
+                "{name}: required {req}"
+            );
         }
     }
 }
@@ -112,8 +115,6 @@ async fn every_declared_example_call_runs_through_the_service() {
         );
     }
     if !without.is_empty() {
-        eprintln!(
-            "NOTE: these tools declare no example calls, so none were fed: {without:?}"
-        );
+        eprintln!("NOTE: these tools declare no example calls, so none were fed: {without:?}");
     }
 }

@@ -19,12 +19,11 @@ use serde_json::{Value, json};
 
 use super::encoding::TextEncoding;
 use super::file::{
-    FileText, atomic_write, blocking, encode_for, is_directory, load_text, path_error,
-    unified_diff,
+    FileText, atomic_write, blocking, encode_for, is_directory, load_text, path_error, unified_diff,
 };
 use super::{
-    Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation,
-    Subject, Tool, ToolError, ToolKind, ToolOutcome, str_arg,
+    Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
+    Tool, ToolError, ToolKind, ToolOutcome, str_arg,
 };
 use crate::sandbox::Workspace;
 
@@ -213,7 +212,10 @@ impl Replace {
         result.insert("occurrences".into(), json!(plan.occurrences));
         result.insert("encoding".into(), json!(plan.encoding.name()));
         let output = if created {
-            format!("Created new file: {} with the provided content.", self.display)
+            format!(
+                "Created new file: {} with the provided content.",
+                self.display
+            )
         } else {
             format!(
                 "Successfully modified file: {} ({} replacement{}).",

@@ -329,12 +329,18 @@ mod tests {
             [BOM_UTF8, "caf\u{e9}\r\n".as_bytes()].concat(),
             [
                 BOM_UTF16LE,
-                &"h\u{e9}\n".encode_utf16().flat_map(u16::to_le_bytes).collect::<Vec<_>>(),
+                &"h\u{e9}\n"
+                    .encode_utf16()
+                    .flat_map(u16::to_le_bytes)
+                    .collect::<Vec<_>>(),
             ]
             .concat(),
             [
                 BOM_UTF16BE,
-                &"h\u{e9}\n".encode_utf16().flat_map(u16::to_be_bytes).collect::<Vec<_>>(),
+                &"h\u{e9}\n"
+                    .encode_utf16()
+                    .flat_map(u16::to_be_bytes)
+                    .collect::<Vec<_>>(),
             ]
             .concat(),
             b"Fran\xe7ais \xe9t\xe9 na\xefve gar\xe7on d\xe9j\xe0\n".to_vec(),
@@ -342,7 +348,12 @@ mod tests {
         for bytes in cases {
             let d = decode(&bytes).unwrap();
             assert!(!d.text.contains('\u{fffd}'), "{:?}", d.encoding);
-            assert_eq!(d.encoding.encode(&d.text).unwrap(), bytes, "{:?}", d.encoding);
+            assert_eq!(
+                d.encoding.encode(&d.text).unwrap(),
+                bytes,
+                "{:?}",
+                d.encoding
+            );
         }
     }
 

@@ -40,7 +40,10 @@ pub(crate) fn path_error(e: PathError) -> ToolError {
             ToolError::new(ErrorKind::PathNotInWorkspace, e.to_string())
         }
         PathError::Empty | PathError::Nul { .. } => ToolError::invalid_params(e.to_string()),
-        PathError::Io { ref source, ref given } => {
+        PathError::Io {
+            ref source,
+            ref given,
+        } => {
             if source.kind() == std::io::ErrorKind::PermissionDenied {
                 ToolError::io(source, given)
             } else {
@@ -57,7 +60,11 @@ where
 {
     Box::pin(async move {
         tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
-            ToolError::new(ErrorKind::UnhandledException, format!("tool task failed: {e}")).into()
+            ToolError::new(
+                ErrorKind::UnhandledException,
+                format!("tool task failed: {e}"),
+            )
+            .into()
         })
     })
 }
@@ -66,7 +73,9 @@ where
 pub(crate) fn is_directory(display: &str, tool: &str) -> ToolError {
     ToolError::new(
         ErrorKind::TargetIsDirectory,
-        format!("{display} is a directory, but {tool} works on files. Use list_directory to see its entries."),
+        format!(
+            "{display} is a directory, but {tool} works on files. Use list_directory to see its entries."
+        ),
     )
 }
 
@@ -74,7 +83,9 @@ pub(crate) fn is_directory(display: &str, tool: &str) -> ToolError {
 pub(crate) fn not_a_directory(display: &str) -> ToolError {
     ToolError::new(
         ErrorKind::PathIsNotADirectory,
-        format!("{display} is a file, not a directory. Use read_file to read it, or pass its parent directory."),
+        format!(
+            "{display} is a file, not a directory. Use read_file to read it, or pass its parent directory."
+        ),
     )
 }
 

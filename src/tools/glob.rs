@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use super::file::{MAX_OUTPUT_BYTES, blocking, not_a_directory, path_error};
 use super::walk::{self, Flow, WalkOptions};
 use super::{
-    Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation,
-    Subject, Tool, ToolError, ToolKind, ToolOutcome, opt_str_arg, str_arg,
+    Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
+    Tool, ToolError, ToolKind, ToolOutcome, opt_str_arg, str_arg,
 };
 use crate::sandbox::Workspace;
 

@@ -301,8 +301,14 @@ impl GrepCall {
         };
         let left = walk::walk(&self.ws, &self.path, opts, &ctx.token, |entry| {
             if entry.is_dir
-                || self.include.as_ref().is_some_and(|g| !g.is_match(&entry.rel))
-                || self.exclude.as_ref().is_some_and(|g| g.is_match(&entry.rel))
+                || self
+                    .include
+                    .as_ref()
+                    .is_some_and(|g| !g.is_match(&entry.rel))
+                || self
+                    .exclude
+                    .as_ref()
+                    .is_some_and(|g| g.is_match(&entry.rel))
             {
                 return Flow::Continue;
             }

@@ -38,9 +38,9 @@ pub use glob::GlobTool;
 pub use grep::GrepTool;
 pub use list::ListDirectoryTool;
 pub use read::ReadFileTool;
-pub use write::WriteFileTool;
 pub use shell::ShellTool;
 pub use topic::{TOPIC_TOOL_NAME, UpdateTopicTool};
+pub use write::WriteFileTool;
 
 /// JSON object arguments of a function call.
 pub type Args = Map<String, Value>;

@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 use super::encoding::{self, NotText, Sniffed, TextEncoding};
 use super::file::{MAX_OUTPUT_BYTES, blocking, is_directory, path_error};
 use super::{
-    Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation,
-    Subject, Tool, ToolError, ToolKind, ToolOutcome, opt_u64_arg, str_arg,
+    Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
+    Tool, ToolError, ToolKind, ToolOutcome, opt_u64_arg, str_arg,
 };
 use crate::sandbox::Workspace;
 
@@ -163,7 +163,7 @@ impl ReadFile {
         let stop_early = enc.ascii_compatible();
         let decoded = encoding::decode_stream(&mut reader, enc, |text| {
             window.push(text);
-            !(stop_early && window.done()) && !ctx.token.is_cancelled()
+            !(ctx.token.is_cancelled() || stop_early && window.done())
         })
         .map_err(io)?;
         if let Err(not_text) = decoded {

@@ -13,8 +13,7 @@ use serde_json::{Value, json};
 
 use super::encoding::TextEncoding;
 use super::file::{
-    FileText, atomic_write, blocking, encode_for, is_directory, load_text, path_error,
-    unified_diff,
+    FileText, atomic_write, blocking, encode_for, is_directory, load_text, path_error, unified_diff,
 };
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ExecContext, Invocation, Subject, Tool,

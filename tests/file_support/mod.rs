@@ -42,7 +42,9 @@ pub fn ok_output(events: &[Event]) -> String {
 /// The function response `output` of a successful call, as JSON.
 pub fn output_json(events: &[Event], id: &str) -> Value {
     match terminal(events, id) {
-        State::Success(s) => response_json(s.response.as_ref().expect("response"))["output"].clone(),
+        State::Success(s) => {
+            response_json(s.response.as_ref().expect("response"))["output"].clone()
+        }
         other => panic!("{id} did not succeed: {other:?}"),
     }
 }
@@ -96,7 +98,8 @@ pub fn bytes(srv: &TestServer, rel: &str) -> Vec<u8> {
 pub struct NestedServer {
     pub repo: tempfile::TempDir,
     pub workspace: std::path::PathBuf,
-    client: toolsched::api::pb::tool_scheduler_client::ToolSchedulerClient<tonic::transport::Channel>,
+    client:
+        toolsched::api::pb::tool_scheduler_client::ToolSchedulerClient<tonic::transport::Channel>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<()>>,
 }
