@@ -629,3 +629,54 @@ async fn a_new_file_under_a_symlinked_directory_inside_is_allowed() {
         "Directory listing for real:\nnew.txt\nother.txt\n"
     );
 }
+
+#[tokio::test]
+async fn fifos_are_refused_and_never_block_a_tool() {
+    let srv = TestServer::with_config(yolo()).await;
+    put(&srv, "dir/a.txt", "needle\n");
+    let status = std::process::Command::new("mkfifo")
+        .arg(srv.path("dir/pipe"))
+        .status()
+        .expect("mkfifo (coreutils) runs");
+    assert!(status.success());
+    let calls = [
+        ("read_file", json!({"file_path": "dir/pipe"})),
+        (
+            "write_file",
+            json!({"file_path": "dir/pipe", "content": "x"}),
+        ),
+        (
+            "replace",
+            json!({"file_path": "dir/pipe", "old_string": "a", "new_string": "b"}),
+        ),
+    ];
+    for (tool, args) in calls {
+        let events = run_one(&srv, tool, args).await;
+        let (kind, message) = failed(&events, false);
+        assert_eq!(kind, ErrorType::InvalidToolParams, "{tool}");
+        assert_eq!(
+            message,
+            format!(
+                "dir/pipe is not a regular file (it is a FIFO, socket or device); {tool} only works on regular files."
+            )
+        );
+    }
+    let events = run_one(&srv, "grep_search", json!({"pattern": "needle"})).await;
+    assert_eq!(
+        ok_output(&events),
+        "Found 1 match(es) in 1 file(s) for pattern \"needle\" in path \".\":\n---\nFile: dir/a.txt\nL1: needle\n---\n"
+    );
+    let events = run_one(&srv, "list_directory", json!({"dir_path": "dir"})).await;
+    assert_eq!(
+        ok_output(&events),
+        "Directory listing for dir:\na.txt\npipe\n"
+    );
+}
+
+#[tokio::test]
+async fn text_that_starts_like_an_image_signature_is_read_as_text() {
+    let srv = TestServer::start().await;
+    put(&srv, "cars.txt", "BMW and GIF\n");
+    let events = run_one(&srv, "read_file", json!({"file_path": "cars.txt"})).await;
+    assert_eq!(ok_output(&events), "BMW and GIF\n");
+}

@@ -144,17 +144,28 @@ pub fn sniff(head: &[u8]) -> Sniffed {
     if head.starts_with(BOM_UTF16BE) {
         return Sniffed::Bom(TextEncoding::Utf16BeBom);
     }
-    if let Some(kind) = infer::get(head) {
+    let window = &head[..head.len().min(SNIFF_BYTES)];
+    if let Some(kind) = infer::get(window) {
         let mime = kind.mime_type();
-        if mime.starts_with("image/") || mime == "application/pdf" {
+        // Some image signatures are two or three printable bytes ("BM" for
+        // BMP, "GIF"): a head that reads as UTF-8 text is text.
+        if mime == "application/pdf" || (mime.starts_with("image/") && !is_utf8_text(window)) {
             return Sniffed::Media(mime);
         }
     }
-    let window = &head[..head.len().min(SNIFF_BYTES)];
     if window.contains(&0) {
         return Sniffed::Binary;
     }
     Sniffed::Unknown
+}
+
+/// No NUL, and valid UTF-8 except maybe a character cut at the end.
+fn is_utf8_text(head: &[u8]) -> bool {
+    !head.contains(&0)
+        && match std::str::from_utf8(head) {
+            Ok(_) => true,
+            Err(e) => e.error_len().is_none(),
+        }
 }
 
 /// Why a file is not text.
@@ -363,6 +374,16 @@ mod tests {
         assert!(matches!(d.encoding, TextEncoding::Legacy(_)));
         assert_eq!(d.text, "Fran\u{e7}ais \u{e9}t\u{e9} na\u{ef}ve\n");
         assert_eq!(decode(b"ab\0cd").unwrap_err(), NotText::Binary);
+    }
+
+    #[test]
+    fn short_image_signatures_in_text_stay_text() {
+        assert_eq!(sniff(b"BMW and GIF files\n"), Sniffed::Unknown);
+        assert_eq!(
+            sniff(b"GIF89a\x01\x00\x01\x00\x80\x00\x00"),
+            Sniffed::Media("image/gif")
+        );
+        assert_eq!(sniff(b"%PDF-1.7\n"), Sniffed::Media("application/pdf"));
     }
 
     #[test]

@@ -89,8 +89,16 @@ pub(crate) fn not_a_directory(display: &str) -> ToolError {
     )
 }
 
-/// Metadata of an existing file (following links the workspace already
-/// resolved); `None` when it does not exist.
+/// `invalid_tool_params` for a FIFO, socket or device: opening a FIFO would
+/// block the tool until some other process writes to it.
+pub(crate) fn not_regular(display: &str, tool: &str) -> ToolError {
+    ToolError::invalid_params(format!(
+        "{display} is not a regular file (it is a FIFO, socket or device); {tool} only works on regular files."
+    ))
+}
+
+/// Metadata of an existing regular file (following links the workspace
+/// already resolved); `None` when it does not exist.
 pub(crate) fn file_metadata(
     path: &Path,
     display: &str,
@@ -98,6 +106,7 @@ pub(crate) fn file_metadata(
 ) -> Result<Option<Metadata>, ToolError> {
     match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => Err(is_directory(display, tool)),
+        Ok(m) if !m.is_file() => Err(not_regular(display, tool)),
         Ok(m) => Ok(Some(m)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(ToolError::io(&e, display)),
@@ -203,6 +212,7 @@ pub(crate) fn encode_for(
 pub(crate) fn atomic_write(
     path: &Path,
     display: &str,
+    tool: &str,
     bytes: &[u8],
     expected: Option<&[u8]>,
 ) -> Result<bool, ToolError> {
@@ -213,7 +223,7 @@ pub(crate) fn atomic_write(
         )
     })?;
     std::fs::create_dir_all(parent).map_err(|e| ToolError::io(&e, display))?;
-    let existing = file_metadata(path, display, "write")?;
+    let existing = file_metadata(path, display, tool)?;
     let mut tmp = tempfile::Builder::new()
         .prefix(".toolsched-")
         .suffix(".tmp")
@@ -231,6 +241,12 @@ pub(crate) fn atomic_write(
         }
     };
     std::fs::set_permissions(tmp.path(), perms).map_err(|e| ToolError::io(&e, display))?;
+    if let Some(m) = &existing {
+        // Keep the owner too where we may (as root); otherwise the file
+        // simply becomes ours, as any editor's save would make it.
+        use std::os::unix::fs::MetadataExt;
+        let _ = std::os::unix::fs::fchown(tmp.as_file(), Some(m.uid()), Some(m.gid()));
+    }
     // Last check before the rename: the file must still be what the edit was
     // computed from (a concurrent writer's change is not overwritten).
     let current = match std::fs::read(path) {
@@ -296,12 +312,12 @@ mod tests {
         let path = dir.path().join("f.sh");
         std::fs::write(&path, "old").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o751)).unwrap();
-        let created = atomic_write(&path, "f.sh", b"new", Some(b"old")).unwrap();
+        let created = atomic_write(&path, "f.sh", "t", b"new", Some(b"old")).unwrap();
         assert!(!created);
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o751);
-        let err = atomic_write(&path, "f.sh", b"newer", Some(b"old")).unwrap_err();
+        let err = atomic_write(&path, "f.sh", "t", b"newer", Some(b"old")).unwrap_err();
         assert_eq!(err.kind, ErrorKind::FileChangedConcurrently);
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
         // No temp file is left behind.

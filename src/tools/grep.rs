@@ -300,7 +300,7 @@ impl GrepCall {
             max_depth: None,
         };
         let left = walk::walk(&self.ws, &self.path, opts, &ctx.token, |entry| {
-            if entry.is_dir
+            if !entry.is_file
                 || self
                     .include
                     .as_ref()

@@ -15,7 +15,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use super::encoding::{self, NotText, Sniffed, TextEncoding};
-use super::file::{MAX_OUTPUT_BYTES, blocking, is_directory, path_error};
+use super::file::{MAX_OUTPUT_BYTES, blocking, is_directory, not_regular, path_error};
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
     Tool, ToolError, ToolKind, ToolOutcome, opt_u64_arg, str_arg,
@@ -130,6 +130,9 @@ impl ReadFile {
         let meta = std::fs::metadata(&self.path).map_err(io)?;
         if meta.is_dir() {
             return Err(is_directory(&self.display, "read_file"));
+        }
+        if !meta.is_file() {
+            return Err(not_regular(&self.display, "read_file"));
         }
         let size = meta.len();
         if size > MAX_READ_BYTES {

@@ -52,6 +52,9 @@ pub(crate) struct Entry {
     pub rel: String,
     /// The entry (or a symlink's target) is a directory.
     pub is_dir: bool,
+    /// The entry (or a symlink's target) is a regular file (not a FIFO,
+    /// socket or device, which would block or never end when read).
+    pub is_file: bool,
 }
 
 /// What a walk left out, for the "N entries were left out" note.
@@ -196,13 +199,15 @@ pub(crate) fn walk(
         kept.insert(path.clone());
         let rel = relative(root, &path);
         let is_symlink = dent.path_is_symlink();
-        let (target, is_dir) = if is_symlink {
+        let (target, is_dir, is_file) = if is_symlink {
             // Only a link whose target resolves inside the workspace is
             // reported; its target is what a tool may open.
             match path.to_str().map(|p| ws.resolve(p)) {
                 Some(Ok(t)) => {
-                    let is_dir = t.is_dir();
-                    (t, is_dir)
+                    let (is_dir, is_file) = std::fs::metadata(&t)
+                        .map(|m| (m.is_dir(), m.is_file()))
+                        .unwrap_or((false, false));
+                    (t, is_dir, is_file)
                 }
                 _ => {
                     left.outside_links += 1;
@@ -211,15 +216,17 @@ pub(crate) fn walk(
             }
         } else {
             let is_dir = dent.file_type().is_some_and(|t| t.is_dir());
+            let is_file = dent.file_type().is_some_and(|t| t.is_file());
             if is_dir && opts.max_depth.is_none_or(|m| dent.depth() < m) {
                 entered.push(path.clone());
             }
-            (path, is_dir)
+            (path, is_dir, is_file)
         };
         let entry = Entry {
             target,
             rel,
             is_dir,
+            is_file,
         };
         if visit(entry) == Flow::Stop {
             complete = false;

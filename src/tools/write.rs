@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 
 use super::encoding::TextEncoding;
 use super::file::{
-    FileText, atomic_write, blocking, encode_for, is_directory, load_text, path_error, unified_diff,
+    FileText, atomic_write, blocking, encode_for, file_metadata, is_directory, load_text,
+    path_error, unified_diff,
 };
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ExecContext, Invocation, Subject, Tool,
@@ -96,6 +97,8 @@ struct Planned {
 
 impl WriteFile {
     fn plan(&self) -> Result<Planned, ToolError> {
+        // A directory or FIFO is refused before anything reads it.
+        file_metadata(&self.path, &self.display, "write_file")?;
         let current = load_text(&self.path, &self.display, "write_file").or_else(|e| {
             // A binary file is simply replaced.
             if e.kind == super::ErrorKind::InvalidToolParams {
@@ -138,7 +141,13 @@ impl WriteFile {
             Some(f) => Some(f.bytes.clone()),
             None => self.on_disk()?,
         };
-        let created = atomic_write(&self.path, &self.display, &plan.bytes, expected.as_deref())?;
+        let created = atomic_write(
+            &self.path,
+            &self.display,
+            "write_file",
+            &plan.bytes,
+            expected.as_deref(),
+        )?;
         let mut result = Args::new();
         result.insert("created".into(), json!(created));
         result.insert("bytes_written".into(), json!(plan.bytes.len()));
