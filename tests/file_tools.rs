@@ -192,6 +192,11 @@ async fn read_file_error_types() {
         "{message}"
     );
 
+    let events = run_one(&srv, "read_file", json!({"file_path": "three.txt/x"})).await;
+    let (kind, message) = failed(&events, true);
+    assert_eq!(kind, ErrorType::FileNotFound);
+    assert!(message.contains("A file in the path is used as a directory"), "{message}");
+
     let events = run_one(&srv, "read_file", json!({"file_path": "dir"})).await;
     let (kind, message) = failed(&events, false);
     assert_eq!(kind, ErrorType::TargetIsDirectory);

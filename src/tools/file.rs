@@ -43,13 +43,15 @@ pub(crate) fn path_error(e: PathError) -> ToolError {
         PathError::Io {
             ref source,
             ref given,
-        } => {
-            if source.kind() == std::io::ErrorKind::PermissionDenied {
-                ToolError::io(source, given)
-            } else {
-                ToolError::new(ErrorKind::UnhandledException, e.to_string())
-            }
-        }
+        } => match source.kind() {
+            std::io::ErrorKind::PermissionDenied => ToolError::io(source, given),
+            // "notes.txt/x": a file used as a directory.
+            std::io::ErrorKind::NotADirectory => ToolError::new(
+                ErrorKind::FileNotFound,
+                format!("{e}. A file in the path is used as a directory; check the path."),
+            ),
+            _ => ToolError::new(ErrorKind::UnhandledException, e.to_string()),
+        },
     }
 }
 
