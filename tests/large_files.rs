@@ -62,12 +62,12 @@ fn expected_big_log() -> String {
 
 /// The `toolsched` binary serving `workspace` on a free loopback port;
 /// killed on drop.
-struct Binary {
+struct ServedBinary {
     child: Child,
     addr: SocketAddr,
 }
 
-impl Binary {
+impl ServedBinary {
     fn start(workspace: &std::path::Path) -> Self {
         let addr = {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -106,7 +106,7 @@ impl Binary {
     }
 }
 
-impl Drop for Binary {
+impl Drop for ServedBinary {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -196,7 +196,7 @@ async fn huge_files_read_with_bounded_clearly_truncated_results_over_tonic_and_g
     );
 
     // grpcurl against the real binary over the same workspace.
-    let bin = Binary::start(srv.workspace.path());
+    let bin = ServedBinary::start(srv.workspace.path());
     for (file, expected) in [
         ("one_line.txt", expected_one_line()),
         ("big.log", expected_big_log()),
