@@ -285,7 +285,7 @@ async fn replace_error_types() {
 }
 
 #[tokio::test]
-async fn a_file_that_cannot_be_replaced_is_permission_denied_and_untouched() {
+async fn a_file_that_cannot_be_written_is_permission_denied_and_untouched() {
     let srv = TestServer::with_config(yolo()).await;
     put(&srv, "ro/f.txt", "hello\n");
     let dir = srv.path("ro");
@@ -309,12 +309,20 @@ async fn a_file_that_cannot_be_replaced_is_permission_denied_and_untouched() {
         );
         immutable = true;
     }
-    let events = run_one(
-        &srv,
-        "replace",
-        json!({"file_path": "ro/f.txt", "old_string": "hello", "new_string": "bye"}),
-    )
-    .await;
+    let calls = [
+        (
+            "replace",
+            json!({"file_path": "ro/f.txt", "old_string": "hello", "new_string": "bye"}),
+        ),
+        (
+            "write_file",
+            json!({"file_path": "ro/f.txt", "content": "bye\n"}),
+        ),
+    ];
+    let mut outcomes = Vec::new();
+    for (tool, args) in calls {
+        outcomes.push((tool, run_one(&srv, tool, args).await));
+    }
     if immutable {
         std::process::Command::new("chattr")
             .arg("-i")
@@ -323,9 +331,11 @@ async fn a_file_that_cannot_be_replaced_is_permission_denied_and_untouched() {
             .unwrap();
     }
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (kind, message) = failed(&events, false);
-    assert_eq!(kind, ErrorType::PermissionDenied);
-    assert_eq!(message, "Permission denied: ro/f.txt.");
+    for (tool, events) in outcomes {
+        let (kind, message) = failed(&events, false);
+        assert_eq!(kind, ErrorType::PermissionDenied, "{tool}");
+        assert_eq!(message, "Permission denied: ro/f.txt.", "{tool}");
+    }
     assert_eq!(bytes(&srv, "ro/f.txt"), b"hello\n");
     let names: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
