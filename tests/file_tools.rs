@@ -412,7 +412,7 @@ async fn list_directory_lists_dirs_first_and_counts_what_ignore_rules_left_out()
     assert_eq!(
         ok_output(&events),
         "Directory listing for .:\n[DIR] src\n.gitignore\n.toolschedignore\na.txt\nb.txt\n\n\
-         1 entry matched the ignore patterns and were left out.\n\
+         Left out 1 entry matching the ignore patterns.\n\
          3 entries were left out by ignore rules (.gitignore, .toolschedignore, .geminiignore) (e.g. secret.txt, target/, x.log); set respect_git_ignore to false to include git-ignored entries.\n"
     );
     let result = result_of(&events, "c");

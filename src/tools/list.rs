@@ -165,7 +165,7 @@ impl ListDirectory {
         }
         if by_pattern > 0 {
             notes.push(format!(
-                "{by_pattern} entr{} matched the ignore patterns and were left out.",
+                "Left out {by_pattern} entr{} matching the ignore patterns.",
                 if by_pattern == 1 { "y" } else { "ies" }
             ));
         }
