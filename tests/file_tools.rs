@@ -195,7 +195,10 @@ async fn read_file_error_types() {
     let events = run_one(&srv, "read_file", json!({"file_path": "three.txt/x"})).await;
     let (kind, message) = failed(&events, true);
     assert_eq!(kind, ErrorType::FileNotFound);
-    assert!(message.contains("A file in the path is used as a directory"), "{message}");
+    assert!(
+        message.contains("A file in the path is used as a directory"),
+        "{message}"
+    );
 
     let events = run_one(&srv, "read_file", json!({"file_path": "dir"})).await;
     let (kind, message) = failed(&events, false);
@@ -684,4 +687,58 @@ async fn text_that_starts_like_an_image_signature_is_read_as_text() {
     put(&srv, "cars.txt", "BMW and GIF\n");
     let events = run_one(&srv, "read_file", json!({"file_path": "cars.txt"})).await;
     assert_eq!(ok_output(&events), "BMW and GIF\n");
+}
+
+#[tokio::test]
+async fn a_path_is_resolved_again_when_the_call_runs() {
+    // Each call is built when the batch starts, while `sub` does not exist;
+    // the shell command before them then makes `sub` a link out.
+    let e = Escape::new().await;
+    let srv = &e.srv;
+    let outside = e.outside.path().display().to_string();
+    put(srv, "real/keep.txt", "k\n");
+    let events = srv
+        .run(
+            "s",
+            vec![
+                call("ln", "run_shell_command", json!({"command": format!("ln -s {outside} sub && ln -s real other")})),
+                call("w", "write_file", json!({"file_path": "sub/pwned.txt", "content": "x"})),
+                call("r", "replace", json!({"file_path": "sub/secret.txt", "old_string": "TOPSECRET", "new_string": "x"})),
+                call("rd", "read_file", json!({"file_path": "sub/secret.txt"})),
+                call("g", "grep_search", json!({"pattern": "TOPSECRET", "dir_path": "sub"})),
+                call("l", "list_directory", json!({"dir_path": "sub"})),
+                call("w2", "write_file", json!({"file_path": "other/new.txt", "content": "x"})),
+            ],
+        )
+        .await;
+    assert_eq!(
+        states(&events, "ln"),
+        ["validating", "scheduled", "executing", "success"]
+    );
+    for id in ["w", "r", "rd", "g", "l"] {
+        assert_eq!(
+            states(&events, id),
+            ["validating", "scheduled", "executing", "error"],
+            "{id}"
+        );
+        let (kind, message) = error_of(&events, id);
+        assert_eq!(kind, ErrorType::PathNotInWorkspace, "{id}: {message}");
+    }
+    let (kind, message) = error_of(&events, "w2");
+    assert_eq!(kind, ErrorType::FileChangedConcurrently);
+    assert_eq!(
+        message,
+        "'other/new.txt' now resolves to real/new.txt instead of other/new.txt (a symlink or directory changed since the call was built); nothing was done. Send the call again if it is still wanted."
+    );
+    let mut outside_names: Vec<_> = std::fs::read_dir(e.outside.path())
+        .unwrap()
+        .map(|d| d.unwrap().file_name())
+        .collect();
+    outside_names.sort();
+    assert_eq!(outside_names, ["secret.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(e.outside.path().join("secret.txt")).unwrap(),
+        "TOPSECRET\n"
+    );
+    assert!(!srv.path("real/new.txt").exists());
 }

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::encoding::TextEncoding;
 use super::file::{
-    FileText, atomic_write, blocking, encode_for, is_directory, load_text, path_error, unified_diff,
+    FileText, Target, atomic_write, blocking, encode_for, is_directory, load_text, unified_diff,
 };
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
@@ -74,7 +74,8 @@ impl Tool for ReplaceTool {
             .get("allow_multiple")
             .and_then(Value::as_bool)
             .unwrap_or(false);
-        let path = self.ws.resolve(given).map_err(path_error)?;
+        let target = Target::new(&self.ws, given)?;
+        let path = target.path().to_path_buf();
         let display = self.ws.display(&path);
         if path.is_dir() {
             return Err(is_directory(&display, "replace"));
@@ -88,6 +89,7 @@ impl Tool for ReplaceTool {
             ));
         }
         Ok(Arc::new(Replace {
+            target,
             path,
             display,
             old_string,
@@ -106,6 +108,7 @@ impl Tool for ReplaceTool {
 }
 
 struct Replace {
+    target: Target,
     path: PathBuf,
     display: String,
     old_string: String,
@@ -125,6 +128,7 @@ struct Plan {
 
 impl Replace {
     fn plan(&self) -> Result<Plan, ToolError> {
+        self.target.check()?;
         let current = load_text(&self.path, &self.display, "replace")?;
         let Some(file) = current else {
             if self.old_string.is_empty() {

@@ -8,12 +8,13 @@
 
 use std::fs::Metadata;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::encoding::{self, Decoded, NotText, TextEncoding};
 use super::{BoxFuture, ErrorKind, ToolError, ToolOutcome};
-use crate::sandbox::PathError;
+use crate::sandbox::{PathError, Workspace};
 
 /// Bytes of text one tool result may carry. A default gRPC client accepts
 /// 4 MiB per message and the same output also appears in BatchCompleted, so
@@ -52,6 +53,64 @@ pub(crate) fn path_error(e: PathError) -> ToolError {
             ),
             _ => ToolError::new(ErrorKind::UnhandledException, e.to_string()),
         },
+    }
+}
+
+/// The path a call was built with, resolved again each time the call is
+/// about to touch it.
+///
+/// Threat: a call built (and approved) for `sub/f.txt` runs later, after an
+/// earlier call of the batch (a shell command) or anyone else replaced `sub`
+/// with a symlink to `/etc`; opening the path resolved at build time would
+/// then follow that link out of the workspace. Resolving again just before
+/// use closes that gap down to the instant between the check and the open
+/// (race-free opens are the sandbox's job).
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    ws: Arc<Workspace>,
+    given: String,
+    path: PathBuf,
+}
+
+impl Target {
+    /// Resolves `given` now (at build time).
+    pub fn new(ws: &Arc<Workspace>, given: &str) -> Result<Self, ToolError> {
+        let path = ws.resolve(given).map_err(path_error)?;
+        Ok(Self {
+            ws: ws.clone(),
+            given: given.to_string(),
+            path,
+        })
+    }
+
+    /// The path resolved at build time.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path relative to the workspace root, for messages.
+    pub fn display(&self) -> String {
+        self.ws.display(&self.path)
+    }
+
+    /// Resolves the path again; it must still be the one the call was built
+    /// (and approved) with: `path_not_in_workspace` when it now leads out,
+    /// `file_changed_concurrently` when it now leads elsewhere inside.
+    pub fn check(&self) -> Result<(), ToolError> {
+        let now = self.ws.resolve(&self.given).map_err(path_error)?;
+        if now == self.path {
+            Ok(())
+        } else {
+            Err(ToolError::new(
+                ErrorKind::FileChangedConcurrently,
+                format!(
+                    "'{}' now resolves to {} instead of {} (a symlink or directory changed since the call was built); nothing was done. Send the call again if it is still wanted.",
+                    self.given,
+                    self.ws.display(&now),
+                    self.display()
+                ),
+            ))
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use globset::{GlobBuilder, GlobMatcher};
 use serde_json::{Value, json};
 
-use super::file::{MAX_OUTPUT_BYTES, blocking, not_a_directory, path_error};
+use super::file::{MAX_OUTPUT_BYTES, Target, blocking, not_a_directory};
 use super::walk::{self, Flow, WalkOptions};
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
@@ -97,8 +97,10 @@ impl Tool for GlobTool {
             })?
             .compile_matcher();
         let dir = opt_str_arg(args, "dir_path").unwrap_or(".");
-        let path = self.ws.resolve(dir).map_err(path_error)?;
+        let target = Target::new(&self.ws, dir)?;
+        let path = target.path().to_path_buf();
         Ok(Arc::new(GlobCall {
+            target,
             display: self.ws.display(&path),
             path,
             ws: self.ws.clone(),
@@ -110,6 +112,7 @@ impl Tool for GlobTool {
 }
 
 struct GlobCall {
+    target: Target,
     ws: Arc<Workspace>,
     path: PathBuf,
     display: String,
@@ -135,6 +138,7 @@ pub(crate) fn check_search_dir(path: &Path, display: &str) -> Result<(), ToolErr
 
 impl GlobCall {
     fn run(&self, ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
+        self.target.check()?;
         check_search_dir(&self.path, &self.display)?;
         let mut found: Vec<(String, Option<SystemTime>)> = Vec::new();
         let opts = WalkOptions {

@@ -19,7 +19,7 @@ use grep_searcher::{
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::file::{MAX_OUTPUT_BYTES, blocking, path_error};
+use super::file::{MAX_OUTPUT_BYTES, Target, blocking};
 use super::glob::check_search_dir;
 use super::walk::{self, Flow, WalkOptions};
 use super::{
@@ -146,7 +146,8 @@ impl Tool for GrepTool {
             .map(|p| PathGlob::new("exclude_pattern", p))
             .transpose()?;
         let dir = opt_str_arg(args, "dir_path").unwrap_or(".");
-        let path = self.ws.resolve(dir).map_err(path_error)?;
+        let target = Target::new(&self.ws, dir)?;
+        let path = target.path().to_path_buf();
         let filter = [
             opt_str_arg(args, "include_pattern").map(|p| format!("include: \"{p}\"")),
             opt_str_arg(args, "exclude_pattern").map(|p| format!("exclude: \"{p}\"")),
@@ -156,6 +157,7 @@ impl Tool for GrepTool {
         .collect::<Vec<_>>()
         .join(", ");
         Ok(Arc::new(GrepCall {
+            target,
             ws: self.ws.clone(),
             display: self.ws.display(&path),
             path,
@@ -174,6 +176,7 @@ impl Tool for GrepTool {
 }
 
 struct GrepCall {
+    target: Target,
     ws: Arc<Workspace>,
     path: PathBuf,
     display: String,
@@ -278,6 +281,7 @@ fn line_text(bytes: &[u8]) -> (String, bool) {
 
 impl GrepCall {
     fn run(&self, ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
+        self.target.check()?;
         check_search_dir(&self.path, &self.display)?;
         let mut searcher = SearcherBuilder::new()
             .line_number(true)

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::{Value, json};
 
-use super::file::{MAX_OUTPUT_BYTES, blocking, not_a_directory, path_error};
+use super::file::{MAX_OUTPUT_BYTES, Target, blocking, not_a_directory};
 use super::walk::{self, Flow, WalkOptions};
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
@@ -62,7 +62,8 @@ impl Tool for ListDirectoryTool {
 
     fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
         let given = str_arg(args, "dir_path")?;
-        let path = self.ws.resolve(given).map_err(path_error)?;
+        let target = Target::new(&self.ws, given)?;
+        let path = target.path().to_path_buf();
         let mut set = GlobSetBuilder::new();
         let patterns: Vec<&str> = args
             .get("ignore")
@@ -85,6 +86,7 @@ impl Tool for ListDirectoryTool {
             .and_then(Value::as_bool)
             .unwrap_or(true);
         Ok(Arc::new(ListDirectory {
+            target,
             display: self.ws.display(&path),
             path,
             ws: self.ws.clone(),
@@ -95,6 +97,7 @@ impl Tool for ListDirectoryTool {
 }
 
 struct ListDirectory {
+    target: Target,
     ws: Arc<Workspace>,
     path: PathBuf,
     display: String,
@@ -104,6 +107,7 @@ struct ListDirectory {
 
 impl ListDirectory {
     fn list(&self, ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
+        self.target.check()?;
         match std::fs::metadata(&self.path) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => return Err(not_a_directory(&self.display)),

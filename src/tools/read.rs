@@ -15,7 +15,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use super::encoding::{self, NotText, Sniffed, TextEncoding};
-use super::file::{MAX_OUTPUT_BYTES, blocking, is_directory, not_regular, path_error};
+use super::file::{MAX_OUTPUT_BYTES, Target, blocking, is_directory, not_regular};
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
     Tool, ToolError, ToolKind, ToolOutcome, opt_u64_arg, str_arg,
@@ -77,7 +77,8 @@ impl Tool for ReadFileTool {
 
     fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
         let given = str_arg(args, "file_path")?;
-        let path = self.ws.resolve(given).map_err(path_error)?;
+        let target = Target::new(&self.ws, given)?;
+        let path = target.path().to_path_buf();
         let start = opt_u64_arg(args, "start_line");
         let end = opt_u64_arg(args, "end_line");
         if let (Some(s), Some(e)) = (start, end)
@@ -88,6 +89,7 @@ impl Tool for ReadFileTool {
             )));
         }
         Ok(Arc::new(ReadFile {
+            target,
             display: self.ws.display(&path),
             path,
             start,
@@ -97,6 +99,7 @@ impl Tool for ReadFileTool {
 }
 
 struct ReadFile {
+    target: Target,
     path: PathBuf,
     display: String,
     start: Option<u64>,
@@ -126,6 +129,7 @@ impl Invocation for ReadFile {
 
 impl ReadFile {
     fn read(&self, ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
+        self.target.check()?;
         let io = |e: std::io::Error| ToolError::io(&e, &self.display);
         let meta = std::fs::metadata(&self.path).map_err(io)?;
         if meta.is_dir() {

@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 
 use super::encoding::TextEncoding;
 use super::file::{
-    FileText, atomic_write, blocking, encode_for, file_metadata, is_directory, load_text,
-    path_error, unified_diff,
+    FileText, Target, atomic_write, blocking, encode_for, file_metadata, is_directory, load_text,
+    unified_diff,
 };
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ExecContext, Invocation, Subject, Tool,
@@ -61,12 +61,14 @@ impl Tool for WriteFileTool {
     fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
         let given = str_arg(args, "file_path")?;
         let content = str_arg(args, "content")?.to_string();
-        let path = self.ws.resolve(given).map_err(path_error)?;
+        let target = Target::new(&self.ws, given)?;
+        let path = target.path().to_path_buf();
         let display = self.ws.display(&path);
         if path.is_dir() {
             return Err(is_directory(&display, "write_file"));
         }
         Ok(Arc::new(WriteFile {
+            target,
             display,
             path,
             content,
@@ -81,6 +83,7 @@ impl Tool for WriteFileTool {
 }
 
 struct WriteFile {
+    target: Target,
     path: PathBuf,
     display: String,
     content: String,
@@ -97,6 +100,7 @@ struct Planned {
 
 impl WriteFile {
     fn plan(&self) -> Result<Planned, ToolError> {
+        self.target.check()?;
         // A directory or FIFO is refused before anything reads it.
         file_metadata(&self.path, &self.display, "write_file")?;
         let current = load_text(&self.path, &self.display, "write_file").or_else(|e| {
