@@ -296,6 +296,7 @@ impl GrepCall {
         let mut files = 0usize;
         let mut binary_files = 0usize;
         let mut failed_files = 0usize;
+        let mut moved_out = 0usize;
         let mut cut_lines = 0usize;
         let mut capped = false;
         let mut budget_hit = false;
@@ -314,6 +315,17 @@ impl GrepCall {
                     .as_ref()
                     .is_some_and(|g| g.is_match(&entry.rel))
             {
+                return Flow::Continue;
+            }
+            // The walk does not follow links, but a directory on the way may
+            // have been swapped for one since it was listed: only a file
+            // that still resolves inside the workspace is opened.
+            let inside = entry
+                .target
+                .to_str()
+                .is_some_and(|p| self.ws.resolve(p).is_ok_and(|r| r == entry.target));
+            if !inside {
+                moved_out += 1;
                 return Flow::Continue;
             }
             let mut sink = FileSink {
@@ -425,6 +437,11 @@ impl GrepCall {
         }
         if binary_files > 0 {
             notes.push(format!("{binary_files} binary file(s) were skipped."));
+        }
+        if moved_out > 0 {
+            notes.push(format!(
+                "{moved_out} file(s) no longer resolved inside the workspace when opened and were skipped."
+            ));
         }
         if failed_files > 0 {
             notes.push(format!(
