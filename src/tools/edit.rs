@@ -34,6 +34,8 @@ pub struct ReplaceTool {
 }
 
 impl ReplaceTool {
+    /// The tool over the workspace `ws`; every path it is given resolves
+    /// inside it.
     pub fn new(ws: Arc<Workspace>) -> Self {
         let decl = Declaration {
             name: "replace".into(),

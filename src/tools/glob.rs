@@ -32,6 +32,8 @@ pub struct GlobTool {
 }
 
 impl GlobTool {
+    /// The tool over the workspace `ws`; every path it is given resolves
+    /// inside it.
     pub fn new(ws: Arc<Workspace>) -> Self {
         let decl = Declaration {
             name: "glob".into(),

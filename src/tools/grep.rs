@@ -48,6 +48,8 @@ pub struct GrepTool {
 }
 
 impl GrepTool {
+    /// The tool over the workspace `ws`; every path it is given resolves
+    /// inside it.
     pub fn new(ws: Arc<Workspace>) -> Self {
         let decl = Declaration {
             name: "grep_search".into(),

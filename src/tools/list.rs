@@ -26,6 +26,8 @@ pub struct ListDirectoryTool {
 }
 
 impl ListDirectoryTool {
+    /// The tool over the workspace `ws`; every path it is given resolves
+    /// inside it.
     pub fn new(ws: Arc<Workspace>) -> Self {
         let decl = Declaration {
             name: "list_directory".into(),

@@ -42,6 +42,8 @@ pub struct ReadFileTool {
 }
 
 impl ReadFileTool {
+    /// The tool over the workspace `ws`; every path it is given resolves
+    /// inside it.
     pub fn new(ws: Arc<Workspace>) -> Self {
         let decl = Declaration {
             name: "read_file".into(),

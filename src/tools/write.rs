@@ -29,6 +29,8 @@ pub struct WriteFileTool {
 }
 
 impl WriteFileTool {
+    /// The tool over the workspace `ws`; every path it is given resolves
+    /// inside it.
     pub fn new(ws: Arc<Workspace>) -> Self {
         let decl = Declaration {
             name: "write_file".into(),
