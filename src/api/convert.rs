@@ -229,6 +229,8 @@ fn error_type(kind: ErrorKind) -> pb::ErrorType {
         ErrorKind::SandboxDenied => P::SandboxDenied,
         ErrorKind::McpToolError => P::McpToolError,
         ErrorKind::UnhandledException => P::UnhandledException,
+        ErrorKind::PathIsNotADirectory => P::PathIsNotADirectory,
+        ErrorKind::FileChangedConcurrently => P::FileChangedConcurrently,
     }
 }
 

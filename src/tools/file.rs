@@ -1,37 +1,121 @@
-//! Built-in file tools: `read_file`, `list_directory`, `write_file`, with
-//! Gemini CLI's wire names and parameters.
+//! What the built-in file and search tools share: limits, path errors,
+//! loading a file's text for an edit, atomic writes and approval diffs.
+//!
+//! The tools themselves live beside this module: `read` (read_file),
+//! `write` (write_file), `edit` (replace), `list` (list_directory), `glob`,
+//! `grep` (grep_search); `walk` holds the ignore-aware directory walk and
+//! `encoding` the text encodings.
 
+use std::fs::Metadata;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use serde_json::{Value, json};
-
-use super::{
-    Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
-    Tool, ToolError, ToolKind, ToolOutcome, opt_u64_arg, str_arg,
-};
+use super::encoding::{self, Decoded, NotText, TextEncoding};
+use super::{BoxFuture, ErrorKind, ToolError, ToolOutcome};
 use crate::sandbox::{PathError, Workspace};
 
-/// Lines returned by one `read_file` call when no window is given.
-pub const DEFAULT_MAX_LINES: u64 = 2000;
-/// Characters kept of one line; longer lines are cut and marked.
-pub const MAX_LINE_CHARS: usize = 2000;
-/// Files larger than this are refused by `read_file` (`file_too_large`).
-pub const MAX_READ_BYTES: u64 = 20 * 1024 * 1024;
+/// Bytes of text one tool result may carry. A default gRPC client accepts
+/// 4 MiB per message and the same output also appears in BatchCompleted, so
+/// one result stays well below it.
+pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 
-fn path_error(e: PathError) -> ToolError {
+/// Files larger than this are not edited (`replace`, and the diff of
+/// `write_file`): an edit holds the file, its decoded text and the result in
+/// memory at once.
+pub const MAX_EDIT_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Bytes of a unified diff shown in an approval prompt; longer diffs are cut
+/// with a marker (the change itself is not).
+pub const MAX_DIFF_BYTES: usize = 512 * 1024;
+
+/// How long the diff algorithm may search for a minimal diff before it
+/// settles for a coarser one (the `similar` crate's deadline).
+pub const DIFF_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Maps a path refusal of the workspace to a stable error type.
+pub(crate) fn path_error(e: PathError) -> ToolError {
     match e {
         PathError::OutsideWorkspace { .. } => {
             ToolError::new(ErrorKind::PathNotInWorkspace, e.to_string())
         }
         PathError::Empty | PathError::Nul { .. } => ToolError::invalid_params(e.to_string()),
-        PathError::Io { .. } => ToolError::new(ErrorKind::UnhandledException, e.to_string()),
+        PathError::Io {
+            ref source,
+            ref given,
+        } => match source.kind() {
+            std::io::ErrorKind::PermissionDenied => ToolError::io(source, given),
+            // "notes.txt/x": a file used as a directory.
+            std::io::ErrorKind::NotADirectory => ToolError::new(
+                ErrorKind::FileNotFound,
+                format!("{e}. A file in the path is used as a directory; check the path."),
+            ),
+            _ => ToolError::new(ErrorKind::UnhandledException, e.to_string()),
+        },
+    }
+}
+
+/// The path a call was built with, resolved again each time the call is
+/// about to touch it.
+///
+/// Threat: a call built (and approved) for `sub/f.txt` runs later, after an
+/// earlier call of the batch (a shell command) or anyone else replaced `sub`
+/// with a symlink to `/etc`; opening the path resolved at build time would
+/// then follow that link out of the workspace. Resolving again just before
+/// use closes that gap down to the instant between the check and the open
+/// (race-free opens are the sandbox's job).
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    ws: Arc<Workspace>,
+    given: String,
+    path: PathBuf,
+}
+
+impl Target {
+    /// Resolves `given` now (at build time).
+    pub fn new(ws: &Arc<Workspace>, given: &str) -> Result<Self, ToolError> {
+        let path = ws.resolve(given).map_err(path_error)?;
+        Ok(Self {
+            ws: ws.clone(),
+            given: given.to_string(),
+            path,
+        })
+    }
+
+    /// The path resolved at build time.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path relative to the workspace root, for messages.
+    pub fn display(&self) -> String {
+        self.ws.display(&self.path)
+    }
+
+    /// Resolves the path again; it must still be the one the call was built
+    /// (and approved) with: `path_not_in_workspace` when it now leads out,
+    /// `file_changed_concurrently` when it now leads elsewhere inside.
+    pub fn check(&self) -> Result<(), ToolError> {
+        let now = self.ws.resolve(&self.given).map_err(path_error)?;
+        if now == self.path {
+            Ok(())
+        } else {
+            Err(ToolError::new(
+                ErrorKind::FileChangedConcurrently,
+                format!(
+                    "'{}' now resolves to {} instead of {} (a symlink or directory changed since the call was built); nothing was done. Send the call again if it is still wanted.",
+                    self.given,
+                    self.ws.display(&now),
+                    self.display()
+                ),
+            ))
+        }
     }
 }
 
 /// Runs blocking file work off the async runtime.
-fn blocking<F>(f: F) -> BoxFuture<ToolOutcome>
+pub(crate) fn blocking<F>(f: F) -> BoxFuture<ToolOutcome>
 where
     F: FnOnce() -> ToolOutcome + Send + 'static,
 {
@@ -46,443 +130,276 @@ where
     })
 }
 
-// === impl ReadFileTool ===
-
-/// `read_file`: a text file's lines (`start_line`..=`end_line`, 1-based).
-pub struct ReadFileTool {
-    ws: Arc<Workspace>,
-    decl: Declaration,
+/// `target_is_directory` for a tool that works on files.
+pub(crate) fn is_directory(display: &str, tool: &str) -> ToolError {
+    ToolError::new(
+        ErrorKind::TargetIsDirectory,
+        format!(
+            "{display} is a directory, but {tool} works on files. Use list_directory to see its entries."
+        ),
+    )
 }
 
-impl ReadFileTool {
-    pub fn new(ws: Arc<Workspace>) -> Self {
-        let decl = Declaration {
-            name: "read_file".into(),
-            description: format!(
-                "Reads a text file from the workspace and returns its content. By default at most {DEFAULT_MAX_LINES} lines are returned; use start_line and end_line (1-based, inclusive) to read a window of a larger file. The result says which lines were shown and how to read more."
+/// `path_is_not_a_directory` for a tool that works on directories.
+pub(crate) fn not_a_directory(display: &str) -> ToolError {
+    ToolError::new(
+        ErrorKind::PathIsNotADirectory,
+        format!(
+            "{display} is a file, not a directory. Use read_file to read it, or pass its parent directory."
+        ),
+    )
+}
+
+/// `invalid_tool_params` for a FIFO, socket or device: opening a FIFO would
+/// block the tool until some other process writes to it.
+pub(crate) fn not_regular(display: &str, tool: &str) -> ToolError {
+    ToolError::invalid_params(format!(
+        "{display} is not a regular file (it is a FIFO, socket or device); {tool} only works on regular files."
+    ))
+}
+
+/// Metadata of an existing regular file (following links the workspace
+/// already resolved); `None` when it does not exist.
+pub(crate) fn file_metadata(
+    path: &Path,
+    display: &str,
+    tool: &str,
+) -> Result<Option<Metadata>, ToolError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Err(is_directory(display, tool)),
+        Ok(m) if !m.is_file() => Err(not_regular(display, tool)),
+        Ok(m) => Ok(Some(m)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ToolError::io(&e, display)),
+    }
+}
+
+/// An existing text file loaded for an edit.
+#[derive(Debug, Clone)]
+pub(crate) struct FileText {
+    /// The bytes on disk, to check before writing that nobody changed them.
+    pub bytes: Vec<u8>,
+    pub decoded: Decoded,
+}
+
+impl FileText {
+    /// Whether most line breaks are `\r\n`.
+    pub fn crlf(&self) -> bool {
+        let text = &self.decoded.text;
+        let crlf = text.matches("\r\n").count();
+        crlf > 0 && crlf * 2 >= text.matches('\n').count()
+    }
+}
+
+/// Loads `path` for an edit by `tool`: `None` when it does not exist, an
+/// error when it is a directory, too large, binary or undecodable.
+pub(crate) fn load_text(
+    path: &Path,
+    display: &str,
+    tool: &str,
+) -> Result<Option<FileText>, ToolError> {
+    let Some(meta) = file_metadata(path, display, tool)? else {
+        return Ok(None);
+    };
+    if meta.len() > MAX_EDIT_BYTES {
+        return Err(ToolError::new(
+            ErrorKind::FileTooLarge,
+            format!(
+                "{display} is {} bytes, over the {MAX_EDIT_BYTES}-byte limit for edits by {tool}. Edit it with run_shell_command (e.g. sed) instead.",
+                meta.len()
             ),
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "file_path": {"type": "string", "minLength": 1, "description": "Path of the file, relative to the workspace root (or absolute inside it)."},
-                    "start_line": {"type": "integer", "minimum": 1, "description": "First line to read, 1-based."},
-                    "end_line": {"type": "integer", "minimum": 1, "description": "Last line to read, 1-based, inclusive."}
-                },
-                "required": ["file_path"],
-                "additionalProperties": false
-            }),
-            kind: ToolKind::Read,
-            parallelizable: true,
-            read_only: true,
-        };
-        Self { ws, decl }
+        ));
     }
-}
-
-impl Tool for ReadFileTool {
-    fn declaration(&self) -> &Declaration {
-        &self.decl
-    }
-
-    fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
-        let given = str_arg(args, "file_path")?;
-        let path = self.ws.resolve(given).map_err(path_error)?;
-        let start = opt_u64_arg(args, "start_line");
-        let end = opt_u64_arg(args, "end_line");
-        if let (Some(s), Some(e)) = (start, end)
-            && s > e
-        {
-            return Err(ToolError::invalid_params(format!(
-                "argument 'start_line' ({s}) must not be greater than 'end_line' ({e})"
-            )));
-        }
-        Ok(Arc::new(ReadFile {
-            display: self.ws.display(&path),
-            path,
-            start,
-            end,
-        }))
-    }
-}
-
-struct ReadFile {
-    path: PathBuf,
-    display: String,
-    start: Option<u64>,
-    end: Option<u64>,
-}
-
-impl Invocation for ReadFile {
-    fn subject(&self) -> Subject {
-        Subject::File {
-            path: self.display.clone(),
-        }
-    }
-
-    fn confirmation(&self) -> Result<ConfirmationDetails, ToolError> {
-        Ok(ConfirmationDetails::Info {
-            prompt: format!("Read {}", self.display),
-        })
-    }
-
-    fn execute(self: Arc<Self>, _ctx: ExecContext) -> BoxFuture<ToolOutcome> {
-        blocking(move || match self.read() {
-            Ok((output, result)) => ToolOutcome::Success {
-                output: Value::String(output),
-                result,
-            },
-            Err(e) => e.into(),
-        })
-    }
-}
-
-impl ReadFile {
-    fn read(&self) -> Result<(String, Args), ToolError> {
-        let meta = std::fs::metadata(&self.path).map_err(|e| ToolError::io(&e, &self.display))?;
-        if meta.is_dir() {
-            return Err(ToolError::new(
-                ErrorKind::TargetIsDirectory,
-                format!(
-                    "{} is a directory, not a file. Use list_directory to see its entries.",
-                    self.display
-                ),
-            ));
-        }
-        if meta.len() > MAX_READ_BYTES {
-            return Err(ToolError::new(
-                ErrorKind::FileTooLarge,
-                format!(
-                    "{} is {} bytes, over the {MAX_READ_BYTES}-byte limit of read_file. Use grep_search to find the part you need.",
-                    self.display,
-                    meta.len()
-                ),
-            ));
-        }
-        let bytes = std::fs::read(&self.path).map_err(|e| ToolError::io(&e, &self.display))?;
-        if bytes.iter().take(8192).any(|&b| b == 0) {
-            let mut result = Args::new();
-            result.insert("binary".into(), json!(true));
-            result.insert("size_bytes".into(), json!(bytes.len()));
-            return Ok((format!("binary file, {} bytes", bytes.len()), result));
-        }
-        let text = String::from_utf8_lossy(&bytes);
-        let lines: Vec<&str> = text.lines().collect();
-        let total = lines.len() as u64;
-        let start = self.start.unwrap_or(1).max(1);
-        let end = self
-            .end
-            .unwrap_or(start + DEFAULT_MAX_LINES - 1)
-            .min(start + DEFAULT_MAX_LINES - 1)
-            .min(total);
-        let mut out = String::new();
-        let mut cut_lines = 0u64;
-        if start <= end {
-            for line in &lines[(start - 1) as usize..end as usize] {
-                if line.chars().count() > MAX_LINE_CHARS {
-                    cut_lines += 1;
-                    out.extend(line.chars().take(MAX_LINE_CHARS));
-                    out.push_str("... [line truncated]");
-                } else {
-                    out.push_str(line);
-                }
-                out.push('\n');
-            }
-        }
-        let shown_all = start == 1 && end == total && cut_lines == 0;
-        if !shown_all {
-            let mut note = format!(
-                "[Showing lines {start}-{end} of {total} from {}",
-                self.display
-            );
-            if cut_lines > 0 {
-                note.push_str(&format!(
-                    "; {cut_lines} lines longer than {MAX_LINE_CHARS} characters were cut"
-                ));
-            }
-            if end < total {
-                note.push_str(&format!(
-                    ". To read more, call read_file with start_line={}",
-                    end + 1
-                ));
-            }
-            note.push_str("]\n");
-            out = note + &out;
-        }
-        let mut result = Args::new();
-        result.insert("total_lines".into(), json!(total));
-        result.insert("start_line".into(), json!(start));
-        result.insert("end_line".into(), json!(end));
-        Ok((out, result))
-    }
-}
-
-// === impl ListDirectoryTool ===
-
-/// `list_directory`: the entries of one directory, directories first.
-pub struct ListDirectoryTool {
-    ws: Arc<Workspace>,
-    decl: Declaration,
-}
-
-impl ListDirectoryTool {
-    pub fn new(ws: Arc<Workspace>) -> Self {
-        let decl = Declaration {
-            name: "list_directory".into(),
-            description: "Lists the files and subdirectories of a directory in the workspace, directories first, each name marked [DIR] when it is a directory.".into(),
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "dir_path": {"type": "string", "minLength": 1, "description": "Directory to list, relative to the workspace root ('.' for the root)."}
-                },
-                "required": ["dir_path"],
-                "additionalProperties": false
-            }),
-            kind: ToolKind::Read,
-            parallelizable: true,
-            read_only: true,
-        };
-        Self { ws, decl }
-    }
-}
-
-impl Tool for ListDirectoryTool {
-    fn declaration(&self) -> &Declaration {
-        &self.decl
-    }
-
-    fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
-        let given = str_arg(args, "dir_path")?;
-        let path = self.ws.resolve(given).map_err(path_error)?;
-        Ok(Arc::new(ListDirectory {
-            display: self.ws.display(&path),
-            path,
-        }))
-    }
-}
-
-struct ListDirectory {
-    path: PathBuf,
-    display: String,
-}
-
-impl Invocation for ListDirectory {
-    fn subject(&self) -> Subject {
-        Subject::File {
-            path: self.display.clone(),
-        }
-    }
-
-    fn confirmation(&self) -> Result<ConfirmationDetails, ToolError> {
-        Ok(ConfirmationDetails::Info {
-            prompt: format!("List {}", self.display),
-        })
-    }
-
-    fn execute(self: Arc<Self>, _ctx: ExecContext) -> BoxFuture<ToolOutcome> {
-        blocking(move || {
-            let entries = match std::fs::read_dir(&self.path) {
-                Ok(rd) => rd,
-                Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
-                    return ToolError::new(
-                        ErrorKind::InvalidToolParams,
-                        format!(
-                            "{} is a file, not a directory. Use read_file to read it.",
-                            self.display
-                        ),
-                    )
-                    .into();
-                }
-                Err(e) => return ToolError::io(&e, &self.display).into(),
-            };
-            let mut dirs = Vec::new();
-            let mut files = Vec::new();
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                match entry.file_type() {
-                    Ok(t) if t.is_dir() => dirs.push(name),
-                    _ => files.push(name),
-                }
-            }
-            dirs.sort();
-            files.sort();
-            let mut out = format!("Directory listing for {}:\n", self.display);
-            for d in &dirs {
-                out.push_str(&format!("[DIR] {d}\n"));
-            }
-            for f in &files {
-                out.push_str(f);
-                out.push('\n');
-            }
-            let mut result = Args::new();
-            result.insert("directories".into(), json!(dirs.len()));
-            result.insert("files".into(), json!(files.len()));
-            ToolOutcome::Success {
-                output: Value::String(out),
-                result,
-            }
-        })
-    }
-}
-
-// === impl WriteFileTool ===
-
-/// `write_file`: replaces (or creates) a file with `content`, atomically.
-pub struct WriteFileTool {
-    ws: Arc<Workspace>,
-    decl: Declaration,
-}
-
-impl WriteFileTool {
-    pub fn new(ws: Arc<Workspace>) -> Self {
-        let decl = Declaration {
-            name: "write_file".into(),
-            description: "Writes content to a file in the workspace, replacing it if it exists and creating it (and its parent directories) if not. The write is atomic: readers see the old or the new file, never half of one.".into(),
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "file_path": {"type": "string", "minLength": 1, "description": "Path of the file, relative to the workspace root."},
-                    "content": {"type": "string", "description": "The full new content of the file."}
-                },
-                "required": ["file_path", "content"],
-                "additionalProperties": false
-            }),
-            kind: ToolKind::Edit,
-            parallelizable: false,
-            read_only: false,
-        };
-        Self { ws, decl }
-    }
-}
-
-impl Tool for WriteFileTool {
-    fn declaration(&self) -> &Declaration {
-        &self.decl
-    }
-
-    fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
-        let given = str_arg(args, "file_path")?;
-        let content = str_arg(args, "content")?.to_string();
-        let path = self.ws.resolve(given).map_err(path_error)?;
-        if path == self.ws.root() {
-            return Err(ToolError::new(
-                ErrorKind::TargetIsDirectory,
-                "file_path names the workspace root, which is a directory.",
-            ));
-        }
-        Ok(Arc::new(WriteFile {
-            display: self.ws.display(&path),
-            path,
-            content,
-        }))
-    }
-
-    fn with_new_content(&self, args: &Args, new_content: &str) -> Option<Args> {
-        let mut args = args.clone();
-        args.insert("content".into(), Value::String(new_content.to_string()));
-        Some(args)
-    }
-}
-
-struct WriteFile {
-    path: PathBuf,
-    display: String,
-    content: String,
-}
-
-impl Invocation for WriteFile {
-    fn subject(&self) -> Subject {
-        Subject::File {
-            path: self.display.clone(),
-        }
-    }
-
-    fn confirmation(&self) -> Result<ConfirmationDetails, ToolError> {
-        let (old, is_new_file) = match std::fs::read(&self.path) {
-            Ok(bytes) => (String::from_utf8_lossy(&bytes).into_owned(), false),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), true),
-            Err(e) => return Err(ToolError::io(&e, &self.display)),
-        };
-        if self.path.is_dir() {
-            return Err(ToolError::new(
-                ErrorKind::TargetIsDirectory,
-                format!("{} is a directory; write_file writes files.", self.display),
-            ));
-        }
-        let diff = similar::TextDiff::from_lines(&old, &self.content)
-            .unified_diff()
-            .header(
-                &format!("a/{}", self.display),
-                &format!("b/{}", self.display),
-            )
-            .to_string();
-        Ok(ConfirmationDetails::Edit {
-            file_path: self.display.clone(),
-            diff,
-            is_new_file,
-            new_content: self.content.clone(),
-        })
-    }
-
-    fn execute(self: Arc<Self>, _ctx: ExecContext) -> BoxFuture<ToolOutcome> {
-        blocking(move || match self.write() {
-            Ok(created) => {
-                let mut result = Args::new();
-                result.insert("created".into(), json!(created));
-                result.insert("bytes_written".into(), json!(self.content.len()));
-                let verb = if created {
-                    "Successfully created and wrote to new file"
-                } else {
-                    "Successfully overwrote file"
-                };
-                ToolOutcome::Success {
-                    output: Value::String(format!("{verb}: {}.", self.display)),
-                    result,
-                }
-            }
-            Err(e) => e.into(),
-        })
-    }
-}
-
-impl WriteFile {
-    /// Writes through a temp file in the same directory and renames it over
-    /// the target, so a crash never leaves half a file. Keeps the target's
-    /// permissions. Returns whether the file was created.
-    fn write(&self) -> Result<bool, ToolError> {
-        let parent = self.path.parent().ok_or_else(|| {
-            ToolError::new(
-                ErrorKind::UnhandledException,
-                "path has no parent directory",
-            )
-        })?;
-        std::fs::create_dir_all(parent).map_err(|e| ToolError::io(&e, &self.display))?;
-        let existing = match std::fs::metadata(&self.path) {
-            Ok(m) if m.is_dir() => {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(ToolError::io(&e, display)),
+    };
+    match encoding::decode(&bytes) {
+        Ok(decoded) => {
+            // A legacy encoding must give back the same bytes, or an edit
+            // would change bytes it did not touch.
+            if decoded.encoding.encode(&decoded.text).ok().as_deref() != Some(&bytes[..]) {
                 return Err(ToolError::new(
-                    ErrorKind::TargetIsDirectory,
-                    format!("{} is a directory; write_file writes files.", self.display),
+                    ErrorKind::UnhandledException,
+                    format!(
+                        "{display} is {} but does not round-trip byte-exactly through it, so {tool} will not edit it. Edit it with run_shell_command instead.",
+                        decoded.encoding.name()
+                    ),
                 ));
             }
-            Ok(m) => Some(m.permissions()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(ToolError::io(&e, &self.display)),
-        };
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".toolsched-")
-            .tempfile_in(parent)
-            .map_err(|e| ToolError::io(&e, &self.display))?;
-        tmp.write_all(self.content.as_bytes())
-            .and_then(|()| tmp.as_file().sync_all())
-            .map_err(|e| ToolError::io(&e, &self.display))?;
+            Ok(Some(FileText { bytes, decoded }))
+        }
+        Err(not_text) => {
+            let what = match not_text {
+                NotText::Binary => "a binary file".to_string(),
+                NotText::Media(mime) => format!("a binary file ({mime})"),
+                NotText::Undecodable { reason } => format!("not text ({reason})"),
+            };
+            Err(ToolError::new(
+                ErrorKind::InvalidToolParams,
+                format!(
+                    "{display} is {what}, {} bytes; {tool} only edits text files.",
+                    bytes.len()
+                ),
+            ))
+        }
+    }
+}
+
+/// `text` encoded as `encoding`, or `invalid_tool_params` naming the
+/// character the file's encoding cannot hold and the argument it came from.
+pub(crate) fn encode_for(
+    text: &str,
+    encoding: TextEncoding,
+    display: &str,
+    field: &str,
+) -> Result<Vec<u8>, ToolError> {
+    encoding.encode(text).map_err(|e| {
+        ToolError::invalid_params(format!(
+            "argument '{field}': {e}, the encoding of {display}. Write that character another way (e.g. an escape the file's language understands) or convert the file to UTF-8 first."
+        ))
+    })
+}
+
+/// Writes `bytes` to `path` atomically: a temp file in the same directory,
+/// flushed, given the target's permissions (0644 for a new file), then
+/// renamed over the target, so readers and a crash see the old or the new
+/// file, never half of one. Creates missing parent directories.
+///
+/// `expected` is the content the edit was computed from: when the file on
+/// disk no longer has it, nothing is written and the error says so (another
+/// writer got there first). Returns whether the file was created.
+pub(crate) fn atomic_write(
+    path: &Path,
+    display: &str,
+    tool: &str,
+    bytes: &[u8],
+    expected: Option<&[u8]>,
+) -> Result<bool, ToolError> {
+    let parent = path.parent().ok_or_else(|| {
+        ToolError::new(
+            ErrorKind::UnhandledException,
+            format!("{display} has no parent directory"),
+        )
+    })?;
+    std::fs::create_dir_all(parent).map_err(|e| ToolError::io(&e, display))?;
+    let existing = file_metadata(path, display, tool)?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".toolsched-")
+        .suffix(".tmp")
+        .tempfile_in(parent)
+        .map_err(|e| ToolError::io(&e, display))?;
+    tmp.write_all(bytes)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| ToolError::io(&e, display))?;
+    let perms = match &existing {
+        Some(m) => m.permissions(),
         // A temp file is created 0600; a new file gets the usual 0644.
-        let perms = existing.clone().unwrap_or_else(|| {
+        None => {
             use std::os::unix::fs::PermissionsExt;
             std::fs::Permissions::from_mode(0o644)
-        });
-        std::fs::set_permissions(tmp.path(), perms)
-            .map_err(|e| ToolError::io(&e, &self.display))?;
-        tmp.persist(&self.path)
-            .map_err(|e| ToolError::io(&e.error, &self.display))?;
-        Ok(existing.is_none())
+        }
+    };
+    std::fs::set_permissions(tmp.path(), perms).map_err(|e| ToolError::io(&e, display))?;
+    if let Some(m) = &existing {
+        // Keep the owner too where we may (as root); otherwise the file
+        // simply becomes ours, as any editor's save would make it.
+        use std::os::unix::fs::MetadataExt;
+        let _ = std::os::unix::fs::fchown(tmp.as_file(), Some(m.uid()), Some(m.gid()));
+    }
+    // Last check before the rename: the file must still be what the edit was
+    // computed from (a concurrent writer's change is not overwritten).
+    let current = match std::fs::read(path) {
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(ToolError::io(&e, display)),
+    };
+    if current.as_deref() != expected {
+        return Err(ToolError::new(
+            ErrorKind::FileChangedConcurrently,
+            format!(
+                "{display} changed on disk while the edit was being written; nothing was written. Read it again and redo the edit."
+            ),
+        ));
+    }
+    tmp.persist(path)
+        .map_err(|e| ToolError::io(&e.error, display))?;
+    // The rename is durable only once the directory is flushed.
+    if let Ok(dir) = std::fs::File::open(parent) {
+        let _ = dir.sync_all();
+    }
+    Ok(existing.is_none())
+}
+
+/// A unified diff of `old` against `new` for an approval prompt, with the
+/// path in the headers; cut at [`MAX_DIFF_BYTES`] with a marker.
+pub(crate) fn unified_diff(display: &str, old: &str, new: &str, is_new_file: bool) -> String {
+    let diff = similar::TextDiff::configure()
+        .timeout(DIFF_TIMEOUT)
+        .diff_lines(old, new);
+    let from = if is_new_file {
+        "/dev/null".to_string()
+    } else {
+        format!("a/{display}")
+    };
+    let mut text = diff
+        .unified_diff()
+        .context_radius(3)
+        .header(&from, &format!("b/{display}"))
+        .to_string();
+    if text.len() > MAX_DIFF_BYTES {
+        let total = text.len();
+        let mut cut = MAX_DIFF_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str(&format!(
+            "\n... [diff cut: showing {cut} of {total} bytes]\n"
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_keeps_permissions_and_refuses_a_changed_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.sh");
+        std::fs::write(&path, "old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o751)).unwrap();
+        let created = atomic_write(&path, "f.sh", "t", b"new", Some(b"old")).unwrap();
+        assert!(!created);
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o751);
+        let err = atomic_write(&path, "f.sh", "t", b"newer", Some(b"old")).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::FileChangedConcurrently);
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        // No temp file is left behind.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["f.sh"]);
+    }
+
+    #[test]
+    fn io_errors_map_to_stable_types() {
+        use std::io::{Error, ErrorKind as Io};
+        let cases = [
+            (Io::NotFound, ErrorKind::FileNotFound),
+            (Io::PermissionDenied, ErrorKind::PermissionDenied),
+            (Io::StorageFull, ErrorKind::NoSpaceLeft),
+            (Io::IsADirectory, ErrorKind::TargetIsDirectory),
+        ];
+        for (io, kind) in cases {
+            assert_eq!(ToolError::io(&Error::from(io), "x").kind, kind);
+        }
     }
 }

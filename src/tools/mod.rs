@@ -9,10 +9,18 @@
 //! Not here: deciding whether a call may run (`policy`), when it runs
 //! (`scheduler`), and confining what it does (`sandbox`).
 
+mod edit;
+mod encoding;
 mod file;
+mod glob;
+mod grep;
+mod list;
 pub mod mcp;
+mod read;
 mod shell;
 mod topic;
+mod walk;
+mod write;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -26,9 +34,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::sandbox::{OutputLimits, Workspace};
 
-pub use file::{ListDirectoryTool, ReadFileTool, WriteFileTool};
+pub use edit::ReplaceTool;
+pub use glob::GlobTool;
+pub use grep::GrepTool;
+pub use list::ListDirectoryTool;
+pub use read::ReadFileTool;
 pub use shell::ShellTool;
 pub use topic::{TOPIC_TOOL_NAME, UpdateTopicTool};
+pub use write::WriteFileTool;
 
 /// JSON object arguments of a function call.
 pub type Args = Map<String, Value>;
@@ -86,6 +99,11 @@ pub enum ErrorKind {
     SandboxDenied,
     McpToolError,
     UnhandledException,
+    /// A directory tool (list_directory, glob, grep_search) was given a file.
+    PathIsNotADirectory,
+    /// The file changed on disk while an edit was being written; nothing
+    /// was written.
+    FileChangedConcurrently,
 }
 
 impl ErrorKind {
@@ -110,6 +128,8 @@ impl ErrorKind {
             Self::SandboxDenied => "sandbox_denied",
             Self::McpToolError => "mcp_tool_error",
             Self::UnhandledException => "unhandled_exception",
+            Self::PathIsNotADirectory => "path_is_not_a_directory",
+            Self::FileChangedConcurrently => "file_changed_concurrently",
         }
     }
 }
@@ -341,6 +361,9 @@ impl Registry {
             Arc::new(ReadFileTool::new(workspace.clone())),
             Arc::new(ListDirectoryTool::new(workspace.clone())),
             Arc::new(WriteFileTool::new(workspace.clone())),
+            Arc::new(ReplaceTool::new(workspace.clone())),
+            Arc::new(GlobTool::new(workspace.clone())),
+            Arc::new(GrepTool::new(workspace.clone())),
             Arc::new(ShellTool::new(workspace)),
             Arc::new(UpdateTopicTool::new()),
         ])

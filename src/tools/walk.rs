@@ -1,0 +1,290 @@
+//! The directory walk shared by `glob`, `grep_search` and `list_directory`,
+//! so that ignore rules apply to all three the same way.
+//!
+//! It is ripgrep's own walker (`ignore::WalkBuilder`): `.gitignore` files
+//! (nested ones, and those of parent directories up to the repository root,
+//! which may lie above the workspace root), `.git/info/exclude`, `.ignore`,
+//! and the project ignore files [`PROJECT_IGNORE_FILES`]. `.git` itself is
+//! never walked. Symlinks are not followed: a link is reported only when
+//! the workspace resolves its target inside the root, and a link leading
+//! outside is left out and counted, so no search reads a file outside the
+//! workspace through a link.
+//!
+//! The walker does not say what it skipped, so after a complete walk every
+//! directory it entered is listed once more and its entries that the walk did
+//! not yield are counted as left out by ignore rules.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::sandbox::Workspace;
+
+/// Project ignore files read in every directory (gitignore syntax) whether
+/// or not git is used: ours, and Gemini CLI's so existing projects keep
+/// their rules.
+pub const PROJECT_IGNORE_FILES: &[&str] = &[".toolschedignore", ".geminiignore"];
+
+/// Entries one walk visits before it stops and says so: a search of `/` of a
+/// huge tree must end.
+pub const MAX_WALK_ENTRIES: usize = 200_000;
+
+/// Example names of left-out entries given in a result.
+const LEFT_OUT_EXAMPLES: usize = 5;
+
+/// How to walk.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WalkOptions {
+    /// Apply `.gitignore` and `.git/info/exclude` (project ignore files and
+    /// `.ignore` always apply).
+    pub respect_git_ignore: bool,
+    /// 1 = the directory's own entries only.
+    pub max_depth: Option<usize>,
+}
+
+/// One entry the walk yields (never the walk's root).
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    /// What to open: `path`, or a symlink's target inside the workspace.
+    pub target: PathBuf,
+    /// Path relative to the walk's root with `/` separators.
+    pub rel: String,
+    /// The entry (or a symlink's target) is a directory.
+    pub is_dir: bool,
+    /// The entry (or a symlink's target) is a regular file (not a FIFO,
+    /// socket or device, which would block or never end when read).
+    pub is_file: bool,
+}
+
+/// What a walk left out, for the "N entries were left out" note.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LeftOut {
+    /// Entries skipped by ignore rules (an ignored directory counts once).
+    /// `None` when the walk stopped early and did not count them.
+    pub ignored: Option<usize>,
+    /// A few of them, relative to the walk's root (directories end in `/`).
+    pub examples: Vec<String>,
+    /// Symlinks that lead outside the workspace (or nowhere).
+    pub outside_links: usize,
+    /// Entries that could not be read.
+    pub unreadable: usize,
+    /// The walk stopped at [`MAX_WALK_ENTRIES`].
+    pub hit_walk_limit: bool,
+}
+
+impl LeftOut {
+    /// A sentence for the result, or an empty string when nothing was left
+    /// out. `git_hint` says how the caller may include git-ignored entries.
+    pub fn describe(&self, git_hint: &str) -> String {
+        let mut parts = Vec::new();
+        if let Some(n) = self.ignored
+            && n > 0
+        {
+            let eg = if self.examples.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (e.g. {}{})",
+                    self.examples.join(", "),
+                    if n > self.examples.len() { ", …" } else { "" }
+                )
+            };
+            parts.push(format!(
+                "{n} entr{} left out by ignore rules (.gitignore, {}){eg}{git_hint}",
+                if n == 1 { "y was" } else { "ies were" },
+                PROJECT_IGNORE_FILES.join(", ")
+            ));
+        }
+        if self.outside_links > 0 {
+            parts.push(format!(
+                "{} symlink(s) leading outside the workspace (or nowhere) were left out",
+                self.outside_links
+            ));
+        }
+        if self.unreadable > 0 {
+            parts.push(format!(
+                "{} entr{} could not be read",
+                self.unreadable,
+                if self.unreadable == 1 { "y" } else { "ies" }
+            ));
+        }
+        if self.hit_walk_limit {
+            parts.push(format!(
+                "the walk stopped after {MAX_WALK_ENTRIES} entries; pass a narrower dir_path to see the rest"
+            ));
+        }
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!("{}.", parts.join("; "))
+        }
+    }
+
+    /// As structured result fields.
+    pub fn to_result(&self, result: &mut super::Args) {
+        use serde_json::json;
+        result.insert("ignored_entries".into(), json!(self.ignored));
+        result.insert("outside_symlinks".into(), json!(self.outside_links));
+        result.insert("unreadable_entries".into(), json!(self.unreadable));
+        result.insert("walk_limit_hit".into(), json!(self.hit_walk_limit));
+    }
+}
+
+/// Why `visit` stopped a walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    Continue,
+    Stop,
+}
+
+/// Walks `root` (a canonical directory inside `ws`) in file-name order and
+/// calls `visit` for every entry ignore rules keep; returns what was left
+/// out. Stops when `visit` says so or `token` is cancelled (then
+/// `ignored` is `None`).
+pub(crate) fn walk(
+    ws: &Workspace,
+    root: &Path,
+    opts: WalkOptions,
+    token: &CancellationToken,
+    mut visit: impl FnMut(Entry) -> Flow,
+) -> LeftOut {
+    let mut builder = ignore::WalkBuilder::new(root);
+    builder
+        .hidden(false)
+        .parents(true)
+        .ignore(true)
+        .git_ignore(opts.respect_git_ignore)
+        .git_exclude(opts.respect_git_ignore)
+        // The server's user's global gitignore is not the project's rule.
+        .git_global(false)
+        .require_git(true)
+        .follow_links(false)
+        .max_depth(opts.max_depth)
+        .sort_by_file_name(|a, b| a.cmp(b))
+        .filter_entry(|e| e.file_name() != ".git");
+    for name in PROJECT_IGNORE_FILES {
+        builder.add_custom_ignore_filename(name);
+    }
+    let mut left = LeftOut::default();
+    let mut kept: HashSet<PathBuf> = HashSet::new();
+    let mut entered: Vec<PathBuf> = vec![root.to_path_buf()];
+    let mut complete = true;
+    for (count, result) in builder.build().enumerate() {
+        if token.is_cancelled() {
+            complete = false;
+            break;
+        }
+        if count >= MAX_WALK_ENTRIES {
+            left.hit_walk_limit = true;
+            complete = false;
+            break;
+        }
+        let dent = match result {
+            Ok(d) => d,
+            Err(e) => {
+                // The path of a failed entry is in the error; keep it out of
+                // the ignored count.
+                if let Some(p) = error_path(&e) {
+                    kept.insert(p);
+                }
+                left.unreadable += 1;
+                continue;
+            }
+        };
+        if dent.depth() == 0 {
+            continue;
+        }
+        let path = dent.path().to_path_buf();
+        kept.insert(path.clone());
+        let rel = relative(root, &path);
+        let is_symlink = dent.path_is_symlink();
+        let (target, is_dir, is_file) = if is_symlink {
+            // Only a link whose target resolves inside the workspace is
+            // reported; its target is what a tool may open.
+            match path.to_str().map(|p| ws.resolve(p)) {
+                Some(Ok(t)) => {
+                    let (is_dir, is_file) = std::fs::metadata(&t)
+                        .map(|m| (m.is_dir(), m.is_file()))
+                        .unwrap_or((false, false));
+                    (t, is_dir, is_file)
+                }
+                _ => {
+                    left.outside_links += 1;
+                    continue;
+                }
+            }
+        } else {
+            let is_dir = dent.file_type().is_some_and(|t| t.is_dir());
+            let is_file = dent.file_type().is_some_and(|t| t.is_file());
+            if is_dir && opts.max_depth.is_none_or(|m| dent.depth() < m) {
+                entered.push(path.clone());
+            }
+            (path, is_dir, is_file)
+        };
+        let entry = Entry {
+            target,
+            rel,
+            is_dir,
+            is_file,
+        };
+        if visit(entry) == Flow::Stop {
+            complete = false;
+            break;
+        }
+    }
+    if complete {
+        let mut ignored = 0;
+        for dir in &entered {
+            let Ok(read) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for child in read.flatten() {
+                let path = child.path();
+                if child.file_name() == ".git" || kept.contains(&path) {
+                    continue;
+                }
+                ignored += 1;
+                if left.examples.len() < LEFT_OUT_EXAMPLES {
+                    let mut name = relative(root, &path);
+                    if child.file_type().is_ok_and(|t| t.is_dir()) {
+                        name.push('/');
+                    }
+                    left.examples.push(name);
+                }
+            }
+        }
+        left.examples.sort();
+        left.ignored = Some(ignored);
+    }
+    left
+}
+
+fn error_path(e: &ignore::Error) -> Option<PathBuf> {
+    match e {
+        ignore::Error::WithPath { path, .. } => Some(path.clone()),
+        ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => {
+            error_path(err)
+        }
+        _ => None,
+    }
+}
+
+/// `path` relative to `root`, `/`-separated.
+pub(crate) fn relative(root: &Path, path: &Path) -> String {
+    let rel = path.strip_prefix(root).unwrap_or(path);
+    rel.components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Joins a directory shown relative to the workspace (`.` for the root) and
+/// an entry relative to it.
+pub(crate) fn join_display(dir: &str, rel: &str) -> String {
+    if dir == "." {
+        rel.to_string()
+    } else {
+        format!("{dir}/{rel}")
+    }
+}
