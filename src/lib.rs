@@ -28,9 +28,32 @@ pub fn build_scheduler(
     config: scheduler::SchedulerConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<scheduler::Scheduler> {
-    let workspace = Arc::new(sandbox::Workspace::new(workspace).map_err(|e| {
-        anyhow::anyhow!("workspace {}: {e}", workspace.display())
-    })?);
+    let workspace = Arc::new(
+        sandbox::Workspace::new(workspace)
+            .map_err(|e| anyhow::anyhow!("workspace {}: {e}", workspace.display()))?,
+    );
+    let sandbox = &config.sandbox;
+    sandbox.check()?;
+    let probe = &sandbox.probe;
+    tracing::info!(
+        level = %sandbox.config.level,
+        landlock_abi = probe.landlock_abi,
+        seccomp = probe.seccomp,
+        user_namespaces = probe.user_namespaces,
+        process_limit = probe.process_limit.name(),
+        enforced = sandbox.enforced(),
+        "sandbox probed"
+    );
+    for missing in &probe.missing {
+        tracing::warn!(
+            level = %sandbox.config.level,
+            %missing,
+            "sandbox level NOT fully enforced (started because weaker was explicitly allowed)"
+        );
+    }
+    for gap in &probe.gaps {
+        tracing::warn!(%gap, "sandbox gap");
+    }
     let registry = Arc::new(tools::Registry::builtin(workspace)?);
     Ok(scheduler::Scheduler::start(
         config,

@@ -4,21 +4,34 @@
 use anyhow::Context;
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
-use toolsched::config::{Cli, Command, LogFormat, Settings};
+use toolsched::config::{Cli, Command, LogFormat, ServeArgs, Settings};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let args = match cli.command {
+        // The worker must stay single-threaded (Landlock and seccomp bind
+        // the calling thread): it runs before any async runtime exists.
+        Some(Command::SandboxExec(worker)) => toolsched::sandbox::worker::main(worker),
         Some(Command::Serve(args)) => args,
         None => cli.serve,
     };
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(serve(args))
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let settings = Settings::resolve(args)?;
     init_tracing(settings.log_format);
 
     let shutdown = CancellationToken::new();
-    let scheduler =
-        toolsched::build_scheduler(&settings.workspace, settings.scheduler.clone(), shutdown.clone())?;
+    let scheduler = toolsched::build_scheduler(
+        &settings.workspace,
+        settings.scheduler.clone(),
+        shutdown.clone(),
+    )?;
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -28,7 +41,14 @@ async fn main() -> anyhow::Result<()> {
         mode = toolsched::policy::mode_name(settings.scheduler.default_mode),
         "toolsched serving"
     );
-    toolsched::api::serve(listener, scheduler, shutdown, settings.server, termination()).await?;
+    toolsched::api::serve(
+        listener,
+        scheduler,
+        shutdown,
+        settings.server,
+        termination(),
+    )
+    .await?;
     tracing::info!("toolsched stopped");
     Ok(())
 }

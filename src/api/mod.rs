@@ -104,6 +104,16 @@ impl ToolScheduler for Service {
             .collect();
         Ok(Response::new(pb::ListToolsResponse { tools }))
     }
+
+    async fn get_server_info(
+        &self,
+        _request: Request<pb::GetServerInfoRequest>,
+    ) -> Result<Response<pb::GetServerInfoResponse>, Status> {
+        Ok(Response::new(pb::GetServerInfoResponse {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            sandbox: Some(self.scheduler.sandbox().as_ref().into()),
+        }))
+    }
 }
 
 /// Transport settings of the server.
@@ -154,9 +164,7 @@ pub async fn serve(
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<ToolSchedulerServer<Service>>()
-        .await;
+    health.set_serving::<ToolSchedulerServer<Service>>().await;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;

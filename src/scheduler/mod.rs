@@ -30,7 +30,7 @@ pub use events::{
 use session::{EventSink, Session, SessionCommand};
 
 use crate::policy::{ApprovalMode, Policy};
-use crate::sandbox::OutputLimits;
+use crate::sandbox::{OutputLimits, Sandbox, SharedSandbox};
 use crate::tools::Registry;
 
 /// Limits and timeouts of the scheduler. Every field is a documented limit.
@@ -52,6 +52,8 @@ pub struct SchedulerConfig {
     /// A session with nothing to do is forgotten (rules, mode, topic) after
     /// this.
     pub session_idle_ttl: Duration,
+    /// The sandbox commands run in (level, limits, what the kernel enforces).
+    pub sandbox: SharedSandbox,
 }
 
 impl Default for SchedulerConfig {
@@ -64,6 +66,7 @@ impl Default for SchedulerConfig {
             max_calls_per_batch: 128,
             max_sessions: 100_000,
             session_idle_ttl: Duration::from_secs(3600),
+            sandbox: Arc::new(Sandbox::default()),
         }
     }
 }
@@ -149,7 +152,10 @@ pub(crate) enum HubCommand {
         reply: oneshot::Sender<Result<CancelSummary, CancelError>>,
     },
     /// A session has been idle for its TTL after `processed` commands.
-    SessionIdle { session_id: String, processed: u64 },
+    SessionIdle {
+        session_id: String,
+        processed: u64,
+    },
     StopAccepting,
 }
 
@@ -162,6 +168,7 @@ pub struct Scheduler {
     hub: mpsc::Sender<HubCommand>,
     registry: Arc<Registry>,
     open_streams: watch::Receiver<usize>,
+    sandbox: SharedSandbox,
 }
 
 impl Scheduler {
@@ -174,6 +181,7 @@ impl Scheduler {
     ) -> Self {
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
+        let sandbox = config.sandbox.clone();
         let shared = Arc::new(Shared {
             config,
             registry: registry.clone(),
@@ -192,7 +200,13 @@ impl Scheduler {
             hub: hub_tx,
             registry,
             open_streams: open_rx,
+            sandbox,
         }
+    }
+
+    /// The sandbox commands run in (for `GetServerInfo`).
+    pub fn sandbox(&self) -> &SharedSandbox {
+        &self.sandbox
     }
 
     /// The tool registry (for `ListTools`).

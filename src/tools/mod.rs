@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::sandbox::{OutputLimits, Workspace};
+use crate::sandbox::{OutputLimits, SharedSandbox, Workspace};
 
 pub use file::{ListDirectoryTool, ReadFileTool, WriteFileTool};
 pub use shell::ShellTool;
@@ -117,7 +117,9 @@ impl ToolError {
         let (kind, message) = match err.kind() {
             Io::NotFound => (
                 ErrorKind::FileNotFound,
-                format!("File not found: {path}. Check the path (relative to the workspace root) and try again."),
+                format!(
+                    "File not found: {path}. Check the path (relative to the workspace root) and try again."
+                ),
             ),
             Io::PermissionDenied => (
                 ErrorKind::PermissionDenied,
@@ -125,7 +127,9 @@ impl ToolError {
             ),
             Io::IsADirectory => (
                 ErrorKind::TargetIsDirectory,
-                format!("{path} is a directory, not a file. Use list_directory to see its entries."),
+                format!(
+                    "{path} is a directory, not a file. Use list_directory to see its entries."
+                ),
             ),
             Io::StorageFull => (
                 ErrorKind::NoSpaceLeft,
@@ -210,6 +214,8 @@ pub struct ExecContext {
     pub timeout: Duration,
     /// Output bounds.
     pub output: OutputLimits,
+    /// The sandbox side effects run in.
+    pub sandbox: SharedSandbox,
 }
 
 /// How an execution ended.
@@ -217,10 +223,15 @@ pub struct ExecContext {
 pub enum ToolOutcome {
     /// `output` becomes the function response's `output`; `result` is the
     /// structured result (e.g. `{"exit_code": 0}`).
-    Success { output: Value, result: Args },
+    Success {
+        output: Value,
+        result: Args,
+    },
     Error(ToolErrorData),
     /// The tool stopped because its token was cancelled.
-    Cancelled { partial_output: Option<String> },
+    Cancelled {
+        partial_output: Option<String>,
+    },
 }
 
 /// [`ToolError`] as plain data (comparable, for outcomes).
@@ -315,7 +326,10 @@ impl Registry {
                 }
             })?;
             let name = decl.name.clone();
-            if map.insert(name.clone(), Entry { tool, validator }).is_some() {
+            if map
+                .insert(name.clone(), Entry { tool, validator })
+                .is_some()
+            {
                 return Err(RegistryError::Duplicate { name });
             }
         }
