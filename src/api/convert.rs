@@ -396,18 +396,6 @@ impl From<&Declaration> for pb::FunctionDeclaration {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn whole_numbers_become_integers() {
-        assert_eq!(number_to_json(5.0), serde_json::json!(5));
-        assert_eq!(number_to_json(2.5), serde_json::json!(2.5));
-        assert_eq!(number_to_json(f64::NAN), Value::Null);
-    }
-}
-
 // === server info ===
 
 impl From<SandboxLevel> for pb::SandboxLevel {
@@ -439,5 +427,17 @@ impl From<&Sandbox> for pb::SandboxInfo {
             max_processes: limits.processes,
             open_files: limits.open_files,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_numbers_become_integers() {
+        assert_eq!(number_to_json(5.0), serde_json::json!(5));
+        assert_eq!(number_to_json(2.5), serde_json::json!(2.5));
+        assert_eq!(number_to_json(f64::NAN), Value::Null);
     }
 }

@@ -131,7 +131,7 @@ impl Default for ResourceLimits {
 }
 
 /// The sandbox settings of the service.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct SandboxConfig {
     /// The level every command runs at.
     pub level: SandboxLevel,
@@ -150,19 +150,6 @@ pub struct SandboxConfig {
     /// Directories outside the system ones that commands may read and
     /// execute (toolchains under a home directory, for example).
     pub extra_read_paths: Vec<PathBuf>,
-}
-
-impl Default for SandboxConfig {
-    fn default() -> Self {
-        Self {
-            level: SandboxLevel::default(),
-            allow_weaker: false,
-            limits: ResourceLimits::default(),
-            worker_exe: None,
-            protected_paths: Vec::new(),
-            extra_read_paths: Vec::new(),
-        }
-    }
 }
 
 /// The configured sandbox and what the kernel enforces of it, probed once.

@@ -419,11 +419,8 @@ async fn stop_worker(
 
 async fn drain(rx: &mut mpsc::Receiver<Vec<u8>>, sink: &mut OutputSink) {
     let until = Instant::now() + DRAIN_TIMEOUT;
-    loop {
-        match tokio::time::timeout_at(until.into(), rx.recv()).await {
-            Ok(Some(c)) => sink.push(&c),
-            Ok(None) | Err(_) => break,
-        }
+    while let Ok(Some(c)) = tokio::time::timeout_at(until.into(), rx.recv()).await {
+        sink.push(&c);
     }
 }
 

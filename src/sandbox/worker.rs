@@ -667,13 +667,14 @@ fn grant_except(
             if let Ok(fd) = open_nofollow(Some(&dirfd), Path::new(&name), true) {
                 grant_except(grants, fd, &path, access, excluded)?;
             }
-        } else if !ft.is_symlink() && !excluded.contains(&path) {
-            if let Ok(fd) = open_nofollow(Some(&dirfd), Path::new(&name), false) {
-                grants.push(Grant {
-                    fd,
-                    access: file_access,
-                });
-            }
+        } else if !ft.is_symlink()
+            && !excluded.contains(&path)
+            && let Ok(fd) = open_nofollow(Some(&dirfd), Path::new(&name), false)
+        {
+            grants.push(Grant {
+                fd,
+                access: file_access,
+            });
         }
     }
     Ok(())

@@ -246,10 +246,9 @@ impl Workspace {
 
     /// Metadata of `given` (symlinks followed, beneath the root).
     pub fn metadata_beneath(&self, given: &str) -> Result<std::fs::Metadata, BeneathError> {
-        Ok(self
-            .open_beneath(given)?
+        self.open_beneath(given)?
             .metadata()
-            .map_err(|e| BeneathError::from_io(given, e))?)
+            .map_err(|e| BeneathError::from_io(given, e))
     }
 
     /// Writes `contents` to `given` atomically, beneath the root: missing
@@ -270,10 +269,16 @@ impl Workspace {
         })?;
         let root = self.dir().map_err(err)?;
         let parent = match rel.parent() {
-            Some(p) if !p.as_os_str().is_empty() => {
-                root.create_dir_all(p).map_err(err)?;
-                root.open_dir(p).map_err(err)?
-            }
+            Some(p) if !p.as_os_str().is_empty() => match root.open_dir(p) {
+                Ok(d) => d,
+                // Only a missing parent is created; an existing one (or a
+                // symlink out) is reported by open_dir as it is.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    root.create_dir_all(p).map_err(err)?;
+                    root.open_dir(p).map_err(err)?
+                }
+                Err(e) => return Err(err(e)),
+            },
             _ => root,
         };
         let permissions = match parent.symlink_metadata(name) {
@@ -424,10 +429,8 @@ mod tests {
             ws.read_beneath("sub/f", 100),
             Err(BeneathError::Outside { .. })
         ));
-        assert!(matches!(
-            ws.write_atomic_beneath("sub/f", b"pwned"),
-            Err(BeneathError::Outside { .. })
-        ));
+        let w = ws.write_atomic_beneath("sub/f", b"pwned");
+        assert!(matches!(w, Err(BeneathError::Outside { .. })), "{w:?}");
         assert_eq!(
             std::fs::read_to_string(parent.path().join("outside/f")).unwrap(),
             "outside"
