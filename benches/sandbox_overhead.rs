@@ -76,12 +76,9 @@ async fn measure_process(level: SandboxLevel, runs: usize) -> Vec<Duration> {
         };
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         let started = Instant::now();
-        let outcome = toolsched::sandbox::run_process(
-            spec,
-            tokio_util::sync::CancellationToken::new(),
-            tx,
-        )
-        .await;
+        let outcome =
+            toolsched::sandbox::run_process(spec, tokio_util::sync::CancellationToken::new(), tx)
+                .await;
         let elapsed = started.elapsed();
         assert!(
             matches!(
@@ -145,5 +142,9 @@ fn main() {
             measure_process(SandboxLevel::WorkspaceWrite, runs).await,
         )
     });
-    report("run_process (worker only)", median(&unconfined), median(&confined));
+    report(
+        "run_process (worker only)",
+        median(&unconfined),
+        median(&confined),
+    );
 }

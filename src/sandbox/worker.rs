@@ -500,9 +500,6 @@ fn confine_and_exec(args: &WorkerArgs, worker_pid: libc::pid_t) -> String {
             return errno("close_range");
         }
     }
-    if let Err(e) = set_rlimits(&args.limits()) {
-        return e;
-    }
     if args.level.is_confined() {
         let rules = match fs_rules(args) {
             Ok(r) => r,
@@ -518,6 +515,11 @@ fn confine_and_exec(args: &WorkerArgs, worker_pid: libc::pid_t) -> String {
             return e;
         }
     }
+    // Last: building the Landlock rules holds an fd per grant, which a low
+    // RLIMIT_NOFILE would refuse.
+    if let Err(e) = set_rlimits(&args.limits()) {
+        return e;
+    }
     let Some((program, rest)) = args.command.split_first() else {
         return "no command given".into();
     };
@@ -527,9 +529,20 @@ fn confine_and_exec(args: &WorkerArgs, worker_pid: libc::pid_t) -> String {
 
 fn set_rlimits(l: &ResourceLimits) -> Result<(), String> {
     let set = |res, v: u64, name: &str| -> Result<(), String> {
+        let mut current = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into a valid local struct.
+        if unsafe { libc::getrlimit(res, &mut current) } != 0 {
+            return Err(errno(&format!("getrlimit {name}")));
+        }
+        // Capabilities are gone: a limit can only be lowered, so a
+        // configured value above the inherited hard limit becomes that.
+        let v = (v as libc::rlim_t).min(current.rlim_max);
         let lim = libc::rlimit {
-            rlim_cur: v as libc::rlim_t,
-            rlim_max: v as libc::rlim_t,
+            rlim_cur: v,
+            rlim_max: v,
         };
         // SAFETY: setrlimit reads a valid local struct.
         if unsafe { libc::setrlimit(res, &lim) } != 0 {
