@@ -120,6 +120,15 @@ pub struct ServeArgs {
     /// The toolsched binary to run as the sandbox worker [default: this one].
     #[arg(long, env = "TOOLSCHED_SANDBOX_WORKER_EXE")]
     pub sandbox_worker_exe: Option<PathBuf>,
+    /// Directories commands may read and execute besides the system ones,
+    /// e.g. toolchains under a home directory (repeat the flag, or separate
+    /// with ':' in the environment variable).
+    #[arg(
+        long,
+        env = "TOOLSCHED_SANDBOX_EXTRA_READ_PATHS",
+        value_delimiter = ':'
+    )]
+    pub sandbox_extra_read_paths: Vec<PathBuf>,
 }
 
 /// Log output format.
@@ -157,7 +166,6 @@ struct FileConfig {
     sandbox_max_processes: Option<u64>,
     sandbox_open_files: Option<u64>,
     sandbox_worker_exe: Option<PathBuf>,
-    /// Directories commands may read besides the system ones (file only).
     sandbox_extra_read_paths: Option<Vec<PathBuf>>,
 }
 
@@ -264,7 +272,11 @@ impl Settings {
             limits,
             worker_exe: args.sandbox_worker_exe.or(file.sandbox_worker_exe),
             protected_paths,
-            extra_read_paths: file.sandbox_extra_read_paths.unwrap_or_default(),
+            extra_read_paths: if args.sandbox_extra_read_paths.is_empty() {
+                file.sandbox_extra_read_paths.unwrap_or_default()
+            } else {
+                args.sandbox_extra_read_paths
+            },
         };
         let scheduler = SchedulerConfig {
             default_mode: args

@@ -68,10 +68,12 @@ const CHUNK_QUEUE: usize = 8;
 const MAX_STATUS_BYTES: u64 = 64 * 1024;
 
 /// Output lines that mark a refusal by the sandbox: Landlock answers EACCES,
-/// seccomp EPERM, the process limit EAGAIN on fork.
+/// seccomp EPERM, the process limit EAGAIN on fork (EROFS for read-only
+/// mounts the operator set up, should the host provide them).
 const DENIAL_MARKERS: &[&str] = &[
     "Permission denied",
     "Operation not permitted",
+    "Read-only file system",
     "fork: Resource temporarily unavailable",
     "fork: retry: Resource temporarily unavailable",
 ];
