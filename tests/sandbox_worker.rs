@@ -202,6 +202,39 @@ async fn level_none_is_unconfined_but_still_process_controlled() {
     );
 }
 
+#[tokio::test]
+async fn timeout_kills_the_command_and_what_it_left_behind() {
+    let srv = TestServer::with_config(yolo()).await;
+    let marker = format!("toolsched-timeout-{}", uuid::Uuid::new_v4().simple());
+    let command = format!(
+        "setsid bash -c 'exec -a {marker} sleep 1000' & (exec -a {marker} sleep 1000) & echo started; wait"
+    );
+    let events = srv
+        .run(
+            "s",
+            vec![call(
+                "c",
+                "run_shell_command",
+                json!({ "command": command, "timeout": 1 }),
+            )],
+        )
+        .await;
+    assert_eq!(
+        states(&events, "c"),
+        ["validating", "scheduled", "executing", "error"]
+    );
+    let (kind, message) = error_of(&events, "c");
+    assert_eq!(kind, pb::ErrorType::ExecutionTimeout, "{message}");
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| c.starts_with(marker.as_bytes()))
+        .map(|c| String::from_utf8_lossy(&c).into_owned())
+        .collect();
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
 /// Runs the worker binary directly with `extra` options; returns (exit
 /// status, stdout+stderr, status report).
 fn run_worker(workspace: &Path, extra: &[&str], command: &str) -> (Option<i32>, String, String) {

@@ -34,6 +34,11 @@
 //! a command may change existing files but not create, delete or rename
 //! entries. Children are opened with `O_NOFOLLOW` relative to their parent's
 //! fd, so a symlink swapped in during the walk never earns a grant.
+//! Read-only bind mounts of each `.git` in a private mount namespace (where
+//! the worker may create one) would lift that price, but leave a hole the
+//! piecewise grants close: the command could rename the repository
+//! directory away and plant a new one, with its own `.git/hooks`, at the
+//! path the user trusts.
 
 #![allow(unsafe_code)]
 
