@@ -67,6 +67,7 @@ attempt("bpf", 321, 0, 0, 0)
 attempt("io_uring_setup", 425, 1, 0)
 attempt("clone3", 435, 0, 0)
 attempt("init_module", 175, 0, 0, b"")
+attempt("x32_getpid", 0x40000000 + 39)
 EOF"#;
     let events = srv.run("s", vec![shell("c", probe)]).await;
     let out = success_output(&events, "c");
@@ -81,6 +82,7 @@ EOF"#;
         "io_uring_setup EPERM",
         "clone3 ENOSYS",
         "init_module EPERM",
+        "x32_getpid EPERM",
     ] {
         assert!(out.contains(line), "expected {line:?} in {out}");
     }

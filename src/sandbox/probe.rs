@@ -21,6 +21,10 @@ pub const MIN_LANDLOCK_ABI: i32 = 3;
 /// a confined command can signal other processes of the same user.
 pub const SCOPE_LANDLOCK_ABI: i32 = 6;
 
+/// Landlock ABI that governs connecting to pathname UNIX sockets. Below it
+/// a confined command can connect to any socket file it can reach by path.
+pub const UNIX_SOCKET_LANDLOCK_ABI: i32 = 9;
+
 /// How a command's number of processes is bounded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProcessLimitKind {
@@ -78,6 +82,11 @@ pub fn probe(level: SandboxLevel) -> ProbeReport {
         } else if landlock_abi < SCOPE_LANDLOCK_ABI {
             gaps.push(format!(
                 "Landlock ABI {landlock_abi} < {SCOPE_LANDLOCK_ABI}: confined commands can signal other processes of the same user and reach abstract UNIX sockets"
+            ));
+        }
+        if landlock_abi >= MIN_LANDLOCK_ABI {
+            gaps.push(format!(
+                "connect() to pathname UNIX sockets is not confined (needs Landlock ABI >= {UNIX_SOCKET_LANDLOCK_ABI} and a toolsched that asks for it): keep daemon sockets such as /var/run/docker.sock out of the host"
             ));
         }
         if !seccomp {

@@ -972,9 +972,36 @@ fn clone3_program() -> Result<BpfProgram, String> {
     filter.try_into().map_err(err)
 }
 
+/// x32 system calls reach the same kernel entry points under numbers with
+/// bit 30 set and the x86_64 audit arch, so the per-number rules above would
+/// not see them: refuse every one (where the kernel has x32 at all).
+#[cfg(target_arch = "x86_64")]
+fn x32_program() -> BpfProgram {
+    use seccompiler::sock_filter;
+    const LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+    const JMP_JEQ_K: u16 = 0x05 | 0x10;
+    const JMP_JGE_K: u16 = 0x05 | 0x30;
+    const RET_K: u16 = 0x06;
+    const ARCH_OFFSET: u32 = 4;
+    const NR_OFFSET: u32 = 0;
+    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    let op = |code, k, jt, jf| sock_filter { code, jt, jf, k };
+    vec![
+        op(LD_W_ABS, ARCH_OFFSET, 0, 0),
+        op(JMP_JEQ_K, AUDIT_ARCH_X86_64, 0, 3),
+        op(LD_W_ABS, NR_OFFSET, 0, 0),
+        op(JMP_JGE_K, X32_SYSCALL_BIT, 0, 1),
+        op(RET_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32, 0, 0),
+        op(RET_K, libc::SECCOMP_RET_ALLOW, 0, 0),
+    ]
+}
+
 fn apply_seccomp(network: bool) -> Result<(), String> {
     let main = seccomp_program(network)?;
     let clone3 = clone3_program()?;
+    #[cfg(target_arch = "x86_64")]
+    seccompiler::apply_filter(&x32_program()).map_err(|e| format!("seccomp: {e}"))?;
     seccompiler::apply_filter(&clone3).map_err(|e| format!("seccomp: {e}"))?;
     seccompiler::apply_filter(&main).map_err(|e| format!("seccomp: {e}"))
 }
