@@ -978,7 +978,8 @@ fn clone3_program() -> Result<BpfProgram, String> {
 #[cfg(target_arch = "x86_64")]
 fn x32_program() -> BpfProgram {
     use seccompiler::sock_filter;
-    const LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+    // BPF_LD | BPF_W | BPF_ABS (the first two are 0).
+    const LD_W_ABS: u16 = 0x20;
     const JMP_JEQ_K: u16 = 0x05 | 0x10;
     const JMP_JGE_K: u16 = 0x05 | 0x30;
     const RET_K: u16 = 0x06;
