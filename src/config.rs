@@ -211,10 +211,7 @@ impl Settings {
             .listen
             .or(file.listen)
             .unwrap_or_else(|| DEFAULT_LISTEN.parse().unwrap_or_else(|_| unreachable!()));
-        let auth_token = args
-            .auth_token
-            .or(file.auth_token)
-            .filter(|t| !t.is_empty());
+        let auth_token = args.auth_token.or(file.auth_token).filter(|t| !t.is_empty());
         let insecure = args.insecure_no_auth || file.insecure_no_auth.unwrap_or(false);
         if !listen.ip().is_loopback() && auth_token.is_none() && !insecure {
             return Err(ConfigError::NeedsAuth { addr: listen });
@@ -303,10 +300,7 @@ impl Settings {
             sandbox: std::sync::Arc::new(Sandbox::new(sandbox)),
         };
         for (field, value) in [
-            (
-                "execution_timeout_secs",
-                scheduler.execution_timeout.as_secs(),
-            ),
+            ("execution_timeout_secs", scheduler.execution_timeout.as_secs()),
             ("output_cap_bytes", output_cap as u64),
             ("max_calls_per_batch", scheduler.max_calls_per_batch as u64),
             ("max_sessions", scheduler.max_sessions as u64),

@@ -28,10 +28,9 @@ pub fn build_scheduler(
     config: scheduler::SchedulerConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<scheduler::Scheduler> {
-    let workspace = Arc::new(
-        sandbox::Workspace::new(workspace)
-            .map_err(|e| anyhow::anyhow!("workspace {}: {e}", workspace.display()))?,
-    );
+    let workspace = Arc::new(sandbox::Workspace::new(workspace).map_err(|e| {
+        anyhow::anyhow!("workspace {}: {e}", workspace.display())
+    })?);
     let sandbox = &config.sandbox;
     sandbox.check()?;
     let probe = &sandbox.probe;

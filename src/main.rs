@@ -27,11 +27,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing(settings.log_format);
 
     let shutdown = CancellationToken::new();
-    let scheduler = toolsched::build_scheduler(
-        &settings.workspace,
-        settings.scheduler.clone(),
-        shutdown.clone(),
-    )?;
+    let scheduler =
+        toolsched::build_scheduler(&settings.workspace, settings.scheduler.clone(), shutdown.clone())?;
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -41,14 +38,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         mode = toolsched::policy::mode_name(settings.scheduler.default_mode),
         "toolsched serving"
     );
-    toolsched::api::serve(
-        listener,
-        scheduler,
-        shutdown,
-        settings.server,
-        termination(),
-    )
-    .await?;
+    toolsched::api::serve(listener, scheduler, shutdown, settings.server, termination()).await?;
     tracing::info!("toolsched stopped");
     Ok(())
 }

@@ -287,10 +287,7 @@ fn state(update: StateUpdate) -> pb::tool_call_update::State {
         } => State::AwaitingApproval(pb::AwaitingApproval {
             correlation_id,
             details: Some(details(d)),
-            outcomes: outcomes
-                .into_iter()
-                .map(|o| outcome_to_pb(o) as i32)
-                .collect(),
+            outcomes: outcomes.into_iter().map(|o| outcome_to_pb(o) as i32).collect(),
             deadline: deadline.map(timestamp),
             reason,
         }),

@@ -164,7 +164,9 @@ pub async fn serve(
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<ToolSchedulerServer<Service>>().await;
+    health
+        .set_serving::<ToolSchedulerServer<Service>>()
+        .await;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;

@@ -51,13 +51,9 @@ impl std::str::FromStr for ApprovalMode {
 pub enum Decision {
     Allow,
     /// Ask a person; the reason says why.
-    AskUser {
-        reason: String,
-    },
+    AskUser { reason: String },
     /// Deny; the message says why and what would be allowed.
-    Deny {
-        message: String,
-    },
+    Deny { message: String },
 }
 
 /// Rules a session gathered from `proceed_always` answers, narrowed as in

@@ -106,12 +106,7 @@ impl CallSlot {
     }
 
     /// The terminal update for an error.
-    pub fn error(
-        &self,
-        kind: ErrorKind,
-        message: &str,
-        partial_output: Option<&str>,
-    ) -> StateUpdate {
+    pub fn error(&self, kind: ErrorKind, message: &str, partial_output: Option<&str>) -> StateUpdate {
         error_update(&self.request, kind, message, partial_output)
     }
 

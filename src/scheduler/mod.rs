@@ -152,10 +152,7 @@ pub(crate) enum HubCommand {
         reply: oneshot::Sender<Result<CancelSummary, CancelError>>,
     },
     /// A session has been idle for its TTL after `processed` commands.
-    SessionIdle {
-        session_id: String,
-        processed: u64,
-    },
+    SessionIdle { session_id: String, processed: u64 },
     StopAccepting,
 }
 

@@ -97,18 +97,13 @@ enum Internal {
         outcome: ToolOutcome,
     },
     /// The batch token was cancelled: client gone or server shutting down.
-    BatchDropped {
-        batch_id: String,
-    },
+    BatchDropped { batch_id: String },
     ConfirmTimeout {
         batch_id: String,
         index: usize,
         correlation_id: String,
     },
-    CancelGuard {
-        batch_id: String,
-        index: usize,
-    },
+    CancelGuard { batch_id: String, index: usize },
 }
 
 struct PendingBatch {
@@ -311,7 +306,9 @@ impl Session {
                 .shared
                 .registry
                 .build(&slot.request.name, &args)
-                .map_err(|e| ConfirmError::InvalidNewContent { message: e.message })?;
+                .map_err(|e| ConfirmError::InvalidNewContent {
+                    message: e.message,
+                })?;
             batch.calls[index].request.args = args;
         }
         let slot = &mut batch.calls[index];
@@ -800,10 +797,7 @@ impl Session {
             return false;
         };
         if !batch.wave.is_empty() {
-            let all_terminal = batch
-                .wave
-                .iter()
-                .all(|&i| batch.calls[i].state.is_terminal());
+            let all_terminal = batch.wave.iter().all(|&i| batch.calls[i].state.is_terminal());
             if all_terminal {
                 batch.wave.clear();
                 batch.wave_executing = false;

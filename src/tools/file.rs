@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{
-    Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
-    Tool, ToolError, ToolKind, ToolOutcome, opt_u64_arg, str_arg,
+    Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation,
+    Subject, Tool, ToolError, ToolKind, ToolOutcome, opt_u64_arg, str_arg,
 };
 use crate::sandbox::{PathError, Workspace};
 
@@ -37,11 +37,7 @@ where
 {
     Box::pin(async move {
         tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
-            ToolError::new(
-                ErrorKind::UnhandledException,
-                format!("tool task failed: {e}"),
-            )
-            .into()
+            ToolError::new(ErrorKind::UnhandledException, format!("tool task failed: {e}")).into()
         })
     })
 }
@@ -285,10 +281,7 @@ impl Invocation for ListDirectory {
                 Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
                     return ToolError::new(
                         ErrorKind::InvalidToolParams,
-                        format!(
-                            "{} is a file, not a directory. Use read_file to read it.",
-                            self.display
-                        ),
+                        format!("{} is a file, not a directory. Use read_file to read it.", self.display),
                     )
                     .into();
                 }
@@ -450,10 +443,7 @@ impl WriteFile {
     /// permissions. Returns whether the file was created.
     fn write(&self) -> Result<bool, ToolError> {
         let parent = self.path.parent().ok_or_else(|| {
-            ToolError::new(
-                ErrorKind::UnhandledException,
-                "path has no parent directory",
-            )
+            ToolError::new(ErrorKind::UnhandledException, "path has no parent directory")
         })?;
         std::fs::create_dir_all(parent).map_err(|e| ToolError::io(&e, &self.display))?;
         let existing = match std::fs::metadata(&self.path) {

@@ -117,9 +117,7 @@ impl ToolError {
         let (kind, message) = match err.kind() {
             Io::NotFound => (
                 ErrorKind::FileNotFound,
-                format!(
-                    "File not found: {path}. Check the path (relative to the workspace root) and try again."
-                ),
+                format!("File not found: {path}. Check the path (relative to the workspace root) and try again."),
             ),
             Io::PermissionDenied => (
                 ErrorKind::PermissionDenied,
@@ -127,9 +125,7 @@ impl ToolError {
             ),
             Io::IsADirectory => (
                 ErrorKind::TargetIsDirectory,
-                format!(
-                    "{path} is a directory, not a file. Use list_directory to see its entries."
-                ),
+                format!("{path} is a directory, not a file. Use list_directory to see its entries."),
             ),
             Io::StorageFull => (
                 ErrorKind::NoSpaceLeft,
@@ -223,15 +219,10 @@ pub struct ExecContext {
 pub enum ToolOutcome {
     /// `output` becomes the function response's `output`; `result` is the
     /// structured result (e.g. `{"exit_code": 0}`).
-    Success {
-        output: Value,
-        result: Args,
-    },
+    Success { output: Value, result: Args },
     Error(ToolErrorData),
     /// The tool stopped because its token was cancelled.
-    Cancelled {
-        partial_output: Option<String>,
-    },
+    Cancelled { partial_output: Option<String> },
 }
 
 /// [`ToolError`] as plain data (comparable, for outcomes).
@@ -326,10 +317,7 @@ impl Registry {
                 }
             })?;
             let name = decl.name.clone();
-            if map
-                .insert(name.clone(), Entry { tool, validator })
-                .is_some()
-            {
+            if map.insert(name.clone(), Entry { tool, validator }).is_some() {
                 return Err(RegistryError::Duplicate { name });
             }
         }

@@ -15,8 +15,8 @@ use toolsched::api::pb::tool_scheduler_client::ToolSchedulerClient;
 use toolsched::api::{ServerOptions, serve};
 use toolsched::scheduler::SchedulerConfig;
 
-pub use pb::schedule_calls_response::Event;
 pub use pb::tool_call_update::State;
+pub use pb::schedule_calls_response::Event;
 
 /// A running server and a client connected to it.
 pub struct TestServer {
