@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::api::ServerOptions;
 use crate::policy::ApprovalMode;
-use crate::sandbox::OutputLimits;
+use crate::sandbox::{OutputLimits, ResourceLimits, Sandbox, SandboxConfig, SandboxLevel};
 use crate::scheduler::SchedulerConfig;
 use crate::tools::mcp::McpServerConfig;
 
@@ -34,10 +34,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the gRPC API (the default command).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Send one batch of function calls to a running server, print every
     /// event, and answer approval prompts from the terminal.
     Call(CallArgs),
+    /// Internal: the sandbox worker the server runs every command through.
+    #[command(hide = true)]
+    SandboxExec(crate::sandbox::WorkerArgs),
 }
 
 /// Flags of `call`, the small client for manual use.
@@ -125,6 +128,43 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
     #[arg(long, env = "TOOLSCHED_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// What commands may do: read_only, workspace_write, workspace_write_network,
+    /// none (no Landlock/seccomp; only where a pod or VM is the boundary)
+    /// [default: workspace_write].
+    #[arg(long, env = "TOOLSCHED_SANDBOX_LEVEL")]
+    pub sandbox_level: Option<SandboxLevel>,
+    /// Start even when the kernel cannot enforce the sandbox level (commands
+    /// then run with what it does enforce; the gap is logged and reported).
+    #[arg(long, env = "TOOLSCHED_SANDBOX_ALLOW_WEAKER")]
+    pub sandbox_allow_weaker: bool,
+    /// CPU seconds per command (RLIMIT_CPU) [default: 300].
+    #[arg(long, env = "TOOLSCHED_SANDBOX_CPU_SECS")]
+    pub sandbox_cpu_secs: Option<u64>,
+    /// Address space per command process in bytes (RLIMIT_AS) [default: 8 GiB].
+    #[arg(long, env = "TOOLSCHED_SANDBOX_ADDRESS_SPACE_BYTES")]
+    pub sandbox_address_space_bytes: Option<u64>,
+    /// Largest file a command may write, in bytes (RLIMIT_FSIZE) [default: 4 GiB].
+    #[arg(long, env = "TOOLSCHED_SANDBOX_FILE_SIZE_BYTES")]
+    pub sandbox_file_size_bytes: Option<u64>,
+    /// Processes per command (pids cgroup where delegated, and RLIMIT_NPROC)
+    /// [default: 512].
+    #[arg(long, env = "TOOLSCHED_SANDBOX_MAX_PROCESSES")]
+    pub sandbox_max_processes: Option<u64>,
+    /// Open files per command process (RLIMIT_NOFILE) [default: 4096].
+    #[arg(long, env = "TOOLSCHED_SANDBOX_OPEN_FILES")]
+    pub sandbox_open_files: Option<u64>,
+    /// The toolsched binary to run as the sandbox worker [default: this one].
+    #[arg(long, env = "TOOLSCHED_SANDBOX_WORKER_EXE")]
+    pub sandbox_worker_exe: Option<PathBuf>,
+    /// Directories commands may read and execute besides the system ones,
+    /// e.g. toolchains under a home directory (repeat the flag, or separate
+    /// with ':' in the environment variable).
+    #[arg(
+        long,
+        env = "TOOLSCHED_SANDBOX_EXTRA_READ_PATHS",
+        value_delimiter = ':'
+    )]
+    pub sandbox_extra_read_paths: Vec<PathBuf>,
 }
 
 /// Log output format.
@@ -160,6 +200,15 @@ struct FileConfig {
     /// as `mcp_<name>_<tool>` (file only: no flag).
     #[serde(default)]
     mcp_servers: BTreeMap<String, McpServerConfig>,
+    sandbox_level: Option<SandboxLevel>,
+    sandbox_allow_weaker: Option<bool>,
+    sandbox_cpu_secs: Option<u64>,
+    sandbox_address_space_bytes: Option<u64>,
+    sandbox_file_size_bytes: Option<u64>,
+    sandbox_max_processes: Option<u64>,
+    sandbox_open_files: Option<u64>,
+    sandbox_worker_exe: Option<PathBuf>,
+    sandbox_extra_read_paths: Option<Vec<PathBuf>>,
 }
 
 /// Why the settings are unusable.
@@ -233,6 +282,52 @@ impl Settings {
             .output_cap_bytes
             .or(file.output_cap_bytes)
             .unwrap_or(defaults.output.max_bytes);
+        let limit_defaults = ResourceLimits::default();
+        let limits = ResourceLimits {
+            cpu_secs: args
+                .sandbox_cpu_secs
+                .or(file.sandbox_cpu_secs)
+                .unwrap_or(limit_defaults.cpu_secs),
+            address_space_bytes: args
+                .sandbox_address_space_bytes
+                .or(file.sandbox_address_space_bytes)
+                .unwrap_or(limit_defaults.address_space_bytes),
+            file_size_bytes: args
+                .sandbox_file_size_bytes
+                .or(file.sandbox_file_size_bytes)
+                .unwrap_or(limit_defaults.file_size_bytes),
+            processes: args
+                .sandbox_max_processes
+                .or(file.sandbox_max_processes)
+                .unwrap_or(limit_defaults.processes),
+            open_files: args
+                .sandbox_open_files
+                .or(file.sandbox_open_files)
+                .unwrap_or(limit_defaults.open_files),
+        };
+        // The service's own config is never writable by a command (it
+        // could grant itself more on the next start) nor readable outside
+        // the workspace (it may hold the auth token).
+        let protected_paths = args
+            .config
+            .iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .collect();
+        let sandbox = SandboxConfig {
+            level: args
+                .sandbox_level
+                .or(file.sandbox_level)
+                .unwrap_or_default(),
+            allow_weaker: args.sandbox_allow_weaker || file.sandbox_allow_weaker.unwrap_or(false),
+            limits,
+            worker_exe: args.sandbox_worker_exe.or(file.sandbox_worker_exe),
+            protected_paths,
+            extra_read_paths: if args.sandbox_extra_read_paths.is_empty() {
+                file.sandbox_extra_read_paths.unwrap_or_default()
+            } else {
+                args.sandbox_extra_read_paths
+            },
+        };
         let scheduler = SchedulerConfig {
             default_mode: args
                 .approval_mode
@@ -255,6 +350,7 @@ impl Settings {
                 .unwrap_or(defaults.max_sessions),
             session_idle_ttl: secs(args.session_idle_ttl_secs.or(file.session_idle_ttl_secs))
                 .unwrap_or(defaults.session_idle_ttl),
+            sandbox: std::sync::Arc::new(Sandbox::new(sandbox)),
         };
         for (field, value) in [
             (
@@ -264,6 +360,11 @@ impl Settings {
             ("output_cap_bytes", output_cap as u64),
             ("max_calls_per_batch", scheduler.max_calls_per_batch as u64),
             ("max_sessions", scheduler.max_sessions as u64),
+            ("sandbox_cpu_secs", limits.cpu_secs),
+            ("sandbox_address_space_bytes", limits.address_space_bytes),
+            ("sandbox_file_size_bytes", limits.file_size_bytes),
+            ("sandbox_max_processes", limits.processes),
+            ("sandbox_open_files", limits.open_files),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero { field });

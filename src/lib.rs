@@ -39,7 +39,7 @@ pub fn build_scheduler_with_policy(
     policy: policy::PolicyHandle,
     shutdown: CancellationToken,
 ) -> anyhow::Result<scheduler::Scheduler> {
-    let workspace = open_workspace(workspace)?;
+    let workspace = prepare(workspace, &config)?;
     let policy = policy.with_workspace(workspace.root());
     let registry = Arc::new(tools::Registry::builtin(workspace)?);
     let metrics = Arc::new(scheduler::Metrics::new()?);
@@ -60,7 +60,7 @@ pub async fn build_scheduler_with_mcp(
     mcp_servers: &std::collections::BTreeMap<String, tools::mcp::McpServerConfig>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(scheduler::Scheduler, tools::mcp::McpManager)> {
-    let workspace = open_workspace(workspace)?;
+    let workspace = prepare(workspace, &config)?;
     let policy = policy.with_workspace(workspace.root());
     let builtin = tools::Registry::builtin(workspace)?;
     let (manager, registry) =
@@ -76,8 +76,37 @@ pub async fn build_scheduler_with_mcp(
     Ok((scheduler, manager))
 }
 
-fn open_workspace(root: &std::path::Path) -> anyhow::Result<Arc<sandbox::Workspace>> {
-    sandbox::Workspace::new(root)
+/// Opens the workspace and checks that the sandbox level can be enforced
+/// (refusing to start otherwise, unless a weaker level was explicitly
+/// allowed), logging what the kernel probe found.
+fn prepare(
+    root: &std::path::Path,
+    config: &scheduler::SchedulerConfig,
+) -> anyhow::Result<Arc<sandbox::Workspace>> {
+    let workspace = sandbox::Workspace::new(root)
         .map(Arc::new)
-        .map_err(|e| anyhow::anyhow!("workspace {}: {e}", root.display()))
+        .map_err(|e| anyhow::anyhow!("workspace {}: {e}", root.display()))?;
+    let sandbox = &config.sandbox;
+    sandbox.check()?;
+    let probe = &sandbox.probe;
+    tracing::info!(
+        level = %sandbox.config.level,
+        landlock_abi = probe.landlock_abi,
+        seccomp = probe.seccomp,
+        user_namespaces = probe.user_namespaces,
+        process_limit = probe.process_limit.name(),
+        enforced = sandbox.enforced(),
+        "sandbox probed"
+    );
+    for missing in &probe.missing {
+        tracing::warn!(
+            level = %sandbox.config.level,
+            %missing,
+            "sandbox level NOT fully enforced (started because weaker was explicitly allowed)"
+        );
+    }
+    for gap in &probe.gaps {
+        tracing::warn!(%gap, "sandbox gap");
+    }
+    Ok(workspace)
 }

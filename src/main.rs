@@ -7,16 +7,27 @@ mod client;
 use anyhow::Context;
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
-use toolsched::config::{Cli, Command, LogFormat, Settings};
+use toolsched::config::{Cli, Command, LogFormat, ServeArgs, Settings};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let args = match cli.command {
-        Some(Command::Serve(args)) => args,
-        Some(Command::Call(args)) => return client::run(args).await,
-        None => cli.serve,
-    };
+    // The worker must stay single-threaded (Landlock and seccomp bind the
+    // calling thread): it runs before any async runtime exists.
+    if let Some(Command::SandboxExec(worker)) = cli.command {
+        toolsched::sandbox::worker::main(worker)
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    match cli.command {
+        Some(Command::Call(args)) => runtime.block_on(client::run(args)),
+        Some(Command::Serve(args)) => runtime.block_on(serve(*args)),
+        Some(Command::SandboxExec(_)) | None => runtime.block_on(serve(cli.serve)),
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let settings = Settings::resolve(args)?;
     init_tracing(settings.log_format);
 

@@ -10,6 +10,7 @@ use serde_json::{Map, Number, Value};
 use super::error::ApiError;
 use super::pb;
 use crate::policy::ApprovalMode;
+use crate::sandbox::{Sandbox, SandboxLevel};
 use crate::scheduler::{
     BatchEvent, BatchRequest, CallRequest, CancelRequest, CancelSummary, ConfirmRequest,
     ConfirmationOutcome, Event, FunctionResponse, StateUpdate,
@@ -402,6 +403,40 @@ impl From<&Declaration> for pb::FunctionDeclaration {
             kind: kind_to_pb(d.kind) as i32,
             parallelizable: d.parallelizable,
             read_only: d.read_only,
+        }
+    }
+}
+
+// === server info ===
+
+impl From<SandboxLevel> for pb::SandboxLevel {
+    fn from(l: SandboxLevel) -> Self {
+        match l {
+            SandboxLevel::ReadOnly => pb::SandboxLevel::ReadOnly,
+            SandboxLevel::WorkspaceWrite => pb::SandboxLevel::WorkspaceWrite,
+            SandboxLevel::WorkspaceWriteNetwork => pb::SandboxLevel::WorkspaceWriteNetwork,
+            SandboxLevel::None => pb::SandboxLevel::None,
+        }
+    }
+}
+
+impl From<&Sandbox> for pb::SandboxInfo {
+    fn from(s: &Sandbox) -> Self {
+        let limits = s.config.limits;
+        pb::SandboxInfo {
+            level: pb::SandboxLevel::from(s.config.level) as i32,
+            enforced: s.enforced(),
+            landlock_abi: u32::try_from(s.probe.landlock_abi).unwrap_or(0),
+            seccomp: s.probe.seccomp,
+            user_namespaces: s.probe.user_namespaces,
+            process_limit: s.probe.process_limit.name().to_string(),
+            missing: s.probe.missing.clone(),
+            gaps: s.probe.gaps.clone(),
+            cpu_secs: limits.cpu_secs,
+            address_space_bytes: limits.address_space_bytes,
+            file_size_bytes: limits.file_size_bytes,
+            max_processes: limits.processes,
+            open_files: limits.open_files,
         }
     }
 }

@@ -105,6 +105,16 @@ impl ToolScheduler for Service {
             .collect();
         Ok(Response::new(pb::ListToolsResponse { tools }))
     }
+
+    async fn get_server_info(
+        &self,
+        _request: Request<pb::GetServerInfoRequest>,
+    ) -> Result<Response<pb::GetServerInfoResponse>, Status> {
+        Ok(Response::new(pb::GetServerInfoResponse {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            sandbox: Some(self.scheduler.sandbox().as_ref().into()),
+        }))
+    }
 }
 
 /// TCP keepalive on accepted connections: finds clients that vanished

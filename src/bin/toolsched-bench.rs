@@ -919,6 +919,13 @@ mod floor {
         ) -> Result<Response<pb::ListToolsResponse>, Status> {
             Ok(Response::new(pb::ListToolsResponse::default()))
         }
+
+        async fn get_server_info(
+            &self,
+            _request: Request<pb::GetServerInfoRequest>,
+        ) -> Result<Response<pb::GetServerInfoResponse>, Status> {
+            Ok(Response::new(pb::GetServerInfoResponse::default()))
+        }
     }
 
     pub async fn serve(template: &Path, pause_after: Option<usize>) -> anyhow::Result<()> {

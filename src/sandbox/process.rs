@@ -1,22 +1,38 @@
-//! Running a command as a whole process group, with bounded output, a
-//! timeout and a kill that reaches background children.
+//! Running a command through the worker (`toolsched sandbox-exec`), with
+//! bounded output, a timeout and a kill that reaches every descendant.
 //!
-//! As codex-rs does: the command leads its own process group; cancel and
-//! timeout send SIGTERM to the group, then SIGKILL after a grace; pipes are
-//! drained for a bounded time only, because a background grandchild can keep
-//! them open forever.
+//! As codex-rs does: the command runs in its own process group with stdin
+//! from `/dev/null` and an environment built from a short allowlist; cancel
+//! and timeout send SIGTERM, then SIGKILL after a grace; pipes are drained
+//! for a bounded time only, because a background grandchild can keep them
+//! open forever. Beyond that, the worker (see [`super::worker`]) confines the
+//! command and, as child subreaper, also kills descendants that left the
+//! group with `setsid` or a double fork; where a pids cgroup is delegated
+//! the server gives every command its own, bounded by `pids.max`, and sweeps
+//! it after the command.
+//!
+//! Output is read through bounded channels into a fixed-size head and a
+//! ring-buffer tail, so the server's memory stays flat however much a
+//! command prints (`yes | head -c 5G`).
 
-use std::collections::VecDeque;
-use std::path::PathBuf;
+#![allow(unsafe_code)]
+
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+use super::probe::ProcessLimitKind;
+use super::worker::{STATUS_FD, WorkerArgs};
+use super::{SandboxLevel, SharedSandbox};
 
 /// Environment variables passed through to commands. Everything else
 /// (tokens, keys, the server's own settings) is dropped so that a command
@@ -25,13 +41,52 @@ const ENV_ALLOWLIST: &[&str] = &[
     "PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER",
 ];
 
-/// Time between SIGTERM and SIGKILL to the group: enough for a well-behaved
-/// program to flush, short enough that cancel feels immediate.
+/// Name parts that mark a secret: such a variable is dropped even when an
+/// allowlist entry would pass it (defence against a widened allowlist).
+const SECRET_MARKERS: &[&str] = &["TOKEN", "SECRET", "KEY", "PASSWORD"];
+
+/// Time between SIGTERM and SIGKILL: enough for a well-behaved program to
+/// flush, short enough that cancel feels immediate.
 pub const KILL_GRACE: Duration = Duration::from_millis(500);
 
+/// How long the server waits for the worker beyond [`KILL_GRACE`] after
+/// asking it to stop, before it SIGKILLs the worker itself.
+pub const WORKER_EXIT_SLACK: Duration = Duration::from_secs(2);
+
 /// How long pipes are drained after the command ended: a background
-/// grandchild that escaped the group kill may hold them open forever.
+/// grandchild that escaped every kill may hold them open forever.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Bytes read from a pipe at once.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Chunks queued between the pipe readers and the sink; a full queue stops
+/// reading, so a fast writer blocks on its pipe instead of growing memory.
+const CHUNK_QUEUE: usize = 8;
+
+/// Largest status report read from the worker (a few JSON lines).
+const MAX_STATUS_BYTES: u64 = 64 * 1024;
+
+/// Output lines that mark a refusal by the sandbox: Landlock answers EACCES,
+/// seccomp EPERM, the process limit EAGAIN on fork (EROFS for read-only
+/// mounts the operator set up, should the host provide them).
+const DENIAL_MARKERS: &[&str] = &[
+    "Permission denied",
+    "Operation not permitted",
+    "Read-only file system",
+    "fork: Resource temporarily unavailable",
+    "fork: retry: Resource temporarily unavailable",
+];
+
+/// Output that shows a failed network access. At a level without network
+/// every such failure is the sandbox's doing (tools like curl print no
+/// errno), so there these mark a denial too.
+const NETWORK_FAILURE_MARKERS: &[&str] = &[
+    "Couldn't connect to server",
+    "Could not resolve host",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+];
 
 /// Output bounds for one command.
 #[derive(Debug, Clone, Copy)]
@@ -58,9 +113,14 @@ impl Default for OutputLimits {
 pub struct ProcessSpec {
     pub program: String,
     pub args: Vec<String>,
+    /// Working directory (inside the workspace).
     pub cwd: PathBuf,
     pub timeout: Duration,
     pub limits: OutputLimits,
+    /// The sandbox the command runs in.
+    pub sandbox: SharedSandbox,
+    /// The canonical workspace root (what the level lets it write).
+    pub workspace: PathBuf,
 }
 
 /// How a command ended. `output` is stdout and stderr interleaved as read,
@@ -73,10 +133,26 @@ pub enum ProcessOutcome {
         signal: Option<i32>,
         output: String,
     },
+    /// The command failed and its output shows a refusal the sandbox
+    /// produces (EACCES from Landlock, EPERM from seccomp, EAGAIN from the
+    /// process limit) while it ran confined. A heuristic on the output: the
+    /// kernel does not tell us which refusal was the sandbox's.
+    SandboxDenied {
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        output: String,
+        /// The output line that shows the refusal.
+        evidence: String,
+    },
     TimedOut {
         output: String,
     },
     Cancelled {
+        output: String,
+    },
+    /// The worker could not confine the command, so it never ran.
+    SandboxSetupFailed {
+        message: String,
         output: String,
     },
     SpawnFailed {
@@ -87,46 +163,123 @@ pub enum ProcessOutcome {
 /// Events while the process runs.
 #[derive(Debug, Clone)]
 pub enum ProcessEvent {
-    Started { pid: u32 },
+    /// The worker's pid (the command runs as its child).
+    Started {
+        pid: u32,
+    },
     Output(String),
 }
 
-/// Runs `spec`, sending [`ProcessEvent`]s to `events`, until it exits, times
-/// out or `token` is cancelled. Never hangs on pipes held open by background
-/// children: after the leader exits, the rest of the group is killed and the
-/// pipes are drained for at most [`DRAIN_TIMEOUT`].
+/// Runs `spec` through the worker, sending [`ProcessEvent`]s to `events`,
+/// until it exits, times out or `token` is cancelled. Never hangs on pipes
+/// held open by background children: after the worker exits, the pipes are
+/// drained for at most [`DRAIN_TIMEOUT`].
 pub async fn run_process(
     spec: ProcessSpec,
     token: CancellationToken,
     events: mpsc::UnboundedSender<ProcessEvent>,
 ) -> ProcessOutcome {
-    let mut cmd = Command::new(&spec.program);
-    cmd.args(&spec.args)
+    let tmp = match tempfile::Builder::new().prefix("toolsched-tmp-").tempdir() {
+        Ok(t) => t,
+        Err(e) => {
+            return ProcessOutcome::SpawnFailed {
+                message: format!("could not create the command's private tmp: {e}"),
+            };
+        }
+    };
+    let cgroup = match &spec.sandbox.probe.process_limit {
+        ProcessLimitKind::Cgroup(base) => {
+            match CommandCgroup::create(base, spec.sandbox.config.limits.processes) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    return ProcessOutcome::SpawnFailed {
+                        message: format!("could not create the command's pids cgroup: {e}"),
+                    };
+                }
+            }
+        }
+        _ => None,
+    };
+    let (status_r, status_w) = match pipe_cloexec() {
+        Ok(p) => p,
+        Err(e) => {
+            return ProcessOutcome::SpawnFailed {
+                message: format!("could not create the status pipe: {e}"),
+            };
+        }
+    };
+    let config = &spec.sandbox.config;
+    let limits = config.limits;
+    let mut command: Vec<OsString> = vec![spec.program.clone().into()];
+    command.extend(spec.args.iter().map(OsString::from));
+    let worker_args = WorkerArgs {
+        level: config.level,
+        workspace: spec.workspace.clone(),
+        tmp: tmp.path().to_path_buf(),
+        cpu_secs: limits.cpu_secs,
+        address_space_bytes: limits.address_space_bytes,
+        file_size_bytes: limits.file_size_bytes,
+        processes: limits.processes,
+        open_files: limits.open_files,
+        kill_grace_ms: KILL_GRACE.as_millis() as u64,
+        protect: config.protected_paths.clone(),
+        read: config.extra_read_paths.clone(),
+        cgroup: cgroup.as_ref().map(|c| c.dir.clone()),
+        best_effort: config.allow_weaker,
+        command,
+    };
+    let exe = super::worker_exe(config.worker_exe.as_deref());
+    let mut cmd = Command::new(&exe);
+    cmd.arg("sandbox-exec")
+        .args(worker_args.to_args())
         .current_dir(&spec.cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .env_clear()
-        .process_group(0)
         .kill_on_drop(true);
-    for key in ENV_ALLOWLIST {
-        if let Some(v) = std::env::var_os(key) {
-            cmd.env(key, v);
-        }
+    for (key, value) in command_env() {
+        cmd.env(key, value);
+    }
+    cmd.env("TMPDIR", tmp.path());
+    if config.level.is_confined() {
+        // The server user's home is outside the ruleset: tools that read
+        // dotfiles there (git's ~/.gitconfig) would fail with a denial that
+        // has nothing to do with the command. The private tmp stands in.
+        cmd.env("HOME", tmp.path());
+    }
+    let raw_w = status_w.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls async-signal-safe dup2/fcntl on an fd that is open there.
+    unsafe {
+        cmd.pre_exec(move || {
+            if raw_w == STATUS_FD {
+                if libc::fcntl(raw_w, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(raw_w, STATUS_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             return ProcessOutcome::SpawnFailed {
-                message: format!("could not start {}: {e}", spec.program),
+                message: format!("could not start the sandbox worker {}: {e}", exe.display()),
             };
         }
     };
+    // Only the worker (and its forked command, until exec) may hold the
+    // write end; EOF on the read end then means the worker is gone.
+    drop(status_w);
+    let status_reader = tokio::spawn(read_status(status_r));
     let pid = child.id().unwrap_or_default();
     let _ = events.send(ProcessEvent::Started { pid });
-    let pgid = Pid::from_raw(pid as i32);
+    let worker = Pid::from_raw(pid as i32);
 
-    let (chunk_tx, mut chunk_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let (chunk_tx, mut chunk_rx) = mpsc::channel::<Vec<u8>>(CHUNK_QUEUE);
     if let Some(out) = child.stdout.take() {
         tokio::spawn(pump(out, chunk_tx.clone()));
     }
@@ -160,25 +313,27 @@ pub async fn run_process(
             () = token.cancelled() => break End::Cancelled,
         }
     };
-
-    match end {
-        End::Exited(_) | End::WaitFailed => {
-            // The leader is gone; whatever it left running in its group would
-            // hold our pipes and outlive the call.
-            let _ = killpg(pgid, Signal::SIGKILL);
-        }
-        End::TimedOut | End::Cancelled => kill_group(pgid, &mut child).await,
+    if matches!(end, End::TimedOut | End::Cancelled) {
+        stop_worker(worker, &mut child, &mut chunk_rx, &mut sink).await;
     }
+    // The worker reaped everything it could; the cgroup sweep catches what
+    // a SIGKILLed worker could not.
+    drop(cgroup);
     drain(&mut chunk_rx, &mut sink).await;
     let output = sink.finish();
+    let reported = status_reader.await.unwrap_or_default();
+    if let Some(message) = reported.setup_error {
+        return ProcessOutcome::SandboxSetupFailed { message, output };
+    }
     match end {
         End::Exited(status) => {
             use std::os::unix::process::ExitStatusExt;
-            ProcessOutcome::Exited {
-                exit_code: status.code(),
-                signal: status.signal(),
-                output,
-            }
+            // The worker's report is exact; its own exit mirrors it.
+            let (exit_code, signal) = match (reported.exit_code, reported.signal) {
+                (None, None) => (status.code(), status.signal()),
+                other => other,
+            };
+            classify(config.level, exit_code, signal, output)
         }
         End::WaitFailed => ProcessOutcome::Exited {
             exit_code: None,
@@ -190,35 +345,100 @@ pub async fn run_process(
     }
 }
 
-/// SIGTERM to the group, SIGKILL after [`KILL_GRACE`] if the leader is still
-/// there, then SIGKILL again for members that ignored SIGTERM.
-async fn kill_group(pgid: Pid, child: &mut tokio::process::Child) {
-    let _ = killpg(pgid, Signal::SIGTERM);
-    if tokio::time::timeout(KILL_GRACE, child.wait())
-        .await
-        .is_err()
-    {
-        let _ = killpg(pgid, Signal::SIGKILL);
-        let _ = child.wait().await;
+/// A failed confined command whose output shows a sandbox refusal is
+/// [`ProcessOutcome::SandboxDenied`]; everything else is what it is.
+fn classify(
+    level: SandboxLevel,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    output: String,
+) -> ProcessOutcome {
+    let failed = exit_code != Some(0);
+    if failed && level.is_confined() {
+        let network_denied = !level.allows_network();
+        let evidence = output
+            .lines()
+            .find(|l| {
+                DENIAL_MARKERS.iter().any(|m| l.contains(m))
+                    || (network_denied && NETWORK_FAILURE_MARKERS.iter().any(|m| l.contains(m)))
+            })
+            .map(str::to_string);
+        if let Some(evidence) = evidence {
+            return ProcessOutcome::SandboxDenied {
+                exit_code,
+                signal,
+                output,
+                evidence,
+            };
+        }
     }
-    // Background members that ignore SIGTERM outlive the leader.
-    let _ = killpg(pgid, Signal::SIGKILL);
+    ProcessOutcome::Exited {
+        exit_code,
+        signal,
+        output,
+    }
 }
 
-async fn drain(rx: &mut mpsc::UnboundedReceiver<Vec<u8>>, sink: &mut OutputSink) {
+/// The command's environment: the allowlist, minus anything named like a
+/// secret.
+fn command_env() -> Vec<(String, OsString)> {
+    ENV_ALLOWLIST
+        .iter()
+        .filter(|k| {
+            let upper = k.to_ascii_uppercase();
+            !SECRET_MARKERS.iter().any(|m| upper.contains(m))
+        })
+        .filter_map(|k| std::env::var_os(k).map(|v| (k.to_string(), v)))
+        .collect()
+}
+
+/// SIGTERM to the worker, which forwards it to the command's group and every
+/// descendant and SIGKILLs them after [`KILL_GRACE`]; if the worker itself
+/// is not gone after the grace and [`WORKER_EXIT_SLACK`], SIGKILL it and its
+/// group. Output keeps being read meanwhile so that a writer blocked on a
+/// full pipe can die.
+async fn stop_worker(
+    worker: Pid,
+    child: &mut tokio::process::Child,
+    rx: &mut mpsc::Receiver<Vec<u8>>,
+    sink: &mut OutputSink,
+) {
+    let _ = kill(worker, Signal::SIGTERM);
+    let until = tokio::time::Instant::now() + KILL_GRACE + WORKER_EXIT_SLACK;
+    let mut pipes_open = true;
+    loop {
+        tokio::select! {
+            _ = child.wait() => return,
+            chunk = rx.recv(), if pipes_open => match chunk {
+                Some(c) => sink.push(&c),
+                None => pipes_open = false,
+            },
+            () = tokio::time::sleep_until(until) => break,
+        }
+    }
+    tracing::warn!(
+        worker = worker.as_raw(),
+        "sandbox worker ignored SIGTERM; killing it"
+    );
+    let _ = killpg(worker, Signal::SIGKILL);
+    let _ = kill(worker, Signal::SIGKILL);
+    let _ = child.wait().await;
+}
+
+async fn drain(rx: &mut mpsc::Receiver<Vec<u8>>, sink: &mut OutputSink) {
     let until = Instant::now() + DRAIN_TIMEOUT;
     while let Ok(Some(c)) = tokio::time::timeout_at(until.into(), rx.recv()).await {
         sink.push(&c);
     }
 }
 
-async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, tx: mpsc::UnboundedSender<Vec<u8>>) {
-    let mut buf = vec![0u8; 16 * 1024];
+async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, tx: mpsc::Sender<Vec<u8>>) {
+    let mut buf = vec![0u8; READ_CHUNK];
     loop {
         match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                if tx.send(buf[..n].to_vec()).is_err() {
+                if tx.send(buf[..n].to_vec()).await.is_err() {
                     break;
                 }
             }
@@ -226,13 +446,108 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, tx: mpsc::UnboundedSend
     }
 }
 
+// === the worker's status report ===
+
+/// What the worker reported on the status pipe (one JSON object a line).
+#[derive(Debug, Default)]
+struct Reported {
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    setup_error: Option<String>,
+}
+
+fn pipe_cloexec() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two fds into a valid array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+async fn read_status(fd: OwnedFd) -> Reported {
+    let text = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut text = String::new();
+        let _ = std::fs::File::from(fd)
+            .take(MAX_STATUS_BYTES)
+            .read_to_string(&mut text);
+        text
+    })
+    .await
+    .unwrap_or_default();
+    let mut r = Reported::default();
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if let Some(m) = v.get("setup_error").and_then(|m| m.as_str()) {
+            r.setup_error = Some(m.to_string());
+        }
+        if let Some(c) = v.get("exit_code").and_then(serde_json::Value::as_i64) {
+            r.exit_code = i32::try_from(c).ok();
+        }
+        if let Some(s) = v.get("signal").and_then(serde_json::Value::as_i64) {
+            r.signal = i32::try_from(s).ok();
+        }
+    }
+    r
+}
+
+// === per-command pids cgroup ===
+
+/// Maximum rounds of "kill everything in the cgroup" before giving up on a
+/// cgroup that keeps gaining members (it stays; pids.max still bounds it).
+const CGROUP_SWEEPS: usize = 100;
+
+/// A pids cgroup for one command; on drop, kills whatever is still in it
+/// and removes it.
+struct CommandCgroup {
+    dir: PathBuf,
+}
+
+impl CommandCgroup {
+    fn create(base: &Path, max: u64) -> std::io::Result<Self> {
+        let dir = base.join(format!("toolsched-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir(&dir)?;
+        let me = Self { dir };
+        std::fs::write(me.dir.join("pids.max"), max.to_string())?;
+        Ok(me)
+    }
+}
+
+impl Drop for CommandCgroup {
+    fn drop(&mut self) {
+        for _ in 0..CGROUP_SWEEPS {
+            let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+            let pids: Vec<i32> = procs
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            if pids.is_empty() && std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            for p in pids {
+                let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+            }
+            // Killed processes leave the cgroup once the kernel reaps them.
+            std::thread::yield_now();
+        }
+        tracing::warn!(cgroup = %self.dir.display(), "could not empty the command's cgroup");
+    }
+}
+
+// === output ===
+
 /// Keeps the head and tail of the output within `max_bytes`, counts what
 /// was dropped in between, and streams live chunks up to
-/// `max_streamed_bytes`. Memory stays flat however much a command prints.
+/// `max_streamed_bytes`. Memory stays flat however much a command prints:
+/// the tail is a fixed ring written with slice copies.
 struct OutputSink {
     limits: OutputLimits,
     head: Vec<u8>,
-    tail: VecDeque<u8>,
+    tail: Ring,
     omitted: u64,
     streamed: usize,
     /// Bytes of an incomplete UTF-8 sequence held back from streaming.
@@ -242,10 +557,11 @@ struct OutputSink {
 
 impl OutputSink {
     fn new(limits: OutputLimits, events: mpsc::UnboundedSender<ProcessEvent>) -> Self {
+        let head_cap = limits.max_bytes / 2;
         Self {
             limits,
             head: Vec::new(),
-            tail: VecDeque::new(),
+            tail: Ring::new(limits.max_bytes - head_cap),
             omitted: 0,
             streamed: 0,
             pending: Vec::new(),
@@ -256,20 +572,9 @@ impl OutputSink {
     fn push(&mut self, chunk: &[u8]) {
         self.stream(chunk);
         let head_cap = self.limits.max_bytes / 2;
-        let tail_cap = self.limits.max_bytes - head_cap;
         let take = head_cap.saturating_sub(self.head.len()).min(chunk.len());
         self.head.extend_from_slice(&chunk[..take]);
-        let rest = &chunk[take..];
-        // Only the last `tail_cap` bytes of `rest` can survive in the tail.
-        let skip = rest.len().saturating_sub(tail_cap);
-        self.omitted += skip as u64;
-        for &b in &rest[skip..] {
-            if self.tail.len() == tail_cap {
-                self.tail.pop_front();
-                self.omitted += 1;
-            }
-            self.tail.push_back(b);
-        }
+        self.omitted += self.tail.push(&chunk[take..]);
     }
 
     fn stream(&mut self, chunk: &[u8]) {
@@ -301,8 +606,60 @@ impl OutputSink {
                 self.omitted
             ));
         }
-        let tail: Vec<u8> = self.tail.into_iter().collect();
-        out.push_str(&String::from_utf8_lossy(&tail));
+        out.push_str(&String::from_utf8_lossy(&self.tail.contents()));
+        out
+    }
+}
+
+/// The last `cap` bytes written.
+struct Ring {
+    buf: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl Ring {
+    fn new(cap: usize) -> Self {
+        Self {
+            buf: vec![0; cap],
+            start: 0,
+            len: 0,
+        }
+    }
+
+    /// Appends `data`; returns how many bytes fell out of the front.
+    fn push(&mut self, data: &[u8]) -> u64 {
+        let cap = self.buf.len();
+        if data.is_empty() {
+            return 0;
+        }
+        if cap == 0 {
+            return data.len() as u64;
+        }
+        if data.len() >= cap {
+            let dropped = self.len + data.len() - cap;
+            self.buf.copy_from_slice(&data[data.len() - cap..]);
+            self.start = 0;
+            self.len = cap;
+            return dropped as u64;
+        }
+        let overflow = (self.len + data.len()).saturating_sub(cap);
+        self.start = (self.start + overflow) % cap;
+        self.len -= overflow;
+        let end = (self.start + self.len) % cap;
+        let first = data.len().min(cap - end);
+        self.buf[end..end + first].copy_from_slice(&data[..first]);
+        self.buf[..data.len() - first].copy_from_slice(&data[first..]);
+        self.len += data.len();
+        overflow as u64
+    }
+
+    fn contents(&self) -> Vec<u8> {
+        let cap = self.buf.len();
+        let mut out = Vec::with_capacity(self.len);
+        let first = self.len.min(cap - self.start);
+        out.extend_from_slice(&self.buf[self.start..self.start + first]);
+        out.extend_from_slice(&self.buf[..self.len - first]);
         out
     }
 }
@@ -326,6 +683,44 @@ mod tests {
         assert_eq!(
             sink.finish(),
             "01234\n... [10 bytes of output omitted] ...\nfghij"
+        );
+    }
+
+    #[test]
+    fn ring_wraps_and_counts_drops() {
+        let mut r = Ring::new(4);
+        assert_eq!(r.push(b"ab"), 0);
+        assert_eq!(r.push(b"cde"), 1);
+        assert_eq!(r.contents(), b"bcde");
+        assert_eq!(r.push(b"f"), 1);
+        assert_eq!(r.contents(), b"cdef");
+        assert_eq!(r.push(b"0123456"), 7);
+        assert_eq!(r.contents(), b"3456");
+    }
+
+    #[test]
+    fn denial_needs_failure_confinement_and_a_marker() {
+        let out = "bash: line 1: /tmp/x: Permission denied\n".to_string();
+        assert!(matches!(
+            classify(SandboxLevel::WorkspaceWrite, Some(1), None, out.clone()),
+            ProcessOutcome::SandboxDenied { .. }
+        ));
+        assert!(matches!(
+            classify(SandboxLevel::None, Some(1), None, out.clone()),
+            ProcessOutcome::Exited { .. }
+        ));
+        assert!(matches!(
+            classify(SandboxLevel::WorkspaceWrite, Some(0), None, out),
+            ProcessOutcome::Exited { .. }
+        ));
+    }
+
+    #[test]
+    fn secrets_never_reach_the_environment() {
+        assert!(
+            command_env()
+                .iter()
+                .all(|(k, _)| !k.contains("TOKEN") && !k.contains("KEY"))
         );
     }
 }

@@ -1,4 +1,12 @@
-//! The workspace root and path resolution inside it.
+//! The workspace root, path resolution inside it, and race-free file access
+//! beneath it.
+//!
+//! [`Workspace::resolve`] is a guardrail for messages and prompts: it checks a
+//! path *now*. The `*_beneath` methods are what file tools should open files
+//! with: they go through `cap-std`, which resolves every component relative
+//! to a directory fd of the root with openat2 `RESOLVE_BENEATH` (or a
+//! component-wise emulation where openat2 is missing), so a symlink or `..`
+//! swapped in between a check and the open cannot lead outside the root.
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -21,6 +29,49 @@ pub enum PathError {
         #[source]
         source: io::Error,
     },
+}
+
+/// Why an access beneath the root failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BeneathError {
+    /// The path, or a symlink met on the way, leads outside the root.
+    #[error("Path '{given}' resolves outside the workspace root. Use a path inside the workspace.")]
+    Outside { given: String },
+    #[error("Path is empty")]
+    Empty,
+    /// Any other I/O error (not found, is a directory, permission, …).
+    #[error("{given}: {source}")]
+    Io {
+        given: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl BeneathError {
+    fn from_io(given: &str, source: io::Error) -> Self {
+        // cap-std reports escapes (openat2's EXDEV, or its own emulation's
+        // check) as PermissionDenied with this message.
+        if source.kind() == io::ErrorKind::PermissionDenied
+            && source.to_string().contains("outside of the filesystem")
+        {
+            return BeneathError::Outside {
+                given: given.to_string(),
+            };
+        }
+        BeneathError::Io {
+            given: given.to_string(),
+            source,
+        }
+    }
+
+    /// The underlying I/O error, when there is one.
+    pub fn io_error(&self) -> Option<&io::Error> {
+        match self {
+            BeneathError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
 }
 
 /// The directory tools work in. The root is canonical (symlinks resolved) so
@@ -119,6 +170,146 @@ impl Workspace {
         }
     }
 
+    // === race-free access beneath the root ===
+
+    /// The root as a capability directory: every open through it stays
+    /// beneath the root, whatever symlinks the path meets.
+    pub fn dir(&self) -> io::Result<cap_std::fs::Dir> {
+        cap_std::fs::Dir::open_ambient_dir(&self.root, cap_std::ambient_authority())
+    }
+
+    /// `given` relative to the root: an absolute path must lie under the
+    /// root lexically (the open then checks it for real); a relative one is
+    /// taken as is. `..` is left to the open, which refuses escapes.
+    fn relative<'a>(&self, given: &'a str) -> Result<&'a Path, BeneathError> {
+        if given.is_empty() {
+            return Err(BeneathError::Empty);
+        }
+        let p = Path::new(given);
+        if p.is_absolute() {
+            return p
+                .strip_prefix(&self.root)
+                .map(|r| {
+                    if r.as_os_str().is_empty() {
+                        Path::new(".")
+                    } else {
+                        r
+                    }
+                })
+                .map_err(|_| BeneathError::Outside {
+                    given: given.to_string(),
+                });
+        }
+        Ok(p)
+    }
+
+    /// Opens `given` for reading, beneath the root.
+    pub fn open_beneath(&self, given: &str) -> Result<std::fs::File, BeneathError> {
+        let rel = self.relative(given)?;
+        let dir = self.dir().map_err(|e| BeneathError::from_io(given, e))?;
+        let file = dir.open(rel).map_err(|e| BeneathError::from_io(given, e))?;
+        Ok(file.into_std())
+    }
+
+    /// Reads the whole file `given`, beneath the root, refusing files larger
+    /// than `max_bytes` with [`io::ErrorKind::FileTooLarge`].
+    pub fn read_beneath(&self, given: &str, max_bytes: u64) -> Result<Vec<u8>, BeneathError> {
+        use std::io::Read;
+        let file = self.open_beneath(given)?;
+        let meta = file
+            .metadata()
+            .map_err(|e| BeneathError::from_io(given, e))?;
+        if meta.is_dir() {
+            return Err(BeneathError::from_io(
+                given,
+                io::Error::from(io::ErrorKind::IsADirectory),
+            ));
+        }
+        if meta.len() > max_bytes {
+            return Err(BeneathError::from_io(
+                given,
+                io::Error::from(io::ErrorKind::FileTooLarge),
+            ));
+        }
+        let mut buf = Vec::with_capacity(meta.len() as usize);
+        file.take(max_bytes.saturating_add(1))
+            .read_to_end(&mut buf)
+            .map_err(|e| BeneathError::from_io(given, e))?;
+        if buf.len() as u64 > max_bytes {
+            return Err(BeneathError::from_io(
+                given,
+                io::Error::from(io::ErrorKind::FileTooLarge),
+            ));
+        }
+        Ok(buf)
+    }
+
+    /// Metadata of `given` (symlinks followed, beneath the root).
+    pub fn metadata_beneath(&self, given: &str) -> Result<std::fs::Metadata, BeneathError> {
+        self.open_beneath(given)?
+            .metadata()
+            .map_err(|e| BeneathError::from_io(given, e))
+    }
+
+    /// Writes `contents` to `given` atomically, beneath the root: missing
+    /// parent directories are created, the data goes to a temporary file in
+    /// the same directory which is synced and renamed over the target, so a
+    /// reader sees the old or the new content, never a mix. An existing
+    /// file's permissions are kept. The target itself is never followed if
+    /// it is a symlink: the rename replaces the link.
+    pub fn write_atomic_beneath(&self, given: &str, contents: &[u8]) -> Result<(), BeneathError> {
+        use std::io::Write;
+        let rel = self.relative(given)?;
+        let err = |e| BeneathError::from_io(given, e);
+        let name = rel.file_name().ok_or_else(|| {
+            err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "path names no file",
+            ))
+        })?;
+        let root = self.dir().map_err(err)?;
+        let parent = match rel.parent() {
+            Some(p) if !p.as_os_str().is_empty() => match root.open_dir(p) {
+                Ok(d) => d,
+                // Only a missing parent is created; an existing one (or a
+                // symlink out) is reported by open_dir as it is.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    root.create_dir_all(p).map_err(err)?;
+                    root.open_dir(p).map_err(err)?
+                }
+                Err(e) => return Err(err(e)),
+            },
+            _ => root,
+        };
+        let permissions = match parent.symlink_metadata(name) {
+            Ok(m) if m.is_file() => Some(m.permissions()),
+            Ok(m) if m.is_dir() => {
+                return Err(err(io::Error::from(io::ErrorKind::IsADirectory)));
+            }
+            _ => None,
+        };
+        let tmp_name = format!(
+            ".{}.toolsched-{}.tmp",
+            name.to_string_lossy(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let mut opts = cap_std::fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        let result = (|| {
+            let mut tmp = parent.open_with(&tmp_name, &opts)?;
+            tmp.write_all(contents)?;
+            if let Some(p) = permissions {
+                tmp.set_permissions(p)?;
+            }
+            tmp.sync_all()?;
+            parent.rename(&tmp_name, &parent, name)
+        })();
+        if result.is_err() {
+            let _ = parent.remove_file(&tmp_name);
+        }
+        result.map_err(err)
+    }
+
     fn outside(&self, given: &str) -> PathError {
         PathError::OutsideWorkspace {
             given: given.to_string(),
@@ -150,6 +341,99 @@ mod tests {
         assert_eq!(
             ws.resolve("a/b.txt").unwrap(),
             ws.root().join("a").join("b.txt")
+        );
+    }
+
+    #[test]
+    fn beneath_refuses_symlinks_out_and_dotdot() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(parent.path().join("secret"), "s").unwrap();
+        std::fs::write(root.join("in.txt"), "hello").unwrap();
+        std::os::unix::fs::symlink(parent.path().join("secret"), root.join("out")).unwrap();
+        std::os::unix::fs::symlink("in.txt", root.join("ok-link")).unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        assert_eq!(ws.read_beneath("in.txt", 100).unwrap(), b"hello");
+        assert_eq!(ws.read_beneath("ok-link", 100).unwrap(), b"hello");
+        let abs = ws.root().join("in.txt");
+        assert_eq!(
+            ws.read_beneath(abs.to_str().unwrap(), 100).unwrap(),
+            b"hello"
+        );
+        for bad in ["out", "../secret", "/etc/passwd"] {
+            assert!(
+                matches!(ws.read_beneath(bad, 100), Err(BeneathError::Outside { .. })),
+                "{bad}"
+            );
+        }
+        assert!(matches!(ws.write_atomic_beneath("out", b"x"), Ok(())));
+        // The link was replaced, not written through.
+        assert_eq!(
+            std::fs::read_to_string(parent.path().join("secret")).unwrap(),
+            "s"
+        );
+        assert!(matches!(
+            ws.write_atomic_beneath("../escape", b"x"),
+            Err(BeneathError::Outside { .. })
+        ));
+        assert!(!parent.path().join("escape").exists());
+        let big = ws.read_beneath("in.txt", 2).unwrap_err();
+        assert_eq!(
+            big.io_error().map(io::Error::kind),
+            Some(io::ErrorKind::FileTooLarge)
+        );
+    }
+
+    #[test]
+    fn write_atomic_creates_parents_and_keeps_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        ws.write_atomic_beneath("a/b/c.txt", b"one").unwrap();
+        assert_eq!(std::fs::read(dir.path().join("a/b/c.txt")).unwrap(), b"one");
+        let script = dir.path().join("run.sh");
+        std::fs::write(&script, "old").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        ws.write_atomic_beneath("run.sh", b"new").unwrap();
+        assert_eq!(std::fs::read(&script).unwrap(), b"new");
+        assert_eq!(
+            std::fs::metadata(&script).unwrap().permissions().mode() & 0o777,
+            0o755
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains("toolsched"))
+            .collect();
+        assert!(leftovers.is_empty());
+    }
+
+    /// A directory swapped for a symlink after a check: the open still
+    /// refuses it, because resolution happens beneath the root's fd.
+    #[test]
+    fn swapped_in_symlink_after_check_is_refused() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/f"), "inside").unwrap();
+        std::fs::create_dir(parent.path().join("outside")).unwrap();
+        std::fs::write(parent.path().join("outside/f"), "outside").unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        // The guardrail check passes now…
+        assert!(ws.resolve("sub/f").is_ok());
+        // …then the directory is swapped for a link out.
+        std::fs::rename(root.join("sub"), root.join("sub-old")).unwrap();
+        std::os::unix::fs::symlink(parent.path().join("outside"), root.join("sub")).unwrap();
+        assert!(matches!(
+            ws.read_beneath("sub/f", 100),
+            Err(BeneathError::Outside { .. })
+        ));
+        let w = ws.write_atomic_beneath("sub/f", b"pwned");
+        assert!(matches!(w, Err(BeneathError::Outside { .. })), "{w:?}");
+        assert_eq!(
+            std::fs::read_to_string(parent.path().join("outside/f")).unwrap(),
+            "outside"
         );
     }
 

@@ -32,7 +32,7 @@ pub use metrics::Metrics;
 use session::{EventSink, Session, SessionCommand};
 
 use crate::policy::{ApprovalMode, PolicyHandle};
-use crate::sandbox::OutputLimits;
+use crate::sandbox::{OutputLimits, Sandbox, SharedSandbox};
 use crate::tools::{Registry, SharedRegistry};
 
 /// Limits and timeouts of the scheduler. Every field is a documented limit.
@@ -54,6 +54,8 @@ pub struct SchedulerConfig {
     /// A session with nothing to do is forgotten (rules, mode, topic) after
     /// this.
     pub session_idle_ttl: Duration,
+    /// The sandbox commands run in (level, limits, what the kernel enforces).
+    pub sandbox: SharedSandbox,
 }
 
 impl Default for SchedulerConfig {
@@ -66,6 +68,7 @@ impl Default for SchedulerConfig {
             max_calls_per_batch: 128,
             max_sessions: 100_000,
             session_idle_ttl: Duration::from_secs(3600),
+            sandbox: Arc::new(Sandbox::default()),
         }
     }
 }
@@ -171,6 +174,7 @@ pub struct Scheduler {
     registry: SharedRegistry,
     open_streams: watch::Receiver<usize>,
     metrics: Arc<Metrics>,
+    sandbox: SharedSandbox,
 }
 
 impl Scheduler {
@@ -187,6 +191,7 @@ impl Scheduler {
         let registry = registry.into();
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
+        let sandbox = config.sandbox.clone();
         let shared = Arc::new(Shared {
             config,
             registry: registry.clone(),
@@ -207,12 +212,18 @@ impl Scheduler {
             registry,
             open_streams: open_rx,
             metrics,
+            sandbox,
         }
     }
 
     /// The scheduler's metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// The sandbox commands run in (for `GetServerInfo`).
+    pub fn sandbox(&self) -> &SharedSandbox {
+        &self.sandbox
     }
 
     /// The current tool registry (for `ListTools`).

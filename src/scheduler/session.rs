@@ -1049,6 +1049,7 @@ impl Session {
                 progress: progress_tx,
                 timeout: config.execution_timeout,
                 output: config.output,
+                sandbox: config.sandbox.clone(),
             };
             let tx = self.internal_tx.clone();
             let batch_id = batch.id.clone();

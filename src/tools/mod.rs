@@ -32,7 +32,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::sandbox::{OutputLimits, Workspace};
+use crate::sandbox::{OutputLimits, SharedSandbox, Workspace};
 
 pub use edit::ReplaceTool;
 pub use glob::GlobTool;
@@ -266,6 +266,8 @@ pub struct ExecContext {
     pub timeout: Duration,
     /// Output bounds.
     pub output: OutputLimits,
+    /// The sandbox side effects run in.
+    pub sandbox: SharedSandbox,
 }
 
 /// How an execution ended.

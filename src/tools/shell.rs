@@ -67,6 +67,7 @@ impl Tool for ShellTool {
             )));
         }
         Ok(Arc::new(ShellInvocation {
+            workspace: self.ws.root().to_path_buf(),
             dir_display: self.ws.display(&dir),
             dir,
             timeout: opt_u64_arg(args, "timeout").map(Duration::from_secs),
@@ -77,6 +78,7 @@ impl Tool for ShellTool {
 
 struct ShellInvocation {
     command: String,
+    workspace: std::path::PathBuf,
     dir: std::path::PathBuf,
     dir_display: String,
     timeout: Option<Duration>,
@@ -112,6 +114,8 @@ impl Invocation for ShellInvocation {
                 cwd: self.dir.clone(),
                 timeout,
                 limits: ctx.output,
+                sandbox: ctx.sandbox.clone(),
+                workspace: self.workspace.clone(),
             };
             let (tx, mut rx) = mpsc::unbounded_channel();
             let progress = ctx.progress.clone();
@@ -166,6 +170,31 @@ impl Invocation for ShellInvocation {
                 ProcessOutcome::Cancelled { output } => ToolOutcome::Cancelled {
                     partial_output: Some(output),
                 },
+                ProcessOutcome::SandboxDenied {
+                    exit_code,
+                    output,
+                    evidence,
+                    ..
+                } => ToolError {
+                    kind: ErrorKind::SandboxDenied,
+                    message: format!(
+                        "The sandbox ({level}) refused an operation of this command (exit code {code}): {evidence}. At this level commands may {allowed}.",
+                        level = ctx.sandbox.config.level,
+                        code = exit_code.map_or("none".to_string(), |c| c.to_string()),
+                        evidence = evidence.trim(),
+                        allowed = crate::sandbox::allowed_summary(ctx.sandbox.config.level),
+                    ),
+                    partial_output: Some(output),
+                }
+                .into(),
+                ProcessOutcome::SandboxSetupFailed { message, output } => ToolError {
+                    kind: ErrorKind::SandboxDenied,
+                    message: format!(
+                        "The sandbox could not be set up, so the command did not run: {message}"
+                    ),
+                    partial_output: Some(output),
+                }
+                .into(),
                 ProcessOutcome::SpawnFailed { message } => {
                     ToolError::new(ErrorKind::UnhandledException, message).into()
                 }

@@ -1,0 +1,515 @@
+//! The escape suite: one test per attempt to leave the sandbox, each through
+//! the real gRPC server (yolo mode, so approval does not stand in the way)
+//! and the real worker. Every attempt must end in an Error of type
+//! `sandbox_denied` or `path_not_in_workspace`, with nothing written outside.
+//!
+//! The tests probe the kernel first; where a feature is truly missing they
+//! say so loudly and stop (they never pass silently).
+
+mod support;
+
+use std::sync::Arc;
+
+use serde_json::json;
+use support::*;
+use toolsched::api::pb;
+use toolsched::policy::ApprovalMode;
+use toolsched::sandbox::{ResourceLimits, Sandbox, SandboxConfig, SandboxLevel};
+use toolsched::scheduler::SchedulerConfig;
+
+/// Whether the kernel enforces `level`; prints why not, loudly.
+fn kernel_enforces(level: SandboxLevel) -> bool {
+    let probe = toolsched::sandbox::probe::probe(level);
+    if probe.missing.is_empty() {
+        return true;
+    }
+    eprintln!(
+        "\n*** SKIPPED: the kernel cannot enforce sandbox level {level}: missing {} ***\n",
+        probe.missing.join(", ")
+    );
+    false
+}
+
+fn config_with(sandbox: SandboxConfig) -> SchedulerConfig {
+    SchedulerConfig {
+        default_mode: ApprovalMode::Yolo,
+        sandbox: Arc::new(Sandbox::new(sandbox)),
+        ..SchedulerConfig::default()
+    }
+}
+
+fn yolo() -> SchedulerConfig {
+    config_with(SandboxConfig::default())
+}
+
+fn shell(id: &str, command: &str) -> pb::FunctionCall {
+    call(id, "run_shell_command", json!({ "command": command }))
+}
+
+/// Runs one shell command and asserts it was refused by the sandbox.
+async fn assert_denied(srv: &TestServer, command: &str) -> String {
+    let events = srv.run("s", vec![shell("c", command)]).await;
+    assert_eq!(
+        states(&events, "c"),
+        ["validating", "scheduled", "executing", "error"],
+        "{command}: {events:?}"
+    );
+    let (kind, message) = error_of(&events, "c");
+    assert_eq!(kind, pb::ErrorType::SandboxDenied, "{command}: {message}");
+    message
+}
+
+fn unique(name: &str) -> String {
+    format!("toolsched-escape-{name}-{}", uuid::Uuid::new_v4().simple())
+}
+
+#[tokio::test]
+async fn shell_write_to_tmp_is_denied() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    let target = std::path::Path::new("/tmp").join(unique("tmp"));
+    // `tee FILE` rather than `> FILE`: the policy already denies a
+    // redirection outside the workspace; this is what string checks miss.
+    let msg = assert_denied(&srv, &format!("echo pwned | tee {}", target.display())).await;
+    assert!(msg.contains("Permission denied"), "{msg}");
+    assert!(!target.exists());
+}
+
+#[tokio::test]
+async fn shell_write_to_home_is_denied() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let home = std::env::var_os("HOME").expect("HOME is set for the test run");
+    let srv = TestServer::with_config(yolo()).await;
+    let name = unique("home");
+    // Commands get HOME = their private tmp, so `~/x` is harmless; the real
+    // home of the server's user must be out of reach too.
+    let real = std::path::Path::new(&home).join(&name);
+    assert_denied(&srv, &format!("echo pwned | tee {}", real.display())).await;
+    assert!(!std::path::Path::new(&home).join(&name).exists());
+}
+
+#[tokio::test]
+async fn shell_write_to_parent_of_workspace_is_denied() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    let name = unique("parent");
+    assert_denied(&srv, &format!("echo pwned | tee ../{name}")).await;
+    let parent = srv
+        .workspace
+        .path()
+        .parent()
+        .expect("workspace has a parent");
+    assert!(!parent.join(&name).exists());
+}
+
+#[tokio::test]
+async fn reading_etc_shadow_is_denied() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    assert!(
+        std::path::Path::new("/etc/shadow").exists(),
+        "this test needs /etc/shadow to exist on the host"
+    );
+    let srv = TestServer::with_config(yolo()).await;
+    let msg = assert_denied(&srv, "cat /etc/shadow").await;
+    assert!(msg.contains("/etc/shadow: Permission denied"), "{msg}");
+}
+
+#[tokio::test]
+async fn reading_the_servers_environment_is_denied() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    // The server runs in this test process.
+    let pid = std::process::id();
+    let events = srv
+        .run("s", vec![shell("c", &format!("cat /proc/{pid}/environ"))])
+        .await;
+    let (kind, message) = error_of(&events, "c");
+    assert_eq!(kind, pb::ErrorType::SandboxDenied, "{message}");
+    assert!(message.contains("Permission denied"), "{message}");
+    let State::Error(e) = terminal(&events, "c") else {
+        unreachable!()
+    };
+    let response = response_json(e.response.as_ref().expect("response"));
+    let text = serde_json::to_string(&response).unwrap();
+    assert!(!text.contains("PATH="), "environment leaked: {text}");
+}
+
+#[tokio::test]
+async fn symlink_made_by_the_command_is_not_followed_by_read_file() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    let events = srv
+        .run(
+            "s",
+            vec![shell(
+                "ln",
+                "ln -s /etc/passwd link && ln -s / rootlink && echo linked",
+            )],
+        )
+        .await;
+    assert!(success_output(&events, "ln").contains("linked"));
+    let events = srv
+        .run(
+            "s",
+            vec![
+                call("r1", "read_file", json!({ "file_path": "link" })),
+                call(
+                    "r2",
+                    "read_file",
+                    json!({ "file_path": "rootlink/etc/passwd" }),
+                ),
+            ],
+        )
+        .await;
+    for id in ["r1", "r2"] {
+        let (kind, message) = error_of(&events, id);
+        assert_eq!(kind, pb::ErrorType::PathNotInWorkspace, "{id}: {message}");
+    }
+}
+
+/// The same attempt within one batch: `read_file` is validated before the
+/// command creates the link, so only a read that resolves the path at
+/// execution time beneath the root (`Workspace::read_beneath`) refuses it.
+#[tokio::test]
+async fn symlink_made_by_the_command_in_the_same_batch_is_not_followed() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    let events = srv
+        .run(
+            "s",
+            vec![
+                shell("ln", "ln -s /etc/passwd link && echo linked"),
+                call("r1", "read_file", json!({ "file_path": "link" })),
+            ],
+        )
+        .await;
+    assert!(success_output(&events, "ln").contains("linked"));
+    let (kind, message) = error_of(&events, "r1");
+    assert_eq!(kind, pb::ErrorType::PathNotInWorkspace, "{message}");
+}
+
+/// A loopback listener that must never see a connection.
+fn listener() -> std::net::TcpListener {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.set_nonblocking(true).expect("nonblocking");
+    l
+}
+
+fn assert_never_connected(l: &std::net::TcpListener) {
+    match l.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the sandboxed command reached the listener: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn python_tcp_socket_is_denied_under_workspace_write() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    assert!(
+        std::path::Path::new("/usr/bin/python3").exists(),
+        "this test needs /usr/bin/python3 (apt-get install python3)"
+    );
+    let l = listener();
+    let port = l.local_addr().unwrap().port();
+    let srv = TestServer::with_config(yolo()).await;
+    let msg = assert_denied(
+        &srv,
+        &format!(
+            "/usr/bin/python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}))\""
+        ),
+    )
+    .await;
+    assert!(msg.contains("Operation not permitted"), "{msg}");
+    assert_never_connected(&l);
+}
+
+#[tokio::test]
+async fn curl_tcp_connect_is_denied_under_workspace_write() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    assert!(
+        std::path::Path::new("/usr/bin/curl").exists(),
+        "this test needs /usr/bin/curl (apt-get install curl)"
+    );
+    let l = listener();
+    let port = l.local_addr().unwrap().port();
+    let srv = TestServer::with_config(yolo()).await;
+    assert_denied(&srv, &format!("curl -sS http://127.0.0.1:{port}/")).await;
+    assert_never_connected(&l);
+}
+
+/// Whether any live process has `marker` in its command line.
+fn processes_with(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = status
+                .rfind(')')
+                .is_some_and(|i| status[i + 1..].trim_start().starts_with('Z'));
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            !zombie && String::from_utf8_lossy(&cmdline).contains(marker)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn fork_bomb_is_bounded_and_other_sessions_keep_working() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let probe = toolsched::sandbox::probe::probe(SandboxLevel::WorkspaceWrite);
+    assert_ne!(
+        probe.process_limit,
+        toolsched::sandbox::ProcessLimitKind::None,
+        "no process limit can be enforced here (uid 0 without a writable pids cgroup): a fork bomb would be unbounded"
+    );
+    let srv = TestServer::with_config(config_with(SandboxConfig {
+        limits: ResourceLimits {
+            processes: 64,
+            ..ResourceLimits::default()
+        },
+        ..SandboxConfig::default()
+    }))
+    .await;
+    let marker = unique("bomb");
+    // The classic bomb, then (with builtins only, no fork) a 3 s pause and a
+    // failure exit.
+    let bomb = format!(": {marker}; b() {{ b | b & }}; b; read -t 3 < /dev/zero; exit 1");
+    let mut stream = srv.schedule("bomb", vec![shell("bomb", &bomb)]).await;
+    let mut seen = Vec::new();
+    next_matching(&mut stream, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(u) if matches!(&u.state,
+            Some(State::Executing(x)) if x.output_chunk.contains("Resource temporarily unavailable")))
+    })
+    .await;
+    // The limit is hit; another session still runs commands.
+    let other = srv.run("other", vec![shell("ok", "echo alive")]).await;
+    assert!(success_output(&other, "ok").contains("alive"));
+    seen.extend(collect(stream).await);
+    let (kind, message) = error_of(&seen, "bomb");
+    assert_eq!(kind, pb::ErrorType::SandboxDenied, "{message}");
+    assert!(
+        message.contains("Resource temporarily unavailable"),
+        "{message}"
+    );
+    assert_eq!(
+        processes_with(&marker),
+        Vec::<u32>::new(),
+        "bomb processes left"
+    );
+}
+
+/// Peak resident memory of this process, in KiB.
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/self/status")
+}
+
+#[tokio::test]
+async fn endless_output_is_bounded_and_memory_stays_flat() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    let before = peak_rss_kib();
+    let events = srv.run("s", vec![shell("c", "yes | head -c 5G")]).await;
+    let grown = peak_rss_kib().saturating_sub(before);
+    let output = success_output(&events, "c");
+    let cap = toolsched::sandbox::OutputLimits::default().max_bytes;
+    assert!(output.len() < cap + 4096, "output {} bytes", output.len());
+    let omitted = (5u64 << 30) - cap as u64;
+    assert!(
+        output.contains(&format!("[{omitted} bytes of output omitted]")),
+        "{}",
+        &output[cap / 2 - 100..cap / 2 + 200]
+    );
+    // 5 GiB went through; the server kept a few MiB of it.
+    assert!(grown < 256 * 1024, "peak RSS grew by {grown} KiB");
+}
+
+#[tokio::test]
+async fn background_and_setsid_children_are_killed_on_cancel() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    let marker = unique("bg");
+    let command = format!(
+        "(exec -a {marker} sleep 1000) & setsid bash -c 'exec -a {marker} sleep 1000' & \
+         while [ $(pgrep -fc '^{marker}') -lt 2 ]; do :; done; echo both-running; wait"
+    );
+    let mut stream = srv.schedule("s", vec![shell("c", &command)]).await;
+    let mut seen = Vec::new();
+    next_matching(&mut stream, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(u) if matches!(&u.state,
+            Some(State::Executing(x)) if x.output_chunk.contains("both-running")))
+    })
+    .await;
+    let sleepers = processes_with(&marker)
+        .into_iter()
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cmdline.starts_with(marker.as_bytes())
+        })
+        .count();
+    assert_eq!(sleepers, 2);
+    srv.client
+        .clone()
+        .cancel(pb::CancelRequest {
+            session_id: "s".into(),
+            batch_id: None,
+            reason: "test".into(),
+        })
+        .await
+        .expect("cancel");
+    seen.extend(collect(stream).await);
+    assert_eq!(
+        states(&seen, "c"),
+        ["validating", "scheduled", "executing", "cancelled"]
+    );
+    assert_eq!(processes_with(&marker), Vec::<u32>::new(), "processes left");
+}
+
+#[tokio::test]
+async fn writing_git_hooks_in_a_nested_repository_is_denied() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    std::fs::create_dir_all(srv.path("vendor/lib/.git/hooks")).unwrap();
+    std::fs::write(srv.path("vendor/lib/.git/config"), "[core]\n").unwrap();
+    std::fs::create_dir_all(srv.path("vendor/lib/src")).unwrap();
+    assert_denied(&srv, "echo evil > vendor/lib/.git/hooks/pre-commit").await;
+    assert!(!srv.path("vendor/lib/.git/hooks/pre-commit").exists());
+    assert_denied(
+        &srv,
+        "echo '[core] fsmonitor = evil' >> vendor/lib/.git/config",
+    )
+    .await;
+    assert_denied(&srv, "mv vendor/lib/.git vendor/lib/git-moved").await;
+    assert_eq!(
+        std::fs::read_to_string(srv.path("vendor/lib/.git/config")).unwrap(),
+        "[core]\n"
+    );
+    // Next to it, the workspace stays writable.
+    let events = srv
+        .run(
+            "s",
+            vec![shell(
+                "ok",
+                "echo fine > vendor/lib/src/x && cat vendor/lib/src/x",
+            )],
+        )
+        .await;
+    assert!(success_output(&events, "ok").contains("fine"));
+}
+
+#[tokio::test]
+async fn workspace_write_still_writes_the_workspace_and_private_tmp() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    let events = srv
+        .run(
+            "s",
+            vec![shell(
+                "c",
+                "mkdir -p a/b && echo one > a/b/f && cat a/b/f && echo two | tee \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && echo quiet > /dev/null",
+            )],
+        )
+        .await;
+    let out = success_output(&events, "c");
+    assert!(out.contains("one") && out.contains("two"), "{out}");
+    assert_eq!(std::fs::read_to_string(srv.path("a/b/f")).unwrap(), "one\n");
+}
+
+#[tokio::test]
+async fn read_only_level_refuses_workspace_writes() {
+    if !kernel_enforces(SandboxLevel::ReadOnly) {
+        return;
+    }
+    let srv = TestServer::with_config(config_with(SandboxConfig {
+        level: SandboxLevel::ReadOnly,
+        ..SandboxConfig::default()
+    }))
+    .await;
+    std::fs::write(srv.path("in.txt"), "readable\n").unwrap();
+    let events = srv.run("s", vec![shell("r", "cat in.txt")]).await;
+    assert!(success_output(&events, "r").contains("readable"));
+    let srv_events = srv.run("s", vec![shell("w", "echo x > out.txt")]).await;
+    assert_eq!(error_of(&srv_events, "w").0, pb::ErrorType::SandboxDenied);
+    assert!(!srv.path("out.txt").exists());
+}
+
+#[tokio::test]
+async fn network_level_allows_tcp() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWriteNetwork) {
+        return;
+    }
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let srv = TestServer::with_config(config_with(SandboxConfig {
+        level: SandboxLevel::WorkspaceWriteNetwork,
+        ..SandboxConfig::default()
+    }))
+    .await;
+    let events = srv
+        .run(
+            "s",
+            vec![shell(
+                "c",
+                &format!(
+                    "/usr/bin/python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port})); print('connected')\""
+                ),
+            )],
+        )
+        .await;
+    assert!(success_output(&events, "c").contains("connected"));
+    l.accept().expect("the command connected");
+}
+
+#[tokio::test]
+async fn server_info_reports_the_probed_sandbox() {
+    let srv = TestServer::with_config(yolo()).await;
+    let info = srv
+        .client
+        .clone()
+        .get_server_info(pb::GetServerInfoRequest {})
+        .await
+        .expect("GetServerInfo")
+        .into_inner();
+    let sandbox = info.sandbox.expect("sandbox info");
+    let probe = toolsched::sandbox::probe::probe(SandboxLevel::WorkspaceWrite);
+    assert_eq!(sandbox.level, pb::SandboxLevel::WorkspaceWrite as i32);
+    assert_eq!(sandbox.landlock_abi as i32, probe.landlock_abi);
+    assert_eq!(sandbox.seccomp, probe.seccomp);
+    assert_eq!(sandbox.enforced, probe.missing.is_empty());
+    assert_eq!(sandbox.process_limit, probe.process_limit.name());
+    assert_eq!(sandbox.max_processes, ResourceLimits::default().processes);
+    assert_eq!(info.version, env!("CARGO_PKG_VERSION"));
+}

@@ -1,0 +1,396 @@
+//! The worker's confinement, seen from inside a command: seccomp, dropped
+//! capabilities, `no_new_privs`, resource limits, signal scoping, protected
+//! config, setup failures, and the server refusing to start without a
+//! worker. Through the gRPC server where the path is the real one, through
+//! the worker binary directly where a test needs options the harness cannot
+//! give (a protected path inside the workspace, a broken workspace).
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use serde_json::json;
+use support::*;
+use toolsched::api::pb;
+use toolsched::policy::ApprovalMode;
+use toolsched::sandbox::{ResourceLimits, Sandbox, SandboxConfig, SandboxLevel};
+use toolsched::scheduler::SchedulerConfig;
+
+const TOOLSCHED: &str = env!("CARGO_BIN_EXE_toolsched");
+
+fn kernel_enforces(level: SandboxLevel) -> bool {
+    let probe = toolsched::sandbox::probe::probe(level);
+    if probe.missing.is_empty() {
+        return true;
+    }
+    eprintln!(
+        "\n*** SKIPPED: the kernel cannot enforce sandbox level {level}: missing {} ***\n",
+        probe.missing.join(", ")
+    );
+    false
+}
+
+fn yolo() -> SchedulerConfig {
+    SchedulerConfig {
+        default_mode: ApprovalMode::Yolo,
+        ..SchedulerConfig::default()
+    }
+}
+
+fn shell(id: &str, command: &str) -> pb::FunctionCall {
+    call(id, "run_shell_command", json!({ "command": command }))
+}
+
+#[tokio::test]
+async fn namespaces_mounts_ptrace_and_keyrings_are_refused() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    // One line per attempt: the syscall's errno name, or "allowed".
+    let probe = r#"/usr/bin/python3 - <<'EOF'
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, nr, *args):
+    r = libc.syscall(nr, *args)
+    e = ctypes.get_errno()
+    print(name, "allowed" if r >= 0 else errno.errorcode[e])
+attempt("unshare_user", 272, 0x10000000)
+attempt("unshare_mount", 272, 0x00020000)
+attempt("setns", 308, 0, 0)
+attempt("mount", 165, b"none", b"/tmp", b"tmpfs", 0, None)
+attempt("ptrace_attach", 101, 16, os.getppid(), 0, 0)
+attempt("keyctl", 250, 0, -3, 0)
+attempt("bpf", 321, 0, 0, 0)
+attempt("io_uring_setup", 425, 1, 0)
+attempt("clone3", 435, 0, 0)
+attempt("init_module", 175, 0, 0, b"")
+attempt("x32_getpid", 0x40000000 + 39)
+EOF"#;
+    let events = srv.run("s", vec![shell("c", probe)]).await;
+    let out = success_output(&events, "c");
+    for line in [
+        "unshare_user EPERM",
+        "unshare_mount EPERM",
+        "setns EPERM",
+        "mount EPERM",
+        "ptrace_attach EPERM",
+        "keyctl EPERM",
+        "bpf EPERM",
+        "io_uring_setup EPERM",
+        "clone3 ENOSYS",
+        "init_module EPERM",
+        "x32_getpid EPERM",
+    ] {
+        assert!(out.contains(line), "expected {line:?} in {out}");
+    }
+}
+
+#[tokio::test]
+async fn capabilities_are_dropped_and_no_new_privs_is_set() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    let events = srv
+        .run(
+            "s",
+            vec![shell(
+                "c",
+                "grep -E '^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status",
+            )],
+        )
+        .await;
+    let out = success_output(&events, "c");
+    for line in [
+        "CapEff:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "CapAmb:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+    ] {
+        assert!(out.contains(line), "expected {line:?} in {out}");
+    }
+}
+
+#[tokio::test]
+async fn resource_limits_are_set_from_config() {
+    let srv = TestServer::with_config(SchedulerConfig {
+        sandbox: Arc::new(Sandbox::new(SandboxConfig {
+            limits: ResourceLimits {
+                cpu_secs: 77,
+                address_space_bytes: 3 << 30,
+                file_size_bytes: 1 << 20,
+                processes: 99,
+                open_files: 123,
+            },
+            ..SandboxConfig::default()
+        })),
+        ..yolo()
+    })
+    .await;
+    let events = srv
+        .run(
+            "s",
+            vec![shell(
+                "c",
+                "echo cpu=$(ulimit -t) as=$(ulimit -v) fsize=$(ulimit -f) nproc=$(ulimit -u) nofile=$(ulimit -n)",
+            )],
+        )
+        .await;
+    // bash's ulimit prints KiB for -v and -f.
+    assert!(
+        success_output(&events, "c").contains("cpu=77 as=3145728 fsize=1024 nproc=99 nofile=123"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_confined_command_cannot_signal_the_server() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let probe = toolsched::sandbox::probe::probe(SandboxLevel::WorkspaceWrite);
+    assert!(
+        probe.landlock_abi >= toolsched::sandbox::probe::SCOPE_LANDLOCK_ABI,
+        "Landlock ABI {} has no signal scoping",
+        probe.landlock_abi
+    );
+    let srv = TestServer::with_config(yolo()).await;
+    let pid = std::process::id();
+    let events = srv
+        .run("s", vec![shell("c", &format!("kill -TERM {pid}"))])
+        .await;
+    let (kind, message) = error_of(&events, "c");
+    assert_eq!(kind, pb::ErrorType::SandboxDenied, "{message}");
+    assert!(message.contains("Operation not permitted"), "{message}");
+}
+
+#[tokio::test]
+async fn level_none_is_unconfined_but_still_process_controlled() {
+    let srv = TestServer::with_config(SchedulerConfig {
+        sandbox: Arc::new(Sandbox::new(SandboxConfig {
+            level: SandboxLevel::None,
+            ..SandboxConfig::default()
+        })),
+        ..yolo()
+    })
+    .await;
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("written-by-none");
+    let events = srv
+        .run(
+            "s",
+            vec![shell(
+                "c",
+                &format!(
+                    "echo x > {} && grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status && ulimit -u",
+                    target.display()
+                ),
+            )],
+        )
+        .await;
+    let out = success_output(&events, "c");
+    assert!(target.exists());
+    assert!(
+        out.contains("NoNewPrivs:\t0") && out.contains("Seccomp:\t0"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&ResourceLimits::default().processes.to_string()),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn timeout_kills_the_command_and_what_it_left_behind() {
+    let srv = TestServer::with_config(yolo()).await;
+    let marker = format!("toolsched-timeout-{}", uuid::Uuid::new_v4().simple());
+    let command = format!(
+        "setsid bash -c 'exec -a {marker} sleep 1000' & (exec -a {marker} sleep 1000) & echo started; wait"
+    );
+    let events = srv
+        .run(
+            "s",
+            vec![call(
+                "c",
+                "run_shell_command",
+                json!({ "command": command, "timeout": 1 }),
+            )],
+        )
+        .await;
+    assert_eq!(
+        states(&events, "c"),
+        ["validating", "scheduled", "executing", "error"]
+    );
+    let (kind, message) = error_of(&events, "c");
+    assert_eq!(kind, pb::ErrorType::ExecutionTimeout, "{message}");
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| c.starts_with(marker.as_bytes()))
+        .map(|c| String::from_utf8_lossy(&c).into_owned())
+        .collect();
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+/// Runs the worker binary directly with `extra` options; returns (exit
+/// status, stdout+stderr, status report).
+fn run_worker(workspace: &Path, extra: &[&str], command: &str) -> (Option<i32>, String, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let status_file = tmp.path().join("status");
+    let private_tmp = tmp.path().join("tmp");
+    std::fs::create_dir(&private_tmp).unwrap();
+    // bash opens the status file on fd 3 and execs the worker with it.
+    let mut args: Vec<String> = vec![
+        "-c".into(),
+        "exec \"$@\" 3>\"$STATUS\"".into(),
+        "bash".into(),
+        TOOLSCHED.into(),
+        "sandbox-exec".into(),
+        "--level".into(),
+        "workspace_write".into(),
+        "--workspace".into(),
+        workspace.display().to_string(),
+        "--tmp".into(),
+        private_tmp.display().to_string(),
+        "--cpu-secs".into(),
+        "10".into(),
+        "--address-space-bytes".into(),
+        (4u64 << 30).to_string(),
+        "--file-size-bytes".into(),
+        (1u64 << 20).to_string(),
+        "--processes".into(),
+        "64".into(),
+        "--open-files".into(),
+        "256".into(),
+        "--kill-grace-ms".into(),
+        "200".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(["--".into(), "bash".into(), "-c".into(), command.into()]);
+    let out = Command::new("bash")
+        .args(&args)
+        .current_dir(workspace)
+        .env("STATUS", &status_file)
+        .output()
+        .expect("run the worker");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = std::fs::read_to_string(&status_file).unwrap_or_default();
+    (out.status.code(), text, status)
+}
+
+#[test]
+fn the_service_config_in_the_workspace_is_read_only() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let config = ws_path.join("toolsched.toml");
+    std::fs::write(&config, "sandbox_level = \"workspace_write\"\n").unwrap();
+    // Beside a protected path no entry can be created (see the README's
+    // Protected paths); a subdirectory is fully writable.
+    std::fs::create_dir(ws_path.join("sub")).unwrap();
+    let protect = config.display().to_string();
+    let (code, out, status) = run_worker(
+        &ws_path,
+        &["--protect", &protect],
+        "echo 'sandbox_level = \"none\"' > toolsched.toml; echo rc=$?; echo other > sub/other.txt && cat sub/other.txt",
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("toolsched.toml: Permission denied"), "{out}");
+    assert!(out.contains("rc=1") && out.contains("other"), "{out}");
+    assert_eq!(status.trim(), r#"{"exit_code":0}"#);
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "sandbox_level = \"workspace_write\"\n"
+    );
+}
+
+#[test]
+fn a_confinement_failure_is_reported_and_the_command_never_runs() {
+    let ws = tempfile::tempdir().unwrap();
+    let marker = ws.path().join("ran");
+    let missing = ws.path().join("no-such-workspace");
+    let (code, out, status) = run_worker(ws.path(), &[], &format!("touch {}", marker.display()));
+    assert_eq!(code, Some(0), "sanity: the worker runs commands: {out}");
+    std::fs::remove_file(&marker).unwrap();
+    // Same command, but a workspace the worker cannot open.
+    let tmp = tempfile::tempdir().unwrap();
+    let status_file = tmp.path().join("status");
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            "exec \"$@\" 3>\"$STATUS\"",
+            "bash",
+            TOOLSCHED,
+            "sandbox-exec",
+            "--level",
+            "workspace_write",
+            "--workspace",
+            &missing.display().to_string(),
+            "--tmp",
+            &tmp.path().display().to_string(),
+            "--cpu-secs",
+            "10",
+            "--address-space-bytes",
+            "4294967296",
+            "--file-size-bytes",
+            "1048576",
+            "--processes",
+            "64",
+            "--open-files",
+            "256",
+            "--kill-grace-ms",
+            "200",
+            "--",
+            "bash",
+            "-c",
+            &format!("touch {}", marker.display()),
+        ])
+        .env("STATUS", &status_file)
+        .output()
+        .unwrap();
+    let status_text = std::fs::read_to_string(&status_file).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(toolsched::sandbox::worker::SETUP_FAILED_EXIT)
+    );
+    assert!(
+        status_text.contains("setup_error") && status_text.contains("open workspace"),
+        "{status_text}"
+    );
+    assert!(
+        !marker.exists(),
+        "the command ran although confinement failed"
+    );
+    let _ = status;
+}
+
+#[test]
+fn the_server_refuses_to_start_without_a_worker() {
+    let out = Command::new(TOOLSCHED)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--sandbox-worker-exe",
+            "/nonexistent/toolsched",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot find the worker binary /nonexistent/toolsched"),
+        "{err}"
+    );
+}
