@@ -158,7 +158,16 @@ async fn a_confined_command_cannot_signal_the_server() {
         "Landlock ABI {} has no signal scoping",
         probe.landlock_abi
     );
-    let srv = TestServer::with_config(yolo()).await;
+    // `kill` is a dangerous form the policy asks about; an operator rule
+    // allows it here so that the kernel is what refuses.
+    let rules = toolsched::policy::parse_rules(
+        "[[rule]]\nname = \"allow-kill\"\ncommand_prefix = [\"kill\"]\ndecision = \"allow\"\n",
+        "test-policy.toml",
+    )
+    .unwrap();
+    let policy =
+        toolsched::policy::PolicyHandle::fixed(toolsched::policy::Policy::with_rules(rules, None));
+    let srv = TestServer::with_policy(yolo(), Default::default(), policy).await;
     let pid = std::process::id();
     let events = srv
         .run("s", vec![shell("c", &format!("kill -TERM {pid}"))])
@@ -186,7 +195,7 @@ async fn level_none_is_unconfined_but_still_process_controlled() {
             vec![shell(
                 "c",
                 &format!(
-                    "echo x > {} && grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status && ulimit -u",
+                    "echo x | tee {} && grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status && ulimit -u",
                     target.display()
                 ),
             )],
