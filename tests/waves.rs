@@ -197,3 +197,45 @@ async fn wait_for_previous_splits_a_wave() {
         ]
     );
 }
+
+#[tokio::test]
+async fn batch_completed_fits_a_default_clients_message_limit() {
+    // Five reads of ~900 KiB each: every response is within its tool's
+    // bound, but BatchCompleted repeats them all (4.5 MiB > 4 MiB).
+    let srv = TestServer::start().await;
+    // 1900 lines of 500 bytes: within read_file's line, width and 1 MiB caps.
+    let line = "x".repeat(499) + "\n";
+    let content = line.repeat(1_900);
+    let mut calls = Vec::new();
+    for i in 0..5 {
+        std::fs::write(srv.path(&format!("f{i}.txt")), &content).unwrap();
+        calls.push(call(
+            &format!("r{i}"),
+            "read_file",
+            json!({"file_path": format!("f{i}.txt")}),
+        ));
+    }
+    // The default tonic client (4 MiB decode limit) reads the whole stream.
+    let events = srv.run("s", calls).await;
+    for i in 0..5 {
+        // Each call's own Success event carries its full output.
+        assert_eq!(success_output(&events, &format!("r{i}")), content);
+    }
+    let done = completed(&events);
+    let outputs: Vec<String> = done
+        .responses
+        .iter()
+        .map(|r| response_json(r)["output"].as_str().unwrap().to_string())
+        .collect();
+    let total: usize = outputs.iter().map(String::len).sum();
+    assert!(total <= 3 * 1024 * 1024, "{total}");
+    let cut = outputs
+        .iter()
+        .filter(|o| o.contains("bytes omitted here to keep the message under"))
+        .count();
+    assert!(cut >= 1, "no response was shortened");
+    // What is kept of each is the start of the real output.
+    for o in &outputs {
+        assert!(content.starts_with(o.split("\n... [").next().unwrap()));
+    }
+}

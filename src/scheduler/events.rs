@@ -153,6 +153,91 @@ impl FunctionResponse {
     }
 }
 
+/// Largest function-response payload in one message, in bytes (estimated
+/// from the JSON): a default gRPC client accepts 4 MiB messages, and the
+/// event around the responses needs some room.
+pub const MAX_RESPONSES_BYTES: usize = 3 * 1024 * 1024;
+
+/// Estimated encoded size of a JSON value, in bytes: string and key bytes
+/// plus a few bytes of framing per value (protobuf's Struct encoding is
+/// within a small factor of this).
+fn approx_size(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len() + 4,
+        Value::Array(a) => 4 + a.iter().map(approx_size).sum::<usize>(),
+        Value::Object(o) => {
+            4 + o
+                .iter()
+                .map(|(k, v)| k.len() + 4 + approx_size(v))
+                .sum::<usize>()
+        }
+        _ => 12,
+    }
+}
+
+impl FunctionResponse {
+    /// Estimated encoded size in bytes.
+    pub fn approx_size(&self) -> usize {
+        self.id.len()
+            + self.name.len()
+            + 8
+            + self
+                .response
+                .iter()
+                .map(|(k, v)| k.len() + 4 + approx_size(v))
+                .sum::<usize>()
+    }
+}
+
+/// Shrinks the largest string fields of `responses` until their estimated
+/// total is at most `budget` bytes, marking each cut with what was omitted.
+/// Every tool bounds its own output; this bounds what a batch adds up to,
+/// so that `BatchCompleted` (which repeats every response) still fits a
+/// default client's message limit. The full responses were sent in each
+/// call's terminal event.
+pub fn fit_responses(responses: &mut [FunctionResponse], budget: usize) {
+    let mut total: usize = responses.iter().map(FunctionResponse::approx_size).sum();
+    while total > budget {
+        // The largest string value among all top-level response fields.
+        let Some((ri, key, len)) = responses
+            .iter()
+            .enumerate()
+            .flat_map(|(ri, r)| {
+                r.response.iter().filter_map(move |(k, v)| match v {
+                    Value::String(s) => Some((ri, k.clone(), s.len())),
+                    _ => None,
+                })
+            })
+            .max_by_key(|(_, _, len)| *len)
+        else {
+            return;
+        };
+        let excess = total - budget;
+        // Keep at least a short head of the field; a note replaces the rest.
+        let keep = len.saturating_sub(excess + 200).max(len.min(256)).min(len);
+        if keep >= len {
+            return;
+        }
+        let Some(Value::String(text)) = responses[ri].response.get_mut(&key) else {
+            return;
+        };
+        let mut cut = keep;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let omitted = text.len() - cut;
+        text.truncate(cut);
+        text.push_str(&format!(
+            "\n... [{omitted} bytes omitted here to keep the message under {budget} bytes; the call's own terminal event carried them]"
+        ));
+        let new_total: usize = responses.iter().map(FunctionResponse::approx_size).sum();
+        if new_total >= total {
+            return;
+        }
+        total = new_total;
+    }
+}
+
 /// A call's state as reported to the client: each state's own data.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StateUpdate {

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::call::{CallSlot, CallState, error_update};
 use super::events::{
     BatchEvent, BatchRequest, CancelRequest, CancelSummary, ConfirmRequest, ConfirmationOutcome,
-    Event, FunctionResponse, StateUpdate,
+    Event, FunctionResponse, MAX_RESPONSES_BYTES, StateUpdate, fit_responses,
 };
 use super::{CancelError, ConfirmError, HubCommand, Metrics, Shared};
 use crate::policy::{
@@ -749,11 +749,16 @@ impl Session {
                 };
                 slot.cancelled(reason, partial.as_deref())
             }
-            (None, ToolOutcome::Success { output, result }) => StateUpdate::Success {
-                response: FunctionResponse::success(&slot.request.id, &slot.request.name, output),
-                result,
-                duration,
-            },
+            (None, ToolOutcome::Success { output, result }) => {
+                let mut response =
+                    FunctionResponse::success(&slot.request.id, &slot.request.name, output);
+                fit_responses(std::slice::from_mut(&mut response), MAX_RESPONSES_BYTES);
+                StateUpdate::Success {
+                    response,
+                    result,
+                    duration,
+                }
+            }
             (None, ToolOutcome::Error(e)) => {
                 slot.error(e.kind, &e.message, e.partial_output.as_deref())
             }
@@ -1103,11 +1108,12 @@ impl Session {
         let Some(batch) = self.active.take() else {
             return;
         };
-        let responses = batch
+        let mut responses: Vec<FunctionResponse> = batch
             .request_order
             .iter()
             .filter_map(|&i| batch.calls[i].response().cloned())
             .collect();
+        fit_responses(&mut responses, MAX_RESPONSES_BYTES);
         batch.events.emit(BatchEvent::Completed {
             batch_id: batch.id.clone(),
             responses,
