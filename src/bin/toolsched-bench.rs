@@ -43,7 +43,7 @@ struct Cli {
     #[command(subcommand)]
     command: Option<Cmd>,
     /// Scenarios to run, comma-separated (s1,s2,s3,s4,s5,s6).
-    #[arg(long, default_value = "s1,s2,s3,s4,s6")]
+    #[arg(long, default_value = "s1,s2,s3,s4,s5,s6")]
     scenarios: String,
     /// Runs per figure; the table shows the median with min and max.
     #[arg(long, default_value_t = 3)]
@@ -176,6 +176,9 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
     }
     if scenarios.iter().any(|s| s == "s4") {
         rows.extend(s4_scale(&env).await?);
+    }
+    if scenarios.iter().any(|s| s == "s5") {
+        rows.extend(s5_search(&env).await?);
     }
     if scenarios.iter().any(|s| s == "s6") {
         rows.extend(s6_shell(&env).await?);
@@ -576,30 +579,21 @@ async fn s2_latency(env: &Env) -> anyhow::Result<Vec<Row>> {
 
 // === S3: waves ===
 
-async fn s3_waves(env: &Env) -> anyhow::Result<Vec<Row>> {
-    let ts = start_toolsched(env, &[])?;
-    let mut client = connections(ts.addr, 1).await?.remove(0);
-    let make = |wait: bool| {
-        batch(
-            "s3",
-            (0..8)
-                .map(|i| {
-                    fcall(
-                        &format!("r{i}"),
-                        "read_file",
-                        json!({"file_path": "big.txt", "start_line": 1, "end_line": 40000}),
-                        wait && i > 0,
-                    )
-                })
-                .collect(),
-        )
-    };
-    let reps = if env.quick { 3 } else { 10 };
+/// Wall time of `make(false)` (one parallel wave) and `make(true)` (each
+/// call waits for the previous), median of `reps` each per run.
+async fn wave_ratio(
+    env: &Env,
+    addr: SocketAddr,
+    label: &str,
+    reps: usize,
+    make: &dyn Fn(bool) -> pb::ScheduleCallsRequest,
+) -> anyhow::Result<(Stat, Stat, f64)> {
+    let mut client = connections(addr, 1).await?.remove(0);
     let mut par = Vec::new();
     let mut ser = Vec::new();
     let mut ratios = Vec::new();
     for run in 0..env.runs {
-        progress(&format!("[S3] waves run {}/{}", run + 1, env.runs));
+        progress(&format!("[S3] {label} run {}/{}", run + 1, env.runs));
         let mut p = Vec::new();
         let mut s = Vec::new();
         for _ in 0..reps {
@@ -611,15 +605,116 @@ async fn s3_waves(env: &Env) -> anyhow::Result<Vec<Row>> {
         ser.push(s);
         ratios.push(s / p);
     }
-    Ok(vec![Row {
+    Ok((Stat::of(par), Stat::of(ser), Stat::of(ratios).median))
+}
+
+/// A tree for CPU-bound searches: `files` files of ~64 KiB of text.
+fn make_tree(root: &Path, files: usize) -> anyhow::Result<()> {
+    let dir = root.join("tree");
+    std::fs::create_dir_all(&dir)?;
+    let words = [
+        "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta",
+    ];
+    for f in 0..files {
+        let mut text = String::with_capacity(66_000);
+        let mut i = f;
+        while text.len() < 64_000 {
+            i = i
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            text.push_str(words[(i >> 60) as usize % words.len()]);
+            text.push(if (i >> 40) % 9 == 0 { '\n' } else { ' ' });
+        }
+        std::fs::write(dir.join(format!("f{f:04}.txt")), text)?;
+    }
+    Ok(())
+}
+
+async fn s3_waves(env: &Env) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let reps = if env.quick { 2 } else { 5 };
+    // (a) CPU-bound read tools: grep_search over ~25 MiB each.
+    make_tree(&env.ws, if env.quick { 100 } else { 400 })?;
+    let ts = start_toolsched(env, &[])?;
+    let grep = |wait: bool| {
+        batch(
+            "s3a",
+            (0..8)
+                .map(|i| {
+                    fcall(
+                        &format!("g{i}"),
+                        "grep_search",
+                        json!({"pattern": "zq[0-9]{3}xy", "dir_path": "tree"}),
+                        wait && i > 0,
+                    )
+                })
+                .collect(),
+        )
+    };
+    let (par, ser, ratio) = wave_ratio(env, ts.addr, "grep_search", reps, &grep).await?;
+    rows.push(Row {
         scenario: "S3",
-        metric: "wall ms: 8 parallel read_file (40k lines each) vs the same with wait_for_previous"
-            .into(),
-        toolsched: Stat::of(par),
-        floor: Some(Stat::of(ser)),
-        ratio: Some(Stat::of(ratios).median),
-        target: "serial ÷ parallel ≥ 1.8 (CPU-bound, 2 cores); 'floor' column = serial".into(),
-    }])
+        metric: "wall ms: 8 grep_search (CPU-bound) in one wave vs with wait_for_previous ('floor' column = serial)".into(),
+        toolsched: par,
+        floor: Some(ser),
+        ratio: Some(ratio),
+        target: "serial ÷ parallel ≥ 1.8 on 2 cores".into(),
+    });
+    drop(ts);
+    // (b) Calls that wait: a read-only MCP tool that sleeps 200 ms.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join(".venv/bin/python");
+    let server = root.join("tests/mcp/py_server.py");
+    if !python.exists() {
+        eprintln!(
+            "\n[S3] waiting calls skipped: {} missing (run `bash tests/setup.sh`)",
+            python.display()
+        );
+        return Ok(rows);
+    }
+    let config = env.ws.join("s3-mcp.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp_servers.py]\ncommand = {:?}\nargs = [{:?}]\ntrust = true\n",
+            python.display().to_string(),
+            server.display().to_string()
+        ),
+    )?;
+    let config = config.to_string_lossy().to_string();
+    let ts = start_toolsched(env, &["--config", &config])?;
+    let wait = |w: bool| {
+        batch(
+            "s3b",
+            (0..8)
+                .map(|i| {
+                    fcall(
+                        &format!("w{i}"),
+                        "mcp_py_wait",
+                        json!({"seconds": 0.2}),
+                        w && i > 0,
+                    )
+                })
+                .collect(),
+        )
+    };
+    let (par, ser, ratio) = wave_ratio(
+        env,
+        ts.addr,
+        "waiting MCP calls",
+        if env.quick { 1 } else { 2 },
+        &wait,
+    )
+    .await?;
+    rows.push(Row {
+        scenario: "S3",
+        metric: "wall ms: 8 read-only MCP calls that each wait 200 ms, one wave vs with wait_for_previous".into(),
+        toolsched: par,
+        floor: Some(ser),
+        ratio: Some(ratio),
+        target: "serial ÷ parallel ≥ 6".into(),
+    });
+    Ok(rows)
 }
 
 // === S4: scale ===
@@ -783,34 +878,169 @@ async fn hold_and_confirm(
     Ok((per, done))
 }
 
+// === S5: search ===
+
+/// A repository-like tree: `dirs` × `per_dir` files of ~10.5 KiB, a
+/// `.gitignore`d directory, and `NEEDLE_<n>` planted in every 1000th file
+/// (and in every ignored file, which must not be found).
+fn make_repo(root: &Path, dirs: usize, per_dir: usize) -> anyhow::Result<usize> {
+    std::fs::create_dir_all(root)?;
+    let status = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(root)
+        .status()?;
+    if !status.success() {
+        bail!("git init failed in {}", root.display());
+    }
+    std::fs::write(root.join(".gitignore"), "ignored/\n*.log\n")?;
+    let filler: String = (0..150)
+        .map(|i| format!("let value_{i} = compute({i}, \"text\");\n"))
+        .collect();
+    let mut planted = 0;
+    for d in 0..dirs {
+        let dir = root.join(format!("src{d:03}"));
+        std::fs::create_dir_all(&dir)?;
+        for f in 0..per_dir {
+            let n = d * per_dir + f;
+            let mut text = filler.clone();
+            if n % 1000 == 0 {
+                text.push_str(&format!("// NEEDLE_{n}\n"));
+                planted += 1;
+            }
+            std::fs::write(dir.join(format!("m{f:03}.rs")), text)?;
+        }
+    }
+    let ignored = root.join("ignored");
+    std::fs::create_dir_all(&ignored)?;
+    for f in 0..200 {
+        std::fs::write(
+            ignored.join(format!("i{f}.rs")),
+            format!("{filler}// NEEDLE_ignored_{f}\n"),
+        )?;
+    }
+    Ok(planted)
+}
+
+async fn s5_search(env: &Env) -> anyhow::Result<Vec<Row>> {
+    let Ok(rg) = which("rg") else {
+        eprintln!("\n[S5] skipped: no `rg` binary (apt-get install ripgrep)");
+        return Ok(Vec::new());
+    };
+    let (dirs, per_dir) = if env.quick { (50, 100) } else { (500, 100) };
+    progress(&format!("[S5] generating {} files", dirs * per_dir));
+    let repo = env.ws.join("repo");
+    let planted = make_repo(&repo, dirs, per_dir)?;
+    let ts = start_toolsched(env, &[])?;
+    let mut client = connections(ts.addr, 1).await?.remove(0);
+    let req = || {
+        batch(
+            "s5",
+            vec![fcall(
+                "g",
+                "grep_search",
+                json!({"pattern": "NEEDLE_[0-9]+", "dir_path": "repo", "total_max_matches": 2000}),
+                false,
+            )],
+        )
+    };
+    let rg_run = || -> anyhow::Result<(f64, usize)> {
+        let t0 = Instant::now();
+        let out = Command::new(&rg)
+            .args(["--no-messages", "-n", "NEEDLE_[0-9]+", "."])
+            .current_dir(&repo)
+            .output()?;
+        let secs = t0.elapsed().as_secs_f64();
+        Ok((secs, String::from_utf8_lossy(&out.stdout).lines().count()))
+    };
+    let matches_of = |events: &[pb::ScheduleCallsResponse]| -> Option<u64> {
+        events.iter().find_map(|e| match &e.event {
+            Some(pb::schedule_calls_response::Event::CallUpdate(pb::ToolCallUpdate {
+                state: Some(pb::tool_call_update::State::Success(s)),
+                ..
+            })) => s
+                .result
+                .as_ref()
+                .and_then(|r| r.fields.get("matches"))
+                .and_then(|v| match v.kind {
+                    Some(prost_types::value::Kind::NumberValue(n)) => Some(n as u64),
+                    _ => None,
+                }),
+            _ => None,
+        })
+    };
+    // Warm the page cache for both.
+    let warm = record(ts.addr, req()).await?;
+    let ts_matches = matches_of(&warm).context("grep_search did not succeed")?;
+    let (_, rg_matches) = rg_run()?;
+    if ts_matches as usize != rg_matches || rg_matches != planted {
+        bail!("different matches: toolsched {ts_matches}, rg {rg_matches}, planted {planted}");
+    }
+    let mut t = Vec::new();
+    let mut r = Vec::new();
+    let mut ratios = Vec::new();
+    for run in 0..env.runs {
+        progress(&format!("[S5] search run {}/{}", run + 1, env.runs));
+        let a = run_batch(&mut client, req()).await?.end.as_secs_f64() * 1e3;
+        let b = rg_run()?.0 * 1e3;
+        t.push(a);
+        r.push(b);
+        ratios.push(a / b);
+    }
+    Ok(vec![Row {
+        scenario: "S5",
+        metric: format!(
+            "ms: grep_search vs `rg -n` over {} files ({planted} matches, .gitignore'd dir), 'floor' = rg",
+            dirs * per_dir
+        ),
+        toolsched: Stat::of(t),
+        floor: Some(Stat::of(r)),
+        ratio: Some(Stat::of(ratios).median),
+        target: "≤ 1.3× ripgrep".into(),
+    }])
+}
+
+fn which(name: &str) -> anyhow::Result<PathBuf> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .with_context(|| format!("{name} not on PATH"))
+}
+
 // === S6: shell ===
 
 async fn s6_shell(env: &Env) -> anyhow::Result<Vec<Row>> {
-    let n = if env.quick { 20 } else { 200 };
-    let ts = start_toolsched(env, &["--approval-mode", "yolo"])?;
-    let mut client = connections(ts.addr, 1).await?.remove(0);
-    let mut t_rate = Vec::new();
-    let mut d_rate = Vec::new();
-    let mut ratios = Vec::new();
+    let n = if env.quick { 20 } else { 100 };
+    let confined = start_toolsched(env, &["--approval-mode", "yolo"])?;
+    let unconfined = start_toolsched(env, &["--approval-mode", "yolo", "--sandbox-level", "none"])?;
+    let mut c_client = connections(confined.addr, 1).await?.remove(0);
+    let mut u_client = connections(unconfined.addr, 1).await?.remove(0);
+    let shell_true = || {
+        batch(
+            "s6",
+            vec![fcall(
+                "sh",
+                "run_shell_command",
+                json!({"command": "true"}),
+                false,
+            )],
+        )
+    };
+    let (mut c_rate, mut u_rate, mut d_rate) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut c_ratio, mut u_ratio, mut cu_ratio) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..env.runs {
         progress(&format!("[S6] shell run {}/{}", run + 1, env.runs));
         let t0 = Instant::now();
         for _ in 0..n {
-            run_batch(
-                &mut client,
-                batch(
-                    "s6",
-                    vec![fcall(
-                        "sh",
-                        "run_shell_command",
-                        json!({"command": "true"}),
-                        false,
-                    )],
-                ),
-            )
-            .await?;
+            run_batch(&mut c_client, shell_true()).await?;
         }
-        let t = n as f64 / t0.elapsed().as_secs_f64();
+        let c = n as f64 / t0.elapsed().as_secs_f64();
+        let t0 = Instant::now();
+        for _ in 0..n {
+            run_batch(&mut u_client, shell_true()).await?;
+        }
+        let u = n as f64 / t0.elapsed().as_secs_f64();
         let t0 = Instant::now();
         for _ in 0..n {
             tokio::process::Command::new("bash")
@@ -819,18 +1049,39 @@ async fn s6_shell(env: &Env) -> anyhow::Result<Vec<Row>> {
                 .await?;
         }
         let d = n as f64 / t0.elapsed().as_secs_f64();
-        t_rate.push(t);
+        c_rate.push(c);
+        u_rate.push(u);
         d_rate.push(d);
-        ratios.push(t / d);
+        c_ratio.push(c / d);
+        u_ratio.push(u / d);
+        cu_ratio.push(u / c);
     }
-    Ok(vec![Row {
-        scenario: "S6",
-        metric: "calls/s of `run_shell_command true`, sequential (floor: `bash -c true` spawned from Rust)".into(),
-        toolsched: Stat::of(t_rate),
-        floor: Some(Stat::of(d_rate)),
-        ratio: Some(Stat::of(ratios).median),
-        target: "ratio reported".into(),
-    }])
+    Ok(vec![
+        Row {
+            scenario: "S6",
+            metric: "calls/s of `run_shell_command true`, sequential, sandbox workspace_write (floor: `bash -c true` spawned from Rust)".into(),
+            toolsched: Stat::of(c_rate.clone()),
+            floor: Some(Stat::of(d_rate.clone())),
+            ratio: Some(Stat::of(c_ratio).median),
+            target: "ratio reported".into(),
+        },
+        Row {
+            scenario: "S6",
+            metric: "the same with --sandbox-level none (floor: bash -c true)".into(),
+            toolsched: Stat::of(u_rate.clone()),
+            floor: Some(Stat::of(d_rate)),
+            ratio: Some(Stat::of(u_ratio).median),
+            target: "ratio reported".into(),
+        },
+        Row {
+            scenario: "S6",
+            metric: "cost of confinement: unconfined calls/s ('toolsched') vs confined ('floor')".into(),
+            toolsched: Stat::of(u_rate),
+            floor: Some(Stat::of(c_rate)),
+            ratio: Some(Stat::of(cu_ratio).median),
+            target: "unconfined ÷ confined, reported".into(),
+        },
+    ])
 }
 
 // === the transport floor ===

@@ -420,6 +420,10 @@ impl Registry {
             .get(name)
             .ok_or_else(|| self.not_registered(name))?;
         let value = Value::Object(args.clone());
+        // Valid arguments are the common case: skip collecting errors.
+        if entry.validator.is_valid(&value) {
+            return entry.tool.build(args);
+        }
         let problems: Vec<String> = entry
             .validator
             .iter_errors(&value)

@@ -3,6 +3,8 @@ PyPI's `mcp` package (FastMCP).
 
 Tools:
 - whoami: the server's pid (read-only; tells whether a restart happened)
+- wait: sleeps `seconds` (read-only, so parallelizable: the benchmark's
+  "calls that wait")
 - progress_steps: progress notifications with messages; later ones leave
   out fields so the client must keep their earlier values
 - slow_with_progress: runs for `seconds`, reporting progress every
@@ -30,6 +32,13 @@ READ_ONLY = ToolAnnotations(readOnlyHint=True)
 def whoami() -> str:
     """The server's process id."""
     return str(os.getpid())
+
+
+@mcp.tool(annotations=READ_ONLY)
+async def wait(seconds: float) -> str:
+    """Sleeps `seconds` seconds, then says so."""
+    await asyncio.sleep(seconds)
+    return f"waited {seconds} s"
 
 
 @mcp.tool()
