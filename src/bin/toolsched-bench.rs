@@ -622,7 +622,7 @@ fn make_tree(root: &Path, files: usize) -> anyhow::Result<()> {
             i = i
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            text.push_str(words[(i >> 60) as usize % words.len()]);
+            text.push_str(words[(i >> 60) % words.len()]);
             text.push(if (i >> 40) % 9 == 0 { '\n' } else { ' ' });
         }
         std::fs::write(dir.join(format!("f{f:04}.txt")), text)?;
