@@ -903,7 +903,7 @@ fn make_repo(root: &Path, dirs: usize, per_dir: usize) -> anyhow::Result<usize> 
         for f in 0..per_dir {
             let n = d * per_dir + f;
             let mut text = filler.clone();
-            if n % 1000 == 0 {
+            if n.is_multiple_of(1000) {
                 text.push_str(&format!("// NEEDLE_{n}\n"));
                 planted += 1;
             }
