@@ -228,6 +228,8 @@ async fn modify_with_editor_prompts_again_with_a_new_correlation_id() {
         .await
         .unwrap_err();
     assert_eq!(stale.code(), tonic::Code::FailedPrecondition, "{stale:?}");
+    // The error does not give away the current prompt's id.
+    assert!(!stale.message().contains(&second.correlation_id));
     srv.confirm("s", "w", &second.correlation_id, O::ProceedOnce, None)
         .await
         .unwrap();

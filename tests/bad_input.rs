@@ -80,6 +80,11 @@ async fn malformed_batches_are_refused_before_anything_starts() {
             "calls[0].id is empty",
         ),
         (
+            request("s", vec![call("a", &"x".repeat(300), json!({}))]),
+            tonic::Code::InvalidArgument,
+            "tool names are at most 256",
+        ),
+        (
             request("s", vec![read("a"), read("b"), read("c"), read("d")]),
             tonic::Code::ResourceExhausted,
             "max_calls_per_batch",

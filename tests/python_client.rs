@@ -53,3 +53,40 @@ async fn python_grpcio_client_runs_a_batch_and_approves_a_write() {
         "written by python\n"
     );
 }
+
+#[tokio::test]
+async fn undecodable_and_oversized_requests_are_client_errors() {
+    let srv = TestServer::start().await;
+    let root = env!("CARGO_MANIFEST_DIR");
+    let output = tokio::process::Command::new(venv_tool("python"))
+        .arg(format!("{root}/tests/python/malformed.py"))
+        .arg(srv.addr.to_string())
+        .output()
+        .await
+        .expect("run python");
+    assert!(
+        output.status.success(),
+        "malformed.py failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(result["bad_utf8"]["code"], "INVALID_ARGUMENT", "{result}");
+    let msg = result["bad_utf8"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("malformed request:"), "{msg}");
+    assert!(msg.contains("UTF-8"), "{msg}");
+    assert_eq!(
+        result["oversized"]["code"], "RESOURCE_EXHAUSTED",
+        "{result}"
+    );
+    let msg = result["oversized"]["message"].as_str().unwrap();
+    assert!(msg.contains("--max-request-bytes"), "{msg}");
+    // The server is fine afterwards.
+    std::fs::write(srv.path("a"), "a\n").unwrap();
+    let events = srv
+        .run(
+            "s",
+            vec![support::call("r", "read_file", json!({"file_path": "a"}))],
+        )
+        .await;
+    assert_eq!(support::success_output(&events, "r"), "a\n");
+}

@@ -38,7 +38,9 @@ fn number_to_json(n: f64) -> Value {
     if n.fract() == 0.0 && n.abs() <= EXACT {
         Value::Number(Number::from(n as i64))
     } else {
-        Number::from_f64(n).map_or(Value::Null, Value::Number)
+        // JSON has no NaN or infinity: keep them visible as strings, so that
+        // a schema error names what was sent rather than a `null`.
+        Number::from_f64(n).map_or_else(|| Value::String(n.to_string()), Value::Number)
     }
 }
 
@@ -449,6 +451,7 @@ mod tests {
     fn whole_numbers_become_integers() {
         assert_eq!(number_to_json(5.0), serde_json::json!(5));
         assert_eq!(number_to_json(2.5), serde_json::json!(2.5));
-        assert_eq!(number_to_json(f64::NAN), Value::Null);
+        assert_eq!(number_to_json(f64::NAN), Value::String("NaN".into()));
+        assert_eq!(number_to_json(f64::INFINITY), Value::String("inf".into()));
     }
 }

@@ -219,8 +219,14 @@ pub async fn serve(
         scheduler.idle().await;
     };
 
+    let max_request_bytes = options.max_request_bytes;
     tonic::transport::Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
+        .layer(tower::util::MapResponseLayer::new(
+            move |response: http::Response<tonic::body::Body>| {
+                request_errors_as_client_errors(response, max_request_bytes)
+            },
+        ))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -235,6 +241,40 @@ pub async fn serve(
         )
         .await?;
     Ok(())
+}
+
+/// Rewrites the status of requests the codec could not take: a request
+/// that does not decode (invalid UTF-8, nesting past the decoder's limit) is
+/// the client's fault, so INVALID_ARGUMENT rather than tonic's INTERNAL; an
+/// oversized one is RESOURCE_EXHAUSTED (gRPC's code for "request larger than
+/// max") naming the limit, rather than OUT_OF_RANGE. Both are trailers-only
+/// responses, so the status is in the headers.
+fn request_errors_as_client_errors<B>(
+    mut response: http::Response<B>,
+    max_request_bytes: usize,
+) -> http::Response<B> {
+    let Some(status) = Status::from_header_map(response.headers()) else {
+        return response;
+    };
+    let message = status.message();
+    let replacement = match status.code() {
+        tonic::Code::Internal if message.starts_with("failed to decode Protobuf message") => {
+            let reason = message.rsplit(": ").next().unwrap_or(message);
+            Status::invalid_argument(format!(
+                "malformed request: the message could not be decoded ({reason})"
+            ))
+        }
+        tonic::Code::OutOfRange if message.contains("message length too large") => {
+            Status::resource_exhausted(format!(
+                "request message too large: {message} (max_request_bytes = {max_request_bytes}, --max-request-bytes)"
+            ))
+        }
+        _ => return response,
+    };
+    if replacement.add_header(response.headers_mut()).is_err() {
+        tracing::warn!("could not rewrite a request decoding status");
+    }
+    response
 }
 
 /// Compares secrets without an early exit that would leak their prefix

@@ -34,6 +34,9 @@ pub struct BatchRequest {
 pub const MAX_SESSION_ID_BYTES: usize = 128;
 /// Longest accepted call id, in bytes.
 pub const MAX_CALL_ID_BYTES: usize = 256;
+/// Longest accepted tool name, in bytes: names are echoed in several places
+/// of every event, and MCP wire names are at most 64.
+pub const MAX_TOOL_NAME_BYTES: usize = 256;
 
 impl BatchRequest {
     /// Checks what must hold before anything starts: a session id, at least
@@ -60,6 +63,12 @@ impl BatchRequest {
                 return Err(format!(
                     "calls[{i}].id is {} bytes; at most {MAX_CALL_ID_BYTES}",
                     call.id.len()
+                ));
+            }
+            if call.name.len() > MAX_TOOL_NAME_BYTES {
+                return Err(format!(
+                    "calls[{i}].name is {} bytes; tool names are at most {MAX_TOOL_NAME_BYTES}",
+                    call.name.len()
                 ));
             }
             if !seen.insert(call.id.as_str()) {

@@ -95,14 +95,12 @@ pub enum ConfirmError {
     UnknownCall { session_id: String, call_id: String },
     #[error("call '{call_id}' is not awaiting approval")]
     NotAwaitingApproval { call_id: String },
+    /// The current prompt's id is deliberately not named: knowing it would
+    /// let an answer to an old prompt approve the new one.
     #[error(
-        "correlation id '{given}' of call '{call_id}' is stale: the current prompt's is '{current}'"
+        "correlation id '{given}' is not the current prompt of call '{call_id}' (the prompt was replaced or answered); answer the latest AwaitingApproval event"
     )]
-    StaleCorrelation {
-        call_id: String,
-        given: String,
-        current: String,
-    },
+    StaleCorrelation { call_id: String, given: String },
     #[error("outcome {outcome:?} is not offered by this prompt (offered: {offered:?})")]
     OutcomeNotOffered {
         outcome: ConfirmationOutcome,

@@ -328,7 +328,6 @@ impl Session {
             return Err(ConfirmError::StaleCorrelation {
                 call_id: req.call_id,
                 given: req.correlation_id,
-                current: correlation_id.clone(),
             });
         }
         if !outcomes.contains(&req.outcome) {

@@ -424,22 +424,29 @@ impl Registry {
         if entry.validator.is_valid(&value) {
             return entry.tool.build(args);
         }
-        let problems: Vec<String> = entry
-            .validator
-            .iter_errors(&value)
-            .map(|e| {
-                let at = e.instance_path().to_string();
-                let field = if at.is_empty() {
-                    "arguments".to_string()
-                } else {
-                    format!("argument '{}'", at.trim_start_matches('/'))
-                };
-                format!("{field}: {e}")
-            })
-            .collect();
+        let mut problems: Vec<String> = Vec::new();
+        let mut more = 0usize;
+        for e in entry.validator.iter_errors(&value) {
+            if problems.len() == MAX_REPORTED_PROBLEMS {
+                more += 1;
+                continue;
+            }
+            let at = e.instance_path().to_string();
+            let field = if at.is_empty() {
+                "arguments".to_string()
+            } else {
+                format!("argument '{}'", at.trim_start_matches('/'))
+            };
+            problems.push(clip(&format!("{field}: {e}"), MAX_PROBLEM_CHARS));
+        }
         if !problems.is_empty() {
+            let tail = if more > 0 {
+                format!(" (and {more} more)")
+            } else {
+                String::new()
+            };
             return Err(ToolError::invalid_params(format!(
-                "Invalid arguments for {name}: {}",
+                "Invalid arguments for {name}: {}{tail}",
                 problems.join("; ")
             )));
         }
@@ -447,6 +454,7 @@ impl Registry {
     }
 
     fn not_registered(&self, name: &str) -> ToolError {
+        let name = &clip(name, MAX_PROBLEM_CHARS);
         let mut scored: Vec<(f64, &str)> = self
             .tools
             .keys()
@@ -497,6 +505,21 @@ impl SharedRegistry {
 impl From<Arc<Registry>> for SharedRegistry {
     fn from(registry: Arc<Registry>) -> Self {
         Self::new(registry)
+    }
+}
+
+/// Problems listed in one `invalid_tool_params` message; the rest are
+/// counted. The message goes to the model, which needs the first few.
+const MAX_REPORTED_PROBLEMS: usize = 5;
+/// Characters kept of one problem (a schema error can quote the whole
+/// argument object).
+const MAX_PROBLEM_CHARS: usize = 300;
+
+/// `text` cut to `max` characters, marked when cut.
+fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
     }
 }
 
