@@ -39,6 +39,10 @@ pub enum BeneathError {
     Outside { given: String },
     #[error("Path is empty")]
     Empty,
+    /// The last component is a symlink where none may be
+    /// ([`Workspace::open_nofollow_beneath`]).
+    #[error("Path '{given}' is now a symlink; it was swapped in after the path was checked.")]
+    Symlink { given: String },
     /// Any other I/O error (not found, is a directory, permission, …).
     #[error("{given}: {source}")]
     Io {
@@ -49,18 +53,18 @@ pub enum BeneathError {
 }
 
 impl BeneathError {
-    fn from_io(given: &str, source: io::Error) -> Self {
+    fn from_io(given: &Path, source: io::Error) -> Self {
         // cap-std reports escapes (openat2's EXDEV, or its own emulation's
         // check) as PermissionDenied with this message.
         if source.kind() == io::ErrorKind::PermissionDenied
             && source.to_string().contains("outside of the filesystem")
         {
             return BeneathError::Outside {
-                given: given.to_string(),
+                given: shown(given),
             };
         }
         BeneathError::Io {
-            given: given.to_string(),
+            given: shown(given),
             source,
         }
     }
@@ -171,6 +175,13 @@ impl Workspace {
     }
 
     // === race-free access beneath the root ===
+    //
+    // Threat: a path checked by `resolve` (or approved in a prompt) has a
+    // directory component swapped for a symlink to `/etc` before the open;
+    // std::fs would follow it. Every method below resolves the path
+    // component by component beneath a directory fd of the root (cap-std:
+    // openat2 RESOLVE_BENEATH, or its emulation), so the swap is refused at
+    // the instant of the open, not at the instant of an earlier check.
 
     /// The root as a capability directory: every open through it stays
     /// beneath the root, whatever symlinks the path meets.
@@ -181,13 +192,12 @@ impl Workspace {
     /// `given` relative to the root: an absolute path must lie under the
     /// root lexically (the open then checks it for real); a relative one is
     /// taken as is. `..` is left to the open, which refuses escapes.
-    fn relative<'a>(&self, given: &'a str) -> Result<&'a Path, BeneathError> {
-        if given.is_empty() {
+    fn relative<'a>(&self, given: &'a Path) -> Result<&'a Path, BeneathError> {
+        if given.as_os_str().is_empty() {
             return Err(BeneathError::Empty);
         }
-        let p = Path::new(given);
-        if p.is_absolute() {
-            return p
+        if given.is_absolute() {
+            return given
                 .strip_prefix(&self.root)
                 .map(|r| {
                     if r.as_os_str().is_empty() {
@@ -197,24 +207,80 @@ impl Workspace {
                     }
                 })
                 .map_err(|_| BeneathError::Outside {
-                    given: given.to_string(),
+                    given: shown(given),
                 });
         }
-        Ok(p)
+        Ok(given)
     }
 
-    /// Opens `given` for reading, beneath the root.
-    pub fn open_beneath(&self, given: &str) -> Result<std::fs::File, BeneathError> {
+    /// The root's fd and `given` relative to it.
+    fn at<'a>(&self, given: &'a Path) -> Result<(cap_std::fs::Dir, &'a Path), BeneathError> {
         let rel = self.relative(given)?;
         let dir = self.dir().map_err(|e| BeneathError::from_io(given, e))?;
-        let file = dir.open(rel).map_err(|e| BeneathError::from_io(given, e))?;
-        Ok(file.into_std())
+        Ok((dir, rel))
+    }
+
+    /// Opens `given` for reading, beneath the root; symlinks are followed
+    /// while they stay beneath it.
+    ///
+    /// The file is opened `O_NONBLOCK | O_NOCTTY`, so a FIFO nobody writes to
+    /// does not block the open and a terminal does not become ours; reads of
+    /// a regular file are unaffected. Callers check the file's type with
+    /// `File::metadata` (the same fd, so no race) before reading.
+    pub fn open_beneath(&self, given: impl AsRef<Path>) -> Result<std::fs::File, BeneathError> {
+        self.open_read(given.as_ref(), 0)
+    }
+
+    /// As [`Workspace::open_beneath`], but the last component must not be a
+    /// symlink ([`BeneathError::Symlink`]): for a path that was resolved
+    /// (symlinks and all) when a call was built, a link found there now was
+    /// swapped in since.
+    pub fn open_nofollow_beneath(
+        &self,
+        given: impl AsRef<Path>,
+    ) -> Result<std::fs::File, BeneathError> {
+        self.open_read(given.as_ref(), libc::O_NOFOLLOW)
+    }
+
+    fn open_read(&self, given: &Path, extra: i32) -> Result<std::fs::File, BeneathError> {
+        use cap_std::fs::OpenOptionsExt;
+        let (dir, rel) = self.at(given)?;
+        let mut opts = cap_std::fs::OpenOptions::new();
+        opts.read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | extra);
+        match dir.open_with(rel, &opts) {
+            Ok(f) => Ok(f.into_std()),
+            Err(e) if extra & libc::O_NOFOLLOW != 0 && e.raw_os_error() == Some(libc::ELOOP) => {
+                Err(BeneathError::Symlink {
+                    given: shown(given),
+                })
+            }
+            Err(e) => Err(BeneathError::from_io(given, e)),
+        }
+    }
+
+    /// Opens the directory `given` beneath the root, as a capability: what
+    /// is opened through it stays beneath it.
+    pub fn open_dir_beneath(
+        &self,
+        given: impl AsRef<Path>,
+    ) -> Result<cap_std::fs::Dir, BeneathError> {
+        let given = given.as_ref();
+        let (dir, rel) = self.at(given)?;
+        dir.open_dir(rel)
+            .map_err(|e| BeneathError::from_io(given, e))
     }
 
     /// Reads the whole file `given`, beneath the root, refusing files larger
-    /// than `max_bytes` with [`io::ErrorKind::FileTooLarge`].
-    pub fn read_beneath(&self, given: &str, max_bytes: u64) -> Result<Vec<u8>, BeneathError> {
+    /// than `max_bytes` with [`io::ErrorKind::FileTooLarge`] and anything but
+    /// a regular file (a directory with [`io::ErrorKind::IsADirectory`]).
+    pub fn read_beneath(
+        &self,
+        given: impl AsRef<Path>,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>, BeneathError> {
         use std::io::Read;
+        let given = given.as_ref();
         let file = self.open_beneath(given)?;
         let meta = file
             .metadata()
@@ -223,6 +289,12 @@ impl Workspace {
             return Err(BeneathError::from_io(
                 given,
                 io::Error::from(io::ErrorKind::IsADirectory),
+            ));
+        }
+        if !meta.is_file() {
+            return Err(BeneathError::from_io(
+                given,
+                io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"),
             ));
         }
         if meta.len() > max_bytes {
@@ -244,11 +316,64 @@ impl Workspace {
         Ok(buf)
     }
 
-    /// Metadata of `given` (symlinks followed, beneath the root).
-    pub fn metadata_beneath(&self, given: &str) -> Result<std::fs::Metadata, BeneathError> {
-        self.open_beneath(given)?
-            .metadata()
+    /// Metadata of `given` (symlinks followed while they stay beneath the
+    /// root). Nothing is opened for reading, so a FIFO is safe to stat.
+    pub fn metadata_beneath(
+        &self,
+        given: impl AsRef<Path>,
+    ) -> Result<cap_std::fs::Metadata, BeneathError> {
+        let given = given.as_ref();
+        let (dir, rel) = self.at(given)?;
+        dir.metadata(rel)
             .map_err(|e| BeneathError::from_io(given, e))
+    }
+
+    /// Metadata of `given` itself (a symlink as the last component is not
+    /// followed), beneath the root.
+    pub fn symlink_metadata_beneath(
+        &self,
+        given: impl AsRef<Path>,
+    ) -> Result<cap_std::fs::Metadata, BeneathError> {
+        let given = given.as_ref();
+        let (dir, rel) = self.at(given)?;
+        dir.symlink_metadata(rel)
+            .map_err(|e| BeneathError::from_io(given, e))
+    }
+
+    /// The parent directory of `given`, opened beneath the root, and the
+    /// last component's name: what an atomic replace works in (temp file,
+    /// rename) so that neither can be redirected out of the root. With
+    /// `create`, missing parent directories are created beneath the root
+    /// first; an existing one (or a symlink out) is reported as it is.
+    pub fn parent_beneath(
+        &self,
+        given: impl AsRef<Path>,
+        create: bool,
+    ) -> Result<(cap_std::fs::Dir, std::ffi::OsString), BeneathError> {
+        let given = given.as_ref();
+        let err = |e| BeneathError::from_io(given, e);
+        let (root, rel) = self.at(given)?;
+        let name = match rel.components().next_back() {
+            Some(Component::Normal(name)) => name.to_os_string(),
+            _ => {
+                return Err(err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "path names no file",
+                )));
+            }
+        };
+        let parent = match rel.parent() {
+            Some(p) if !p.as_os_str().is_empty() => match root.open_dir(p) {
+                Ok(d) => d,
+                Err(e) if create && e.kind() == io::ErrorKind::NotFound => {
+                    root.create_dir_all(p).map_err(err)?;
+                    root.open_dir(p).map_err(err)?
+                }
+                Err(e) => return Err(err(e)),
+            },
+            _ => root,
+        };
+        Ok((parent, name))
     }
 
     /// Writes `contents` to `given` atomically, beneath the root: missing
@@ -257,42 +382,23 @@ impl Workspace {
     /// reader sees the old or the new content, never a mix. An existing
     /// file's permissions are kept. The target itself is never followed if
     /// it is a symlink: the rename replaces the link.
-    pub fn write_atomic_beneath(&self, given: &str, contents: &[u8]) -> Result<(), BeneathError> {
+    pub fn write_atomic_beneath(
+        &self,
+        given: impl AsRef<Path>,
+        contents: &[u8],
+    ) -> Result<(), BeneathError> {
         use std::io::Write;
-        let rel = self.relative(given)?;
+        let given = given.as_ref();
         let err = |e| BeneathError::from_io(given, e);
-        let name = rel.file_name().ok_or_else(|| {
-            err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "path names no file",
-            ))
-        })?;
-        let root = self.dir().map_err(err)?;
-        let parent = match rel.parent() {
-            Some(p) if !p.as_os_str().is_empty() => match root.open_dir(p) {
-                Ok(d) => d,
-                // Only a missing parent is created; an existing one (or a
-                // symlink out) is reported by open_dir as it is.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    root.create_dir_all(p).map_err(err)?;
-                    root.open_dir(p).map_err(err)?
-                }
-                Err(e) => return Err(err(e)),
-            },
-            _ => root,
-        };
-        let permissions = match parent.symlink_metadata(name) {
+        let (parent, name) = self.parent_beneath(given, true)?;
+        let permissions = match parent.symlink_metadata(&name) {
             Ok(m) if m.is_file() => Some(m.permissions()),
             Ok(m) if m.is_dir() => {
                 return Err(err(io::Error::from(io::ErrorKind::IsADirectory)));
             }
             _ => None,
         };
-        let tmp_name = format!(
-            ".{}.toolsched-{}.tmp",
-            name.to_string_lossy(),
-            uuid::Uuid::new_v4().simple()
-        );
+        let tmp_name = temp_name(&name);
         let mut opts = cap_std::fs::OpenOptions::new();
         opts.write(true).create_new(true);
         let result = (|| {
@@ -302,7 +408,7 @@ impl Workspace {
                 tmp.set_permissions(p)?;
             }
             tmp.sync_all()?;
-            parent.rename(&tmp_name, &parent, name)
+            parent.rename(&tmp_name, &parent, &name)
         })();
         if result.is_err() {
             let _ = parent.remove_file(&tmp_name);
@@ -316,6 +422,21 @@ impl Workspace {
             root: self.root.display().to_string(),
         }
     }
+}
+
+/// `given` for an error message.
+fn shown(given: &Path) -> String {
+    given.to_string_lossy().into_owned()
+}
+
+/// A fresh name for the temporary file an atomic replace of `name` writes
+/// first: hidden, unique, and recognisable if a crash leaves it behind.
+pub fn temp_name(name: &std::ffi::OsStr) -> String {
+    format!(
+        ".{}.toolsched-{}.tmp",
+        name.to_string_lossy(),
+        uuid::Uuid::new_v4().simple()
+    )
 }
 
 #[cfg(test)]

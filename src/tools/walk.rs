@@ -6,9 +6,15 @@
 //! which may lie above the workspace root), `.git/info/exclude`, `.ignore`,
 //! and the project ignore files [`PROJECT_IGNORE_FILES`]. `.git` itself is
 //! never walked. Symlinks are not followed: a link is reported only when
-//! the workspace resolves its target inside the root, and a link leading
-//! outside is left out and counted, so no search reads a file outside the
-//! workspace through a link.
+//! its target stays beneath the root, and a link leading outside is left
+//! out and counted, so no search reads a file outside the workspace through
+//! a link.
+//!
+//! The walker works on paths, so a directory swapped for a symlink while it
+//! walks could make it read a directory outside. Every entry it yields is
+//! therefore looked up again beneath the root (`Workspace::*_beneath`,
+//! openat2 `RESOLVE_BENEATH`) and left out unless it exists there, and the
+//! tools open what the walk reports through the same beneath API.
 //!
 //! The walker does not say what it skipped, so after a complete walk every
 //! directory it entered is listed once more and its entries that the walk did
@@ -19,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::sandbox::Workspace;
+use crate::sandbox::{BeneathError, Workspace};
 
 /// Project ignore files read in every directory (gitignore syntax) whether
 /// or not git is used: ours, and Gemini CLI's so existing projects keep
@@ -46,7 +52,9 @@ pub(crate) struct WalkOptions {
 /// One entry the walk yields (never the walk's root).
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
-    /// What to open: `path`, or a symlink's target inside the workspace.
+    /// The entry's absolute path, to open through the workspace's beneath
+    /// API (a symlink is followed there only while it stays beneath the
+    /// root).
     pub target: PathBuf,
     /// Path relative to the walk's root with `/` separators.
     pub rel: String,
@@ -198,30 +206,40 @@ pub(crate) fn walk(
         let path = dent.path().to_path_buf();
         kept.insert(path.clone());
         let rel = relative(root, &path);
-        let is_symlink = dent.path_is_symlink();
-        let (target, is_dir, is_file) = if is_symlink {
-            // Only a link whose target resolves inside the workspace is
-            // reported; its target is what a tool may open.
-            match path.to_str().map(|p| ws.resolve(p)) {
-                Some(Ok(t)) => {
-                    let (is_dir, is_file) = std::fs::metadata(&t)
-                        .map(|m| (m.is_dir(), m.is_file()))
-                        .unwrap_or((false, false));
-                    (t, is_dir, is_file)
-                }
-                _ => {
+        // The walker reads directories by path, so a directory swapped for
+        // a symlink out while it walks would make it list names from
+        // outside. Each entry is therefore looked up again beneath the root
+        // (without following it): only one that exists there is reported,
+        // with the type found there.
+        let here = match ws.symlink_metadata_beneath(&path) {
+            Ok(m) => m,
+            Err(BeneathError::Outside { .. }) => {
+                left.outside_links += 1;
+                continue;
+            }
+            Err(_) => {
+                left.unreadable += 1;
+                continue;
+            }
+        };
+        let (is_dir, is_file) = if here.file_type().is_symlink() {
+            // Only a link whose target stays beneath the root is reported;
+            // a tool opens it beneath the root again.
+            match ws.metadata_beneath(&path) {
+                Ok(m) => (m.is_dir(), m.is_file()),
+                Err(_) => {
                     left.outside_links += 1;
                     continue;
                 }
             }
         } else {
-            let is_dir = dent.file_type().is_some_and(|t| t.is_dir());
-            let is_file = dent.file_type().is_some_and(|t| t.is_file());
+            let is_dir = here.is_dir();
             if is_dir && opts.max_depth.is_none_or(|m| dent.depth() < m) {
                 entered.push(path.clone());
             }
-            (path, is_dir, is_file)
+            (is_dir, here.is_file())
         };
+        let target = path;
         let entry = Entry {
             target,
             rel,
@@ -236,11 +254,17 @@ pub(crate) fn walk(
     if complete {
         let mut ignored = 0;
         for dir in &entered {
-            let Ok(read) = std::fs::read_dir(dir) else {
+            // Listed beneath the root, so no name from outside is counted.
+            let Ok(read) = ws.open_dir_beneath(dir).and_then(|d| {
+                d.entries().map_err(|e| BeneathError::Io {
+                    given: dir.to_string_lossy().into_owned(),
+                    source: e,
+                })
+            }) else {
                 continue;
             };
             for child in read.flatten() {
-                let path = child.path();
+                let path = dir.join(child.file_name());
                 if child.file_name() == ".git" || kept.contains(&path) {
                     continue;
                 }
