@@ -52,9 +52,8 @@ pub(crate) struct WalkOptions {
 /// One entry the walk yields (never the walk's root).
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
-    /// The entry's absolute path, to open through the workspace's beneath
-    /// API (a symlink is followed there only while it stays beneath the
-    /// root).
+    /// What to open through the workspace's beneath API: the entry's path,
+    /// or a symlink's target inside the workspace.
     pub target: PathBuf,
     /// Path relative to the walk's root with `/` separators.
     pub rel: String,
@@ -222,12 +221,21 @@ pub(crate) fn walk(
                 continue;
             }
         };
-        let (is_dir, is_file) = if here.file_type().is_symlink() {
-            // Only a link whose target stays beneath the root is reported;
-            // a tool opens it beneath the root again.
-            match ws.metadata_beneath(&path) {
-                Ok(m) => (m.is_dir(), m.is_file()),
-                Err(_) => {
+        let (target, is_dir, is_file) = if here.file_type().is_symlink() {
+            // Only a link whose target resolves inside the workspace is
+            // reported, as that target (an absolute link into the
+            // workspace is fine, though RESOLVE_BENEATH itself refuses
+            // absolute links); a tool opens the target beneath the root.
+            let resolved = path.to_str().map(|p| ws.resolve(p));
+            match resolved {
+                Some(Ok(t)) => match ws.metadata_beneath(&t) {
+                    Ok(m) => (t, m.is_dir(), m.is_file()),
+                    Err(_) => {
+                        left.outside_links += 1;
+                        continue;
+                    }
+                },
+                _ => {
                     left.outside_links += 1;
                     continue;
                 }
@@ -237,9 +245,8 @@ pub(crate) fn walk(
             if is_dir && opts.max_depth.is_none_or(|m| dent.depth() < m) {
                 entered.push(path.clone());
             }
-            (is_dir, here.is_file())
+            (path, is_dir, here.is_file())
         };
-        let target = path;
         let entry = Entry {
             target,
             rel,
