@@ -558,6 +558,78 @@ mod tests {
         );
     }
 
+    /// Every beneath entry point, after the check passed and a directory of
+    /// the path was swapped for a link out: std::fs follows the link (that
+    /// is the race), the beneath API refuses it and nothing outside is read
+    /// or written.
+    #[test]
+    fn every_beneath_access_refuses_a_component_swapped_after_the_check() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+        std::fs::write(root.join("sub/f"), "inside").unwrap();
+        let outside = parent.path().join("outside");
+        std::fs::create_dir_all(outside.join("deeper")).unwrap();
+        std::fs::write(outside.join("f"), "outside").unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        let checked = ws.resolve("sub/f").unwrap();
+        assert_eq!(checked, ws.root().join("sub/f"));
+        std::fs::rename(root.join("sub"), root.join("sub-old")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
+        // std::fs, given the path that was checked, reads outside now.
+        assert_eq!(std::fs::read_to_string(&checked).unwrap(), "outside");
+        let outside_err = |r: Result<(), BeneathError>, what: &str| {
+            assert!(matches!(r, Err(BeneathError::Outside { .. })), "{what}: {r:?}");
+        };
+        outside_err(ws.open_beneath(&checked).map(drop), "open");
+        outside_err(ws.open_nofollow_beneath(&checked).map(drop), "open_nofollow");
+        outside_err(ws.read_beneath(&checked, 100).map(drop), "read");
+        outside_err(ws.metadata_beneath(&checked).map(drop), "metadata");
+        outside_err(
+            ws.symlink_metadata_beneath(&checked).map(drop),
+            "symlink_metadata",
+        );
+        outside_err(ws.open_dir_beneath("sub/deeper").map(drop), "open_dir");
+        outside_err(ws.parent_beneath(&checked, true).map(drop), "parent");
+        outside_err(ws.parent_beneath("sub/new/g", true).map(drop), "parent+create");
+        outside_err(ws.write_atomic_beneath(&checked, b"pwned"), "write");
+        assert_eq!(std::fs::read_to_string(outside.join("f")).unwrap(), "outside");
+        let mut names: Vec<_> = std::fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["deeper", "f"]);
+    }
+
+    /// A file swapped for a symlink (even one inside the root) is refused
+    /// by the no-follow open; a FIFO does not block the open.
+    #[test]
+    fn nofollow_refuses_a_last_component_link_and_fifos_do_not_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        std::fs::write(dir.path().join("real"), "r").unwrap();
+        std::os::unix::fs::symlink("real", dir.path().join("link")).unwrap();
+        assert!(matches!(
+            ws.open_nofollow_beneath("link"),
+            Err(BeneathError::Symlink { .. })
+        ));
+        assert!(ws.open_beneath("link").is_ok());
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let f = ws.open_beneath("fifo").unwrap();
+        assert!(!f.metadata().unwrap().is_file());
+        let err = ws.read_beneath("fifo", 10).unwrap_err();
+        assert_eq!(
+            err.io_error().map(io::Error::kind),
+            Some(io::ErrorKind::InvalidInput)
+        );
+    }
+
     #[test]
     fn symlink_out_is_refused_and_dangling_link_too() {
         let parent = tempfile::tempdir().unwrap();

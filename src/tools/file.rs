@@ -532,6 +532,85 @@ mod tests {
         assert_eq!(names, ["f.sh"]);
     }
 
+    /// The race the beneath API closes: a call's target passed its checks
+    /// (built, and `check` at execution), then a directory of its path is
+    /// swapped for a symlink out. Every access the tools make after `check`
+    /// goes through these functions, and each refuses with
+    /// `path_not_in_workspace`, while std::fs on the checked path would
+    /// have followed the link.
+    #[test]
+    fn accesses_after_the_check_refuse_a_directory_swapped_for_a_link_out() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/f.txt"), "inside\n").unwrap();
+        let outside = parent.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("f.txt"), "outside\n").unwrap();
+        let ws = Arc::new(Workspace::new(&root).unwrap());
+        let file = Target::new(&ws, "sub/f.txt").unwrap();
+        let new = Target::new(&ws, "sub/new.txt").unwrap();
+        let dir = Target::new(&ws, "sub").unwrap();
+        file.check().unwrap();
+        new.check().unwrap();
+        std::fs::rename(root.join("sub"), root.join("sub-old")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(file.path()).unwrap(),
+            "outside\n",
+            "std::fs follows the swapped-in link"
+        );
+        let kinds = [
+            ("open", file.open().map(drop).map_err(|e| beneath_error(e, "f"))),
+            ("metadata", file_metadata(&file, "t").map(drop)),
+            ("load_text", load_text(&file, "t").map(drop)),
+            ("read_existing", read_existing(&file, "t").map(drop)),
+            (
+                "atomic_write",
+                atomic_write(&file, "t", b"pwned", Some(b"outside\n")).map(drop),
+            ),
+            ("atomic_write new", atomic_write(&new, "t", b"pwned", None).map(drop)),
+            ("dir metadata", dir.metadata().map(drop).map_err(|e| beneath_error(e, "d"))),
+        ];
+        for (what, r) in kinds {
+            let e = r.expect_err(what);
+            assert_eq!(e.kind, ErrorKind::PathNotInWorkspace, "{what}: {}", e.message);
+        }
+        assert_eq!(std::fs::read_to_string(outside.join("f.txt")).unwrap(), "outside\n");
+        let names: Vec<_> = std::fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["f.txt"]);
+    }
+
+    /// The file itself swapped for a symlink (to a file outside) after the
+    /// call resolved it: nothing is read through it or written through it.
+    #[test]
+    fn a_file_swapped_for_a_symlink_is_neither_read_nor_written_through() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("f.txt"), "inside\n").unwrap();
+        let secret = parent.path().join("secret");
+        std::fs::write(&secret, "outside\n").unwrap();
+        let ws = Arc::new(Workspace::new(&root).unwrap());
+        let file = Target::new(&ws, "f.txt").unwrap();
+        std::fs::remove_file(root.join("f.txt")).unwrap();
+        std::os::unix::fs::symlink(&secret, root.join("f.txt")).unwrap();
+        let e = load_text(&file, "t").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::FileChangedConcurrently, "{}", e.message);
+        let e = atomic_write(&file, "t", b"pwned", Some(b"inside\n")).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::FileChangedConcurrently, "{}", e.message);
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "outside\n");
+        assert!(root.join("f.txt").symlink_metadata().unwrap().file_type().is_symlink());
+        let names: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["f.txt"], "no temp file left behind");
+    }
+
     #[test]
     fn io_errors_map_to_stable_types() {
         use std::io::{Error, ErrorKind as Io};
