@@ -579,10 +579,16 @@ mod tests {
         // std::fs, given the path that was checked, reads outside now.
         assert_eq!(std::fs::read_to_string(&checked).unwrap(), "outside");
         let outside_err = |r: Result<(), BeneathError>, what: &str| {
-            assert!(matches!(r, Err(BeneathError::Outside { .. })), "{what}: {r:?}");
+            assert!(
+                matches!(r, Err(BeneathError::Outside { .. })),
+                "{what}: {r:?}"
+            );
         };
         outside_err(ws.open_beneath(&checked).map(drop), "open");
-        outside_err(ws.open_nofollow_beneath(&checked).map(drop), "open_nofollow");
+        outside_err(
+            ws.open_nofollow_beneath(&checked).map(drop),
+            "open_nofollow",
+        );
         outside_err(ws.read_beneath(&checked, 100).map(drop), "read");
         outside_err(ws.metadata_beneath(&checked).map(drop), "metadata");
         outside_err(
@@ -591,9 +597,15 @@ mod tests {
         );
         outside_err(ws.open_dir_beneath("sub/deeper").map(drop), "open_dir");
         outside_err(ws.parent_beneath(&checked, true).map(drop), "parent");
-        outside_err(ws.parent_beneath("sub/new/g", true).map(drop), "parent+create");
+        outside_err(
+            ws.parent_beneath("sub/new/g", true).map(drop),
+            "parent+create",
+        );
         outside_err(ws.write_atomic_beneath(&checked, b"pwned"), "write");
-        assert_eq!(std::fs::read_to_string(outside.join("f")).unwrap(), "outside");
+        assert_eq!(
+            std::fs::read_to_string(outside.join("f")).unwrap(),
+            "outside"
+        );
         let mut names: Vec<_> = std::fs::read_dir(&outside)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -12,7 +12,6 @@
 //!   applies the edit to what is on disk then; if it no longer applies the
 //!   call fails saying so, and a change racing the write is not overwritten.
 
-
 use std::sync::Arc;
 
 use serde_json::{Value, json};

@@ -561,7 +561,10 @@ mod tests {
             "std::fs follows the swapped-in link"
         );
         let kinds = [
-            ("open", file.open().map(drop).map_err(|e| beneath_error(e, "f"))),
+            (
+                "open",
+                file.open().map(drop).map_err(|e| beneath_error(e, "f")),
+            ),
             ("metadata", file_metadata(&file, "t").map(drop)),
             ("load_text", load_text(&file, "t").map(drop)),
             ("read_existing", read_existing(&file, "t").map(drop)),
@@ -569,14 +572,28 @@ mod tests {
                 "atomic_write",
                 atomic_write(&file, "t", b"pwned", Some(b"outside\n")).map(drop),
             ),
-            ("atomic_write new", atomic_write(&new, "t", b"pwned", None).map(drop)),
-            ("dir metadata", dir.metadata().map(drop).map_err(|e| beneath_error(e, "d"))),
+            (
+                "atomic_write new",
+                atomic_write(&new, "t", b"pwned", None).map(drop),
+            ),
+            (
+                "dir metadata",
+                dir.metadata().map(drop).map_err(|e| beneath_error(e, "d")),
+            ),
         ];
         for (what, r) in kinds {
             let e = r.expect_err(what);
-            assert_eq!(e.kind, ErrorKind::PathNotInWorkspace, "{what}: {}", e.message);
+            assert_eq!(
+                e.kind,
+                ErrorKind::PathNotInWorkspace,
+                "{what}: {}",
+                e.message
+            );
         }
-        assert_eq!(std::fs::read_to_string(outside.join("f.txt")).unwrap(), "outside\n");
+        assert_eq!(
+            std::fs::read_to_string(outside.join("f.txt")).unwrap(),
+            "outside\n"
+        );
         let names: Vec<_> = std::fs::read_dir(&outside)
             .unwrap()
             .map(|e| e.unwrap().file_name())
@@ -603,7 +620,13 @@ mod tests {
         let e = atomic_write(&file, "t", b"pwned", Some(b"inside\n")).unwrap_err();
         assert_eq!(e.kind, ErrorKind::FileChangedConcurrently, "{}", e.message);
         assert_eq!(std::fs::read_to_string(&secret).unwrap(), "outside\n");
-        assert!(root.join("f.txt").symlink_metadata().unwrap().file_type().is_symlink());
+        assert!(
+            root.join("f.txt")
+                .symlink_metadata()
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
         let names: Vec<_> = std::fs::read_dir(&root)
             .unwrap()
             .map(|e| e.unwrap().file_name())

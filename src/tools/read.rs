@@ -15,9 +15,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use super::encoding::{self, NotText, Sniffed, TextEncoding};
-use super::file::{
-    MAX_OUTPUT_BYTES, Target, beneath_error, blocking, is_directory, not_regular,
-};
+use super::file::{MAX_OUTPUT_BYTES, Target, beneath_error, blocking, is_directory, not_regular};
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
     Tool, ToolError, ToolKind, ToolOutcome, opt_u64_arg, str_arg,

@@ -319,3 +319,46 @@ pub(crate) fn join_display(dir: &str, rel: &str) -> String {
         format!("{dir}/{rel}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The walk's directory (checked inside when the call was built) has a
+    /// component swapped for a symlink out before the walk: the path-based
+    /// walker reads the directory outside, but no entry of it is reported
+    /// or named as left out, because each is looked up again beneath the
+    /// root.
+    #[test]
+    fn a_walk_through_a_component_swapped_for_a_link_out_reports_nothing_from_outside() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+        std::fs::write(root.join("sub/deeper/inside.txt"), "in").unwrap();
+        let outside = parent.path().join("outside");
+        std::fs::create_dir_all(outside.join("deeper/nested")).unwrap();
+        std::fs::write(outside.join("deeper/secret.txt"), "s").unwrap();
+        std::fs::write(outside.join("deeper/.ignore"), "ignored.txt\n").unwrap();
+        std::fs::write(outside.join("deeper/ignored.txt"), "s").unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        let walk_root = ws.resolve("sub/deeper").unwrap();
+        std::fs::rename(root.join("sub"), root.join("sub-old")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
+        // The walker alone would list the outside directory.
+        assert!(walk_root.join("secret.txt").exists());
+        let opts = WalkOptions {
+            respect_git_ignore: true,
+            max_depth: None,
+        };
+        let mut seen = Vec::new();
+        let left = walk(&ws, &walk_root, opts, &CancellationToken::new(), |e| {
+            seen.push(e.rel);
+            Flow::Continue
+        });
+        assert!(seen.is_empty(), "{seen:?}");
+        assert!(left.examples.is_empty(), "{:?}", left.examples);
+        assert_eq!(left.ignored, Some(0));
+        // .ignore, nested/ and secret.txt, each refused beneath the root.
+        assert_eq!(left.outside_links, 3);
+    }
+}

@@ -6,7 +6,6 @@
 //! The approval prompt diffs the file as it is against the new content; the
 //! write itself reads the file again at execution time.
 
-
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -14,8 +13,7 @@ use serde_json::{Value, json};
 use super::encoding::TextEncoding;
 use super::file::{
     FileText, Target, atomic_write, blocking, encode_for, file_metadata, is_directory, load_text,
-    read_existing,
-    unified_diff,
+    read_existing, unified_diff,
 };
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ExecContext, Invocation, Subject, Tool,
@@ -142,12 +140,7 @@ impl WriteFile {
             Some(f) => Some(f.bytes.clone()),
             None => self.on_disk()?,
         };
-        let created = atomic_write(
-            &self.target,
-            "write_file",
-            &plan.bytes,
-            expected.as_deref(),
-        )?;
+        let created = atomic_write(&self.target, "write_file", &plan.bytes, expected.as_deref())?;
         let mut result = Args::new();
         result.insert("created".into(), json!(created));
         result.insert("bytes_written".into(), json!(plan.bytes.len()));
