@@ -235,6 +235,11 @@ impl Workspace {
     /// symlink ([`BeneathError::Symlink`]): for a path that was resolved
     /// (symlinks and all) when a call was built, a link found there now was
     /// swapped in since.
+    ///
+    /// The no-follow is `O_NOFOLLOW` passed to openat2; where openat2 is
+    /// missing (Linux < 5.6, which has no Landlock either) cap-std's
+    /// emulation follows a last-component link that stays beneath the root,
+    /// so there only the beneath guarantee holds, not this refinement.
     pub fn open_nofollow_beneath(
         &self,
         given: impl AsRef<Path>,
