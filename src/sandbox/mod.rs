@@ -30,7 +30,7 @@ use serde::Deserialize;
 pub use probe::{ProbeReport, ProcessLimitKind};
 pub use process::{OutputLimits, ProcessOutcome, ProcessSpec, run_process};
 pub use worker::WorkerArgs;
-pub use workspace::{BeneathError, PathError, Workspace};
+pub use workspace::{BeneathError, PathError, Workspace, temp_name};
 
 /// How much a command may do. Chosen by the operator (config, flag
 /// `--sandbox-level`, env `TOOLSCHED_SANDBOX_LEVEL`); `none` only when set

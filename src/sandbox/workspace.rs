@@ -39,6 +39,10 @@ pub enum BeneathError {
     Outside { given: String },
     #[error("Path is empty")]
     Empty,
+    /// The last component is a symlink where none may be
+    /// ([`Workspace::open_nofollow_beneath`]).
+    #[error("Path '{given}' is now a symlink; it was swapped in after the path was checked.")]
+    Symlink { given: String },
     /// Any other I/O error (not found, is a directory, permission, …).
     #[error("{given}: {source}")]
     Io {
@@ -49,18 +53,18 @@ pub enum BeneathError {
 }
 
 impl BeneathError {
-    fn from_io(given: &str, source: io::Error) -> Self {
+    fn from_io(given: &Path, source: io::Error) -> Self {
         // cap-std reports escapes (openat2's EXDEV, or its own emulation's
         // check) as PermissionDenied with this message.
         if source.kind() == io::ErrorKind::PermissionDenied
             && source.to_string().contains("outside of the filesystem")
         {
             return BeneathError::Outside {
-                given: given.to_string(),
+                given: shown(given),
             };
         }
         BeneathError::Io {
-            given: given.to_string(),
+            given: shown(given),
             source,
         }
     }
@@ -171,6 +175,13 @@ impl Workspace {
     }
 
     // === race-free access beneath the root ===
+    //
+    // Threat: a path checked by `resolve` (or approved in a prompt) has a
+    // directory component swapped for a symlink to `/etc` before the open;
+    // std::fs would follow it. Every method below resolves the path
+    // component by component beneath a directory fd of the root (cap-std:
+    // openat2 RESOLVE_BENEATH, or its emulation), so the swap is refused at
+    // the instant of the open, not at the instant of an earlier check.
 
     /// The root as a capability directory: every open through it stays
     /// beneath the root, whatever symlinks the path meets.
@@ -181,13 +192,12 @@ impl Workspace {
     /// `given` relative to the root: an absolute path must lie under the
     /// root lexically (the open then checks it for real); a relative one is
     /// taken as is. `..` is left to the open, which refuses escapes.
-    fn relative<'a>(&self, given: &'a str) -> Result<&'a Path, BeneathError> {
-        if given.is_empty() {
+    fn relative<'a>(&self, given: &'a Path) -> Result<&'a Path, BeneathError> {
+        if given.as_os_str().is_empty() {
             return Err(BeneathError::Empty);
         }
-        let p = Path::new(given);
-        if p.is_absolute() {
-            return p
+        if given.is_absolute() {
+            return given
                 .strip_prefix(&self.root)
                 .map(|r| {
                     if r.as_os_str().is_empty() {
@@ -197,24 +207,85 @@ impl Workspace {
                     }
                 })
                 .map_err(|_| BeneathError::Outside {
-                    given: given.to_string(),
+                    given: shown(given),
                 });
         }
-        Ok(p)
+        Ok(given)
     }
 
-    /// Opens `given` for reading, beneath the root.
-    pub fn open_beneath(&self, given: &str) -> Result<std::fs::File, BeneathError> {
+    /// The root's fd and `given` relative to it.
+    fn at<'a>(&self, given: &'a Path) -> Result<(cap_std::fs::Dir, &'a Path), BeneathError> {
         let rel = self.relative(given)?;
         let dir = self.dir().map_err(|e| BeneathError::from_io(given, e))?;
-        let file = dir.open(rel).map_err(|e| BeneathError::from_io(given, e))?;
-        Ok(file.into_std())
+        Ok((dir, rel))
+    }
+
+    /// Opens `given` for reading, beneath the root; symlinks are followed
+    /// while they stay beneath it.
+    ///
+    /// The file is opened `O_NONBLOCK | O_NOCTTY`, so a FIFO nobody writes to
+    /// does not block the open and a terminal does not become ours; reads of
+    /// a regular file are unaffected. Callers check the file's type with
+    /// `File::metadata` (the same fd, so no race) before reading.
+    pub fn open_beneath(&self, given: impl AsRef<Path>) -> Result<std::fs::File, BeneathError> {
+        self.open_read(given.as_ref(), 0)
+    }
+
+    /// As [`Workspace::open_beneath`], but the last component must not be a
+    /// symlink ([`BeneathError::Symlink`]): for a path that was resolved
+    /// (symlinks and all) when a call was built, a link found there now was
+    /// swapped in since.
+    ///
+    /// The no-follow is `O_NOFOLLOW` passed to openat2; where openat2 is
+    /// missing (Linux < 5.6, which has no Landlock either) cap-std's
+    /// emulation follows a last-component link that stays beneath the root,
+    /// so there only the beneath guarantee holds, not this refinement.
+    pub fn open_nofollow_beneath(
+        &self,
+        given: impl AsRef<Path>,
+    ) -> Result<std::fs::File, BeneathError> {
+        self.open_read(given.as_ref(), libc::O_NOFOLLOW)
+    }
+
+    fn open_read(&self, given: &Path, extra: i32) -> Result<std::fs::File, BeneathError> {
+        use cap_std::fs::OpenOptionsExt;
+        let (dir, rel) = self.at(given)?;
+        let mut opts = cap_std::fs::OpenOptions::new();
+        opts.read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | extra);
+        match dir.open_with(rel, &opts) {
+            Ok(f) => Ok(f.into_std()),
+            Err(e) if extra & libc::O_NOFOLLOW != 0 && e.raw_os_error() == Some(libc::ELOOP) => {
+                Err(BeneathError::Symlink {
+                    given: shown(given),
+                })
+            }
+            Err(e) => Err(BeneathError::from_io(given, e)),
+        }
+    }
+
+    /// Opens the directory `given` beneath the root, as a capability: what
+    /// is opened through it stays beneath it.
+    pub fn open_dir_beneath(
+        &self,
+        given: impl AsRef<Path>,
+    ) -> Result<cap_std::fs::Dir, BeneathError> {
+        let given = given.as_ref();
+        let (dir, rel) = self.at(given)?;
+        dir.open_dir(rel)
+            .map_err(|e| BeneathError::from_io(given, e))
     }
 
     /// Reads the whole file `given`, beneath the root, refusing files larger
-    /// than `max_bytes` with [`io::ErrorKind::FileTooLarge`].
-    pub fn read_beneath(&self, given: &str, max_bytes: u64) -> Result<Vec<u8>, BeneathError> {
+    /// than `max_bytes` with [`io::ErrorKind::FileTooLarge`] and anything but
+    /// a regular file (a directory with [`io::ErrorKind::IsADirectory`]).
+    pub fn read_beneath(
+        &self,
+        given: impl AsRef<Path>,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>, BeneathError> {
         use std::io::Read;
+        let given = given.as_ref();
         let file = self.open_beneath(given)?;
         let meta = file
             .metadata()
@@ -223,6 +294,12 @@ impl Workspace {
             return Err(BeneathError::from_io(
                 given,
                 io::Error::from(io::ErrorKind::IsADirectory),
+            ));
+        }
+        if !meta.is_file() {
+            return Err(BeneathError::from_io(
+                given,
+                io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"),
             ));
         }
         if meta.len() > max_bytes {
@@ -244,11 +321,64 @@ impl Workspace {
         Ok(buf)
     }
 
-    /// Metadata of `given` (symlinks followed, beneath the root).
-    pub fn metadata_beneath(&self, given: &str) -> Result<std::fs::Metadata, BeneathError> {
-        self.open_beneath(given)?
-            .metadata()
+    /// Metadata of `given` (symlinks followed while they stay beneath the
+    /// root). Nothing is opened for reading, so a FIFO is safe to stat.
+    pub fn metadata_beneath(
+        &self,
+        given: impl AsRef<Path>,
+    ) -> Result<cap_std::fs::Metadata, BeneathError> {
+        let given = given.as_ref();
+        let (dir, rel) = self.at(given)?;
+        dir.metadata(rel)
             .map_err(|e| BeneathError::from_io(given, e))
+    }
+
+    /// Metadata of `given` itself (a symlink as the last component is not
+    /// followed), beneath the root.
+    pub fn symlink_metadata_beneath(
+        &self,
+        given: impl AsRef<Path>,
+    ) -> Result<cap_std::fs::Metadata, BeneathError> {
+        let given = given.as_ref();
+        let (dir, rel) = self.at(given)?;
+        dir.symlink_metadata(rel)
+            .map_err(|e| BeneathError::from_io(given, e))
+    }
+
+    /// The parent directory of `given`, opened beneath the root, and the
+    /// last component's name: what an atomic replace works in (temp file,
+    /// rename) so that neither can be redirected out of the root. With
+    /// `create`, missing parent directories are created beneath the root
+    /// first; an existing one (or a symlink out) is reported as it is.
+    pub fn parent_beneath(
+        &self,
+        given: impl AsRef<Path>,
+        create: bool,
+    ) -> Result<(cap_std::fs::Dir, std::ffi::OsString), BeneathError> {
+        let given = given.as_ref();
+        let err = |e| BeneathError::from_io(given, e);
+        let (root, rel) = self.at(given)?;
+        let name = match rel.components().next_back() {
+            Some(Component::Normal(name)) => name.to_os_string(),
+            _ => {
+                return Err(err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "path names no file",
+                )));
+            }
+        };
+        let parent = match rel.parent() {
+            Some(p) if !p.as_os_str().is_empty() => match root.open_dir(p) {
+                Ok(d) => d,
+                Err(e) if create && e.kind() == io::ErrorKind::NotFound => {
+                    root.create_dir_all(p).map_err(err)?;
+                    root.open_dir(p).map_err(err)?
+                }
+                Err(e) => return Err(err(e)),
+            },
+            _ => root,
+        };
+        Ok((parent, name))
     }
 
     /// Writes `contents` to `given` atomically, beneath the root: missing
@@ -257,42 +387,23 @@ impl Workspace {
     /// reader sees the old or the new content, never a mix. An existing
     /// file's permissions are kept. The target itself is never followed if
     /// it is a symlink: the rename replaces the link.
-    pub fn write_atomic_beneath(&self, given: &str, contents: &[u8]) -> Result<(), BeneathError> {
+    pub fn write_atomic_beneath(
+        &self,
+        given: impl AsRef<Path>,
+        contents: &[u8],
+    ) -> Result<(), BeneathError> {
         use std::io::Write;
-        let rel = self.relative(given)?;
+        let given = given.as_ref();
         let err = |e| BeneathError::from_io(given, e);
-        let name = rel.file_name().ok_or_else(|| {
-            err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "path names no file",
-            ))
-        })?;
-        let root = self.dir().map_err(err)?;
-        let parent = match rel.parent() {
-            Some(p) if !p.as_os_str().is_empty() => match root.open_dir(p) {
-                Ok(d) => d,
-                // Only a missing parent is created; an existing one (or a
-                // symlink out) is reported by open_dir as it is.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    root.create_dir_all(p).map_err(err)?;
-                    root.open_dir(p).map_err(err)?
-                }
-                Err(e) => return Err(err(e)),
-            },
-            _ => root,
-        };
-        let permissions = match parent.symlink_metadata(name) {
+        let (parent, name) = self.parent_beneath(given, true)?;
+        let permissions = match parent.symlink_metadata(&name) {
             Ok(m) if m.is_file() => Some(m.permissions()),
             Ok(m) if m.is_dir() => {
                 return Err(err(io::Error::from(io::ErrorKind::IsADirectory)));
             }
             _ => None,
         };
-        let tmp_name = format!(
-            ".{}.toolsched-{}.tmp",
-            name.to_string_lossy(),
-            uuid::Uuid::new_v4().simple()
-        );
+        let tmp_name = temp_name(&name);
         let mut opts = cap_std::fs::OpenOptions::new();
         opts.write(true).create_new(true);
         let result = (|| {
@@ -302,7 +413,7 @@ impl Workspace {
                 tmp.set_permissions(p)?;
             }
             tmp.sync_all()?;
-            parent.rename(&tmp_name, &parent, name)
+            parent.rename(&tmp_name, &parent, &name)
         })();
         if result.is_err() {
             let _ = parent.remove_file(&tmp_name);
@@ -316,6 +427,21 @@ impl Workspace {
             root: self.root.display().to_string(),
         }
     }
+}
+
+/// `given` for an error message.
+fn shown(given: &Path) -> String {
+    given.to_string_lossy().into_owned()
+}
+
+/// A fresh name for the temporary file an atomic replace of `name` writes
+/// first: hidden, unique, and recognisable if a crash leaves it behind.
+pub fn temp_name(name: &std::ffi::OsStr) -> String {
+    format!(
+        ".{}.toolsched-{}.tmp",
+        name.to_string_lossy(),
+        uuid::Uuid::new_v4().simple()
+    )
 }
 
 #[cfg(test)]
@@ -434,6 +560,90 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(parent.path().join("outside/f")).unwrap(),
             "outside"
+        );
+    }
+
+    /// Every beneath entry point, after the check passed and a directory of
+    /// the path was swapped for a link out: std::fs follows the link (that
+    /// is the race), the beneath API refuses it and nothing outside is read
+    /// or written.
+    #[test]
+    fn every_beneath_access_refuses_a_component_swapped_after_the_check() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+        std::fs::write(root.join("sub/f"), "inside").unwrap();
+        let outside = parent.path().join("outside");
+        std::fs::create_dir_all(outside.join("deeper")).unwrap();
+        std::fs::write(outside.join("f"), "outside").unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        let checked = ws.resolve("sub/f").unwrap();
+        assert_eq!(checked, ws.root().join("sub/f"));
+        std::fs::rename(root.join("sub"), root.join("sub-old")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
+        // std::fs, given the path that was checked, reads outside now.
+        assert_eq!(std::fs::read_to_string(&checked).unwrap(), "outside");
+        let outside_err = |r: Result<(), BeneathError>, what: &str| {
+            assert!(
+                matches!(r, Err(BeneathError::Outside { .. })),
+                "{what}: {r:?}"
+            );
+        };
+        outside_err(ws.open_beneath(&checked).map(drop), "open");
+        outside_err(
+            ws.open_nofollow_beneath(&checked).map(drop),
+            "open_nofollow",
+        );
+        outside_err(ws.read_beneath(&checked, 100).map(drop), "read");
+        outside_err(ws.metadata_beneath(&checked).map(drop), "metadata");
+        outside_err(
+            ws.symlink_metadata_beneath(&checked).map(drop),
+            "symlink_metadata",
+        );
+        outside_err(ws.open_dir_beneath("sub/deeper").map(drop), "open_dir");
+        outside_err(ws.parent_beneath(&checked, true).map(drop), "parent");
+        outside_err(
+            ws.parent_beneath("sub/new/g", true).map(drop),
+            "parent+create",
+        );
+        outside_err(ws.write_atomic_beneath(&checked, b"pwned"), "write");
+        assert_eq!(
+            std::fs::read_to_string(outside.join("f")).unwrap(),
+            "outside"
+        );
+        let mut names: Vec<_> = std::fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["deeper", "f"]);
+    }
+
+    /// A file swapped for a symlink (even one inside the root) is refused
+    /// by the no-follow open; a FIFO does not block the open.
+    #[test]
+    fn nofollow_refuses_a_last_component_link_and_fifos_do_not_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        std::fs::write(dir.path().join("real"), "r").unwrap();
+        std::os::unix::fs::symlink("real", dir.path().join("link")).unwrap();
+        assert!(matches!(
+            ws.open_nofollow_beneath("link"),
+            Err(BeneathError::Symlink { .. })
+        ));
+        assert!(ws.open_beneath("link").is_ok());
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let f = ws.open_beneath("fifo").unwrap();
+        assert!(!f.metadata().unwrap().is_file());
+        let err = ws.read_beneath("fifo", 10).unwrap_err();
+        assert_eq!(
+            err.io_error().map(io::Error::kind),
+            Some(io::ErrorKind::InvalidInput)
         );
     }
 

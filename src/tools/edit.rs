@@ -12,7 +12,6 @@
 //!   applies the edit to what is on disk then; if it no longer applies the
 //!   call fails saying so, and a change racing the write is not overwritten.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -92,7 +91,6 @@ impl Tool for ReplaceTool {
         }
         Ok(Arc::new(Replace {
             target,
-            path,
             display,
             old_string,
             new_string,
@@ -111,7 +109,6 @@ impl Tool for ReplaceTool {
 
 struct Replace {
     target: Target,
-    path: PathBuf,
     display: String,
     old_string: String,
     new_string: String,
@@ -131,7 +128,7 @@ struct Plan {
 impl Replace {
     fn plan(&self) -> Result<Plan, ToolError> {
         self.target.check()?;
-        let current = load_text(&self.path, &self.display, "replace")?;
+        let current = load_text(&self.target, "replace")?;
         let Some(file) = current else {
             if self.old_string.is_empty() {
                 let bytes = self.new_string.as_bytes().to_vec();
@@ -212,7 +209,7 @@ impl Replace {
     fn run(&self) -> Result<ToolOutcome, ToolError> {
         let plan = self.plan()?;
         let expected = plan.current.as_ref().map(|f| f.bytes.as_slice());
-        let created = atomic_write(&self.path, &self.display, "replace", &plan.bytes, expected)?;
+        let created = atomic_write(&self.target, "replace", &plan.bytes, expected)?;
         let mut result = Args::new();
         result.insert("created".into(), json!(created));
         result.insert("occurrences".into(), json!(plan.occurrences));

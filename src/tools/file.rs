@@ -6,15 +6,16 @@
 //! `grep` (grep_search); `walk` holds the ignore-aware directory walk and
 //! `encoding` the text encodings.
 
-use std::fs::Metadata;
-use std::io::Write;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::encoding::{self, Decoded, NotText, TextEncoding};
 use super::{BoxFuture, ErrorKind, ToolError, ToolOutcome};
-use crate::sandbox::{PathError, Workspace};
+use crate::sandbox::{BeneathError, PathError, Workspace};
 
 /// Bytes of text one tool result may carry. A default gRPC client accepts
 /// 4 MiB per message and the same output also appears in BatchCompleted, so
@@ -56,6 +57,45 @@ pub(crate) fn path_error(e: PathError) -> ToolError {
     }
 }
 
+/// Maps a refusal or I/O error of a race-free access beneath the workspace
+/// root to a stable error type: a path that leads outside (a symlink or `..`
+/// met at the instant of the open) is `path_not_in_workspace`, a symlink
+/// swapped in where the call resolved none is `file_changed_concurrently`,
+/// I/O errors go through [`ToolError::io`].
+pub(crate) fn beneath_error(e: BeneathError, display: &str) -> ToolError {
+    match e {
+        BeneathError::Outside { .. } => ToolError::new(
+            ErrorKind::PathNotInWorkspace,
+            format!(
+                "{display} leads outside the workspace root (a symlink or '..' on the way, possibly swapped in after the call was checked); nothing was read or written. Use a path inside the workspace."
+            ),
+        ),
+        BeneathError::Symlink { .. } => ToolError::new(
+            ErrorKind::FileChangedConcurrently,
+            format!(
+                "{display} became a symlink after the call was built; nothing was read or written. Send the call again if it is still wanted."
+            ),
+        ),
+        BeneathError::Empty => ToolError::invalid_params(e.to_string()),
+        BeneathError::Io { source, .. } => match source.kind() {
+            // "notes.txt/x": a file used as a directory.
+            std::io::ErrorKind::NotADirectory => ToolError::new(
+                ErrorKind::FileNotFound,
+                format!(
+                    "{display}: {source}. A file in the path is used as a directory; check the path."
+                ),
+            ),
+            _ => ToolError::io(&source, display),
+        },
+    }
+}
+
+/// Whether a beneath access failed because the path does not exist.
+pub(crate) fn is_not_found(e: &BeneathError) -> bool {
+    e.io_error()
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+}
+
 /// The path a call was built with, resolved again each time the call is
 /// about to touch it.
 ///
@@ -63,8 +103,11 @@ pub(crate) fn path_error(e: PathError) -> ToolError {
 /// earlier call of the batch (a shell command) or anyone else replaced `sub`
 /// with a symlink to `/etc`; opening the path resolved at build time would
 /// then follow that link out of the workspace. Resolving again just before
-/// use closes that gap down to the instant between the check and the open
-/// (race-free opens are the sandbox's job).
+/// use gives a precise `file_changed_concurrently` when the path now leads
+/// elsewhere inside; what closes the race is that every open, stat, write
+/// and rename then goes through the workspace's beneath API
+/// ([`Workspace::open_nofollow_beneath`] and friends), which resolves the
+/// path beneath the root's fd at the instant of the access.
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
     ws: Arc<Workspace>,
@@ -86,6 +129,22 @@ impl Target {
     /// The path resolved at build time.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The workspace the path is inside.
+    pub fn workspace(&self) -> &Workspace {
+        &self.ws
+    }
+
+    /// Opens the file for reading, beneath the root; the last component
+    /// must not be a symlink (the build-time path had them all resolved).
+    pub fn open(&self) -> Result<File, BeneathError> {
+        self.ws.open_nofollow_beneath(&self.path)
+    }
+
+    /// Metadata of the path (symlinks followed beneath the root).
+    pub fn metadata(&self) -> Result<cap_std::fs::Metadata, BeneathError> {
+        self.ws.metadata_beneath(&self.path)
     }
 
     /// The path relative to the workspace root, for messages.
@@ -158,19 +217,19 @@ pub(crate) fn not_regular(display: &str, tool: &str) -> ToolError {
     ))
 }
 
-/// Metadata of an existing regular file (following links the workspace
-/// already resolved); `None` when it does not exist.
+/// Metadata of an existing regular file, beneath the workspace root;
+/// `None` when it does not exist.
 pub(crate) fn file_metadata(
-    path: &Path,
-    display: &str,
+    target: &Target,
     tool: &str,
-) -> Result<Option<Metadata>, ToolError> {
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => Err(is_directory(display, tool)),
-        Ok(m) if !m.is_file() => Err(not_regular(display, tool)),
+) -> Result<Option<cap_std::fs::Metadata>, ToolError> {
+    let display = target.display();
+    match target.metadata() {
+        Ok(m) if m.is_dir() => Err(is_directory(&display, tool)),
+        Ok(m) if !m.is_file() => Err(not_regular(&display, tool)),
         Ok(m) => Ok(Some(m)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(ToolError::io(&e, display)),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(beneath_error(e, &display)),
     }
 }
 
@@ -191,16 +250,25 @@ impl FileText {
     }
 }
 
-/// Loads `path` for an edit by `tool`: `None` when it does not exist, an
-/// error when it is a directory, too large, binary or undecodable.
-pub(crate) fn load_text(
-    path: &Path,
-    display: &str,
-    tool: &str,
-) -> Result<Option<FileText>, ToolError> {
-    let Some(meta) = file_metadata(path, display, tool)? else {
-        return Ok(None);
+/// Loads the file of `target` for an edit by `tool`, opened beneath the
+/// workspace root: `None` when it does not exist, an error when it is a
+/// directory, too large, binary or undecodable. Type and size are checked
+/// on the opened fd, so they describe the very file that is read.
+pub(crate) fn load_text(target: &Target, tool: &str) -> Result<Option<FileText>, ToolError> {
+    let display = &target.display();
+    let file = match target.open() {
+        Ok(f) => f,
+        Err(e) if is_not_found(&e) => return Ok(None),
+        Err(e) => return Err(beneath_error(e, display)),
     };
+    let io = |e: std::io::Error| ToolError::io(&e, display);
+    let meta = file.metadata().map_err(io)?;
+    if meta.is_dir() {
+        return Err(is_directory(display, tool));
+    }
+    if !meta.is_file() {
+        return Err(not_regular(display, tool));
+    }
     if meta.len() > MAX_EDIT_BYTES {
         return Err(ToolError::new(
             ErrorKind::FileTooLarge,
@@ -210,11 +278,7 @@ pub(crate) fn load_text(
             ),
         ));
     }
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(ToolError::io(&e, display)),
-    };
+    let bytes = read_capped(&file, MAX_EDIT_BYTES).map_err(io)?;
     match encoding::decode(&bytes) {
         Ok(decoded) => {
             // A legacy encoding must give back the same bytes, or an edit
@@ -262,72 +326,149 @@ pub(crate) fn encode_for(
     })
 }
 
-/// Writes `bytes` to `path` atomically: a temp file in the same directory,
-/// flushed, given the target's permissions (0644 for a new file), then
-/// renamed over the target, so readers and a crash see the old or the new
-/// file, never half of one. Creates missing parent directories.
+/// Up to `max + 1` bytes of `file` from where it is (one more than `max`
+/// tells the caller the file grew past it).
+fn read_capped(file: &File, max: u64) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The bytes of the file of `target` now (`None` when absent), read beneath
+/// the workspace root, for the concurrent-change check of a write; at most
+/// [`MAX_EDIT_BYTES`] + 1 of them (the expected content is never longer).
+pub(crate) fn read_existing(target: &Target, tool: &str) -> Result<Option<Vec<u8>>, ToolError> {
+    let display = target.display();
+    match target.open() {
+        Ok(f) => check_regular(&f, &display, tool)
+            .and_then(|_| read_capped(&f, MAX_EDIT_BYTES).map_err(|e| ToolError::io(&e, &display)))
+            .map(Some),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(beneath_error(e, &display)),
+    }
+}
+
+/// The metadata of an opened file, which must be a regular file.
+fn check_regular(file: &File, display: &str, tool: &str) -> Result<std::fs::Metadata, ToolError> {
+    let meta = file.metadata().map_err(|e| ToolError::io(&e, display))?;
+    if meta.is_dir() {
+        Err(is_directory(display, tool))
+    } else if !meta.is_file() {
+        Err(not_regular(display, tool))
+    } else {
+        Ok(meta)
+    }
+}
+
+/// The file `name` in `parent`, opened without following a symlink (one
+/// there now was swapped in: the call resolved the path without it).
+fn open_in(parent: &cap_std::fs::Dir, name: &OsStr) -> std::io::Result<Option<File>> {
+    use cap_std::fs::OpenOptionsExt;
+    let mut opts = cap_std::fs::OpenOptions::new();
+    opts.read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY);
+    match parent.open_with(name, &opts) {
+        Ok(f) => Ok(Some(f.into_std())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `bytes` to the file of `target` atomically: a temp file in the
+/// same directory, flushed, given the target's permissions and owner (0644
+/// for a new file), then renamed over the target, so readers and a crash
+/// see the old or the new file, never half of one. Creates missing parent
+/// directories.
+///
+/// Everything happens beneath the workspace root: the parent directory is
+/// opened once through the beneath API and the temp file, the last check
+/// and the rename all go through that directory fd, so a directory of the
+/// path swapped for a symlink at any moment cannot redirect the write out
+/// of the workspace (`path_not_in_workspace`), and a symlink swapped in as
+/// the file itself is refused (`file_changed_concurrently`), never written
+/// through.
 ///
 /// `expected` is the content the edit was computed from: when the file on
 /// disk no longer has it, nothing is written and the error says so (another
 /// writer got there first). Returns whether the file was created.
 pub(crate) fn atomic_write(
-    path: &Path,
-    display: &str,
+    target: &Target,
     tool: &str,
     bytes: &[u8],
     expected: Option<&[u8]>,
 ) -> Result<bool, ToolError> {
-    let parent = path.parent().ok_or_else(|| {
-        ToolError::new(
-            ErrorKind::UnhandledException,
-            format!("{display} has no parent directory"),
-        )
-    })?;
-    std::fs::create_dir_all(parent).map_err(|e| ToolError::io(&e, display))?;
-    let existing = file_metadata(path, display, tool)?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".toolsched-")
-        .suffix(".tmp")
-        .tempfile_in(parent)
-        .map_err(|e| ToolError::io(&e, display))?;
-    tmp.write_all(bytes)
-        .and_then(|()| tmp.as_file().sync_all())
-        .map_err(|e| ToolError::io(&e, display))?;
-    let perms = match &existing {
-        Some(m) => m.permissions(),
-        // A temp file is created 0600; a new file gets the usual 0644.
-        None => {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::Permissions::from_mode(0o644)
+    let display = &target.display();
+    let io = |e: std::io::Error| {
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            beneath_error(
+                BeneathError::Symlink {
+                    given: display.clone(),
+                },
+                display,
+            )
+        } else {
+            ToolError::io(&e, display)
         }
     };
-    std::fs::set_permissions(tmp.path(), perms).map_err(|e| ToolError::io(&e, display))?;
-    if let Some(m) = &existing {
-        // Keep the owner too where we may (as root); otherwise the file
-        // simply becomes ours, as any editor's save would make it.
-        use std::os::unix::fs::MetadataExt;
-        let _ = std::os::unix::fs::fchown(tmp.as_file(), Some(m.uid()), Some(m.gid()));
-    }
-    // Last check before the rename: the file must still be what the edit was
-    // computed from (a concurrent writer's change is not overwritten).
-    let current = match std::fs::read(path) {
-        Ok(b) => Some(b),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(ToolError::io(&e, display)),
+    let (parent, name) = target
+        .workspace()
+        .parent_beneath(target.path(), true)
+        .map_err(|e| beneath_error(e, display))?;
+    let existing = match open_in(&parent, &name).map_err(io)? {
+        Some(f) => Some(check_regular(&f, display, tool)?),
+        None => None,
     };
-    if current.as_deref() != expected {
-        return Err(ToolError::new(
-            ErrorKind::FileChangedConcurrently,
-            format!(
-                "{display} changed on disk while the edit was being written; nothing was written. Read it again and redo the edit."
-            ),
-        ));
+    let tmp_name = crate::sandbox::temp_name(&name);
+    let write_tmp = || -> Result<(), ToolError> {
+        use cap_std::fs::OpenOptionsExt;
+        let mut opts = cap_std::fs::OpenOptions::new();
+        opts.write(true).create_new(true).mode(0o600);
+        let mut tmp = parent.open_with(&tmp_name, &opts).map_err(io)?.into_std();
+        tmp.write_all(bytes)
+            .and_then(|()| tmp.sync_all())
+            .map_err(io)?;
+        let perms = match &existing {
+            Some(m) => m.permissions(),
+            // A new file gets the usual 0644.
+            None => {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::Permissions::from_mode(0o644)
+            }
+        };
+        tmp.set_permissions(perms).map_err(io)?;
+        if let Some(m) = &existing {
+            // Keep the owner too where we may (as root); otherwise the file
+            // simply becomes ours, as any editor's save would make it.
+            use std::os::unix::fs::MetadataExt;
+            let _ = std::os::unix::fs::fchown(&tmp, Some(m.uid()), Some(m.gid()));
+        }
+        // Last check before the rename, through the same directory fd: the
+        // file must still be what the edit was computed from (a concurrent
+        // writer's change is not overwritten).
+        let current = match open_in(&parent, &name).map_err(io)? {
+            Some(f) => {
+                check_regular(&f, display, tool)?;
+                Some(read_capped(&f, MAX_EDIT_BYTES).map_err(io)?)
+            }
+            None => None,
+        };
+        if current.as_deref() != expected {
+            return Err(ToolError::new(
+                ErrorKind::FileChangedConcurrently,
+                format!(
+                    "{display} changed on disk while the edit was being written; nothing was written. Read it again and redo the edit."
+                ),
+            ));
+        }
+        parent.rename(&tmp_name, &parent, &name).map_err(io)
+    };
+    if let Err(e) = write_tmp() {
+        let _ = parent.remove_file(&tmp_name);
+        return Err(e);
     }
-    tmp.persist(path)
-        .map_err(|e| ToolError::io(&e.error, display))?;
     // The rename is durable only once the directory is flushed.
-    if let Ok(dir) = std::fs::File::open(parent) {
-        let _ = dir.sync_all();
+    if let Ok(dir) = parent.try_clone() {
+        let _ = dir.into_std_file().sync_all();
     }
     Ok(existing.is_none())
 }
@@ -370,15 +511,17 @@ mod tests {
     fn atomic_write_keeps_permissions_and_refuses_a_changed_file() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.sh");
+        let ws = Arc::new(Workspace::new(dir.path()).unwrap());
+        let path = ws.root().join("f.sh");
         std::fs::write(&path, "old").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o751)).unwrap();
-        let created = atomic_write(&path, "f.sh", "t", b"new", Some(b"old")).unwrap();
+        let target = Target::new(&ws, "f.sh").unwrap();
+        let created = atomic_write(&target, "t", b"new", Some(b"old")).unwrap();
         assert!(!created);
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o751);
-        let err = atomic_write(&path, "f.sh", "t", b"newer", Some(b"old")).unwrap_err();
+        let err = atomic_write(&target, "t", b"newer", Some(b"old")).unwrap_err();
         assert_eq!(err.kind, ErrorKind::FileChangedConcurrently);
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
         // No temp file is left behind.
@@ -387,6 +530,108 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["f.sh"]);
+    }
+
+    /// The race the beneath API closes: a call's target passed its checks
+    /// (built, and `check` at execution), then a directory of its path is
+    /// swapped for a symlink out. Every access the tools make after `check`
+    /// goes through these functions, and each refuses with
+    /// `path_not_in_workspace`, while std::fs on the checked path would
+    /// have followed the link.
+    #[test]
+    fn accesses_after_the_check_refuse_a_directory_swapped_for_a_link_out() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/f.txt"), "inside\n").unwrap();
+        let outside = parent.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("f.txt"), "outside\n").unwrap();
+        let ws = Arc::new(Workspace::new(&root).unwrap());
+        let file = Target::new(&ws, "sub/f.txt").unwrap();
+        let new = Target::new(&ws, "sub/new.txt").unwrap();
+        let dir = Target::new(&ws, "sub").unwrap();
+        file.check().unwrap();
+        new.check().unwrap();
+        std::fs::rename(root.join("sub"), root.join("sub-old")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(file.path()).unwrap(),
+            "outside\n",
+            "std::fs follows the swapped-in link"
+        );
+        let kinds = [
+            (
+                "open",
+                file.open().map(drop).map_err(|e| beneath_error(e, "f")),
+            ),
+            ("metadata", file_metadata(&file, "t").map(drop)),
+            ("load_text", load_text(&file, "t").map(drop)),
+            ("read_existing", read_existing(&file, "t").map(drop)),
+            (
+                "atomic_write",
+                atomic_write(&file, "t", b"pwned", Some(b"outside\n")).map(drop),
+            ),
+            (
+                "atomic_write new",
+                atomic_write(&new, "t", b"pwned", None).map(drop),
+            ),
+            (
+                "dir metadata",
+                dir.metadata().map(drop).map_err(|e| beneath_error(e, "d")),
+            ),
+        ];
+        for (what, r) in kinds {
+            let e = r.expect_err(what);
+            assert_eq!(
+                e.kind,
+                ErrorKind::PathNotInWorkspace,
+                "{what}: {}",
+                e.message
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(outside.join("f.txt")).unwrap(),
+            "outside\n"
+        );
+        let names: Vec<_> = std::fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["f.txt"]);
+    }
+
+    /// The file itself swapped for a symlink (to a file outside) after the
+    /// call resolved it: nothing is read through it or written through it.
+    #[test]
+    fn a_file_swapped_for_a_symlink_is_neither_read_nor_written_through() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("f.txt"), "inside\n").unwrap();
+        let secret = parent.path().join("secret");
+        std::fs::write(&secret, "outside\n").unwrap();
+        let ws = Arc::new(Workspace::new(&root).unwrap());
+        let file = Target::new(&ws, "f.txt").unwrap();
+        std::fs::remove_file(root.join("f.txt")).unwrap();
+        std::os::unix::fs::symlink(&secret, root.join("f.txt")).unwrap();
+        let e = load_text(&file, "t").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::FileChangedConcurrently, "{}", e.message);
+        let e = atomic_write(&file, "t", b"pwned", Some(b"inside\n")).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::FileChangedConcurrently, "{}", e.message);
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "outside\n");
+        assert!(
+            root.join("f.txt")
+                .symlink_metadata()
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        let names: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["f.txt"], "no temp file left behind");
     }
 
     #[test]

@@ -10,7 +10,9 @@ use std::time::{Duration, SystemTime};
 use globset::{GlobBuilder, GlobMatcher};
 use serde_json::{Value, json};
 
-use super::file::{MAX_OUTPUT_BYTES, Target, blocking, not_a_directory};
+use super::file::{
+    MAX_OUTPUT_BYTES, Target, beneath_error, blocking, is_not_found, not_a_directory,
+};
 use super::walk::{self, Flow, WalkOptions};
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
@@ -123,25 +125,27 @@ struct GlobCall {
     respect_git_ignore: bool,
 }
 
-/// `search_path_not_found` / `path_is_not_a_directory` for a search root.
-pub(crate) fn check_search_dir(path: &Path, display: &str) -> Result<(), ToolError> {
-    match std::fs::metadata(path) {
+/// `search_path_not_found` / `path_is_not_a_directory` for a search root,
+/// looked up beneath the workspace root.
+pub(crate) fn check_search_dir(target: &Target) -> Result<(), ToolError> {
+    let display = target.display();
+    match target.metadata() {
         Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(not_a_directory(display)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ToolError::new(
+        Ok(_) => Err(not_a_directory(&display)),
+        Err(e) if is_not_found(&e) => Err(ToolError::new(
             ErrorKind::SearchPathNotFound,
             format!(
                 "Search path not found: {display}. Pass an existing directory in dir_path (omit it to search the whole workspace)."
             ),
         )),
-        Err(e) => Err(ToolError::io(&e, display)),
+        Err(e) => Err(beneath_error(e, &display)),
     }
 }
 
 impl GlobCall {
     fn run(&self, ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
         self.target.check()?;
-        check_search_dir(&self.path, &self.display)?;
+        check_search_dir(&self.target)?;
         let mut found: Vec<(String, Option<SystemTime>)> = Vec::new();
         let opts = WalkOptions {
             respect_git_ignore: self.respect_git_ignore,
@@ -149,9 +153,12 @@ impl GlobCall {
         };
         let left = walk::walk(&self.ws, &self.path, opts, &ctx.token, |entry| {
             if !entry.is_dir && self.matcher.is_match(&entry.rel) {
-                let modified = std::fs::metadata(&entry.target)
-                    .and_then(|m| m.modified())
-                    .ok();
+                let modified = self
+                    .ws
+                    .metadata_beneath(&entry.target)
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .map(|t| t.into_std());
                 found.push((walk::join_display(&self.display, &entry.rel), modified));
             }
             Flow::Continue

@@ -26,7 +26,7 @@ use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ExecContext, Invocation, Subject, Tool,
     ToolError, ToolKind, ToolOutcome, opt_str_arg, opt_u64_arg, str_arg,
 };
-use crate::sandbox::Workspace;
+use crate::sandbox::{BeneathError, Workspace};
 
 /// Matching lines returned when `total_max_matches` is not given.
 pub const DEFAULT_TOTAL_MAX_MATCHES: u64 = 100;
@@ -284,7 +284,7 @@ fn line_text(bytes: &[u8]) -> (String, bool) {
 impl GrepCall {
     fn run(&self, ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
         self.target.check()?;
-        check_search_dir(&self.path, &self.display)?;
+        check_search_dir(&self.target)?;
         let mut searcher = SearcherBuilder::new()
             .line_number(true)
             .before_context(if self.names_only { 0 } else { self.context })
@@ -319,15 +319,24 @@ impl GrepCall {
             {
                 return Flow::Continue;
             }
-            // The walk does not follow links, but a directory on the way may
-            // have been swapped for one since it was listed: only a file
-            // that still resolves inside the workspace is opened.
-            let inside = entry
-                .target
-                .to_str()
-                .is_some_and(|p| self.ws.resolve(p).is_ok_and(|r| r == entry.target));
-            if !inside {
-                moved_out += 1;
+            // Opened beneath the workspace root: a directory on the way
+            // swapped for a symlink out since the walk listed it (or a link
+            // whose target moved out) is refused at the open, not followed.
+            let file = match self.ws.open_beneath(&entry.target) {
+                Ok(f) => f,
+                Err(BeneathError::Outside { .. }) => {
+                    moved_out += 1;
+                    return Flow::Continue;
+                }
+                Err(_) => {
+                    failed_files += 1;
+                    return Flow::Continue;
+                }
+            };
+            // The type is checked on the opened fd: a FIFO swapped in would
+            // never end.
+            if !file.metadata().is_ok_and(|m| m.is_file()) {
+                failed_files += 1;
                 return Flow::Continue;
             }
             let mut sink = FileSink {
@@ -339,7 +348,7 @@ impl GrepCall {
                 token: &ctx.token,
             };
             if searcher
-                .search_path(&self.matcher, &entry.target, &mut sink)
+                .search_file(&self.matcher, &file, &mut sink)
                 .is_err()
             {
                 failed_files += 1;

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::{Value, json};
 
-use super::file::{MAX_OUTPUT_BYTES, Target, blocking, not_a_directory};
+use super::file::{
+    MAX_OUTPUT_BYTES, Target, beneath_error, blocking, is_not_found, not_a_directory,
+};
 use super::walk::{self, Flow, WalkOptions};
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
@@ -110,10 +112,10 @@ struct ListDirectory {
 impl ListDirectory {
     fn list(&self, ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
         self.target.check()?;
-        match std::fs::metadata(&self.path) {
+        match self.target.metadata() {
             Ok(m) if m.is_dir() => {}
             Ok(_) => return Err(not_a_directory(&self.display)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(e) if is_not_found(&e) => {
                 return Err(ToolError::new(
                     ErrorKind::FileNotFound,
                     format!(
@@ -122,7 +124,7 @@ impl ListDirectory {
                     ),
                 ));
             }
-            Err(e) => return Err(ToolError::io(&e, &self.display)),
+            Err(e) => return Err(beneath_error(e, &self.display)),
         }
         let mut dirs = Vec::new();
         let mut files = Vec::new();

@@ -7,15 +7,15 @@
 //! bytes, with a note saying what was cut and how to read on.
 
 use std::fs::File;
-use std::io::Read;
-use std::path::PathBuf;
+use std::io::{Read, Seek};
+
 use std::sync::Arc;
 
 use base64::Engine;
 use serde_json::{Value, json};
 
 use super::encoding::{self, NotText, Sniffed, TextEncoding};
-use super::file::{MAX_OUTPUT_BYTES, Target, blocking, is_directory, not_regular};
+use super::file::{MAX_OUTPUT_BYTES, Target, beneath_error, blocking, is_directory, not_regular};
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
     Tool, ToolError, ToolKind, ToolOutcome, opt_u64_arg, str_arg,
@@ -93,7 +93,6 @@ impl Tool for ReadFileTool {
         Ok(Arc::new(ReadFile {
             target,
             display: self.ws.display(&path),
-            path,
             start,
             end,
         }))
@@ -102,7 +101,6 @@ impl Tool for ReadFileTool {
 
 struct ReadFile {
     target: Target,
-    path: PathBuf,
     display: String,
     start: Option<u64>,
     end: Option<u64>,
@@ -133,7 +131,14 @@ impl ReadFile {
     fn read(&self, ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
         self.target.check()?;
         let io = |e: std::io::Error| ToolError::io(&e, &self.display);
-        let meta = std::fs::metadata(&self.path).map_err(io)?;
+        // One fd, opened beneath the workspace root, serves every pass: the
+        // type and size checked are those of the file read, and a directory
+        // swapped for a symlink after the check cannot redirect any pass.
+        let file = self
+            .target
+            .open()
+            .map_err(|e| beneath_error(e, &self.display))?;
+        let meta = file.metadata().map_err(io)?;
         if meta.is_dir() {
             return Err(is_directory(&self.display, "read_file"));
         }
@@ -150,7 +155,12 @@ impl ReadFile {
                 ),
             ));
         }
-        let open = || File::open(&self.path);
+        // Each pass reads the same fd from its start.
+        let open = || -> std::io::Result<&File> {
+            let mut f = &file;
+            f.rewind()?;
+            Ok(f)
+        };
         let mut head = Vec::new();
         open()
             .map_err(io)?
@@ -158,7 +168,8 @@ impl ReadFile {
             .read_to_end(&mut head)
             .map_err(io)?;
         if let Sniffed::Media(mime) = encoding::sniff(&head) {
-            return self.inline(mime, size);
+            let reader = open().map_err(io)?;
+            return self.inline(reader, mime, size);
         }
         let enc = match encoding::detect_stream(open).map_err(io)? {
             Ok(enc) => enc,
@@ -292,7 +303,7 @@ impl ReadFile {
     }
 
     /// An image or PDF as Gemini's inline data part.
-    fn inline(&self, mime: &str, size: u64) -> Result<ToolOutcome, ToolError> {
+    fn inline(&self, reader: &File, mime: &str, size: u64) -> Result<ToolOutcome, ToolError> {
         if size > MAX_INLINE_BYTES {
             return Err(ToolError::new(
                 ErrorKind::FileTooLarge,
@@ -302,7 +313,20 @@ impl ReadFile {
                 ),
             ));
         }
-        let bytes = std::fs::read(&self.path).map_err(|e| ToolError::io(&e, &self.display))?;
+        let mut bytes = Vec::new();
+        reader
+            .take(MAX_INLINE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| ToolError::io(&e, &self.display))?;
+        if bytes.len() as u64 > MAX_INLINE_BYTES {
+            return Err(ToolError::new(
+                ErrorKind::FileTooLarge,
+                format!(
+                    "{} grew past the {MAX_INLINE_BYTES}-byte limit for inline data while it was read.",
+                    self.display
+                ),
+            ));
+        }
         let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
         let mut result = Args::new();
         result.insert("mime_type".into(), json!(mime));

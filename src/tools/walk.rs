@@ -6,9 +6,15 @@
 //! which may lie above the workspace root), `.git/info/exclude`, `.ignore`,
 //! and the project ignore files [`PROJECT_IGNORE_FILES`]. `.git` itself is
 //! never walked. Symlinks are not followed: a link is reported only when
-//! the workspace resolves its target inside the root, and a link leading
-//! outside is left out and counted, so no search reads a file outside the
-//! workspace through a link.
+//! its target stays beneath the root, and a link leading outside is left
+//! out and counted, so no search reads a file outside the workspace through
+//! a link.
+//!
+//! The walker works on paths, so a directory swapped for a symlink while it
+//! walks could make it read a directory outside. Every entry it yields is
+//! therefore looked up again beneath the root (`Workspace::*_beneath`,
+//! openat2 `RESOLVE_BENEATH`) and left out unless it exists there, and the
+//! tools open what the walk reports through the same beneath API.
 //!
 //! The walker does not say what it skipped, so after a complete walk every
 //! directory it entered is listed once more and its entries that the walk did
@@ -19,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::sandbox::Workspace;
+use crate::sandbox::{BeneathError, Workspace};
 
 /// Project ignore files read in every directory (gitignore syntax) whether
 /// or not git is used: ours, and Gemini CLI's so existing projects keep
@@ -46,7 +52,8 @@ pub(crate) struct WalkOptions {
 /// One entry the walk yields (never the walk's root).
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
-    /// What to open: `path`, or a symlink's target inside the workspace.
+    /// What to open through the workspace's beneath API: the entry's path,
+    /// or a symlink's target inside the workspace.
     pub target: PathBuf,
     /// Path relative to the walk's root with `/` separators.
     pub rel: String,
@@ -198,29 +205,47 @@ pub(crate) fn walk(
         let path = dent.path().to_path_buf();
         kept.insert(path.clone());
         let rel = relative(root, &path);
-        let is_symlink = dent.path_is_symlink();
-        let (target, is_dir, is_file) = if is_symlink {
+        // The walker reads directories by path, so a directory swapped for
+        // a symlink out while it walks would make it list names from
+        // outside. Each entry is therefore looked up again beneath the root
+        // (without following it): only one that exists there is reported,
+        // with the type found there.
+        let here = match ws.symlink_metadata_beneath(&path) {
+            Ok(m) => m,
+            Err(BeneathError::Outside { .. }) => {
+                left.outside_links += 1;
+                continue;
+            }
+            Err(_) => {
+                left.unreadable += 1;
+                continue;
+            }
+        };
+        let (target, is_dir, is_file) = if here.file_type().is_symlink() {
             // Only a link whose target resolves inside the workspace is
-            // reported; its target is what a tool may open.
-            match path.to_str().map(|p| ws.resolve(p)) {
-                Some(Ok(t)) => {
-                    let (is_dir, is_file) = std::fs::metadata(&t)
-                        .map(|m| (m.is_dir(), m.is_file()))
-                        .unwrap_or((false, false));
-                    (t, is_dir, is_file)
-                }
+            // reported, as that target (an absolute link into the
+            // workspace is fine, though RESOLVE_BENEATH itself refuses
+            // absolute links); a tool opens the target beneath the root.
+            let resolved = path.to_str().map(|p| ws.resolve(p));
+            match resolved {
+                Some(Ok(t)) => match ws.metadata_beneath(&t) {
+                    Ok(m) => (t, m.is_dir(), m.is_file()),
+                    Err(_) => {
+                        left.outside_links += 1;
+                        continue;
+                    }
+                },
                 _ => {
                     left.outside_links += 1;
                     continue;
                 }
             }
         } else {
-            let is_dir = dent.file_type().is_some_and(|t| t.is_dir());
-            let is_file = dent.file_type().is_some_and(|t| t.is_file());
+            let is_dir = here.is_dir();
             if is_dir && opts.max_depth.is_none_or(|m| dent.depth() < m) {
                 entered.push(path.clone());
             }
-            (path, is_dir, is_file)
+            (path, is_dir, here.is_file())
         };
         let entry = Entry {
             target,
@@ -236,11 +261,17 @@ pub(crate) fn walk(
     if complete {
         let mut ignored = 0;
         for dir in &entered {
-            let Ok(read) = std::fs::read_dir(dir) else {
+            // Listed beneath the root, so no name from outside is counted.
+            let Ok(read) = ws.open_dir_beneath(dir).and_then(|d| {
+                d.entries().map_err(|e| BeneathError::Io {
+                    given: dir.to_string_lossy().into_owned(),
+                    source: e,
+                })
+            }) else {
                 continue;
             };
             for child in read.flatten() {
-                let path = child.path();
+                let path = dir.join(child.file_name());
                 if child.file_name() == ".git" || kept.contains(&path) {
                     continue;
                 }
@@ -286,5 +317,48 @@ pub(crate) fn join_display(dir: &str, rel: &str) -> String {
         rel.to_string()
     } else {
         format!("{dir}/{rel}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The walk's directory (checked inside when the call was built) has a
+    /// component swapped for a symlink out before the walk: the path-based
+    /// walker reads the directory outside, but no entry of it is reported
+    /// or named as left out, because each is looked up again beneath the
+    /// root.
+    #[test]
+    fn a_walk_through_a_component_swapped_for_a_link_out_reports_nothing_from_outside() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+        std::fs::write(root.join("sub/deeper/inside.txt"), "in").unwrap();
+        let outside = parent.path().join("outside");
+        std::fs::create_dir_all(outside.join("deeper/nested")).unwrap();
+        std::fs::write(outside.join("deeper/secret.txt"), "s").unwrap();
+        std::fs::write(outside.join("deeper/.ignore"), "ignored.txt\n").unwrap();
+        std::fs::write(outside.join("deeper/ignored.txt"), "s").unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        let walk_root = ws.resolve("sub/deeper").unwrap();
+        std::fs::rename(root.join("sub"), root.join("sub-old")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
+        // The walker alone would list the outside directory.
+        assert!(walk_root.join("secret.txt").exists());
+        let opts = WalkOptions {
+            respect_git_ignore: true,
+            max_depth: None,
+        };
+        let mut seen = Vec::new();
+        let left = walk(&ws, &walk_root, opts, &CancellationToken::new(), |e| {
+            seen.push(e.rel);
+            Flow::Continue
+        });
+        assert!(seen.is_empty(), "{seen:?}");
+        assert!(left.examples.is_empty(), "{:?}", left.examples);
+        assert_eq!(left.ignored, Some(0));
+        // .ignore, nested/ and secret.txt, each refused beneath the root.
+        assert_eq!(left.outside_links, 3);
     }
 }

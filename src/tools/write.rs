@@ -6,7 +6,6 @@
 //! The approval prompt diffs the file as it is against the new content; the
 //! write itself reads the file again at execution time.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -14,7 +13,7 @@ use serde_json::{Value, json};
 use super::encoding::TextEncoding;
 use super::file::{
     FileText, Target, atomic_write, blocking, encode_for, file_metadata, is_directory, load_text,
-    unified_diff,
+    read_existing, unified_diff,
 };
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ExecContext, Invocation, Subject, Tool,
@@ -72,7 +71,6 @@ impl Tool for WriteFileTool {
         Ok(Arc::new(WriteFile {
             target,
             display,
-            path,
             content,
         }))
     }
@@ -86,7 +84,6 @@ impl Tool for WriteFileTool {
 
 struct WriteFile {
     target: Target,
-    path: PathBuf,
     display: String,
     content: String,
 }
@@ -104,8 +101,8 @@ impl WriteFile {
     fn plan(&self) -> Result<Planned, ToolError> {
         self.target.check()?;
         // A directory or FIFO is refused before anything reads it.
-        file_metadata(&self.path, &self.display, "write_file")?;
-        let current = load_text(&self.path, &self.display, "write_file").or_else(|e| {
+        file_metadata(&self.target, "write_file")?;
+        let current = load_text(&self.target, "write_file").or_else(|e| {
             // A binary file is simply replaced.
             if e.kind == super::ErrorKind::InvalidToolParams {
                 Ok(None)
@@ -134,11 +131,7 @@ impl WriteFile {
     /// The bytes on disk now (None when absent), for the concurrent-change
     /// check of the write.
     fn on_disk(&self) -> Result<Option<Vec<u8>>, ToolError> {
-        match std::fs::read(&self.path) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(ToolError::io(&e, &self.display)),
-        }
+        read_existing(&self.target, "write_file")
     }
 
     fn write(&self) -> Result<ToolOutcome, ToolError> {
@@ -147,13 +140,7 @@ impl WriteFile {
             Some(f) => Some(f.bytes.clone()),
             None => self.on_disk()?,
         };
-        let created = atomic_write(
-            &self.path,
-            &self.display,
-            "write_file",
-            &plan.bytes,
-            expected.as_deref(),
-        )?;
+        let created = atomic_write(&self.target, "write_file", &plan.bytes, expected.as_deref())?;
         let mut result = Args::new();
         result.insert("created".into(), json!(created));
         result.insert("bytes_written".into(), json!(plan.bytes.len()));
@@ -179,7 +166,7 @@ impl Invocation for WriteFile {
 
     fn confirmation(&self) -> Result<ConfirmationDetails, ToolError> {
         let plan = self.plan()?;
-        let is_new_file = !self.path.exists();
+        let is_new_file = file_metadata(&self.target, "write_file")?.is_none();
         let old = plan
             .current
             .as_ref()
