@@ -165,23 +165,33 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
         runs: cli.runs.max(1),
         quick: cli.quick,
     };
-    if scenarios.iter().any(|s| s == "s1") {
-        rows.extend(s1_throughput(&env).await?);
-    }
-    if scenarios.iter().any(|s| s == "s2") {
-        rows.extend(s2_latency(&env).await?);
-    }
-    if scenarios.iter().any(|s| s == "s3") {
-        rows.extend(s3_waves(&env).await?);
-    }
-    if scenarios.iter().any(|s| s == "s4") {
-        rows.extend(s4_scale(&env).await?);
-    }
-    if scenarios.iter().any(|s| s == "s5") {
-        rows.extend(s5_search(&env).await?);
-    }
-    if scenarios.iter().any(|s| s == "s6") {
-        rows.extend(s6_shell(&env).await?);
+    type Scenario = for<'a> fn(
+        &'a Env,
+    ) -> Pin<Box<dyn std::future::Future<Output = anyhow::Result<Vec<Row>>> + 'a>>;
+    let all: [(&str, &'static str, Scenario); 6] = [
+        ("s1", "S1", |e| Box::pin(s1_throughput(e))),
+        ("s2", "S2", |e| Box::pin(s2_latency(e))),
+        ("s3", "S3", |e| Box::pin(s3_waves(e))),
+        ("s4", "S4", |e| Box::pin(s4_scale(e))),
+        ("s5", "S5", |e| Box::pin(s5_search(e))),
+        ("s6", "S6", |e| Box::pin(s6_shell(e))),
+    ];
+    for (key, name, run) in all {
+        if !scenarios.iter().any(|s| s == key) {
+            continue;
+        }
+        // A failed scenario is a row of the table, not the end of the suite.
+        match run(&env).await {
+            Ok(r) => rows.extend(r),
+            Err(e) => rows.push(Row {
+                scenario: name,
+                metric: format!("FAILED: {e:#}"),
+                toolsched: Stat::of(vec![0.0]),
+                floor: None,
+                ratio: None,
+                target: String::new(),
+            }),
+        }
     }
     progress("");
     eprintln!();
@@ -328,8 +338,11 @@ async fn connections(
 ) -> anyhow::Result<Vec<ToolSchedulerClient<Channel>>> {
     let mut out = Vec::with_capacity(k);
     for _ in 0..k {
+        // Default windows, as a frontend would have. (With
+        // http2_adaptive_window the window starts at 64 KiB and h2 >= 0.4.20
+        // answers a burst of small buffered events with GOAWAY
+        // ENHANCE_YOUR_CALM "too_many_data_frames"; see BENCHMARKS.md.)
         let ch = Endpoint::from_shared(format!("http://{addr}"))?
-            .http2_adaptive_window(true)
             .tcp_nodelay(true)
             .connect()
             .await?;
