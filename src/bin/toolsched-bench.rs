@@ -167,7 +167,9 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
     };
     type Scenario = for<'a> fn(
         &'a Env,
-    ) -> Pin<Box<dyn std::future::Future<Output = anyhow::Result<Vec<Row>>> + 'a>>;
+    ) -> Pin<
+        Box<dyn std::future::Future<Output = anyhow::Result<Vec<Row>>> + 'a>,
+    >;
     let all: [(&str, &'static str, Scenario); 6] = [
         ("s1", "S1", |e| Box::pin(s1_throughput(e))),
         ("s2", "S2", |e| Box::pin(s2_latency(e))),
