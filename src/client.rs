@@ -40,7 +40,12 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
     let channel = tonic::transport::Endpoint::from_shared(args.addr.clone())?
         .connect()
         .await
-        .with_context(|| format!("cannot connect to {}", args.addr))?;
+        .with_context(|| {
+            format!(
+                "cannot connect to {}: is `toolsched serve` running there? (set --addr)",
+                args.addr
+            )
+        })?;
     let token = args.auth_token.clone();
     let mut client = pb::tool_scheduler_client::ToolSchedulerClient::with_interceptor(
         channel,
@@ -63,6 +68,8 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
         })
         .await?
         .into_inner();
+    let mut failed = 0usize;
+    let mut total = 0usize;
     while let Some(event) = stream.message().await? {
         use pb::schedule_calls_response::Event;
         match event.event {
@@ -102,15 +109,18 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
                             .await?;
                     }
                     State::Error(e) => {
+                        failed += 1;
                         println!("{} {}: error: {}", u.call_id, u.tool_name, e.message)
                     }
                     State::Cancelled(c) => {
+                        failed += 1;
                         println!("{} {}: cancelled: {}", u.call_id, u.tool_name, c.reason)
                     }
                     other => println!("{} {}: {}", u.call_id, u.tool_name, state_name(&other)),
                 }
             }
             Some(Event::BatchCompleted(done)) => {
+                total = done.responses.len();
                 let responses: Vec<Value> = done
                     .responses
                     .into_iter()
@@ -126,6 +136,11 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
             }
             None => {}
         }
+    }
+    // A script can tell: the exit status is non-zero unless every call
+    // succeeded.
+    if failed > 0 {
+        bail!("{failed} of {total} calls did not succeed");
     }
     Ok(())
 }
@@ -161,7 +176,12 @@ fn ask() -> anyhow::Result<O> {
         std::io::stdout().flush()?;
         let mut line = String::new();
         if stdin.lock().read_line(&mut line)? == 0 {
+            println!("(end of input: rejected)");
             return Ok(O::Cancel);
+        }
+        if !std::io::IsTerminal::is_terminal(&stdin) {
+            // Piped answers are not echoed by a terminal.
+            println!("{}", line.trim());
         }
         match line.trim() {
             "y" | "yes" => return Ok(O::ProceedOnce),

@@ -72,7 +72,8 @@ pub async fn build_scheduler_with_mcp(
         }
     }
     let metrics = Arc::new(scheduler::Metrics::new()?);
-    let scheduler = scheduler::Scheduler::start(config, registry, policy, shutdown, metrics);
+    let scheduler = scheduler::Scheduler::start(config, registry, policy, shutdown, metrics)
+        .with_mcp(manager.clone());
     Ok((scheduler, manager))
 }
 

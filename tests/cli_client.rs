@@ -8,7 +8,8 @@ use std::process::{Command, Stdio};
 
 use support::Binary;
 
-fn call(addr: &std::net::SocketAddr, extra: &[&str], stdin: &str) -> String {
+/// Runs `toolsched call`; returns stdout and whether it exited 0.
+fn call_status(addr: &std::net::SocketAddr, extra: &[&str], stdin: &str) -> (String, bool) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_toolsched"))
         .args(["call", "--addr", &format!("http://{addr}")])
         .args(extra)
@@ -24,12 +25,13 @@ fn call(addr: &std::net::SocketAddr, extra: &[&str], stdin: &str) -> String {
         .write_all(stdin.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "toolsched call failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    (String::from_utf8(out.stdout).unwrap(), out.status.success())
+}
+
+fn call(addr: &std::net::SocketAddr, extra: &[&str], stdin: &str) -> String {
+    let (out, ok) = call_status(addr, extra, stdin);
+    assert!(ok, "toolsched call failed: {out}");
+    out
 }
 
 #[test]
@@ -52,11 +54,12 @@ fn call_approves_from_stdin_and_rejects_on_no() {
         "yes\n"
     );
 
-    let out = call(
+    let (out, ok) = call_status(
         &bin.addr,
         &["write_file", r#"{"file_path":"b.txt","content":"no\n"}"#],
         "n\n",
     );
+    assert!(!ok, "a rejected call must make the exit status non-zero");
     assert!(
         out.contains("call-1 write_file: cancelled: User denied execution."),
         "{out}"

@@ -336,6 +336,31 @@ async fn servers_that_fail_to_start_leave_their_tools_out_and_say_why() {
     assert!(reason.contains("cannot open database"), "{reason}");
     assert!(matches!(statuses["py"], McpServerStatus::Ready { .. }));
 
+    // A client sees the same through GetServerInfo.
+    let info = srv
+        .client
+        .clone()
+        .get_server_info(toolsched::api::pb::GetServerInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let by_name: std::collections::BTreeMap<_, _> = info
+        .mcp_servers
+        .iter()
+        .map(|s| (s.name.as_str(), s))
+        .collect();
+    use toolsched::api::pb::McpServerState as St;
+    assert_eq!(by_name["py"].state, St::Ready as i32);
+    assert!(by_name["py"].tools > 0);
+    assert_eq!(by_name["missing"].state, St::Failed as i32);
+    assert!(
+        by_name["missing"]
+            .reason
+            .contains("cannot start '/nonexistent/mcp-server'")
+    );
+    assert_eq!(by_name["crashing"].state, St::Failed as i32);
+    assert!(by_name["crashing"].reason.contains("exit status 2"));
+
     // The service works: built-in and MCP tools run.
     let events = run_one(&srv, "who", "mcp_py_whoami", json!({})).await;
     assert_eq!(

@@ -443,6 +443,30 @@ impl From<&Sandbox> for pb::SandboxInfo {
     }
 }
 
+/// One MCP server's status for `GetServerInfo`.
+pub fn mcp_server_info(
+    (name, status): (String, crate::tools::mcp::McpServerStatus),
+) -> pb::McpServerInfo {
+    use crate::tools::mcp::McpServerStatus as S;
+    let (state, tools, restarts, reason) = match status {
+        S::Starting => (pb::McpServerState::Starting, 0, 0, String::new()),
+        S::Ready { tools, restarts } => (
+            pb::McpServerState::Ready,
+            tools as u32,
+            restarts,
+            String::new(),
+        ),
+        S::Failed { reason, restarts } => (pb::McpServerState::Failed, 0, restarts, reason),
+    };
+    pb::McpServerInfo {
+        name,
+        state: state as i32,
+        tools,
+        restarts,
+        reason,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -113,6 +113,12 @@ impl ToolScheduler for Service {
         Ok(Response::new(pb::GetServerInfoResponse {
             version: env!("CARGO_PKG_VERSION").to_string(),
             sandbox: Some(self.scheduler.sandbox().as_ref().into()),
+            mcp_servers: self
+                .scheduler
+                .mcp_statuses()
+                .into_iter()
+                .map(convert::mcp_server_info)
+                .collect(),
         }))
     }
 }

@@ -173,6 +173,8 @@ pub struct Scheduler {
     open_streams: watch::Receiver<usize>,
     metrics: Arc<Metrics>,
     sandbox: SharedSandbox,
+    /// The MCP servers feeding the registry, for their status.
+    mcp: Option<crate::tools::mcp::McpManager>,
 }
 
 impl Scheduler {
@@ -211,7 +213,22 @@ impl Scheduler {
             open_streams: open_rx,
             metrics,
             sandbox,
+            mcp: None,
         }
+    }
+
+    /// Attaches the MCP servers whose tools the registry holds, so that
+    /// their status can be reported.
+    pub fn with_mcp(mut self, mcp: crate::tools::mcp::McpManager) -> Self {
+        self.mcp = Some(mcp);
+        self
+    }
+
+    /// Each configured MCP server's status, by name (empty without MCP).
+    pub fn mcp_statuses(
+        &self,
+    ) -> std::collections::BTreeMap<String, crate::tools::mcp::McpServerStatus> {
+        self.mcp.as_ref().map(|m| m.statuses()).unwrap_or_default()
     }
 
     /// The scheduler's metrics.
