@@ -415,15 +415,15 @@ impl Session {
             else {
                 continue;
             };
-            let subject = invocation.subject();
-            let decision = self.shared.policy.decide(PolicyInput {
-                decl: tool.declaration(),
-                subject: &subject,
-                args: &slot.request.args,
-                mode: self.mode,
-                interactive: batch.interactive,
-                rules: &self.rules,
-            });
+            let decision = decide(
+                &self.shared,
+                self.mode,
+                &self.rules,
+                batch.interactive,
+                slot,
+                tool,
+                invocation.as_ref(),
+            );
             if decision == Decision::Allow {
                 let invocation = invocation.clone();
                 if batch.set(index, CallState::Scheduled { invocation }) {
@@ -957,15 +957,15 @@ impl Session {
                 continue;
             };
             let invocation = invocation.clone();
-            let subject = invocation.subject();
-            let decision = self.shared.policy.decide(PolicyInput {
-                decl: tool.declaration(),
-                subject: &subject,
-                args: &slot.request.args,
-                mode: self.mode,
-                interactive: batch.interactive,
-                rules: &self.rules,
-            });
+            let decision = decide(
+                &self.shared,
+                self.mode,
+                &self.rules,
+                batch.interactive,
+                slot,
+                tool,
+                invocation.as_ref(),
+            );
             match decision {
                 Decision::Allow => {
                     if batch.set(index, CallState::Scheduled { invocation }) {
@@ -1150,6 +1150,28 @@ fn cancel_pending(
         batch_id: pending.id,
         responses,
     });
+}
+
+/// The policy decision for `slot`'s call to `tool` in the session's mode,
+/// with its "always allow" rules.
+fn decide(
+    shared: &Shared,
+    mode: ApprovalMode,
+    rules: &SessionRules,
+    interactive: bool,
+    slot: &CallSlot,
+    tool: &Arc<dyn crate::tools::Tool>,
+    invocation: &dyn Invocation,
+) -> Decision {
+    let subject = invocation.subject();
+    shared.policy.decide(PolicyInput {
+        decl: tool.declaration(),
+        subject: &subject,
+        args: &slot.request.args,
+        mode,
+        interactive,
+        rules,
+    })
 }
 
 /// The outcomes a prompt offers, by what it asks about.

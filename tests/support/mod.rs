@@ -50,18 +50,39 @@ impl TestServer {
         options: ServerOptions,
         policy: toolsched::policy::PolicyHandle,
     ) -> Self {
+        Self::launch(config, options, policy, Default::default()).await
+    }
+
+    /// A server with the MCP servers `servers` (name → config) configured,
+    /// started once each has finished its first connection attempt.
+    pub async fn with_mcp(
+        config: SchedulerConfig,
+        servers: std::collections::BTreeMap<String, toolsched::tools::mcp::McpServerConfig>,
+    ) -> Self {
+        let policy = toolsched::policy::PolicyHandle::default();
+        Self::launch(config, ServerOptions::default(), policy, servers).await
+    }
+
+    async fn launch(
+        config: SchedulerConfig,
+        options: ServerOptions,
+        policy: toolsched::policy::PolicyHandle,
+        servers: std::collections::BTreeMap<String, toolsched::tools::mcp::McpServerConfig>,
+    ) -> Self {
         let workspace = tempfile::tempdir().expect("temp workspace");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
         let addr = listener.local_addr().expect("local addr");
         let shutdown = CancellationToken::new();
-        let scheduler = toolsched::build_scheduler_with_policy(
+        let (scheduler, mcp) = toolsched::build_scheduler_with_mcp(
             workspace.path(),
             config,
             policy,
+            &servers,
             shutdown.clone(),
         )
+        .await
         .expect("scheduler");
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
@@ -78,55 +99,7 @@ impl TestServer {
             addr,
             client,
             workspace,
-            mcp: None,
-            stop: Some(stop),
-            server: Some(server),
-        }
-    }
-
-    /// A server with the MCP servers `servers` (name → config) configured,
-    /// started once each has finished its first connection attempt.
-    pub async fn with_mcp(
-        config: SchedulerConfig,
-        servers: std::collections::BTreeMap<String, toolsched::tools::mcp::McpServerConfig>,
-    ) -> Self {
-        let workspace = tempfile::tempdir().expect("temp workspace");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind loopback");
-        let addr = listener.local_addr().expect("local addr");
-        let shutdown = CancellationToken::new();
-        let (scheduler, mcp) = toolsched::build_scheduler_with_mcp(
-            workspace.path(),
-            config,
-            toolsched::policy::PolicyHandle::default(),
-            &servers,
-            shutdown.clone(),
-        )
-        .await
-        .expect("scheduler");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            serve(
-                listener,
-                scheduler,
-                shutdown,
-                ServerOptions::default(),
-                async {
-                    let _ = stopped.await;
-                },
-            )
-            .await
-            .expect("server ran");
-        });
-        let client = ToolSchedulerClient::connect(format!("http://{addr}"))
-            .await
-            .expect("connect");
-        Self {
-            addr,
-            client,
-            workspace,
-            mcp: Some(mcp),
+            mcp: (!servers.is_empty()).then_some(mcp),
             stop: Some(stop),
             server: Some(server),
         }
