@@ -20,18 +20,16 @@ fn edit(prompt: &pb::AwaitingApproval) -> &pb::EditConfirmation {
 async fn proceed_once_runs_the_write_with_a_diff_in_the_prompt() {
     let srv = TestServer::start().await;
     std::fs::write(srv.path("f.txt"), "old\n").unwrap();
-    let mut stream = srv
-        .schedule(
+    let (stream, mut seen, prompt) = srv
+        .prompt(
             "s",
-            vec![call(
+            call(
                 "w",
                 "write_file",
                 json!({"file_path": "f.txt", "content": "new\n"}),
-            )],
+            ),
         )
         .await;
-    let mut seen = Vec::new();
-    let prompt = await_prompt(&mut stream, &mut seen, "w").await;
     let e = edit(&prompt);
     assert_eq!(e.file_path, "f.txt");
     assert!(!e.is_new_file);
@@ -77,18 +75,16 @@ async fn proceed_once_runs_the_write_with_a_diff_in_the_prompt() {
 async fn the_write_reads_its_target_at_execution_not_from_the_preview() {
     let srv = TestServer::start().await;
     std::fs::write(srv.path("f.txt"), "v1").unwrap();
-    let mut stream = srv
-        .schedule(
+    let (stream, mut seen, prompt) = srv
+        .prompt(
             "s",
-            vec![call(
+            call(
                 "w",
                 "write_file",
                 json!({"file_path": "f.txt", "content": "v3"}),
-            )],
+            ),
         )
         .await;
-    let mut seen = Vec::new();
-    let prompt = await_prompt(&mut stream, &mut seen, "w").await;
     // The file changes while the prompt is open; the write still lands whole.
     std::fs::write(srv.path("f.txt"), "v2").unwrap();
     srv.confirm("s", "w", &prompt.correlation_id, O::ProceedOnce, None)
@@ -151,18 +147,16 @@ async fn reject_cancels_the_call_and_the_rest_of_the_batch() {
 #[tokio::test]
 async fn inline_new_content_is_applied_and_run() {
     let srv = TestServer::start().await;
-    let mut stream = srv
-        .schedule(
+    let (stream, mut seen, prompt) = srv
+        .prompt(
             "s",
-            vec![call(
+            call(
                 "w",
                 "write_file",
                 json!({"file_path": "n.txt", "content": "model's"}),
-            )],
+            ),
         )
         .await;
-    let mut seen = Vec::new();
-    let prompt = await_prompt(&mut stream, &mut seen, "w").await;
     assert!(edit(&prompt).is_new_file);
     srv.confirm(
         "s",
@@ -193,18 +187,16 @@ async fn inline_new_content_is_applied_and_run() {
 #[tokio::test]
 async fn modify_with_editor_prompts_again_with_a_new_correlation_id() {
     let srv = TestServer::start().await;
-    let mut stream = srv
-        .schedule(
+    let (mut stream, mut seen, first) = srv
+        .prompt(
             "s",
-            vec![call(
+            call(
                 "w",
                 "write_file",
                 json!({"file_path": "m.txt", "content": "first\n"}),
-            )],
+            ),
         )
         .await;
-    let mut seen = Vec::new();
-    let first = await_prompt(&mut stream, &mut seen, "w").await;
     srv.confirm(
         "s",
         "w",
@@ -254,18 +246,16 @@ async fn modify_with_editor_prompts_again_with_a_new_correlation_id() {
 #[tokio::test]
 async fn proceed_always_on_an_edit_switches_the_session_to_auto_edit() {
     let srv = TestServer::start().await;
-    let mut stream = srv
-        .schedule(
+    let (stream, _, prompt) = srv
+        .prompt(
             "s",
-            vec![call(
+            call(
                 "w",
                 "write_file",
                 json!({"file_path": "a.txt", "content": "a"}),
-            )],
+            ),
         )
         .await;
-    let mut seen = Vec::new();
-    let prompt = await_prompt(&mut stream, &mut seen, "w").await;
     srv.confirm("s", "w", &prompt.correlation_id, O::ProceedAlways, None)
         .await
         .unwrap();
@@ -307,18 +297,16 @@ async fn proceed_always_on_an_edit_switches_the_session_to_auto_edit() {
 #[tokio::test]
 async fn proceed_always_on_shell_is_narrowed_to_its_root_commands() {
     let srv = TestServer::start().await;
-    let mut stream = srv
-        .schedule(
+    let (stream, mut seen, prompt) = srv
+        .prompt(
             "s",
-            vec![call(
+            call(
                 "a",
                 "run_shell_command",
                 json!({"command": "mkdir -p d1 && touch d1/f && echo made"}),
-            )],
+            ),
         )
         .await;
-    let mut seen = Vec::new();
-    let prompt = await_prompt(&mut stream, &mut seen, "a").await;
     match prompt.details.as_ref() {
         Some(Details::Exec(x)) => {
             assert_eq!(x.root_commands, ["mkdir", "touch", "echo"]);
@@ -427,18 +415,16 @@ async fn plan_mode_denies_side_effects_and_allows_reads() {
 #[tokio::test]
 async fn confirm_errors_change_nothing() {
     let srv = TestServer::start().await;
-    let mut stream = srv
-        .schedule(
+    let (stream, mut seen, prompt) = srv
+        .prompt(
             "s",
-            vec![call(
+            call(
                 "w",
                 "write_file",
                 json!({"file_path": "a.txt", "content": "a"}),
-            )],
+            ),
         )
         .await;
-    let mut seen = Vec::new();
-    let prompt = await_prompt(&mut stream, &mut seen, "w").await;
     let cases = [
         (
             "nosuch",

@@ -131,6 +131,25 @@ impl TestServer {
             .into_inner()
     }
 
+    /// Starts a batch of one call that asks for approval and reads its
+    /// stream up to the prompt: (the open stream, the events so far, the
+    /// prompt).
+    pub async fn prompt(
+        &self,
+        session: &str,
+        call: pb::FunctionCall,
+    ) -> (
+        tonic::Streaming<pb::ScheduleCallsResponse>,
+        Vec<Event>,
+        pb::AwaitingApproval,
+    ) {
+        let call_id = call.id.clone();
+        let mut stream = self.schedule(session, vec![call]).await;
+        let mut seen = Vec::new();
+        let prompt = await_prompt(&mut stream, &mut seen, &call_id).await;
+        (stream, seen, prompt)
+    }
+
     /// Runs a batch to completion and returns all its events.
     pub async fn run(&self, session: &str, calls: Vec<pb::FunctionCall>) -> Vec<Event> {
         collect(self.schedule(session, calls).await).await
