@@ -91,6 +91,7 @@ fn scheduler(c: &mut Criterion) {
                         }],
                         approval_mode: None,
                         interactive: false,
+                        sandbox_level: None,
                     })
                     .await
                     .unwrap();

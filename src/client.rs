@@ -65,6 +65,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
             calls,
             approval_mode: mode as i32,
             interactive: Some(true),
+            sandbox_level: 0,
         })
         .await?
         .into_inner();

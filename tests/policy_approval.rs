@@ -25,6 +25,7 @@ fn batch(
         calls,
         approval_mode: 0,
         interactive: Some(interactive),
+        sandbox_level: 0,
     }
 }
 
@@ -231,6 +232,7 @@ async fn plan_mode_denies_with_a_message_and_reads_still_run() {
             ],
             approval_mode: pb::ApprovalMode::Plan as i32,
             interactive: Some(true),
+            sandbox_level: 0,
         })
         .await,
     )

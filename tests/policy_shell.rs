@@ -200,6 +200,7 @@ async fn shell_commands_are_decided_by_their_strictest_segment() {
             calls,
             approval_mode: 0,
             interactive: Some(false),
+            sandbox_level: 0,
         })
         .await,
     )

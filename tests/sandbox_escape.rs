@@ -513,3 +513,57 @@ async fn server_info_reports_the_probed_sandbox() {
     assert_eq!(sandbox.max_processes, ResourceLimits::default().processes);
     assert_eq!(info.version, env!("CARGO_PKG_VERSION"));
 }
+
+#[tokio::test]
+async fn a_session_may_choose_a_stricter_level_but_not_a_looser_one() {
+    if !kernel_enforces(SandboxLevel::ReadOnly) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    let with_level = |level: pb::SandboxLevel, command: &str| pb::ScheduleCallsRequest {
+        sandbox_level: level as i32,
+        ..request("s", vec![shell("c", command)])
+    };
+    // read_only for this session: writing the workspace is refused.
+    let events = collect(
+        srv.schedule_with(with_level(pb::SandboxLevel::ReadOnly, "touch a.txt"))
+            .await,
+    )
+    .await;
+    assert_eq!(error_of(&events, "c").0, pb::ErrorType::SandboxDenied);
+    assert!(!srv.path("a.txt").exists());
+    // The level stays with the session.
+    let events = srv.run("s", vec![shell("c", "touch b.txt")]).await;
+    assert_eq!(error_of(&events, "c").0, pb::ErrorType::SandboxDenied);
+    // Other sessions keep the server's level.
+    let events = srv.run("other", vec![shell("c", "touch c.txt")]).await;
+    assert_eq!(
+        states(&events, "c"),
+        ["validating", "scheduled", "executing", "success"]
+    );
+    // Back to the server's level.
+    let events = collect(
+        srv.schedule_with(with_level(pb::SandboxLevel::WorkspaceWrite, "touch d.txt"))
+            .await,
+    )
+    .await;
+    assert_eq!(
+        states(&events, "c"),
+        ["validating", "scheduled", "executing", "success"]
+    );
+    // Looser than the server's: refused before anything starts.
+    for looser in [
+        pb::SandboxLevel::WorkspaceWriteNetwork,
+        pb::SandboxLevel::None,
+    ] {
+        let err = srv
+            .client
+            .clone()
+            .schedule_calls(with_level(looser, "touch e.txt"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
+        assert!(err.message().contains("more permissive than the server's"));
+    }
+    assert!(!srv.path("e.txt").exists());
+}

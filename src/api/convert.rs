@@ -115,11 +115,27 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
                 wait_for_previous: c.wait_for_previous,
             })
             .collect();
+        let sandbox_level = match pb::SandboxLevel::try_from(r.sandbox_level) {
+            Ok(pb::SandboxLevel::Unspecified) => None,
+            Ok(pb::SandboxLevel::ReadOnly) => Some(SandboxLevel::ReadOnly),
+            Ok(pb::SandboxLevel::WorkspaceWrite) => Some(SandboxLevel::WorkspaceWrite),
+            Ok(pb::SandboxLevel::WorkspaceWriteNetwork) => {
+                Some(SandboxLevel::WorkspaceWriteNetwork)
+            }
+            Ok(pb::SandboxLevel::None) => Some(SandboxLevel::None),
+            Err(_) => {
+                return Err(ApiError::InvalidArgument(format!(
+                    "sandbox_level {} is not a known SandboxLevel",
+                    r.sandbox_level
+                )));
+            }
+        };
         let request = BatchRequest {
             session_id: r.session_id,
             calls,
             approval_mode,
             interactive: r.interactive.unwrap_or(true),
+            sandbox_level,
         };
         request.validate().map_err(ApiError::InvalidArgument)?;
         Ok(request)

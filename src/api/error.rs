@@ -28,6 +28,7 @@ impl From<ApiError> for Status {
                     Status::resource_exhausted(message)
                 }
                 ScheduleError::ShuttingDown => Status::unavailable(message),
+                ScheduleError::SandboxLevelNotAllowed { .. } => Status::permission_denied(message),
             },
             ApiError::Confirm(c) => match c {
                 ConfirmError::UnknownSession { .. } | ConfirmError::UnknownCall { .. } => {

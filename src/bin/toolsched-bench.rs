@@ -371,6 +371,7 @@ fn batch(session: &str, calls: Vec<pb::FunctionCall>) -> pb::ScheduleCallsReques
         calls,
         approval_mode: 0,
         interactive: Some(false),
+        sandbox_level: 0,
     }
 }
 

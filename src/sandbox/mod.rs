@@ -35,7 +35,9 @@ pub use workspace::{BeneathError, PathError, Workspace, temp_name};
 /// How much a command may do. Chosen by the operator (config, flag
 /// `--sandbox-level`, env `TOOLSCHED_SANDBOX_LEVEL`); `none` only when set
 /// explicitly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum SandboxLevel {
@@ -54,6 +56,21 @@ pub enum SandboxLevel {
 }
 
 impl SandboxLevel {
+    /// Every level, strictest first.
+    pub const ALL: [SandboxLevel; 4] = [
+        SandboxLevel::ReadOnly,
+        SandboxLevel::WorkspaceWrite,
+        SandboxLevel::WorkspaceWriteNetwork,
+        SandboxLevel::None,
+    ];
+
+    /// Whether this level allows no more than `other` does (a session may
+    /// choose such a level under a server configured with `other`).
+    pub fn at_most(self, other: SandboxLevel) -> bool {
+        let rank = |l: SandboxLevel| Self::ALL.iter().position(|x| *x == l).unwrap_or(0);
+        rank(self) <= rank(other)
+    }
+
     /// The snake_case name used in config, flags and reports.
     pub fn name(self) -> &'static str {
         match self {

@@ -28,6 +28,9 @@ pub struct BatchRequest {
     pub approval_mode: Option<ApprovalMode>,
     /// Whether a person can answer prompts; when false, ask_user is an Error.
     pub interactive: bool,
+    /// Switch the session to this sandbox level first (at most as
+    /// permissive as the server's).
+    pub sandbox_level: Option<crate::sandbox::SandboxLevel>,
 }
 
 /// Longest accepted session id, in bytes.

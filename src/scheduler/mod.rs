@@ -84,6 +84,13 @@ pub enum ScheduleError {
     TooManySessions { limit: usize },
     #[error("the server is shutting down and accepts no new batches")]
     ShuttingDown,
+    #[error(
+        "sandbox level {requested} is more permissive than the server's ({server}); a session may only choose a level at most as permissive"
+    )]
+    SandboxLevelNotAllowed {
+        requested: crate::sandbox::SandboxLevel,
+        server: crate::sandbox::SandboxLevel,
+    },
 }
 
 /// Why a Confirm was refused. Nothing changed.
@@ -139,6 +146,8 @@ pub(crate) struct Shared {
     pub shutdown: CancellationToken,
     pub hub: mpsc::Sender<HubCommand>,
     pub metrics: Arc<Metrics>,
+    /// The sandbox of each level a session may choose.
+    pub sandboxes: std::collections::BTreeMap<crate::sandbox::SandboxLevel, SharedSandbox>,
 }
 
 pub(crate) enum HubCommand {
@@ -192,7 +201,25 @@ impl Scheduler {
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
         let sandbox = config.sandbox.clone();
+        // The levels a session may switch to: those at most as permissive as
+        // the server's, each probed once here.
+        let sandboxes = crate::sandbox::SandboxLevel::ALL
+            .into_iter()
+            .filter(|l| l.at_most(sandbox.config.level))
+            .map(|level| {
+                let s = if level == sandbox.config.level {
+                    sandbox.clone()
+                } else {
+                    Arc::new(Sandbox::new(crate::sandbox::SandboxConfig {
+                        level,
+                        ..sandbox.config.clone()
+                    }))
+                };
+                (level, s)
+            })
+            .collect();
         let shared = Arc::new(Shared {
+            sandboxes,
             config,
             registry: registry.clone(),
             policy,
@@ -353,6 +380,14 @@ impl Hub {
 
     fn schedule(&mut self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
         request.validate().map_err(ScheduleError::Invalid)?;
+        if let Some(requested) = request.sandbox_level
+            && !self.shared.sandboxes.contains_key(&requested)
+        {
+            return Err(ScheduleError::SandboxLevelNotAllowed {
+                requested,
+                server: self.shared.config.sandbox.config.level,
+            });
+        }
         if !self.accepting || self.shared.shutdown.is_cancelled() {
             return Err(ScheduleError::ShuttingDown);
         }

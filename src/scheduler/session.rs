@@ -196,6 +196,9 @@ pub(crate) struct Session {
     id: String,
     shared: Arc<Shared>,
     mode: ApprovalMode,
+    /// Where this session's commands run (the server's level unless a batch
+    /// chose a stricter one).
+    sandbox: crate::sandbox::SharedSandbox,
     rules: SessionRules,
     topic: Option<String>,
     queue: VecDeque<PendingBatch>,
@@ -217,6 +220,7 @@ impl Session {
         let mut session = Session {
             id,
             mode: shared.config.default_mode,
+            sandbox: shared.config.sandbox.clone(),
             shared,
             rules: SessionRules::default(),
             topic: None,
@@ -817,6 +821,13 @@ impl Session {
         if let Some(mode) = request.approval_mode {
             self.mode = mode;
         }
+        // The hub accepted only levels the server allows.
+        if let Some(sandbox) = request
+            .sandbox_level
+            .and_then(|level| self.shared.sandboxes.get(&level))
+        {
+            self.sandbox = sandbox.clone();
+        }
         events.emit(BatchEvent::Started {
             batch_id: id.clone(),
         });
@@ -1027,6 +1038,7 @@ impl Session {
     /// Phase 2: execute every Scheduled member of the wave concurrently.
     fn execute_wave(&mut self) {
         let config = self.shared.config.clone();
+        let sandbox = self.sandbox.clone();
         let Some(batch) = self.active.as_mut() else {
             return;
         };
@@ -1053,7 +1065,7 @@ impl Session {
                 progress: progress_tx,
                 timeout: config.execution_timeout,
                 output: config.output,
-                sandbox: config.sandbox.clone(),
+                sandbox: sandbox.clone(),
             };
             let tx = self.internal_tx.clone();
             let batch_id = batch.id.clone();

@@ -206,6 +206,7 @@ pub fn request(session: &str, calls: Vec<pb::FunctionCall>) -> pb::ScheduleCalls
         calls,
         approval_mode: 0,
         interactive: Some(true),
+        sandbox_level: 0,
     }
 }
 
