@@ -43,16 +43,6 @@ pub(crate) enum CallState {
 }
 
 impl CallState {
-    fn rank(&self) -> u8 {
-        match self {
-            Self::Validating { .. } => 0,
-            Self::AwaitingApproval { .. } => 1,
-            Self::Scheduled { .. } => 2,
-            Self::Executing { .. } => 3,
-            Self::Done(_) => 4,
-        }
-    }
-
     /// The state's name, for logs.
     pub(crate) fn name(&self) -> &'static str {
         match self {
@@ -84,21 +74,37 @@ impl CallSlot {
     /// being prepared) is internal: the client sees AwaitingApproval again.
     pub fn set(&mut self, next: CallState) -> bool {
         use CallState as S;
-        let ok = match (&self.state, &next) {
-            (S::Done(_), _) => false,
-            (_, S::Done(_)) => true,
-            (S::Validating { .. }, S::Validating { .. }) => true,
-            (S::AwaitingApproval { .. }, S::Validating { .. }) => true,
-            (S::Executing { .. }, S::Executing { .. }) => true,
-            (from, to) => to.rank() > from.rank(),
-        };
+        use StateUpdate as U;
+        // DESIGN §3's table, and the internal re-prompt edge
+        // AwaitingApproval → Validating; nothing else, and never out of a
+        // terminal state.
+        let ok = matches!(
+            (&self.state, &next),
+            (
+                S::Validating { .. },
+                S::Validating { .. }
+                    | S::Scheduled { .. }
+                    | S::AwaitingApproval { .. }
+                    | S::Done(U::Error { .. } | U::Cancelled { .. })
+            ) | (
+                S::AwaitingApproval { .. },
+                S::Validating { .. } | S::Scheduled { .. } | S::Done(U::Cancelled { .. })
+            ) | (
+                S::Scheduled { .. },
+                S::Executing { .. } | S::Done(U::Cancelled { .. })
+            ) | (
+                S::Executing { .. },
+                S::Executing { .. }
+                    | S::Done(U::Success { .. } | U::Error { .. } | U::Cancelled { .. })
+            )
+        );
         if ok {
             self.state = next;
         } else {
             tracing::error!(
                 call_id = %self.request.id,
-                from = self.state.rank(),
-                to = next.rank(),
+                from = self.state.name(),
+                to = next.name(),
                 "refused an invalid call state transition"
             );
         }
@@ -161,5 +167,89 @@ pub(crate) fn error_update(
         kind,
         message: message.to_string(),
         response: FunctionResponse::error(&request.id, &request.name, message, partial_output),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::{
+        BoxFuture, ConfirmationDetails, ExecContext, Subject, ToolError, ToolOutcome,
+    };
+
+    struct Noop;
+
+    impl Invocation for Noop {
+        fn subject(&self) -> Subject {
+            Subject::Tool
+        }
+        fn confirmation(&self) -> Result<ConfirmationDetails, ToolError> {
+            Ok(ConfirmationDetails::Info {
+                prompt: String::new(),
+            })
+        }
+        fn execute(self: Arc<Self>, _ctx: ExecContext) -> BoxFuture<ToolOutcome> {
+            Box::pin(async {
+                ToolOutcome::Cancelled {
+                    partial_output: None,
+                }
+            })
+        }
+    }
+
+    fn slot(state: CallState) -> CallSlot {
+        CallSlot {
+            request: CallRequest {
+                id: "c".into(),
+                name: "t".into(),
+                args: Default::default(),
+                wait_for_previous: false,
+            },
+            tool: None,
+            state,
+        }
+    }
+
+    fn validating() -> CallState {
+        CallState::Validating {
+            invocation: Arc::new(Noop),
+            preparing_prompt: false,
+        }
+    }
+
+    fn success() -> CallState {
+        CallState::Done(StateUpdate::Success {
+            response: FunctionResponse::success("c", "t", serde_json::Value::Null),
+            result: Default::default(),
+            duration: std::time::Duration::ZERO,
+        })
+    }
+
+    #[test]
+    fn only_the_designed_transitions_are_taken() {
+        // Validating cannot jump to Executing or Success.
+        let mut s = slot(validating());
+        assert!(!s.set(CallState::Executing {
+            started: Instant::now(),
+            token: CancellationToken::new(),
+            cancel_reason: None,
+        }));
+        let done = success();
+        assert!(!s.set(done));
+        assert_eq!(s.state.name(), "validating");
+        // Validating → Scheduled → Executing → Success, then nothing.
+        assert!(s.set(CallState::Scheduled {
+            invocation: Arc::new(Noop)
+        }));
+        assert!(s.set(CallState::Executing {
+            started: Instant::now(),
+            token: CancellationToken::new(),
+            cancel_reason: None,
+        }));
+        let done = success();
+        assert!(s.set(done));
+        let cancelled = CallState::Done(s.cancelled("late", None));
+        assert!(!s.set(cancelled));
+        assert_eq!(s.state.name(), "success");
     }
 }
