@@ -267,5 +267,77 @@ async fn shutdown_cancels_running_calls_after_the_grace_and_refuses_new_batches(
             vec![call("r", "read_file", json!({"file_path": "x"}))],
         ))
         .await;
-    assert!(refused.is_err(), "a stopped server accepted a batch");
+    let status = refused.expect_err("a stopped server accepted a batch");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+}
+
+#[tokio::test]
+async fn during_the_grace_health_is_not_serving_and_new_batches_are_unavailable() {
+    let mut srv = TestServer::with_options(
+        yolo(),
+        toolsched::api::ServerOptions {
+            shutdown_grace: Duration::from_secs(300),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut stream = srv
+        .schedule(
+            "s",
+            vec![call(
+                "sh",
+                "run_shell_command",
+                json!({"command": "echo started; sleep 1000"}),
+            )],
+        )
+        .await;
+    let mut seen = Vec::new();
+    await_output(&mut stream, &mut seen, "sh", "started").await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", srv.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    srv.begin_shutdown();
+    // Wait (bounded) for the health service to say so.
+    let not_serving = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: "toolsched.v1.ToolScheduler".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        if status == not_serving {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "health stayed {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let err = srv
+        .client
+        .clone()
+        .schedule_calls(request(
+            "t",
+            vec![call("r", "read_file", json!({"file_path": "x"}))],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("shutting down"), "{err:?}");
+    // The running batch still finishes normally (here: cancelled by its
+    // client), which ends the drain.
+    cancel(&srv, "s", None).await;
+    seen.extend(collect(stream).await);
+    assert_eq!(
+        states(&seen, "sh"),
+        ["validating", "scheduled", "executing", "cancelled"]
+    );
 }

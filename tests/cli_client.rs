@@ -75,9 +75,13 @@ fn call_approves_from_stdin_and_rejects_on_no() {
         ],
         "",
     );
-    assert!(out.contains("from-shell\n"), "{out}");
+    // Live output first, then the state, then the function response.
     assert!(
-        out.contains("\"exit_code\"") || out.contains("Output: from-shell"),
+        out.contains("from-shell\ncall-1 run_shell_command: success"),
+        "{out}"
+    );
+    assert!(
+        out.contains(r#""output": "Command: echo from-shell\nDirectory: .\nOutput: from-shell\n""#),
         "{out}"
     );
 }

@@ -177,6 +177,13 @@ impl TestServer {
             .map(|_| ())
     }
 
+    /// Sends the shutdown signal (like SIGTERM) without waiting.
+    pub fn begin_shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
     /// Stops the server gracefully and waits for it.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
