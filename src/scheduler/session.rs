@@ -1037,7 +1037,9 @@ impl Session {
 
     /// Phase 2: execute every Scheduled member of the wave concurrently.
     fn execute_wave(&mut self) {
-        let config = self.shared.config.clone();
+        // Copied out: the tasks below outlive this borrow of the session.
+        let execution_timeout = self.shared.config.execution_timeout;
+        let output = self.shared.config.output;
         let sandbox = self.sandbox.clone();
         let Some(batch) = self.active.as_mut() else {
             return;
@@ -1063,8 +1065,8 @@ impl Session {
             let ctx = ExecContext {
                 token,
                 progress: progress_tx,
-                timeout: config.execution_timeout,
-                output: config.output,
+                timeout: execution_timeout,
+                output,
                 sandbox: sandbox.clone(),
             };
             let tx = self.internal_tx.clone();
@@ -1072,7 +1074,7 @@ impl Session {
             tokio::spawn(async move {
                 let run = invocation.execute(ctx);
                 tokio::pin!(run);
-                let limit = tokio::time::sleep(config.execution_timeout + TIMEOUT_SLACK);
+                let limit = tokio::time::sleep(execution_timeout + TIMEOUT_SLACK);
                 tokio::pin!(limit);
                 let mut progress_open = true;
                 let outcome = loop {
@@ -1084,7 +1086,7 @@ impl Session {
                                 // guard restarts (MCP calls outlive it while
                                 // progress flows; the tool enforces its own
                                 // inactivity and total limits).
-                                limit.as_mut().reset(tokio::time::Instant::now() + config.execution_timeout + TIMEOUT_SLACK);
+                                limit.as_mut().reset(tokio::time::Instant::now() + execution_timeout + TIMEOUT_SLACK);
                                 let _ = tx.send(Internal::Progress { batch_id: batch_id.clone(), index, progress });
                             }
                             None => progress_open = false,
@@ -1092,7 +1094,7 @@ impl Session {
                         outcome = &mut run => break outcome,
                         () = &mut limit => break ToolError::new(
                             ErrorKind::ExecutionTimeout,
-                            format!("The tool did not finish within the execution timeout of {} s.", config.execution_timeout.as_secs_f64()),
+                            format!("The tool did not finish within the execution timeout of {} s.", execution_timeout.as_secs_f64()),
                         ).into(),
                     }
                 };
