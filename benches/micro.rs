@@ -86,7 +86,7 @@ fn scheduler(c: &mut Criterion) {
                         calls: vec![CallRequest {
                             id: "c".into(),
                             name: "update_topic".into(),
-                            args: args.clone(),
+                            args: std::sync::Arc::new(args.clone()),
                             wait_for_previous: false,
                         }],
                         approval_mode: None,

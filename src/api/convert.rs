@@ -111,7 +111,7 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
             .map(|c| CallRequest {
                 id: c.id,
                 name: c.name,
-                args: c.args.map(struct_to_json).unwrap_or_default(),
+                args: std::sync::Arc::new(c.args.map(struct_to_json).unwrap_or_default()),
                 wait_for_previous: c.wait_for_previous,
             })
             .collect();

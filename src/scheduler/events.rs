@@ -14,7 +14,8 @@ use crate::tools::{Args, ConfirmationDetails, ErrorKind, Progress};
 pub struct CallRequest {
     pub id: String,
     pub name: String,
-    pub args: Args,
+    /// Shared with the Validating event that echoes them, not copied.
+    pub args: Arc<Args>,
     /// Never join a parallel wave: wait for every earlier call.
     pub wait_for_previous: bool,
 }

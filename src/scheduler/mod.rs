@@ -22,14 +22,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::CancellationToken;
 
 pub use events::{
     BatchEvent, BatchRequest, CallRequest, CancelRequest, CancelSummary, ConfirmRequest,
     ConfirmationOutcome, Event, FunctionResponse, StateUpdate,
 };
 pub use metrics::Metrics;
-use session::{EventSink, Session, SessionCommand};
+use session::{EventSink, Session, SessionCommand, SessionLink};
 
 use crate::policy::{ApprovalMode, PolicyHandle};
 use crate::sandbox::{OutputLimits, Sandbox, SharedSandbox};
@@ -318,6 +318,8 @@ impl Scheduler {
 
 struct SessionEntry {
     tx: mpsc::UnboundedSender<SessionCommand>,
+    /// Given to each of the session's streams.
+    link: SessionLink,
     token: CancellationToken,
     /// Commands sent to the session; compared with what it processed.
     forwarded: u64,
@@ -404,17 +406,21 @@ impl Hub {
                 return Err(ScheduleError::TooManySessions { limit });
             }
             let (tx, rx) = mpsc::unbounded_channel();
+            let (link, internal) = session::internal_channel();
             let token = self.shared.shutdown.child_token();
             tokio::spawn(Session::run(
                 request.session_id.clone(),
                 self.shared.clone(),
                 rx,
+                internal,
+                token.clone(),
             ));
             self.shared.metrics.sessions.inc();
             self.sessions.insert(
                 request.session_id.clone(),
                 SessionEntry {
                     tx,
+                    link,
                     token,
                     forwarded: 0,
                 },
@@ -442,7 +448,9 @@ impl Hub {
         Ok(BatchStream {
             batch_id,
             rx: events_rx,
-            _cancel_on_drop: token.drop_guard(),
+            token,
+            session: entry.link.clone(),
+            ended: false,
             _open: OpenStream(self.open_streams.clone()),
         })
     }
@@ -463,8 +471,24 @@ impl Drop for OpenStream {
 pub struct BatchStream {
     batch_id: String,
     rx: mpsc::UnboundedReceiver<Event>,
-    _cancel_on_drop: DropGuard,
+    /// The batch's token, cancelled on drop: stops its running tools.
+    token: CancellationToken,
+    /// Told when the stream is dropped before the end, so the session ends
+    /// the batch's calls Cancelled.
+    session: SessionLink,
+    /// The last event (`Completed`) was read.
+    ended: bool,
     _open: OpenStream,
+}
+
+impl Drop for BatchStream {
+    fn drop(&mut self) {
+        self.token.cancel();
+        if !self.ended {
+            self.session
+                .batch_dropped(std::mem::take(&mut self.batch_id));
+        }
+    }
 }
 
 impl BatchStream {
@@ -475,7 +499,9 @@ impl BatchStream {
 
     /// The next event, `None` after `Completed`.
     pub async fn next(&mut self) -> Option<Event> {
-        self.rx.recv().await
+        let event = self.rx.recv().await;
+        self.ended |= event.is_none();
+        event
     }
 }
 
@@ -483,6 +509,10 @@ impl tokio_stream::Stream for BatchStream {
     type Item = Event;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        self.rx.poll_recv(cx)
+        let poll = self.rx.poll_recv(cx);
+        if let Poll::Ready(None) = poll {
+            self.ended = true;
+        }
+        poll
     }
 }

@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::call::{CallSlot, CallState, error_update};
 use super::events::{
-    BatchEvent, BatchRequest, CancelRequest, CancelSummary, ConfirmRequest, ConfirmationOutcome,
-    Event, FunctionResponse, MAX_RESPONSES_BYTES, StateUpdate, fit_responses,
+    BatchEvent, BatchRequest, CallRequest, CancelRequest, CancelSummary, ConfirmRequest,
+    ConfirmationOutcome, Event, FunctionResponse, MAX_RESPONSES_BYTES, StateUpdate, fit_responses,
 };
 use super::{CancelError, ConfirmError, HubCommand, Metrics, Shared};
 use crate::policy::{
@@ -63,6 +63,35 @@ impl EventSink {
     }
 }
 
+/// What a [`super::BatchStream`] holds of its session: a weak sender (a
+/// stream outliving its session keeps nothing alive) to report that it was
+/// dropped before its batch completed. A stream that ran to `Completed` says
+/// nothing, so the normal path costs no message and no task.
+#[derive(Clone)]
+pub(crate) struct SessionLink(mpsc::WeakUnboundedSender<Internal>);
+
+impl SessionLink {
+    /// Tells the session that the client went away from `batch_id`.
+    pub fn batch_dropped(&self, batch_id: String) {
+        if let Some(tx) = self.0.upgrade() {
+            let _ = tx.send(Internal::BatchDropped { batch_id });
+        }
+    }
+}
+
+/// The channel a session's tasks and streams report on, made by the hub so
+/// that it can hand out [`SessionLink`]s before the session runs.
+pub(crate) fn internal_channel() -> (SessionLink, InternalChannel) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (SessionLink(tx.downgrade()), InternalChannel { tx, rx })
+}
+
+/// The session's end of [`internal_channel`].
+pub(crate) struct InternalChannel {
+    tx: mpsc::UnboundedSender<Internal>,
+    rx: mpsc::UnboundedReceiver<Internal>,
+}
+
 /// Commands from the hub.
 pub(crate) enum SessionCommand {
     Schedule {
@@ -81,8 +110,8 @@ pub(crate) enum SessionCommand {
     },
 }
 
-/// Reports from tasks the session spawned.
-enum Internal {
+/// Reports from tasks the session spawned and from its streams.
+pub(crate) enum Internal {
     PromptReady {
         batch_id: String,
         index: usize,
@@ -99,7 +128,8 @@ enum Internal {
         index: usize,
         outcome: ToolOutcome,
     },
-    /// The batch token was cancelled: client gone or server shutting down.
+    /// The batch's stream was dropped before it completed: the client went
+    /// away.
     BatchDropped {
         batch_id: String,
     },
@@ -210,13 +240,24 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// Runs the session until the hub drops its sender.
+    /// Runs the session until the hub drops its sender. `token` (a child of
+    /// the server's shutdown token) cancels every batch of the session.
     pub async fn run(
         id: String,
         shared: Arc<Shared>,
         mut commands: mpsc::UnboundedReceiver<SessionCommand>,
+        internal: InternalChannel,
+        token: CancellationToken,
     ) {
-        let (internal_tx, mut internal_rx) = mpsc::unbounded_channel();
+        let InternalChannel {
+            tx: internal_tx,
+            rx: mut internal_rx,
+        } = internal;
+        // One future for the session's life: re-created per message it would
+        // register and deregister a waiter on the token each time.
+        let shutdown = token.cancelled_owned();
+        tokio::pin!(shutdown);
+        let mut shut_down = false;
         let mut session = Session {
             id,
             mode: shared.config.default_mode,
@@ -255,6 +296,10 @@ impl Session {
                     None => break,
                 },
                 Some(msg) = internal_rx.recv() => session.handle_internal(msg),
+                () = &mut shutdown, if !shut_down => {
+                    shut_down = true;
+                    session.drop_all();
+                }
                 () = &mut idle_timer, if idle && armed && !idle_reported => {
                     idle_reported = true;
                     let _ = session.shared.hub.try_send(HubCommand::SessionIdle {
@@ -283,15 +328,6 @@ impl Session {
                     batch_id: batch_id.clone(),
                     queued: ahead > 0,
                     batches_ahead: ahead as u32,
-                });
-                // The stream going away (client gone, server shutdown)
-                // cancels the batch token; tell the actor so it can report.
-                let watch = token.clone();
-                let tx = self.internal_tx.clone();
-                let id = batch_id.clone();
-                tokio::spawn(async move {
-                    watch.cancelled().await;
-                    let _ = tx.send(Internal::BatchDropped { batch_id: id });
                 });
                 self.shared.metrics.queued_batches.inc();
                 self.queue.push_back(PendingBatch {
@@ -361,7 +397,7 @@ impl Session {
                 .load()
                 .build(&slot.request.name, &args)
                 .map_err(|e| ConfirmError::InvalidNewContent { message: e.message })?;
-            batch.calls[index].request.args = args;
+            batch.calls[index].request.args = Arc::new(args);
         }
         match req.outcome {
             ConfirmationOutcome::ModifyWithEditor => {
@@ -639,6 +675,20 @@ impl Session {
         }
     }
 
+    /// The server is shutting down: every queued and running batch ends
+    /// Cancelled, as if its client had gone.
+    fn drop_all(&mut self) {
+        let ids: Vec<String> = self
+            .queue
+            .iter()
+            .map(|b| b.id.clone())
+            .chain(self.active.as_ref().map(|b| b.id.clone()))
+            .collect();
+        for id in ids {
+            self.batch_dropped(&id);
+        }
+    }
+
     fn batch_dropped(&mut self, batch_id: &str) {
         let reason = self.drop_reason();
         if let Some(pos) = self.queue.iter().position(|b| b.id == batch_id) {
@@ -852,9 +902,12 @@ impl Session {
         // One snapshot per batch: a registry swapped in meanwhile (MCP tool
         // lists changed) applies to later batches.
         let registry = self.shared.registry.load();
+        let mut requested: Vec<Option<CallRequest>> = request.calls.into_iter().map(Some).collect();
         for (pos, &req_index) in order.iter().enumerate() {
             request_order[req_index] = pos;
-            let call = request.calls[req_index].clone();
+            let Some(call) = requested[req_index].take() else {
+                continue; // `order` is a permutation: never taken twice
+            };
             let tool = registry.get(&call.name).ok().cloned();
             // An unknown tool or invalid arguments: created directly in Error.
             let (state, update) = match registry.build(&call.name, &call.args) {
@@ -864,7 +917,7 @@ impl Session {
                         preparing_prompt: false,
                     },
                     StateUpdate::Validating {
-                        args: Arc::new(call.args.clone()),
+                        args: call.args.clone(),
                     },
                 ),
                 Err(e) => {

@@ -32,6 +32,11 @@ pub const MAX_READ_BYTES: u64 = 512 * 1024 * 1024;
 /// Images and PDF larger than this are refused: their base64 must fit in one
 /// gRPC message of a default client (4 MiB) with room to spare.
 pub const MAX_INLINE_BYTES: u64 = 2 * 1024 * 1024;
+/// Files up to this size are read with one `read` into memory and decoded
+/// there; larger ones are streamed in passes over the fd. Most source files
+/// are smaller, and for them the passes' `lseek`s and reads and the 64 KiB
+/// chunk buffers cost more than the file itself.
+const READ_WHOLE_BYTES: u64 = 64 * 1024;
 /// Lines longer than [`MAX_LINE_CHARS`] named one by one in the note.
 const CUT_LINES_NAMED: usize = 5;
 
@@ -155,6 +160,17 @@ impl ReadFile {
                 ),
             ));
         }
+        if size <= READ_WHOLE_BYTES {
+            let mut bytes = Vec::with_capacity(size as usize + 1);
+            (&file)
+                .take(READ_WHOLE_BYTES + 1)
+                .read_to_end(&mut bytes)
+                .map_err(io)?;
+            // A file that grew past the bound since the stat is streamed.
+            if bytes.len() as u64 <= READ_WHOLE_BYTES {
+                return self.read_in_memory(&bytes, ctx);
+            }
+        }
         // Each pass reads the same fd from its start.
         let open = || -> std::io::Result<&File> {
             let mut f = &file;
@@ -207,6 +223,30 @@ impl ReadFile {
         }
         window.finish();
         self.text_outcome(window, enc, start)
+    }
+
+    /// [`ReadFile::read`] for a file held whole in memory: the same sniff,
+    /// detection and decoding as the streamed passes, without their
+    /// syscalls and chunk buffers.
+    fn read_in_memory(&self, bytes: &[u8], ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
+        let size = bytes.len() as u64;
+        if let Sniffed::Media(mime) = encoding::sniff(bytes) {
+            return self.inline(bytes, mime, size);
+        }
+        let decoded = match encoding::decode(bytes) {
+            Ok(decoded) => decoded,
+            Err(not_text) => return Ok(binary(size, not_text)),
+        };
+        let (start, end) = self.window();
+        let mut window = LineWindow::new(start, end);
+        window.push(&decoded.text);
+        if ctx.token.is_cancelled() {
+            return Ok(ToolOutcome::Cancelled {
+                partial_output: None,
+            });
+        }
+        window.finish();
+        self.text_outcome(window, decoded.encoding, start)
     }
 
     /// The requested window, capped at [`DEFAULT_MAX_LINES`] lines.
@@ -303,7 +343,7 @@ impl ReadFile {
     }
 
     /// An image or PDF as Gemini's inline data part.
-    fn inline(&self, reader: &File, mime: &str, size: u64) -> Result<ToolOutcome, ToolError> {
+    fn inline(&self, reader: impl Read, mime: &str, size: u64) -> Result<ToolOutcome, ToolError> {
         if size > MAX_INLINE_BYTES {
             return Err(ToolError::new(
                 ErrorKind::FileTooLarge,
@@ -443,12 +483,23 @@ impl LineWindow {
     }
 
     /// Counts the line breaks of raw bytes after the window is complete.
+    /// `\r\n` breaks are counted too (a `\r` ending the previous chunk
+    /// included), so `crlf_lines` is the same as when every line is decoded.
     fn count_raw(&mut self, bytes: &[u8]) {
-        let breaks = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
-        self.total_lines += breaks;
-        self.line += breaks;
+        let mut previous_cr = self.ends_cr;
+        for &b in bytes {
+            if b == b'\n' {
+                self.total_lines += 1;
+                self.line += 1;
+                if previous_cr {
+                    self.crlf_lines += 1;
+                }
+            }
+            previous_cr = b == b'\r';
+        }
         if let Some(&last) = bytes.last() {
             self.started = last != b'\n';
+            self.ends_cr = previous_cr;
         }
     }
 
@@ -518,6 +569,57 @@ mod tests {
         assert_eq!(w.out, "b\n");
         assert_eq!((w.total_lines, w.shown_end), (2, 2));
         assert_eq!(window("", 1, 10).total_lines, 0);
+    }
+
+    /// Both paths of [`ReadFile::read`] (whole in memory, streamed in
+    /// passes) give the same outcome for the same bytes, in every encoding.
+    #[test]
+    fn in_memory_and_streamed_reads_agree() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Arc::new(Workspace::new(dir.path()).unwrap());
+        let (progress, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let ctx = ExecContext {
+            token: Default::default(),
+            progress,
+            timeout: std::time::Duration::from_secs(10),
+            output: Default::default(),
+            sandbox: Default::default(),
+        };
+        let big = 2 * READ_WHOLE_BYTES as usize;
+        let line = "caf\u{e9} line\r\n";
+        let text: String = line.repeat(big / line.len() + 1);
+        let utf16: Vec<u8> = [0xFF, 0xFE]
+            .into_iter()
+            .chain(text.encode_utf16().flat_map(u16::to_le_bytes))
+            .collect();
+        let (latin1, _, _) = encoding_rs::WINDOWS_1252.encode(&text);
+        let mut binary = text.clone().into_bytes();
+        binary[10] = 0;
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("utf8", text.clone().into_bytes()),
+            ("utf16", utf16),
+            ("latin1", latin1.into_owned()),
+            ("binary", binary),
+            (
+                "bad-utf16",
+                [&[0xFF, 0xFE][..], &[0x00, 0xD8, b'a', 0]]
+                    .concat()
+                    .repeat(big / 4),
+            ),
+        ];
+        for (name, bytes) in cases {
+            assert!(bytes.len() as u64 > READ_WHOLE_BYTES, "{name}");
+            std::fs::write(dir.path().join(name), &bytes).unwrap();
+            let read = ReadFile {
+                target: Target::new(&ws, name).unwrap(),
+                display: name.to_string(),
+                start: Some(2),
+                end: Some(40),
+            };
+            let streamed = read.read(&ctx).unwrap();
+            let whole = read.read_in_memory(&bytes, &ctx).unwrap();
+            assert_eq!(streamed, whole, "{name}");
+        }
     }
 
     #[test]
