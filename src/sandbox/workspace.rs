@@ -9,6 +9,7 @@
 //! swapped in between a check and the open cannot lead outside the root.
 
 use std::io;
+use std::sync::Arc;
 use std::path::{Component, Path, PathBuf};
 
 /// Why a path was refused.
@@ -81,9 +82,14 @@ impl BeneathError {
 /// The directory tools work in. The root is canonical (symlinks resolved) so
 /// that containment is a component-wise prefix check: `/root-evil` is not
 /// inside `/root`.
+///
+/// The root directory is opened once: every beneath access starts from that
+/// fd (no re-open of the root per access), so the workspace is the directory
+/// that was at the root path when the server started.
 #[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
+    dir: Arc<cap_std::fs::Dir>,
 }
 
 impl Workspace {
@@ -96,7 +102,11 @@ impl Workspace {
                 format!("workspace root {} is not a directory", root.display()),
             ));
         }
-        Ok(Self { root })
+        let dir = cap_std::fs::Dir::open_ambient_dir(&root, cap_std::ambient_authority())?;
+        Ok(Self {
+            root,
+            dir: Arc::new(dir),
+        })
     }
 
     /// The canonical root.
@@ -176,6 +186,7 @@ impl Workspace {
     /// root's included, and `resolve` needs it twice per call (build and
     /// check). `None` leaves every other case to the general path.
     fn resolve_plain(&self, given: &str) -> Option<PathBuf> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
         if given.ends_with('/') {
             return None;
         }
@@ -185,18 +196,27 @@ impl Workspace {
         } else {
             rel
         };
-        let mut path = self.root.clone();
+        let mut plain = PathBuf::new();
         for component in rel.components() {
             let Component::Normal(name) = component else {
                 return None;
             };
-            path.push(name);
-            match path.symlink_metadata() {
-                Ok(meta) if !meta.file_type().is_symlink() => {}
-                _ => return None,
-            }
+            plain.push(name);
         }
-        Some(path)
+        if plain.as_os_str().is_empty() {
+            return Some(self.root.clone());
+        }
+        // Opened (as O_PATH, nothing read) only if no component is a
+        // symlink: then root + the components is the canonical path.
+        rustix::fs::openat2(
+            &*self.dir,
+            &plain,
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .ok()?;
+        Some(self.root.join(plain))
     }
 
     /// `abs` relative to the root, for messages and prompts ("." for the root).
@@ -219,8 +239,8 @@ impl Workspace {
 
     /// The root as a capability directory: every open through it stays
     /// beneath the root, whatever symlinks the path meets.
-    pub fn dir(&self) -> io::Result<cap_std::fs::Dir> {
-        cap_std::fs::Dir::open_ambient_dir(&self.root, cap_std::ambient_authority())
+    pub fn dir(&self) -> &cap_std::fs::Dir {
+        &self.dir
     }
 
     /// `given` relative to the root: an absolute path must lie under the
@@ -248,10 +268,8 @@ impl Workspace {
     }
 
     /// The root's fd and `given` relative to it.
-    fn at<'a>(&self, given: &'a Path) -> Result<(cap_std::fs::Dir, &'a Path), BeneathError> {
-        let rel = self.relative(given)?;
-        let dir = self.dir().map_err(|e| BeneathError::from_io(given, e))?;
-        Ok((dir, rel))
+    fn at<'a>(&self, given: &'a Path) -> Result<(&cap_std::fs::Dir, &'a Path), BeneathError> {
+        Ok((&self.dir, self.relative(given)?))
     }
 
     /// Opens `given` for reading, beneath the root; symlinks are followed
@@ -410,7 +428,7 @@ impl Workspace {
                 }
                 Err(e) => return Err(err(e)),
             },
-            _ => root,
+            _ => root.try_clone().map_err(err)?,
         };
         Ok((parent, name))
     }
