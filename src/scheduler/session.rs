@@ -136,6 +136,8 @@ struct ActiveBatch {
     events: EventSink,
     token: CancellationToken,
     metrics: Arc<Metrics>,
+    /// The batch's span, parent of the calls' spans; ends when dropped.
+    trace: crate::telemetry::BatchTrace,
 }
 
 impl ActiveBatch {
@@ -341,6 +343,7 @@ impl Session {
             });
         }
         if req.outcome == ConfirmationOutcome::Cancel {
+            slot.note_approval(req.outcome);
             self.reject(index);
             return Ok(());
         }
@@ -363,6 +366,7 @@ impl Session {
                 .map_err(|e| ConfirmError::InvalidNewContent { message: e.message })?;
             batch.calls[index].request.args = args;
         }
+        batch.calls[index].note_approval(req.outcome);
         match req.outcome {
             ConfirmationOutcome::ModifyWithEditor => {
                 batch.set(
@@ -836,6 +840,12 @@ impl Session {
         order.sort_by_key(|&i| request.calls[i].name != TOPIC_TOOL_NAME);
         let mut calls = Vec::with_capacity(order.len());
         let mut request_order = vec![0; order.len()];
+        let trace = crate::telemetry::BatchTrace::start(
+            &self.id,
+            &id,
+            request.calls.len(),
+            request.interactive,
+        );
         let mut batch = ActiveBatch {
             id,
             calls: Vec::new(),
@@ -847,6 +857,7 @@ impl Session {
             events,
             token,
             metrics: self.shared.metrics.clone(),
+            trace,
         };
         let mut initial = Vec::with_capacity(order.len());
         // One snapshot per batch: a registry swapped in meanwhile (MCP tool
@@ -874,11 +885,7 @@ impl Session {
                     (CallState::Done(update.clone()), update)
                 }
             };
-            calls.push(CallSlot {
-                request: call,
-                tool,
-                state,
-            });
+            calls.push(CallSlot::new(call, tool, state, &batch.trace));
             initial.push(update);
         }
         batch.calls = calls;
@@ -1178,14 +1185,16 @@ fn decide(
     invocation: &dyn Invocation,
 ) -> Decision {
     let subject = invocation.subject();
-    shared.policy.decide(PolicyInput {
+    let decision = shared.policy.decide(PolicyInput {
         decl: tool.declaration(),
         subject: &subject,
         args: &slot.request.args,
         mode,
         interactive,
         rules,
-    })
+    });
+    slot.note_decision(&decision);
+    decision
 }
 
 /// The outcomes a prompt offers, by what it asks about.
