@@ -339,6 +339,12 @@ impl CallTrace {
         self.with(|c| c.approval = Some(outcome));
     }
 
+    /// Ends the span of a call cancelled before its batch started: one
+    /// `cancelled` event, as the client saw.
+    pub fn cancelled(&self, reason: &str) {
+        self.end("cancelled", End::Cancelled { reason });
+    }
+
     /// Records the terminal event `state`, the outcome's attributes, and ends
     /// the span. Later calls do nothing.
     pub fn end(&self, state: &'static str, end: End<'_>) {

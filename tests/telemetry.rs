@@ -144,29 +144,79 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
     );
     assert_eq!(states(&first, "w"), ["validating", "error"]);
 
-    // Batch 2, default mode: the write asks; approved once.
+    // Batch 2, default mode: both writes ask; the first is approved once,
+    // the second rejected.
     let mut ask = request(
         "t",
-        vec![call(
-            "e",
-            "write_file",
-            json!({"file_path": "b", "content": "b\n"}),
-        )],
+        vec![
+            call(
+                "e",
+                "write_file",
+                json!({"file_path": "b", "content": "b\n"}),
+            ),
+            call(
+                "x",
+                "write_file",
+                json!({"file_path": "c", "content": "c\n"}),
+            ),
+        ],
     );
     ask.approval_mode = pb::ApprovalMode::Default as i32;
     let mut stream = client.schedule_calls(ask).await.unwrap().into_inner();
     let mut second = Vec::new();
     let prompt = await_prompt(&mut stream, &mut second, "e").await;
+
+    // Batch 3 queues behind it and is cancelled before it starts.
+    let mut queued = client
+        .schedule_calls(request(
+            "t",
+            vec![call("q", "read_file", json!({"file_path": "a"}))],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut third = Vec::new();
+    next_matching(
+        &mut queued,
+        &mut third,
+        |e| matches!(e, Event::BatchAccepted(a) if a.queued),
+    )
+    .await;
     client
-        .confirm(pb::ConfirmRequest {
+        .cancel(pb::CancelRequest {
             session_id: "t".into(),
-            call_id: "e".into(),
-            correlation_id: prompt.correlation_id.clone(),
-            outcome: pb::ConfirmationOutcome::ProceedOnce as i32,
-            new_content: None,
+            batch_id: Some(batch_id(&third)),
+            reason: "not needed".into(),
         })
         .await
         .unwrap();
+    third.extend(collect(queued).await);
+    assert_eq!(states(&third, "q"), ["cancelled"]);
+
+    let answer = |call_id: &str, correlation_id: &str, outcome: pb::ConfirmationOutcome| {
+        let mut client = client.clone();
+        let request = pb::ConfirmRequest {
+            session_id: "t".into(),
+            call_id: call_id.into(),
+            correlation_id: correlation_id.into(),
+            outcome: outcome as i32,
+            new_content: None,
+        };
+        async move { client.confirm(request).await.unwrap() }
+    };
+    answer(
+        "e",
+        &prompt.correlation_id,
+        pb::ConfirmationOutcome::ProceedOnce,
+    )
+    .await;
+    let rejected = await_prompt(&mut stream, &mut second, "x").await;
+    answer(
+        "x",
+        &rejected.correlation_id,
+        pb::ConfirmationOutcome::Cancel,
+    )
+    .await;
     second.extend(collect(stream).await);
     assert_eq!(
         states(&second, "e"),
@@ -178,6 +228,10 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
             "success"
         ]
     );
+    assert_eq!(
+        states(&second, "x"),
+        ["validating", "awaiting_approval", "cancelled"]
+    );
     let asking_rule = prompt.policy_rule.expect("the prompt names its rule");
 
     // A graceful stop flushes what the batch processor still holds.
@@ -187,18 +241,19 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
     assert!(status.success(), "toolsched exited with {status}");
 
     let mut received = Vec::new();
-    while received.len() < 5 {
+    // 3 batches, 5 calls.
+    while received.len() < 8 {
         let span = tokio::time::timeout(Duration::from_secs(60), spans.recv())
             .await
             .unwrap_or_else(|_| {
                 let names: Vec<_> = received.iter().map(|r: &Received| &r.span.name).collect();
-                panic!("5 spans not exported within 60 s; got {names:?}")
+                panic!("8 spans not exported within 60 s; got {names:?}")
             })
             .expect("collector running");
         received.push(span);
     }
     // Nothing else was exported (the exporter was shut down): no stray spans.
-    assert!(spans.try_recv().is_err(), "more than 5 spans");
+    assert!(spans.try_recv().is_err(), "more than 8 spans");
     for r in &received {
         assert_eq!(r.service, "toolsched");
         assert_eq!(r.scope, "toolsched");
@@ -220,15 +275,26 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
             })
             .unwrap_or_else(|| panic!("no span for batch {id}"))
     };
-    let (first_id, second_id) = (batch_id(&first), batch_id(&second));
-    let (batch1, batch2) = (by_batch(&first_id), by_batch(&second_id));
+    let (first_id, second_id, third_id) = (batch_id(&first), batch_id(&second), batch_id(&third));
+    let (batch1, batch2, batch3) = (
+        by_batch(&first_id),
+        by_batch(&second_id),
+        by_batch(&third_id),
+    );
     let (read, denied, asked) = (by_call("r"), by_call("w"), by_call("e"));
+    let (rejected, never_started) = (by_call("x"), by_call("q"));
 
     // Batches are roots; calls are children of their batch, in its trace.
-    for batch in [batch1, batch2] {
+    for batch in [batch1, batch2, batch3] {
         assert!(batch.parent_span_id.is_empty(), "a batch span has a parent");
     }
-    for (call, batch) in [(read, batch1), (denied, batch1), (asked, batch2)] {
+    for (call, batch) in [
+        (read, batch1),
+        (denied, batch1),
+        (asked, batch2),
+        (rejected, batch2),
+        (never_started, batch3),
+    ] {
         assert_eq!(call.parent_span_id, batch.span_id, "{}", call.name);
         assert_eq!(call.trace_id, batch.trace_id, "{}", call.name);
     }
@@ -245,7 +311,7 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
     assert_eq!(batch2.name, "batch");
     assert_eq!(
         attr(&batch2.attributes, "toolsched.batch.calls").as_deref(),
-        Some("1")
+        Some("2")
     );
 
     // The allowed read.
@@ -309,8 +375,40 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
             ("toolsched.approval.outcome", "proceed_once"),
         ])
     );
+    // The rejected write: Cancelled with the reason, and the answer.
+    assert_eq!(event_names(rejected), states(&second, "x"));
+    assert_eq!(
+        attrs(rejected),
+        map(&[
+            ("gen_ai.tool.call.id", "x"),
+            ("gen_ai.tool.name", "write_file"),
+            ("toolsched.session.id", "t"),
+            ("toolsched.batch.id", &second_id),
+            ("toolsched.call.state", "cancelled"),
+            ("toolsched.cancel.reason", "User denied execution."),
+            ("toolsched.policy.decision", "ask_user"),
+            ("toolsched.policy.rule", &rule),
+            ("toolsched.approval.outcome", "cancel"),
+        ])
+    );
+
+    // The call of the batch cancelled while queued: one event, no decision.
+    assert_eq!(never_started.name, "tool_call read_file");
+    assert_eq!(event_names(never_started), ["cancelled"]);
+    assert_eq!(
+        attrs(never_started),
+        map(&[
+            ("gen_ai.tool.call.id", "q"),
+            ("gen_ai.tool.name", "read_file"),
+            ("toolsched.session.id", "t"),
+            ("toolsched.batch.id", &third_id),
+            ("toolsched.call.state", "cancelled"),
+            ("toolsched.cancel.reason", "not needed"),
+        ])
+    );
+
     // Events are in time order, within the span.
-    for span in [read, denied, asked] {
+    for span in [read, denied, asked, rejected, never_started] {
         let times: Vec<u64> = span.events.iter().map(|e| e.time_unix_nano).collect();
         assert!(times.is_sorted(), "{}: {times:?}", span.name);
         assert!(span.start_time_unix_nano <= times[0]);

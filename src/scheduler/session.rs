@@ -1149,7 +1149,14 @@ fn cancel_pending(
     reason: &str,
 ) {
     let mut responses = Vec::with_capacity(pending.request.calls.len());
+    let trace = crate::telemetry::BatchTrace::start(
+        &pending.request.session_id,
+        &pending.id,
+        pending.request.calls.len(),
+        pending.request.interactive,
+    );
     for call in &pending.request.calls {
+        trace.call(&call.id, &call.name).cancelled(reason);
         let response = FunctionResponse::cancelled(&call.id, &call.name, reason, None);
         let update = StateUpdate::Cancelled {
             reason: reason.to_string(),
