@@ -106,6 +106,30 @@ fn event_names(span: &Span) -> Vec<&str> {
     span.events.iter().map(|e| e.name.as_str()).collect()
 }
 
+/// An endpoint where no collector listens (the discard port).
+const NOWHERE: &str = "http://127.0.0.1:9";
+
+/// Exactly `n` spans from the collector: waits (bounded) for them, then
+/// checks that no other span came with them.
+async fn receive(spans: &mut mpsc::UnboundedReceiver<Received>, n: usize) -> Vec<Received> {
+    let mut received = Vec::new();
+    while received.len() < n {
+        let span = tokio::time::timeout(Duration::from_secs(60), spans.recv())
+            .await
+            .unwrap_or_else(|_| {
+                let names: Vec<_> = received.iter().map(|r: &Received| &r.span.name).collect();
+                panic!("{n} spans not exported within 60 s; got {names:?}")
+            })
+            .expect("collector running");
+        received.push(span);
+    }
+    // The exporter was shut down with the server: nothing is on its way.
+    if let Ok(extra) = spans.try_recv() {
+        panic!("more than {n} spans: also {}", extra.span.name);
+    }
+    received
+}
+
 /// The batch id the server assigned, from the BatchAccepted event.
 fn batch_id(events: &[Event]) -> String {
     match events.first() {
@@ -119,7 +143,12 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
     let (endpoint, mut spans) = start_collector().await;
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("a"), "a\n").unwrap();
-    let bin = Binary::start(ws.path(), &["--otlp-endpoint", &endpoint]);
+    // The flag beats OpenTelemetry's variables (which point nowhere here).
+    let bin = Binary::start_with_env(
+        ws.path(),
+        &["--otlp-endpoint", &endpoint],
+        &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", NOWHERE)],
+    );
     let mut client = ToolSchedulerClient::connect(format!("http://{}", bin.addr))
         .await
         .unwrap();
@@ -240,20 +269,8 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
         .unwrap();
     assert!(status.success(), "toolsched exited with {status}");
 
-    let mut received = Vec::new();
     // 3 batches, 5 calls.
-    while received.len() < 8 {
-        let span = tokio::time::timeout(Duration::from_secs(60), spans.recv())
-            .await
-            .unwrap_or_else(|_| {
-                let names: Vec<_> = received.iter().map(|r: &Received| &r.span.name).collect();
-                panic!("8 spans not exported within 60 s; got {names:?}")
-            })
-            .expect("collector running");
-        received.push(span);
-    }
-    // Nothing else was exported (the exporter was shut down): no stray spans.
-    assert!(spans.try_recv().is_err(), "more than 8 spans");
+    let received = receive(&mut spans, 8).await;
     for r in &received {
         assert_eq!(r.service, "toolsched");
         assert_eq!(r.scope, "toolsched");
@@ -413,5 +430,52 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
         assert!(times.is_sorted(), "{}: {times:?}", span.name);
         assert!(span.start_time_unix_nano <= times[0]);
         assert!(times[times.len() - 1] <= span.end_time_unix_nano);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opentelemetry_environment_variables_configure_the_export() {
+    let (endpoint, mut spans) = start_collector().await;
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("a"), "a\n").unwrap();
+    // The traces endpoint beats the generic one; the service is named.
+    let bin = Binary::start_with_env(
+        ws.path(),
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", NOWHERE),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &endpoint),
+            ("OTEL_SERVICE_NAME", "agent-tools"),
+        ],
+    );
+    let mut client = ToolSchedulerClient::connect(format!("http://{}", bin.addr))
+        .await
+        .unwrap();
+    let events = collect(
+        client
+            .schedule_calls(request(
+                "env",
+                vec![call("r", "read_file", json!({"file_path": "a"}))],
+            ))
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .await;
+    assert_eq!(success_output(&events, "r"), "a\n");
+    let status = tokio::task::spawn_blocking(move || bin.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "toolsched exited with {status}");
+    let received = receive(&mut spans, 2).await;
+    let mut names: Vec<&str> = received.iter().map(|r| r.span.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["batch", "tool_call read_file"]);
+    for r in &received {
+        assert_eq!(r.service, "agent-tools");
+        assert_eq!(
+            attr(&r.span.attributes, "toolsched.batch.id"),
+            Some(batch_id(&events))
+        );
     }
 }
