@@ -1,7 +1,7 @@
 //! `toolsched serve` (the default command): parse settings, set up logging
 //! and traces, build the scheduler, serve until SIGTERM or Ctrl-C, drain,
-//! flush the traces. `toolsched
-//! call` is a small client for manual use (see `client.rs`).
+//! flush the traces. `toolsched call` is a small client for manual use (see
+//! `client.rs`).
 
 mod client;
 
