@@ -128,6 +128,11 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
     #[arg(long, env = "TOOLSCHED_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Export traces over OTLP/gRPC to this collector, e.g.
+    /// http://127.0.0.1:4317 [default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+    /// OTEL_EXPORTER_OTLP_ENDPOINT; off when none is set].
+    #[arg(long, env = "TOOLSCHED_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
     /// What commands may do: read_only, workspace_write, workspace_write_network,
     /// none (no Landlock/seccomp; only where a pod or VM is the boundary)
     /// [default: workspace_write].
@@ -196,6 +201,7 @@ struct FileConfig {
     insecure_no_auth: Option<bool>,
     log_format: Option<LogFormat>,
     metrics_listen: Option<SocketAddr>,
+    otlp_endpoint: Option<String>,
     /// `[mcp_servers.<name>]` tables: MCP servers whose tools are registered
     /// as `mcp_<name>_<tool>` (file only: no flag).
     #[serde(default)]
@@ -241,6 +247,9 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// Where `/metrics` is served, if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// The OTLP/gRPC collector traces go to; `None` leaves it to the
+    /// `OTEL_EXPORTER_OTLP_*` environment (see `crate::telemetry::init`).
+    pub otlp_endpoint: Option<String>,
     /// The operator's policy file, if any.
     pub policy_file: Option<PathBuf>,
     /// Configured MCP servers by name (checked: each has a command or a URL).
@@ -404,6 +413,10 @@ impl Settings {
                 .or(file.log_format)
                 .unwrap_or(LogFormat::Text),
             metrics_listen: args.metrics_listen.or(file.metrics_listen),
+            otlp_endpoint: args
+                .otlp_endpoint
+                .or(file.otlp_endpoint)
+                .filter(|e| !e.trim().is_empty()),
             policy_file: args.policy_file.or(file.policy_file),
             mcp_servers: file.mcp_servers,
         })
@@ -443,6 +456,22 @@ mod tests {
         assert_eq!(s.scheduler.execution_timeout, Duration::from_secs(7));
         assert_eq!(s.scheduler.max_sessions, 9);
         assert_eq!(s.scheduler.confirmation_timeout, None);
+        assert_eq!(s.otlp_endpoint, None);
+
+        std::fs::write(&file, "otlp_endpoint = \"http://file:4317\"\n").unwrap();
+        let args = ServeArgs {
+            config: Some(file.clone()),
+            ..ServeArgs::default()
+        };
+        let s = Settings::resolve(args).unwrap();
+        assert_eq!(s.otlp_endpoint.as_deref(), Some("http://file:4317"));
+        let args = ServeArgs {
+            config: Some(file.clone()),
+            otlp_endpoint: Some("http://flag:4317".into()),
+            ..ServeArgs::default()
+        };
+        let s = Settings::resolve(args).unwrap();
+        assert_eq!(s.otlp_endpoint.as_deref(), Some("http://flag:4317"));
 
         let args = ServeArgs {
             listen: Some("0.0.0.0:1".parse().unwrap()),

@@ -1,6 +1,7 @@
-//! `toolsched serve` (the default command): parse settings, set up logging,
-//! build the scheduler, serve until SIGTERM or Ctrl-C, drain. `toolsched
-//! call` is a small client for manual use (see `client.rs`).
+//! `toolsched serve` (the default command): parse settings, set up logging
+//! and traces, build the scheduler, serve until SIGTERM or Ctrl-C, drain,
+//! flush the traces. `toolsched call` is a small client for manual use (see
+//! `client.rs`).
 
 mod client;
 
@@ -30,6 +31,10 @@ fn main() -> anyhow::Result<()> {
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let settings = Settings::resolve(args)?;
     init_tracing(settings.log_format);
+    let telemetry = toolsched::telemetry::init(settings.otlp_endpoint.as_deref())?;
+    if let Some(endpoint) = telemetry.endpoint() {
+        tracing::info!(%endpoint, "traces exported over OTLP/gRPC");
+    }
 
     let shutdown = CancellationToken::new();
     // A bad policy file stops start-up here, naming file, line and reason.
@@ -63,7 +68,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         mode = toolsched::policy::mode_name(settings.scheduler.default_mode),
         "toolsched serving"
     );
-    toolsched::api::serve(listener, scheduler, shutdown, settings.server, signal).await?;
+    let served =
+        toolsched::api::serve(listener, scheduler, shutdown, settings.server, signal).await;
+    // After the drain: the last batches' spans are complete by now.
+    telemetry.shutdown().await;
+    served?;
     tracing::info!("toolsched stopped");
     Ok(())
 }

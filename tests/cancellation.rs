@@ -298,29 +298,49 @@ async fn during_the_grace_health_is_not_serving_and_new_batches_are_unavailable(
         .connect()
         .await
         .unwrap();
-    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
-    srv.begin_shutdown();
-    // Wait (bounded) for the health service to say so.
+    let health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let check = |service: &'static str| {
+        let mut health = health.clone();
+        async move {
+            health
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: service.into(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .status
+        }
+    };
+    let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
     let not_serving = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // Both the server as a whole ("") and the service serve until then.
+    assert_eq!(check("").await, serving);
+    assert_eq!(check("toolsched.v1.ToolScheduler").await, serving);
+    // Watch the service's status: a stream of changes, no polling.
+    let mut watch = health
+        .clone()
+        .watch(tonic_health::pb::HealthCheckRequest {
+            service: "toolsched.v1.ToolScheduler".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    srv.begin_shutdown();
     loop {
-        let status = health
-            .check(tonic_health::pb::HealthCheckRequest {
-                service: "toolsched.v1.ToolScheduler".into(),
-            })
+        let status = tokio::time::timeout(Duration::from_secs(10), watch.message())
             .await
+            .expect("health changed within 10 s")
             .unwrap()
-            .into_inner()
+            .expect("watch stream open")
             .status;
         if status == not_serving {
             break;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "health stayed {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(status, serving);
     }
+    // "" went NOT_SERVING before the service did.
+    assert_eq!(check("").await, not_serving);
     let err = srv
         .client
         .clone()

@@ -163,7 +163,8 @@ pub enum ServeError {
 }
 
 /// Serves on `listener` until `signal` resolves, then shuts down gracefully:
-/// health goes NOT_SERVING and new batches are refused (UNAVAILABLE); running
+/// health goes NOT_SERVING (the server as a whole, "", and
+/// `toolsched.v1.ToolScheduler`) and new batches are refused (UNAVAILABLE); running
 /// batches get [`ServerOptions::shutdown_grace`]; then `shutdown` is
 /// cancelled, which ends every remaining call Cancelled ("The server is
 /// shutting down.") and closes the streams.
@@ -211,6 +212,12 @@ pub async fn serve(
     let drain = async move {
         signal.await;
         tracing::info!("shutting down: refusing new batches");
+        // The server-wide status first: probes that check "" (the default
+        // of grpc_health_probe and Kubernetes' gRPC probe) stop routing
+        // here as well.
+        health
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
         health
             .set_not_serving::<ToolSchedulerServer<Service>>()
             .await;

@@ -4,7 +4,9 @@
 //! | Error | Cancelled; AwaitingApproval → Scheduled | AwaitingApproval |
 //! Cancelled; Scheduled → Executing | Cancelled; Executing → Success | Error |
 //! Cancelled. Terminal states never change: [`CallSlot::set`] is the only
-//! way to change a state and refuses any other transition.
+//! way to change a state and refuses any other transition. It also feeds the
+//! call's trace span: one event per transition, ended at the terminal state
+//! (see `crate::telemetry`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,6 +14,8 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::events::{CallRequest, ConfirmationOutcome, FunctionResponse, StateUpdate};
+use crate::policy::Decision;
+use crate::telemetry::{BatchTrace, CallTrace, End};
 use crate::tools::{ErrorKind, Invocation, Tool};
 
 /// A call's state; each variant carries only what is valid in it.
@@ -66,9 +70,30 @@ pub(crate) struct CallSlot {
     pub request: CallRequest,
     pub tool: Option<Arc<dyn Tool>>,
     pub state: CallState,
+    /// The call's span (empty when tracing is off).
+    pub trace: CallTrace,
 }
 
 impl CallSlot {
+    /// A call of the batch traced by `batch`, created in `state` (Validating,
+    /// or already terminal when it could not be built).
+    pub fn new(
+        request: CallRequest,
+        tool: Option<Arc<dyn Tool>>,
+        state: CallState,
+        batch: &BatchTrace,
+    ) -> Self {
+        let trace = batch.call(&request.id, &request.name);
+        let slot = Self {
+            request,
+            tool,
+            state,
+            trace,
+        };
+        slot.trace_state();
+        slot
+    }
+
     /// Moves to `next` if the transition is allowed; returns whether it was.
     /// AwaitingApproval → Validating (a modified call whose new prompt is
     /// being prepared) is internal: the client sees AwaitingApproval again.
@@ -100,6 +125,7 @@ impl CallSlot {
         );
         if ok {
             self.state = next;
+            self.trace_state();
         } else {
             tracing::error!(
                 call_id = %self.request.id,
@@ -109,6 +135,47 @@ impl CallSlot {
             );
         }
         ok
+    }
+
+    /// Records the current state on the call's span; a terminal one ends it.
+    fn trace_state(&self) {
+        match &self.state {
+            CallState::Done(StateUpdate::Success { .. }) => self.trace.end("success", End::Success),
+            CallState::Done(StateUpdate::Error { kind, message, .. }) => self.trace.end(
+                "error",
+                End::Error {
+                    kind: kind.as_str(),
+                    message,
+                },
+            ),
+            CallState::Done(StateUpdate::Cancelled { reason, .. }) => {
+                self.trace.end("cancelled", End::Cancelled { reason })
+            }
+            state => self.trace.state(state.name()),
+        }
+    }
+
+    /// Notes the policy's decision on the call's span.
+    pub fn note_decision(&self, decision: &Decision) {
+        let (name, rule): (_, Option<&dyn std::fmt::Display>) = match decision {
+            Decision::Allow => ("allow", None),
+            Decision::Deny { source, .. } => ("deny", Some(source)),
+            Decision::AskUser { source, .. } => ("ask_user", Some(source)),
+        };
+        self.trace.decision(name, rule);
+    }
+
+    /// Notes the answer to the call's prompt on its span.
+    pub fn note_approval(&self, outcome: ConfirmationOutcome) {
+        use ConfirmationOutcome as O;
+        self.trace.approval(match outcome {
+            O::ProceedOnce => "proceed_once",
+            O::ProceedAlways => "proceed_always",
+            O::ProceedAlwaysTool => "proceed_always_tool",
+            O::ProceedAlwaysServer => "proceed_always_server",
+            O::ModifyWithEditor => "modify_with_editor",
+            O::Cancel => "cancel",
+        });
     }
 
     /// The terminal update for a cancellation with `reason`.
@@ -207,6 +274,7 @@ mod tests {
             },
             tool: None,
             state,
+            trace: CallTrace::default(),
         }
     }
 

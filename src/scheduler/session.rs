@@ -166,6 +166,8 @@ struct ActiveBatch {
     events: EventSink,
     token: CancellationToken,
     metrics: Arc<Metrics>,
+    /// The batch's span, parent of the calls' spans; ends when dropped.
+    trace: crate::telemetry::BatchTrace,
 }
 
 impl ActiveBatch {
@@ -377,6 +379,7 @@ impl Session {
             });
         }
         if req.outcome == ConfirmationOutcome::Cancel {
+            slot.note_approval(req.outcome);
             self.reject(index);
             return Ok(());
         }
@@ -399,6 +402,7 @@ impl Session {
                 .map_err(|e| ConfirmError::InvalidNewContent { message: e.message })?;
             batch.calls[index].request.args = Arc::new(args);
         }
+        batch.calls[index].note_approval(req.outcome);
         match req.outcome {
             ConfirmationOutcome::ModifyWithEditor => {
                 batch.set(
@@ -886,6 +890,12 @@ impl Session {
         order.sort_by_key(|&i| request.calls[i].name != TOPIC_TOOL_NAME);
         let mut calls = Vec::with_capacity(order.len());
         let mut request_order = vec![0; order.len()];
+        let trace = crate::telemetry::BatchTrace::start(
+            &self.id,
+            &id,
+            request.calls.len(),
+            request.interactive,
+        );
         let mut batch = ActiveBatch {
             id,
             calls: Vec::new(),
@@ -897,6 +907,7 @@ impl Session {
             events,
             token,
             metrics: self.shared.metrics.clone(),
+            trace,
         };
         let mut initial = Vec::with_capacity(order.len());
         // One snapshot per batch: a registry swapped in meanwhile (MCP tool
@@ -927,11 +938,7 @@ impl Session {
                     (CallState::Done(update.clone()), update)
                 }
             };
-            calls.push(CallSlot {
-                request: call,
-                tool,
-                state,
-            });
+            calls.push(CallSlot::new(call, tool, state, &batch.trace));
             initial.push(update);
         }
         batch.calls = calls;
@@ -1195,7 +1202,14 @@ fn cancel_pending(
     reason: &str,
 ) {
     let mut responses = Vec::with_capacity(pending.request.calls.len());
+    let trace = crate::telemetry::BatchTrace::start(
+        &pending.request.session_id,
+        &pending.id,
+        pending.request.calls.len(),
+        pending.request.interactive,
+    );
     for call in &pending.request.calls {
+        trace.call(&call.id, &call.name).cancelled(reason);
         let response = FunctionResponse::cancelled(&call.id, &call.name, reason, None);
         let update = StateUpdate::Cancelled {
             reason: reason.to_string(),
@@ -1231,14 +1245,16 @@ fn decide(
     invocation: &dyn Invocation,
 ) -> Decision {
     let subject = invocation.subject();
-    shared.policy.decide(PolicyInput {
+    let decision = shared.policy.decide(PolicyInput {
         decl: tool.declaration(),
         subject: &subject,
         args: &slot.request.args,
         mode,
         interactive,
         rules,
-    })
+    });
+    slot.note_decision(&decision);
+    decision
 }
 
 /// The outcomes a prompt offers, by what it asks about.

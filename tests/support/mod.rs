@@ -431,8 +431,26 @@ impl Binary {
     /// `workspace` with `extra` flags, and waits for its "serving" log line,
     /// which carries the bound address.
     pub fn start(workspace: &std::path::Path, extra: &[&str]) -> Self {
+        Self::start_with_env(workspace, extra, &[])
+    }
+
+    /// Like [`Binary::start`], with the environment variables `env` set and
+    /// none of the `OTEL_*` ones this process has (the test says where
+    /// traces go).
+    pub fn start_with_env(
+        workspace: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         use std::io::BufRead;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolsched"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolsched"));
+        for (var, _) in std::env::vars_os() {
+            if var.to_string_lossy().starts_with("OTEL_") {
+                command.env_remove(var);
+            }
+        }
+        let mut child = command
+            .envs(env.iter().copied())
             .args([
                 "serve",
                 "--listen",
