@@ -448,6 +448,7 @@ impl Hub {
         Ok(BatchStream {
             batch_id,
             rx: events_rx,
+            burst: Vec::new().into_iter(),
             token,
             session: entry.link.clone(),
             ended: false,
@@ -470,7 +471,10 @@ impl Drop for OpenStream {
 /// every non-terminal call is cancelled and running tools are stopped.
 pub struct BatchStream {
     batch_id: String,
-    rx: mpsc::UnboundedReceiver<Event>,
+    /// Events come in the bursts the session emitted them in.
+    rx: mpsc::UnboundedReceiver<Vec<Event>>,
+    /// The rest of the burst being read.
+    burst: std::vec::IntoIter<Event>,
     /// The batch's token, cancelled on drop: stops its running tools.
     token: CancellationToken,
     /// Told when the stream is dropped before the end, so the session ends
@@ -499,9 +503,23 @@ impl BatchStream {
 
     /// The next event, `None` after `Completed`.
     pub async fn next(&mut self) -> Option<Event> {
-        let event = self.rx.recv().await;
-        self.ended |= event.is_none();
-        event
+        std::future::poll_fn(|cx| self.poll_event(cx)).await
+    }
+
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        loop {
+            if let Some(event) = self.burst.next() {
+                return Poll::Ready(Some(event));
+            }
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(burst)) => self.burst = burst.into_iter(),
+                Poll::Ready(None) => {
+                    self.ended = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 }
 
@@ -509,10 +527,6 @@ impl tokio_stream::Stream for BatchStream {
     type Item = Event;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        let poll = self.rx.poll_recv(cx);
-        if let Poll::Ready(None) = poll {
-            self.ended = true;
-        }
-        poll
+        self.poll_event(cx)
     }
 }

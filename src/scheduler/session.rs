@@ -11,6 +11,7 @@
 //! with every call's function response in request order, then the next queued
 //! batch starts.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -45,21 +46,45 @@ const CANCEL_GUARD: Duration = Duration::from_secs(5);
 /// tool that does not enforce its own timeout.
 const TIMEOUT_SLACK: Duration = Duration::from_secs(5);
 
-/// Sends a batch's events to its stream; a gone client is not an error here
-/// (the batch token tells the session).
-#[derive(Clone)]
-pub(crate) struct EventSink(mpsc::UnboundedSender<Event>);
+/// Sends a batch's events to its stream. The events of one step of the
+/// session (e.g. Accepted, Started, Validating, Scheduled, Executing for an
+/// allowed call) are held and sent together when the step ends
+/// ([`EventSink::flush`], and on drop): the stream wakes once and encodes
+/// them into one HTTP/2 write instead of racing the session event by event.
+/// Each event keeps the time it was emitted. A gone client is not an error
+/// here (its stream's drop tells the session).
+pub(crate) struct EventSink {
+    tx: mpsc::UnboundedSender<Vec<Event>>,
+    held: RefCell<Vec<Event>>,
+}
 
 impl EventSink {
-    pub fn new(tx: mpsc::UnboundedSender<Event>) -> Self {
-        Self(tx)
+    pub fn new(tx: mpsc::UnboundedSender<Vec<Event>>) -> Self {
+        Self {
+            tx,
+            held: RefCell::new(Vec::new()),
+        }
     }
 
     fn emit(&self, event: BatchEvent) {
-        let _ = self.0.send(Event {
+        self.held.borrow_mut().push(Event {
             at: SystemTime::now(),
             event,
         });
+    }
+
+    /// Sends the held events, if any, in one message.
+    fn flush(&self) {
+        let held = std::mem::take(&mut *self.held.borrow_mut());
+        if !held.is_empty() {
+            let _ = self.tx.send(held);
+        }
+    }
+}
+
+impl Drop for EventSink {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -311,8 +336,19 @@ impl Session {
                 }
             }
             session.process();
+            session.flush_events();
         }
         tracing::debug!(session = %session.id, "session retired");
+    }
+
+    /// Ends a step: what it emitted goes to the streams.
+    fn flush_events(&self) {
+        if let Some(batch) = &self.active {
+            batch.events.flush();
+        }
+        for pending in &self.queue {
+            pending.events.flush();
+        }
     }
 
     // === commands ===
