@@ -133,6 +133,11 @@ pub struct ServeArgs {
     /// OTEL_EXPORTER_OTLP_ENDPOINT; off when none is set].
     #[arg(long, env = "TOOLSCHED_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+    /// Do all file I/O of tools on the blocking thread pool, small reads
+    /// included (for a workspace on a network filesystem, where an open can
+    /// stall) [default: files up to 64 KiB are read inline].
+    #[arg(long, env = "TOOLSCHED_BLOCKING_FILE_IO")]
+    pub blocking_file_io: bool,
     /// What commands may do: read_only, workspace_write, workspace_write_network,
     /// none (no Landlock/seccomp; only where a pod or VM is the boundary)
     /// [default: workspace_write].
@@ -198,6 +203,7 @@ struct FileConfig {
     max_request_bytes: Option<usize>,
     shutdown_grace_secs: Option<u64>,
     auth_token: Option<String>,
+    blocking_file_io: Option<bool>,
     insecure_no_auth: Option<bool>,
     log_format: Option<LogFormat>,
     metrics_listen: Option<SocketAddr>,
@@ -360,6 +366,7 @@ impl Settings {
             session_idle_ttl: secs(args.session_idle_ttl_secs.or(file.session_idle_ttl_secs))
                 .unwrap_or(defaults.session_idle_ttl),
             sandbox: std::sync::Arc::new(Sandbox::new(sandbox)),
+            blocking_file_io: args.blocking_file_io || file.blocking_file_io.unwrap_or(false),
         };
         for (field, value) in [
             (

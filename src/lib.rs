@@ -86,7 +86,7 @@ fn prepare(
     config: &scheduler::SchedulerConfig,
 ) -> anyhow::Result<Arc<sandbox::Workspace>> {
     let workspace = sandbox::Workspace::new(root)
-        .map(Arc::new)
+        .map(|w| Arc::new(w.with_blocking_io(config.blocking_file_io)))
         .map_err(|e| anyhow::anyhow!("workspace {}: {e}", root.display()))?;
     let sandbox = &config.sandbox;
     sandbox.check()?;

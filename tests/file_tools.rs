@@ -84,6 +84,36 @@ async fn read_file_returns_a_small_file_as_is_and_crlf_as_lines() {
     assert_eq!(result_of(&events, "c")["total_lines"], json!(0));
 }
 
+/// `--blocking-file-io` moves small reads to the blocking pool; what comes
+/// back is the same, small (inline) and large (streamed) files alike.
+#[tokio::test]
+async fn read_file_gives_the_same_with_blocking_file_io() {
+    let inline = TestServer::start().await;
+    let blocking = TestServer::with_config(toolsched::scheduler::SchedulerConfig {
+        blocking_file_io: true,
+        ..Default::default()
+    })
+    .await;
+    for srv in [&inline, &blocking] {
+        put(srv, "dos.txt", "one\r\ntwo\r\n");
+        put(srv, "big.txt", numbered(20_000));
+    }
+    for (file, start) in [("dos.txt", 1), ("big.txt", 19_999)] {
+        let args = json!({"file_path": file, "start_line": start});
+        let a = run_one(&inline, "read_file", args.clone()).await;
+        let b = run_one(&blocking, "read_file", args).await;
+        assert_eq!(ok_output(&a), ok_output(&b), "{file}");
+        assert_eq!(result_of(&a, "c"), result_of(&b, "c"), "{file}");
+    }
+    let a = run_one(
+        &inline,
+        "read_file",
+        json!({"file_path": "big.txt", "start_line": 19_999}),
+    )
+    .await;
+    assert_eq!(ok_output(&a).lines().last(), Some("line 20000"));
+}
+
 #[tokio::test]
 async fn read_file_detects_and_states_the_encoding_without_replacement_characters() {
     let srv = TestServer::start().await;

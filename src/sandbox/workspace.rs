@@ -9,8 +9,8 @@
 //! swapped in between a check and the open cannot lead outside the root.
 
 use std::io;
-use std::sync::Arc;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 /// Why a path was refused.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +90,7 @@ impl BeneathError {
 pub struct Workspace {
     root: PathBuf,
     dir: Arc<cap_std::fs::Dir>,
+    blocking_io: bool,
 }
 
 impl Workspace {
@@ -106,7 +107,22 @@ impl Workspace {
         Ok(Self {
             root,
             dir: Arc::new(dir),
+            blocking_io: false,
         })
+    }
+
+    /// With `on`, tools do all their file I/O on the blocking thread pool,
+    /// small reads included: for a workspace on a network filesystem, where
+    /// an open or a read can stall the async runtime's thread.
+    pub fn with_blocking_io(mut self, on: bool) -> Self {
+        self.blocking_io = on;
+        self
+    }
+
+    /// Whether all file I/O goes to the blocking pool (see
+    /// [`Workspace::with_blocking_io`]); otherwise small reads run inline.
+    pub fn blocking_io(&self) -> bool {
+        self.blocking_io
     }
 
     /// The canonical root.

@@ -56,6 +56,10 @@ pub struct SchedulerConfig {
     pub session_idle_ttl: Duration,
     /// The sandbox commands run in (level, limits, what the kernel enforces).
     pub sandbox: SharedSandbox,
+    /// All file I/O of tools on the blocking pool, small reads included
+    /// (a workspace on a network filesystem); see
+    /// [`crate::sandbox::Workspace::with_blocking_io`].
+    pub blocking_file_io: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -69,6 +73,7 @@ impl Default for SchedulerConfig {
             max_sessions: 100_000,
             session_idle_ttl: Duration::from_secs(3600),
             sandbox: Arc::new(Sandbox::default()),
+            blocking_file_io: false,
         }
     }
 }

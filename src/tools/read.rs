@@ -124,26 +124,54 @@ impl Invocation for ReadFile {
         })
     }
 
+    /// A file of at most [`READ_WHOLE_BYTES`] is opened and read on the
+    /// runtime thread: on a local filesystem that is a few microseconds, less
+    /// than the hand-off to the blocking pool (two thread wakeups), the
+    /// largest cost of a small read under load. Larger files are streamed on
+    /// the blocking pool; with [`Workspace::blocking_io`] (a network
+    /// filesystem, where an open can stall) every read is.
     fn execute(self: Arc<Self>, ctx: ExecContext) -> BoxFuture<ToolOutcome> {
-        blocking(move || match self.read(&ctx) {
-            Ok(outcome) => outcome,
-            Err(e) => e.into(),
+        if self.target.workspace().blocking_io() {
+            return blocking(move || {
+                self.open_checked()
+                    .and_then(|file| self.read(file, &ctx))
+                    .unwrap_or_else(Into::into)
+            });
+        }
+        Box::pin(async move {
+            let file = match self.open_checked() {
+                Ok(file) => file,
+                Err(e) => return e.into(),
+            };
+            if file.size <= READ_WHOLE_BYTES {
+                return self.read(file, &ctx).unwrap_or_else(Into::into);
+            }
+            blocking(move || self.read(file, &ctx).unwrap_or_else(Into::into)).await
         })
     }
 }
 
+/// The file a call reads, opened and checked: a regular file within
+/// [`MAX_READ_BYTES`].
+struct Opened {
+    file: File,
+    size: u64,
+}
+
 impl ReadFile {
-    fn read(&self, ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
+    /// Opens the file the call was built (and approved) for, beneath the
+    /// root, and checks what it is. One fd serves every later pass: the
+    /// type and size checked are those of the file read, and a directory
+    /// swapped for a symlink after the check cannot redirect any pass.
+    fn open_checked(&self) -> Result<Opened, ToolError> {
         self.target.check()?;
-        let io = |e: std::io::Error| ToolError::io(&e, &self.display);
-        // One fd, opened beneath the workspace root, serves every pass: the
-        // type and size checked are those of the file read, and a directory
-        // swapped for a symlink after the check cannot redirect any pass.
         let file = self
             .target
             .open()
             .map_err(|e| beneath_error(e, &self.display))?;
-        let meta = file.metadata().map_err(io)?;
+        let meta = file
+            .metadata()
+            .map_err(|e| ToolError::io(&e, &self.display))?;
         if meta.is_dir() {
             return Err(is_directory(&self.display, "read_file"));
         }
@@ -160,6 +188,12 @@ impl ReadFile {
                 ),
             ));
         }
+        Ok(Opened { file, size })
+    }
+
+    fn read(&self, opened: Opened, ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
+        let io = |e: std::io::Error| ToolError::io(&e, &self.display);
+        let Opened { file, size } = opened;
         if size <= READ_WHOLE_BYTES {
             let mut bytes = Vec::with_capacity(size as usize + 1);
             (&file)
@@ -616,7 +650,7 @@ mod tests {
                 start: Some(2),
                 end: Some(40),
             };
-            let streamed = read.read(&ctx).unwrap();
+            let streamed = read.read(read.open_checked().unwrap(), &ctx).unwrap();
             let whole = read.read_in_memory(&bytes, &ctx).unwrap();
             assert_eq!(streamed, whole, "{name}");
         }
