@@ -624,53 +624,42 @@ async fn wave_ratio(
     Ok((Stat::of(par), Stat::of(ser), Stat::of(ratios).median))
 }
 
-/// A tree for CPU-bound searches: `files` files of ~64 KiB of text.
-fn make_tree(root: &Path, files: usize) -> anyhow::Result<()> {
-    let dir = root.join("tree");
-    std::fs::create_dir_all(&dir)?;
-    let words = [
-        "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta",
-    ];
-    for f in 0..files {
-        let mut text = String::with_capacity(66_000);
-        let mut i = f;
-        while text.len() < 64_000 {
-            i = i
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            text.push_str(words[(i >> 60) % words.len()]);
-            text.push(if (i >> 40) % 9 == 0 { '\n' } else { ' ' });
-        }
-        std::fs::write(dir.join(format!("f{f:04}.txt")), text)?;
-    }
-    Ok(())
-}
-
 async fn s3_waves(env: &Env) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
     let reps = if env.quick { 2 } else { 5 };
-    // (a) CPU-bound read tools: grep_search over ~25 MiB each.
-    make_tree(&env.ws, if env.quick { 100 } else { 400 })?;
+    // (a) CPU-bound read tools: read_file of the last lines of 8 files of
+    // ~24 MiB each, so each call decodes and counts a whole file (from the
+    // page cache) on one thread. Not grep_search: it walks and searches on
+    // every core by itself, so even its serial runs use both cores.
+    let line = "alpha beta gamma delta epsilon zeta eta theta\n";
+    let lines = if env.quick { 50_000 } else { 530_000 };
+    let dir = env.ws.join("s3");
+    std::fs::create_dir_all(&dir)?;
+    let text = line.repeat(lines);
+    for i in 0..8 {
+        std::fs::write(dir.join(format!("big{i}.txt")), &text)?;
+    }
+    drop(text);
     let ts = start_toolsched(env, &[])?;
-    let grep = |wait: bool| {
+    let read = |wait: bool| {
         batch(
             "s3a",
             (0..8)
                 .map(|i| {
                     fcall(
-                        &format!("g{i}"),
-                        "grep_search",
-                        json!({"pattern": "zq[0-9]{3}xy", "dir_path": "tree"}),
+                        &format!("r{i}"),
+                        "read_file",
+                        json!({"file_path": format!("s3/big{i}.txt"), "start_line": lines - 9}),
                         wait && i > 0,
                     )
                 })
                 .collect(),
         )
     };
-    let (par, ser, ratio) = wave_ratio(env, ts.addr, "grep_search", reps, &grep).await?;
+    let (par, ser, ratio) = wave_ratio(env, ts.addr, "read_file", reps, &read).await?;
     rows.push(Row {
         scenario: "S3",
-        metric: "wall ms: 8 grep_search (CPU-bound) in one wave vs with wait_for_previous ('floor' column = serial)".into(),
+        metric: format!("wall ms: 8 read_file of the last lines of a {} MiB file each (CPU-bound: decode and count every line) in one wave vs with wait_for_previous ('floor' column = serial)", line.len() * lines >> 20),
         toolsched: par,
         floor: Some(ser),
         ratio: Some(ratio),
