@@ -68,7 +68,7 @@ async fn proceed_once_runs_the_write_with_a_diff_in_the_prompt() {
         .confirm("s", "w", &prompt.correlation_id, O::ProceedOnce, None)
         .await
         .unwrap_err();
-    assert_eq!(again.code(), tonic::Code::NotFound, "{again:?}");
+    assert_eq!(again.code(), tonic::Code::FailedPrecondition, "{again:?}");
 }
 
 #[tokio::test]

@@ -227,6 +227,43 @@ async fn an_unanswered_prompt_is_cancelled_by_the_confirmation_timeout() {
         other => panic!("{other:?}"),
     }
     assert!(!srv.path("a").exists());
+    // An answer that lost the race with the timeout is told the call ended.
+    let correlation = events
+        .iter()
+        .find_map(|e| match e {
+            Event::CallUpdate(u) => match &u.state {
+                Some(State::AwaitingApproval(a)) => Some(a.correlation_id.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .unwrap();
+    let late = srv
+        .confirm(
+            "s",
+            "w",
+            &correlation,
+            pb::ConfirmationOutcome::ProceedOnce,
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(late.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(
+        late.message(),
+        "call 'w' already ended (cancelled) and its batch has completed; there is no prompt to answer"
+    );
+    let unknown = srv
+        .confirm(
+            "s",
+            "nope",
+            &correlation,
+            pb::ConfirmationOutcome::ProceedOnce,
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
 }
 
 #[tokio::test]

@@ -35,6 +35,7 @@ impl From<ApiError> for Status {
                     Status::not_found(message)
                 }
                 ConfirmError::NotAwaitingApproval { .. }
+                | ConfirmError::AlreadyEnded { .. }
                 | ConfirmError::StaleCorrelation { .. }
                 | ConfirmError::OutcomeNotOffered { .. }
                 | ConfirmError::CannotModify { .. } => Status::failed_precondition(message),

@@ -107,6 +107,16 @@ pub enum ConfirmError {
     UnknownCall { session_id: String, call_id: String },
     #[error("call '{call_id}' is not awaiting approval")]
     NotAwaitingApproval { call_id: String },
+    /// The call's batch has completed; its prompt (if it had one) can no
+    /// longer be answered. Remembered for the session's last
+    /// `RECENT_ENDED_CALLS` calls; older ids are [`ConfirmError::UnknownCall`].
+    #[error(
+        "call '{call_id}' already ended ({state}) and its batch has completed; there is no prompt to answer"
+    )]
+    AlreadyEnded {
+        call_id: String,
+        state: &'static str,
+    },
     /// The current prompt's id is deliberately not named: knowing it would
     /// let an answer to an old prompt approve the new one.
     #[error(

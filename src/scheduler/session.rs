@@ -33,6 +33,11 @@ use crate::tools::{
     ToolKind, ToolOutcome,
 };
 
+/// Calls of completed batches a session remembers (id and terminal state),
+/// so that a late Confirm (e.g. racing the confirmation timeout) is told the
+/// call ended (FAILED_PRECONDITION) rather than that it never existed
+/// (NOT_FOUND). About 100 bytes each.
+const RECENT_ENDED_CALLS: usize = 1024;
 /// Reason given to calls cancelled because an earlier call of their batch
 /// was rejected, as Gemini CLI does.
 const REJECTED_SIBLING_REASON: &str =
@@ -260,6 +265,9 @@ pub(crate) struct Session {
     topic: Option<String>,
     queue: VecDeque<PendingBatch>,
     active: Option<ActiveBatch>,
+    /// The last [`RECENT_ENDED_CALLS`] calls of completed batches: call id
+    /// and terminal state name, oldest first.
+    ended: VecDeque<(String, &'static str)>,
     internal_tx: mpsc::UnboundedSender<Internal>,
     /// Commands processed, reported to the hub when idle so that it only
     /// retires a session that has no command in flight.
@@ -294,6 +302,7 @@ impl Session {
             topic: None,
             queue: VecDeque::new(),
             active: None,
+            ended: VecDeque::new(),
             internal_tx,
             processed: 0,
         };
@@ -539,6 +548,11 @@ impl Session {
             ConfirmError::NotAwaitingApproval {
                 call_id: call_id.to_string(),
             }
+        } else if let Some((_, state)) = self.ended.iter().rev().find(|(id, _)| id == call_id) {
+            ConfirmError::AlreadyEnded {
+                call_id: call_id.to_string(),
+                state,
+            }
         } else {
             ConfirmError::UnknownCall {
                 session_id: self.id.clone(),
@@ -625,7 +639,10 @@ impl Session {
         count
     }
 
-    fn cancel_pending(&self, pending: PendingBatch, reason: &str) {
+    fn cancel_pending(&mut self, pending: PendingBatch, reason: &str) {
+        for call in &pending.request.calls {
+            remember_ended(&mut self.ended, &call.id, "cancelled");
+        }
         cancel_pending(
             &self.shared.metrics,
             &self.shared.registry.load(),
@@ -1223,11 +1240,27 @@ impl Session {
             .filter_map(|&i| batch.calls[i].response().cloned())
             .collect();
         fit_responses(&mut responses, MAX_RESPONSES_BYTES);
+        for slot in &batch.calls {
+            remember_ended(&mut self.ended, &slot.request.id, slot.state.name());
+        }
         batch.events.emit(BatchEvent::Completed {
             batch_id: batch.id.clone(),
             responses,
         });
     }
+}
+
+/// Adds a call of a completed batch to `ended`, forgetting the oldest past
+/// [`RECENT_ENDED_CALLS`].
+fn remember_ended(
+    ended: &mut VecDeque<(String, &'static str)>,
+    call_id: &str,
+    state: &'static str,
+) {
+    if ended.len() == RECENT_ENDED_CALLS {
+        ended.pop_front();
+    }
+    ended.push_back((call_id.to_string(), state));
 }
 
 /// Ends a batch that never started: every call Cancelled, then Completed.
