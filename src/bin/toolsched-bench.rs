@@ -659,7 +659,7 @@ async fn s3_waves(env: &Env) -> anyhow::Result<Vec<Row>> {
     let (par, ser, ratio) = wave_ratio(env, ts.addr, "read_file", reps, &read).await?;
     rows.push(Row {
         scenario: "S3",
-        metric: format!("wall ms: 8 read_file of the last lines of a {} MiB file each (CPU-bound: decode and count every line) in one wave vs with wait_for_previous ('floor' column = serial)", line.len() * lines >> 20),
+        metric: format!("wall ms: 8 read_file of the last lines of a {} MiB file each (CPU-bound: decode and count every line) in one wave vs with wait_for_previous ('floor' column = serial)", (line.len() * lines) >> 20),
         toolsched: par,
         floor: Some(ser),
         ratio: Some(ratio),
