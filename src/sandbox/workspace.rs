@@ -315,6 +315,28 @@ impl Workspace {
         self.open_read(given.as_ref(), libc::O_NOFOLLOW)
     }
 
+    /// Opens `given` for reading only if no component of it is a symlink
+    /// (openat2 `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` from the root's fd,
+    /// `O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`). For a path [`Workspace::resolve`]
+    /// returned (canonical), success proves that it still names the place it
+    /// named then, in the same syscall as the open: no re-resolution needed.
+    /// `None` when it cannot be opened that way (a symlink now, missing,
+    /// outside, or no openat2): the caller takes the general path, which says
+    /// why.
+    pub fn open_exact_beneath(&self, given: &Path) -> Option<std::fs::File> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        let rel = self.relative(given).ok()?;
+        let fd = rustix::fs::openat2(
+            &*self.dir,
+            rel,
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .ok()?;
+        Some(std::fs::File::from(fd))
+    }
+
     fn open_read(&self, given: &Path, extra: i32) -> Result<std::fs::File, BeneathError> {
         use cap_std::fs::OpenOptionsExt;
         let (dir, rel) = self.at(given)?;
@@ -542,6 +564,11 @@ mod tests {
         assert_eq!(ws.resolve_plain("a/../a"), None);
         assert_eq!(ws.resolve_plain("a/b/f.txt/"), None);
         assert_eq!(ws.resolve_plain("a/new.txt"), None);
+        // The open that proves a resolved path unchanged follows no symlink.
+        assert!(ws.open_exact_beneath(&abs).is_some());
+        assert!(ws.open_exact_beneath(Path::new("link/f.txt")).is_none());
+        assert!(ws.open_exact_beneath(Path::new("a/missing")).is_none());
+        assert!(ws.open_exact_beneath(Path::new("../ws/a/b/f.txt")).is_none());
         // A trailing slash on a file is still an error, as realpath says.
         assert!(ws.resolve("a/b/f.txt/").is_err());
         assert_eq!(

@@ -142,6 +142,18 @@ impl Target {
         self.ws.open_nofollow_beneath(&self.path)
     }
 
+    /// Opens the path for reading only if it still names what the call was
+    /// built (and approved) with: one open that follows no symlink proves it
+    /// ([`Workspace::open_exact_beneath`]); otherwise [`Target::check`] and
+    /// [`Target::open`] say what changed.
+    pub fn open_unchanged(&self) -> Result<File, ToolError> {
+        if let Some(file) = self.ws.open_exact_beneath(&self.path) {
+            return Ok(file);
+        }
+        self.check()?;
+        self.open().map_err(|e| beneath_error(e, &self.display()))
+    }
+
     /// Metadata of the path (symlinks followed beneath the root).
     pub fn metadata(&self) -> Result<cap_std::fs::Metadata, BeneathError> {
         self.ws.metadata_beneath(&self.path)

@@ -15,7 +15,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use super::encoding::{self, NotText, Sniffed, TextEncoding};
-use super::file::{MAX_OUTPUT_BYTES, Target, beneath_error, blocking, is_directory, not_regular};
+use super::file::{MAX_OUTPUT_BYTES, Target, blocking, is_directory, not_regular};
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation, Subject,
     Tool, ToolError, ToolKind, ToolOutcome, opt_u64_arg, str_arg,
@@ -164,11 +164,7 @@ impl ReadFile {
     /// type and size checked are those of the file read, and a directory
     /// swapped for a symlink after the check cannot redirect any pass.
     fn open_checked(&self) -> Result<Opened, ToolError> {
-        self.target.check()?;
-        let file = self
-            .target
-            .open()
-            .map_err(|e| beneath_error(e, &self.display))?;
+        let file = self.target.open_unchanged()?;
         let meta = file
             .metadata()
             .map_err(|e| ToolError::io(&e, &self.display))?;
