@@ -8,8 +8,10 @@
 //! the result says what was cut and how to get more. Binary files are
 //! skipped and counted; UTF-16 files with a BOM are searched as text.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use globset::{GlobBuilder, GlobMatcher};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
@@ -21,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::file::{MAX_OUTPUT_BYTES, Target, blocking};
 use super::glob::check_search_dir;
-use super::walk::{self, Flow, WalkOptions};
+use super::walk::{self, Ended, Flow, WalkOptions};
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ExecContext, Invocation, Subject, Tool,
     ToolError, ToolKind, ToolOutcome, opt_str_arg, opt_u64_arg, str_arg,
@@ -193,50 +195,47 @@ struct GrepCall {
     max: usize,
 }
 
-/// One line of a file's result.
+/// One line of a file's result; the flag says it was cut at
+/// [`MAX_MATCH_LINE_CHARS`].
 enum Line {
-    Match(u64, String),
-    Context(u64, String),
+    Match(u64, String, bool),
+    Context(u64, String, bool),
     Break,
+}
+
+impl Line {
+    fn was_cut(&self) -> bool {
+        matches!(self, Line::Match(_, _, true) | Line::Context(_, _, true))
+    }
 }
 
 /// Collects one file's matching lines for the searcher.
 struct FileSink<'a> {
     lines: Vec<Line>,
     matches: usize,
-    /// Matches this file may still add before the total cap.
+    /// Matches this file may add: every file may contribute up to the cap;
+    /// the merge in walk order cuts the file that reaches it.
     budget: usize,
     binary: bool,
-    cut_lines: usize,
     token: &'a CancellationToken,
-}
-
-impl FileSink<'_> {
-    fn text(&mut self, bytes: &[u8]) -> String {
-        let (text, cut) = line_text(bytes);
-        if cut {
-            self.cut_lines += 1;
-        }
-        text
-    }
 }
 
 impl Sink for FileSink<'_> {
     type Error = std::io::Error;
 
     fn matched(&mut self, _: &Searcher, m: &SinkMatch<'_>) -> Result<bool, Self::Error> {
-        let text = self.text(m.bytes());
+        let (text, cut) = line_text(m.bytes());
         self.lines
-            .push(Line::Match(m.line_number().unwrap_or(0), text));
+            .push(Line::Match(m.line_number().unwrap_or(0), text, cut));
         self.matches += 1;
         Ok(self.matches < self.budget && !self.token.is_cancelled())
     }
 
     fn context(&mut self, _: &Searcher, c: &SinkContext<'_>) -> Result<bool, Self::Error> {
         if matches!(c.kind(), SinkContextKind::Before | SinkContextKind::After) {
-            let text = self.text(c.bytes());
+            let (text, cut) = line_text(c.bytes());
             self.lines
-                .push(Line::Context(c.line_number().unwrap_or(0), text));
+                .push(Line::Context(c.line_number().unwrap_or(0), text, cut));
         }
         Ok(!self.token.is_cancelled())
     }
@@ -281,128 +280,304 @@ fn line_text(bytes: &[u8]) -> (String, bool) {
     (text, cut)
 }
 
+/// A file with matches, found by some walk thread.
+struct Hit {
+    /// The path as shown ("File: …").
+    shown: String,
+    lines: Vec<Line>,
+    /// Matching lines in `lines` (1 with names_only).
+    matches: usize,
+    /// Bytes of its block in the output, uncut.
+    block_len: usize,
+}
+
+/// A file that was not searched to the end, by why.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Skipped {
+    Binary,
+    /// Unreadable, not a regular file, or a line over the heap limit.
+    Failed,
+    /// It no longer resolved inside the workspace (or was a symlink now)
+    /// when opened.
+    MovedOut,
+}
+
+/// The files with matches every walk thread found, in walk order, and
+/// where the result is certain to end.
+#[derive(Default)]
+struct Hits {
+    found: BTreeMap<PathBuf, Hit>,
+    /// The result ends at or before this file: entries after it (in walk
+    /// order) cannot be in it and are neither opened nor descended into.
+    cut: Option<PathBuf>,
+}
+
+/// Where the merge of `found` in walk order stops: the first file that
+/// reaches the cap on matches or would overflow the output. Files before it
+/// that are not yet found can only make it stop earlier, so everything
+/// after the returned path is certain to be left out.
+fn stop_point(found: &BTreeMap<PathBuf, Hit>, max: usize) -> Option<&PathBuf> {
+    let mut total = 0usize;
+    let mut bytes = 0usize;
+    for (path, hit) in found {
+        if bytes + hit.block_len > MAX_OUTPUT_BYTES {
+            return Some(path);
+        }
+        bytes += hit.block_len;
+        total += hit.matches;
+        if total >= max {
+            return Some(path);
+        }
+    }
+    None
+}
+
+/// One walk thread's search: its searcher (and buffers) are reused for
+/// every file it is handed.
+struct Searching<'a> {
+    call: &'a GrepCall,
+    token: &'a CancellationToken,
+    hits: &'a Mutex<Hits>,
+    /// Set once `hits.cut` is, so threads look at it without the lock
+    /// until then.
+    has_cut: &'a AtomicBool,
+    searcher: Searcher,
+    /// Files not searched to the end, with their path (walk order).
+    skipped: Vec<(PathBuf, Skipped)>,
+    /// Called with each file's path (relative to the search directory)
+    /// before it is opened; tests cancel from it.
+    on_file: &'a (dyn Fn(&str) + Sync),
+}
+
+impl Searching<'_> {
+    /// Whether `path` lies after the cut (when there is one).
+    fn beyond_cut(&self, path: &std::path::Path) -> bool {
+        if !self.has_cut.load(Ordering::Acquire) {
+            return false;
+        }
+        let hits = self.hits.lock().unwrap_or_else(|e| e.into_inner());
+        hits.cut.as_deref().is_some_and(|cut| path > cut)
+    }
+
+    fn add_hit(&self, path: PathBuf, hit: Hit) {
+        let mut hits = self.hits.lock().unwrap_or_else(|e| e.into_inner());
+        hits.found.insert(path, hit);
+        let stop = stop_point(&hits.found, self.call.max).cloned();
+        if let Some(stop) = stop {
+            // Files after the stop point were searched in vain; drop them.
+            let mut after = hits.found.split_off(&stop);
+            if let Some(hit) = after.remove(&stop) {
+                hits.found.insert(stop.clone(), hit);
+            }
+            hits.cut = Some(stop);
+            self.has_cut.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl walk::Visitor for Searching<'_> {
+    fn visit(&mut self, entry: &walk::Found<'_>) -> Flow {
+        if self.beyond_cut(entry.path) {
+            // Everything below a directory after the cut is after it too.
+            return if entry.is_dir { Flow::Skip } else { Flow::Continue };
+        }
+        let call = self.call;
+        if !entry.is_file
+            || call.include.as_ref().is_some_and(|g| !g.is_match(&entry.rel))
+            || call.exclude.as_ref().is_some_and(|g| g.is_match(&entry.rel))
+        {
+            return Flow::Continue;
+        }
+        (self.on_file)(&entry.rel);
+        // Opened beneath the workspace root, not following a symlink: a
+        // directory on the way swapped for a symlink out since the walk
+        // listed it, or the file swapped for a symlink, is refused at the
+        // open, not followed.
+        let file = match entry.open() {
+            Ok(f) => f,
+            Err(BeneathError::Outside { .. } | BeneathError::Symlink { .. }) => {
+                self.skipped
+                    .push((entry.path.to_path_buf(), Skipped::MovedOut));
+                return Flow::Continue;
+            }
+            Err(_) => {
+                self.skipped.push((entry.path.to_path_buf(), Skipped::Failed));
+                return Flow::Continue;
+            }
+        };
+        // The type is checked on the opened fd: a FIFO swapped in would
+        // never end.
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            self.skipped.push((entry.path.to_path_buf(), Skipped::Failed));
+            return Flow::Continue;
+        }
+        let mut sink = FileSink {
+            lines: Vec::new(),
+            matches: 0,
+            budget: if call.names_only { 1 } else { call.max },
+            binary: false,
+            token: self.token,
+        };
+        let searched = self.searcher.search_file(&call.matcher, &file, &mut sink);
+        drop(file);
+        if searched.is_err() {
+            self.skipped.push((entry.path.to_path_buf(), Skipped::Failed));
+        } else if sink.binary {
+            self.skipped.push((entry.path.to_path_buf(), Skipped::Binary));
+        } else if sink.matches > 0 {
+            let shown = walk::join_display(&call.display, &entry.rel);
+            let matches = if call.names_only { 1 } else { sink.matches };
+            let block_len = call.block(&shown, &sink.lines).len();
+            self.add_hit(
+                entry.path.to_path_buf(),
+                Hit {
+                    shown,
+                    lines: sink.lines,
+                    matches,
+                    block_len,
+                },
+            );
+        }
+        if self.token.is_cancelled() {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        }
+    }
+}
+
 impl GrepCall {
     fn run(&self, ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
-        self.target.check()?;
-        check_search_dir(&self.target)?;
-        let mut searcher = SearcherBuilder::new()
+        self.search(&ctx.token, &|_| {})
+    }
+
+    /// The searcher every walk thread gets a copy of.
+    fn searcher(&self) -> Searcher {
+        SearcherBuilder::new()
             .line_number(true)
             .before_context(if self.names_only { 0 } else { self.context })
             .after_context(if self.names_only { 0 } else { self.context })
             .binary_detection(BinaryDetection::quit(b'\x00'))
             .bom_sniffing(true)
             .heap_limit(Some(MAX_SEARCH_LINE_BYTES))
-            .build();
-        let mut body = String::new();
-        let mut total = 0usize;
-        let mut files = 0usize;
-        let mut binary_files = 0usize;
-        let mut failed_files = 0usize;
-        let mut moved_out = 0usize;
-        let mut cut_lines = 0usize;
-        let mut capped = false;
-        let mut budget_hit = false;
+            .build()
+    }
+
+    /// A file's block of the output.
+    fn block(&self, shown: &str, lines: &[Line]) -> String {
+        let mut block = String::new();
+        if self.names_only {
+            block.push_str(shown);
+            block.push('\n');
+            return block;
+        }
+        block.push_str("File: ");
+        block.push_str(shown);
+        block.push('\n');
+        for line in lines {
+            match line {
+                Line::Match(n, t, _) => block.push_str(&format!("L{n}: {t}\n")),
+                Line::Context(n, t, _) => block.push_str(&format!("L{n}- {t}\n")),
+                Line::Break => block.push_str("--\n"),
+            }
+        }
+        block.push_str("---\n");
+        block
+    }
+
+    /// Searches every file of the walk on one thread per core, then merges
+    /// the files with matches in walk order (path order, as a sequential
+    /// walk sorted by file name gives), so the result is the same whatever
+    /// thread found what: the first `max` matching lines in that order.
+    fn search(
+        &self,
+        token: &CancellationToken,
+        on_file: &(dyn Fn(&str) + Sync),
+    ) -> Result<ToolOutcome, ToolError> {
+        self.target.check()?;
+        check_search_dir(&self.target)?;
         let opts = WalkOptions {
             respect_git_ignore: true,
             max_depth: None,
         };
-        let left = walk::walk(&self.ws, &self.path, opts, &ctx.token, |entry| {
-            if !entry.is_file
-                || self
-                    .include
-                    .as_ref()
-                    .is_some_and(|g| !g.is_match(&entry.rel))
-                || self
-                    .exclude
-                    .as_ref()
-                    .is_some_and(|g| g.is_match(&entry.rel))
-            {
-                return Flow::Continue;
-            }
-            // Opened beneath the workspace root: a directory on the way
-            // swapped for a symlink out since the walk listed it (or a link
-            // whose target moved out) is refused at the open, not followed.
-            let file = match self.ws.open_beneath(&entry.target) {
-                Ok(f) => f,
-                Err(BeneathError::Outside { .. }) => {
-                    moved_out += 1;
-                    return Flow::Continue;
-                }
-                Err(_) => {
-                    failed_files += 1;
-                    return Flow::Continue;
-                }
-            };
-            // The type is checked on the opened fd: a FIFO swapped in would
-            // never end.
-            if !file.metadata().is_ok_and(|m| m.is_file()) {
-                failed_files += 1;
-                return Flow::Continue;
-            }
-            let mut sink = FileSink {
-                lines: Vec::new(),
-                matches: 0,
-                budget: if self.names_only { 1 } else { self.max - total },
-                binary: false,
-                cut_lines: 0,
-                token: &ctx.token,
-            };
-            if searcher
-                .search_file(&self.matcher, &file, &mut sink)
-                .is_err()
-            {
-                failed_files += 1;
-                return Flow::Continue;
-            }
-            if sink.binary {
-                binary_files += 1;
-                return Flow::Continue;
-            }
-            if sink.matches == 0 {
-                return if ctx.token.is_cancelled() {
-                    Flow::Stop
-                } else {
-                    Flow::Continue
-                };
-            }
-            let shown = walk::join_display(&self.display, &entry.rel);
-            let mut block = String::new();
-            if self.names_only {
-                block.push_str(&shown);
-                block.push('\n');
-            } else {
-                block.push_str(&format!("File: {shown}\n"));
-                for line in &sink.lines {
-                    match line {
-                        Line::Match(n, t) => block.push_str(&format!("L{n}: {t}\n")),
-                        Line::Context(n, t) => block.push_str(&format!("L{n}- {t}\n")),
-                        Line::Break => block.push_str("--\n"),
-                    }
-                }
-                block.push_str("---\n");
-            }
-            if body.len() + block.len() > MAX_OUTPUT_BYTES {
-                budget_hit = true;
-                return Flow::Stop;
-            }
-            body.push_str(&block);
-            files += 1;
-            total += if self.names_only { 1 } else { sink.matches };
-            cut_lines += sink.cut_lines;
-            if total >= self.max {
-                capped = true;
-                return Flow::Stop;
-            }
-            if ctx.token.is_cancelled() {
-                Flow::Stop
-            } else {
-                Flow::Continue
-            }
-        });
-        if ctx.token.is_cancelled() {
+        let hits = Mutex::new(Hits::default());
+        let has_cut = AtomicBool::new(false);
+        let make = || Searching {
+            call: self,
+            token,
+            hits: &hits,
+            has_cut: &has_cut,
+            searcher: self.searcher(),
+            skipped: Vec::new(),
+            on_file,
+        };
+        let (mut left, ended, threads) =
+            walk::walk_parallel(&self.ws, &self.path, opts, walk::Check::Open, token, &make);
+        if ended == Ended::Cancelled || token.is_cancelled() {
             return Ok(ToolOutcome::Cancelled {
                 partial_output: None,
             });
+        }
+        let found = std::mem::take(&mut hits.lock().unwrap_or_else(|e| e.into_inner()).found);
+        let mut body = String::new();
+        let mut total = 0usize;
+        let mut files = 0usize;
+        let mut cut_lines = 0usize;
+        let mut capped = false;
+        let mut budget_hit = false;
+        let mut stopped_at: Option<PathBuf> = None;
+        for (path, mut hit) in found {
+            if !self.names_only && total + hit.matches > self.max {
+                // The file that reaches the cap keeps the lines up to the
+                // last match that fits, as a search stopped there would.
+                let keep = self.max - total;
+                let mut seen = 0;
+                let end = hit
+                    .lines
+                    .iter()
+                    .position(|l| {
+                        if matches!(l, Line::Match(..)) {
+                            seen += 1;
+                        }
+                        seen == keep
+                    })
+                    .map_or(hit.lines.len(), |i| i + 1);
+                hit.lines.truncate(end);
+                hit.matches = keep;
+            }
+            let block = self.block(&hit.shown, &hit.lines);
+            if body.len() + block.len() > MAX_OUTPUT_BYTES {
+                budget_hit = true;
+                stopped_at = Some(path);
+                break;
+            }
+            body.push_str(&block);
+            files += 1;
+            total += hit.matches;
+            cut_lines += hit.lines.iter().filter(|l| l.was_cut()).count();
+            if total >= self.max {
+                capped = true;
+                stopped_at = Some(path);
+                break;
+            }
+        }
+        let mut binary_files = 0usize;
+        let mut failed_files = 0usize;
+        let mut moved_out = 0usize;
+        for (path, why) in threads.iter().flat_map(|t| &t.skipped) {
+            if stopped_at.as_ref().is_some_and(|s| path > s) {
+                continue;
+            }
+            match why {
+                Skipped::Binary => binary_files += 1,
+                Skipped::Failed => failed_files += 1,
+                Skipped::MovedOut => moved_out += 1,
+            }
+        }
+        if capped || budget_hit {
+            // The search stopped there: what follows was not counted.
+            left.ignored = None;
+            left.examples.clear();
         }
         let filter = if self.filter.is_empty() {
             String::new()

@@ -1,28 +1,43 @@
 //! The directory walk shared by `glob`, `grep_search` and `list_directory`,
 //! so that ignore rules apply to all three the same way.
 //!
-//! It is ripgrep's own walker (`ignore::WalkBuilder`): `.gitignore` files
+//! It is ripgrep's own walker (`ignore::WalkBuilder`), run in parallel
+//! (`build_parallel`, one thread per core, as `rg` does): `.gitignore` files
 //! (nested ones, and those of parent directories up to the repository root,
 //! which may lie above the workspace root), `.git/info/exclude`, `.ignore`,
 //! and the project ignore files [`PROJECT_IGNORE_FILES`]. `.git` itself is
 //! never walked. Symlinks are not followed: a link is reported only when
 //! its target stays beneath the root, and a link leading outside is left
 //! out and counted, so no search reads a file outside the workspace through
-//! a link.
+//! a link. [`walk_parallel`] hands entries to one visitor per thread in no
+//! particular order; [`walk`] collects them and visits them in path order
+//! (the order of a sequential walk sorted by file name).
 //!
 //! The walker works on paths, so a directory swapped for a symlink while it
-//! walks could make it read a directory outside. Every entry it yields is
-//! therefore looked up again beneath the root (`Workspace::*_beneath`,
-//! openat2 `RESOLVE_BENEATH`) and left out unless it exists there, and the
-//! tools open what the walk reports through the same beneath API.
+//! walks could make it read a directory outside. Nothing the walk reports
+//! is therefore taken on the walker's word: every directory it enters is
+//! opened and listed beneath the root (`openat2` `RESOLVE_BENEATH` through
+//! one directory fd of the workspace root held for the whole walk), every
+//! other entry is looked up again beneath the root ([`Check::Stat`]) or,
+//! for a search that opens the files anyway ([`Check::Open`]), opened
+//! beneath the root without following a symlink by [`Found::open`], one
+//! `openat2` per file, and checked on the opened fd by the caller.
 //!
-//! The walker does not say what it skipped, so after a complete walk every
-//! directory it entered is listed once more and its entries that the walk did
-//! not yield are counted as left out by ignore rules.
+//! The walker does not say what it skipped. The listing of each directory
+//! it enters (made beneath the root, so no name from outside is counted)
+//! minus the entries it yielded are the entries left out by ignore rules;
+//! they are counted once the walk is complete.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use ignore::{ParallelVisitor, ParallelVisitorBuilder, WalkState};
 use tokio_util::sync::CancellationToken;
 
 use crate::sandbox::{BeneathError, Workspace};
@@ -33,8 +48,15 @@ use crate::sandbox::{BeneathError, Workspace};
 pub const PROJECT_IGNORE_FILES: &[&str] = &[".toolschedignore", ".geminiignore"];
 
 /// Entries one walk visits before it stops and says so: a search of `/` of a
-/// huge tree must end.
+/// huge tree must end. Counted in batches of [`CHECK_EVERY`] per thread, so
+/// a walk may visit up to `CHECK_EVERY` × threads entries more.
 pub const MAX_WALK_ENTRIES: usize = 200_000;
+
+/// Entries a walk thread visits between two looks at the cancellation token
+/// and the shared entry count: the token takes a lock, and a counter shared
+/// by every thread bounces between cores; 16 entries are well under a
+/// millisecond of work.
+const CHECK_EVERY: usize = 16;
 
 /// Example names of left-out entries given in a result.
 const LEFT_OUT_EXAMPLES: usize = 5;
@@ -49,7 +71,22 @@ pub(crate) struct WalkOptions {
     pub max_depth: Option<usize>,
 }
 
-/// One entry the walk yields (never the walk's root).
+/// How a walk checks beneath the root the entries that are not directories
+/// it enters (those are always opened and listed beneath it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// Each entry is looked up again beneath the root (not following it):
+    /// `is_dir` / `is_file` describe what is there. For tools that only
+    /// name entries.
+    Stat,
+    /// Regular files (as the directory listing says) are not looked up:
+    /// the visitor opens them with [`Found::open`], which opens beneath the
+    /// root without following a symlink, and checks the type on the opened
+    /// fd. Saves a lookup per file for tools that read every file.
+    Open,
+}
+
+/// One entry the walk yields (never the walk's root), as [`walk`] visits it.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
     /// What to open through the workspace's beneath API: the entry's path,
@@ -59,9 +96,65 @@ pub(crate) struct Entry {
     pub rel: String,
     /// The entry (or a symlink's target) is a directory.
     pub is_dir: bool,
-    /// The entry (or a symlink's target) is a regular file (not a FIFO,
-    /// socket or device, which would block or never end when read).
+}
+
+/// One entry as [`walk_parallel`] hands it to a visitor, borrowed from the
+/// walker.
+pub(crate) struct Found<'a> {
+    /// The entry's path as the walker found it (the walk's root joined with
+    /// `rel`); entries sort in walk order by it (`Path`'s component order).
+    pub path: &'a Path,
+    /// Path relative to the walk's root with `/` separators (lossy for
+    /// names that are not UTF-8).
+    pub rel: Cow<'a, str>,
+    /// The entry (or a symlink's target) is a directory.
+    pub is_dir: bool,
+    /// The entry (or a symlink's target) is a regular file. With
+    /// [`Check::Open`] this is what the directory listing said: the type
+    /// must be checked on the fd [`Found::open`] gives.
     pub is_file: bool,
+    /// A symlink's target inside the workspace, when the entry is a link.
+    link_target: Option<PathBuf>,
+    /// The entry relative to the workspace root, for opens through `dir`.
+    in_ws: &'a Path,
+    /// The workspace root's path and its fd, held for the whole walk.
+    ws_root: &'a Path,
+    dir: &'a cap_std::fs::Dir,
+}
+
+impl Found<'_> {
+    /// Opens the entry for reading beneath the workspace root, through the
+    /// root's fd the walk holds (one `openat2` `RESOLVE_BENEATH`). The entry
+    /// itself is not followed if it is a symlink now (swapped in since the
+    /// listing: [`BeneathError::Symlink`]); a directory on the way swapped
+    /// for a link out gives [`BeneathError::Outside`]. A symlink the walk
+    /// reported is opened as its target, which must stay beneath the root.
+    ///
+    /// Opened `O_NONBLOCK | O_NOCTTY` (a FIFO swapped in does not block the
+    /// open); the caller checks the type with `File::metadata` on the fd.
+    pub fn open(&self) -> Result<File, BeneathError> {
+        use cap_std::fs::OpenOptionsExt;
+        let (given, nofollow) = match &self.link_target {
+            Some(t) => (t.as_path(), 0),
+            None => (self.in_ws, libc::O_NOFOLLOW),
+        };
+        let rel = match &self.link_target {
+            Some(t) => ws_relative(self.ws_root, t),
+            None => self.in_ws,
+        };
+        let mut opts = cap_std::fs::OpenOptions::new();
+        opts.read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | nofollow);
+        match self.dir.open_with(rel, &opts) {
+            Ok(f) => Ok(f.into_std()),
+            Err(e) if nofollow != 0 && e.raw_os_error() == Some(libc::ELOOP) => {
+                Err(BeneathError::Symlink {
+                    given: given.to_string_lossy().into_owned(),
+                })
+            }
+            Err(e) => Err(BeneathError::from_io(given, e)),
+        }
+    }
 }
 
 /// What a walk left out, for the "N entries were left out" note.
@@ -138,17 +231,117 @@ impl LeftOut {
     }
 }
 
-/// Why `visit` stopped a walk.
+/// What a visitor wants next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Flow {
     Continue,
+    /// Do not descend into this directory (no effect on other entries).
+    /// The walk is then incomplete: nothing is counted as ignored.
+    Skip,
+    /// Stop the whole walk (every thread).
     Stop,
 }
 
-/// Walks `root` (a canonical directory inside `ws`) in file-name order and
-/// calls `visit` for every entry ignore rules keep; returns what was left
-/// out. Stops when `visit` says so or `token` is cancelled (then
-/// `ignored` is `None`).
+/// A per-thread visitor of [`walk_parallel`].
+pub(crate) trait Visitor: Send {
+    /// Called for every entry ignore rules keep, on the thread that found it.
+    fn visit(&mut self, entry: &Found<'_>) -> Flow;
+}
+
+/// How a walk ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Every entry was visited.
+    Complete,
+    /// A visitor said [`Flow::Stop`] or [`Flow::Skip`], or the walk hit
+    /// [`MAX_WALK_ENTRIES`].
+    Partial,
+    /// The token was cancelled.
+    Cancelled,
+}
+
+/// Walks `root` (a canonical directory inside `ws`) on one thread per core
+/// and calls a visitor of its thread (each made by `make`) for every entry
+/// ignore rules keep, in no particular order. Returns what was left out,
+/// how the walk ended and the visitors, to merge their results.
+///
+/// Stops when a visitor says so or `token` is cancelled (then `ignored` is
+/// `None`); every thread looks at the token between entries.
+pub(crate) fn walk_parallel<V: Visitor>(
+    ws: &Workspace,
+    root: &Path,
+    opts: WalkOptions,
+    check: Check,
+    token: &CancellationToken,
+    make: &(dyn Fn() -> V + Sync),
+) -> (LeftOut, Ended, Vec<V>) {
+    let mut left = LeftOut::default();
+    let dir = match ws.dir() {
+        Ok(d) => d,
+        Err(_) => {
+            left.unreadable = 1;
+            return (left, Ended::Partial, Vec::new());
+        }
+    };
+    let shared = Shared {
+        ws,
+        dir,
+        root_bytes: root.as_os_str().as_bytes().len(),
+        ws_bytes: ws.root().as_os_str().as_bytes().len(),
+        opts,
+        check,
+        token,
+        count: AtomicUsize::new(0),
+        partial: AtomicBool::new(false),
+        hit_limit: AtomicBool::new(false),
+        cancelled: AtomicBool::new(false),
+    };
+    let done: Mutex<Vec<ThreadState<V>>> = Mutex::new(Vec::new());
+    builder(root, opts)
+        .threads(0)
+        .build_parallel()
+        .visit(&mut WorkerBuilder {
+            shared: &shared,
+            done: &done,
+            make,
+        });
+    let states = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    if token.is_cancelled() {
+        shared.cancelled.store(true, Ordering::Relaxed);
+    }
+    left.hit_walk_limit = shared.hit_limit.load(Ordering::Relaxed);
+    let ended = if shared.cancelled.load(Ordering::Relaxed) {
+        Ended::Cancelled
+    } else if shared.partial.load(Ordering::Relaxed) || left.hit_walk_limit {
+        Ended::Partial
+    } else {
+        Ended::Complete
+    };
+    let mut visitors = Vec::with_capacity(states.len());
+    let mut kept: Vec<PathBuf> = Vec::new();
+    let mut listed: Vec<(PathBuf, Vec<(OsString, bool)>)> = Vec::new();
+    for st in states {
+        left.outside_links += st.outside_links;
+        left.unreadable += st.unreadable;
+        if kept.is_empty() {
+            kept = st.kept;
+        } else {
+            kept.extend(st.kept);
+        }
+        listed.extend(st.listed);
+        visitors.push(st.visitor);
+    }
+    if ended == Ended::Complete {
+        count_ignored(root, &kept, &mut listed, &mut left);
+    }
+    (left, ended, visitors)
+}
+
+/// Walks `root` (a canonical directory inside `ws`), then calls `visit` for
+/// every entry ignore rules keep in path order (that of a sequential walk
+/// sorted by file name), each looked up again beneath the root
+/// ([`Check::Stat`]); returns what was left out. Stops when `visit` says
+/// so or `token` is cancelled (then `ignored` is `None`).
 pub(crate) fn walk(
     ws: &Workspace,
     root: &Path,
@@ -156,6 +349,54 @@ pub(crate) fn walk(
     token: &CancellationToken,
     mut visit: impl FnMut(Entry) -> Flow,
 ) -> LeftOut {
+    /// Collects one thread's entries with their sort key.
+    struct Collect(Vec<(PathBuf, Entry)>);
+    impl Visitor for Collect {
+        fn visit(&mut self, e: &Found<'_>) -> Flow {
+            let entry = Entry {
+                target: e
+                    .link_target
+                    .clone()
+                    .unwrap_or_else(|| e.path.to_path_buf()),
+                rel: e.rel.clone().into_owned(),
+                is_dir: e.is_dir,
+            };
+            self.0.push((e.path.to_path_buf(), entry));
+            Flow::Continue
+        }
+    }
+    let (mut left, ended, parts) = walk_parallel(ws, root, opts, Check::Stat, token, &|| {
+        Collect(Vec::new())
+    });
+    let mut all: Vec<(PathBuf, Entry)> = parts.into_iter().flat_map(|c| c.0).collect();
+    all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    if ended == Ended::Cancelled {
+        return left;
+    }
+    let mut skip_under: Option<PathBuf> = None;
+    for (path, entry) in all {
+        if skip_under.as_ref().is_some_and(|s| path.starts_with(s)) {
+            continue;
+        }
+        match visit(entry) {
+            Flow::Continue => {}
+            Flow::Skip => {
+                left.ignored = None;
+                left.examples.clear();
+                skip_under = Some(path);
+            }
+            Flow::Stop => {
+                left.ignored = None;
+                left.examples.clear();
+                break;
+            }
+        }
+    }
+    left
+}
+
+/// The walker with the ignore rules every walk uses.
+fn builder(root: &Path, opts: WalkOptions) -> ignore::WalkBuilder {
     let mut builder = ignore::WalkBuilder::new(root);
     builder
         .hidden(false)
@@ -168,127 +409,360 @@ pub(crate) fn walk(
         .require_git(true)
         .follow_links(false)
         .max_depth(opts.max_depth)
-        .sort_by_file_name(|a, b| a.cmp(b))
         .filter_entry(|e| e.file_name() != ".git");
     for name in PROJECT_IGNORE_FILES {
         builder.add_custom_ignore_filename(name);
     }
-    let mut left = LeftOut::default();
-    let mut kept: HashSet<PathBuf> = HashSet::new();
-    let mut entered: Vec<PathBuf> = vec![root.to_path_buf()];
-    let mut complete = true;
-    for (count, result) in builder.build().enumerate() {
-        if token.is_cancelled() {
-            complete = false;
-            break;
+    builder
+}
+
+/// What every walk thread shares.
+struct Shared<'a> {
+    ws: &'a Workspace,
+    /// The workspace root, opened once for the walk: every lookup and open
+    /// goes through it beneath the root.
+    dir: cap_std::fs::Dir,
+    /// Bytes of the walk's root path (entries' paths start with it).
+    root_bytes: usize,
+    /// Bytes of the workspace root path.
+    ws_bytes: usize,
+    opts: WalkOptions,
+    check: Check,
+    token: &'a CancellationToken,
+    /// Entries visited, in batches of [`CHECK_EVERY`].
+    count: AtomicUsize,
+    /// A visitor stopped or skipped, or the limit was hit.
+    partial: AtomicBool,
+    hit_limit: AtomicBool,
+    cancelled: AtomicBool,
+}
+
+/// One thread's results, handed back when its worker is dropped.
+struct ThreadState<V> {
+    visitor: V,
+    outside_links: usize,
+    unreadable: usize,
+    /// Every entry the walker yielded (or failed on), for the ignored count.
+    kept: Vec<PathBuf>,
+    /// Each entered directory and its listing beneath the root (name, is a
+    /// directory), `.git` left out.
+    listed: Vec<(PathBuf, Vec<(OsString, bool)>)>,
+}
+
+struct WorkerBuilder<'s, V> {
+    shared: &'s Shared<'s>,
+    done: &'s Mutex<Vec<ThreadState<V>>>,
+    make: &'s (dyn Fn() -> V + Sync),
+}
+
+impl<'s, V: Visitor + 's> ParallelVisitorBuilder<'s> for WorkerBuilder<'s, V> {
+    fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
+        Box::new(Worker {
+            shared: self.shared,
+            done: self.done,
+            state: Some(ThreadState {
+                visitor: (self.make)(),
+                outside_links: 0,
+                unreadable: 0,
+                kept: Vec::new(),
+                listed: Vec::new(),
+            }),
+            since_check: 0,
+        })
+    }
+}
+
+struct Worker<'s, V> {
+    shared: &'s Shared<'s>,
+    done: &'s Mutex<Vec<ThreadState<V>>>,
+    /// Always `Some` until dropped.
+    state: Option<ThreadState<V>>,
+    since_check: usize,
+}
+
+impl<V> Drop for Worker<'_, V> {
+    fn drop(&mut self) {
+        if let Some(st) = self.state.take() {
+            self.done
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(st);
         }
-        if count >= MAX_WALK_ENTRIES {
-            left.hit_walk_limit = true;
-            complete = false;
-            break;
+    }
+}
+
+/// Bytes of `path` after `prefix_len` bytes and the separator after them.
+fn tail(path: &Path, prefix_len: usize) -> &[u8] {
+    let b = path.as_os_str().as_bytes();
+    let t = b.get(prefix_len..).unwrap_or(&[]);
+    t.strip_prefix(b"/").unwrap_or(t)
+}
+
+/// `abs` relative to the workspace root `ws_root`, `.` for the root itself.
+fn ws_relative<'a>(ws_root: &Path, abs: &'a Path) -> &'a Path {
+    let t = tail(abs, ws_root.as_os_str().as_bytes().len());
+    if t.is_empty() {
+        Path::new(".")
+    } else {
+        Path::new(OsStr::from_bytes(t))
+    }
+}
+
+/// What a look beneath the root found for an entry.
+enum Looked {
+    Here {
+        link_target: Option<PathBuf>,
+        is_dir: bool,
+        is_file: bool,
+    },
+    Outside,
+    Unreadable,
+}
+
+impl<V: Visitor> Worker<'_, V> {
+    /// Looks `path` (`in_ws` beneath the root) up again without following
+    /// it; a symlink is reported as its target when that resolves inside
+    /// the workspace.
+    fn look(&self, path: &Path, in_ws: &Path) -> Looked {
+        let sh = self.shared;
+        let here = match sh.dir.symlink_metadata(in_ws) {
+            Ok(m) => m,
+            Err(e) => {
+                return match BeneathError::from_io(in_ws, e) {
+                    BeneathError::Outside { .. } => Looked::Outside,
+                    _ => Looked::Unreadable,
+                };
+            }
+        };
+        if !here.file_type().is_symlink() {
+            return Looked::Here {
+                link_target: None,
+                is_dir: here.is_dir(),
+                is_file: here.is_file(),
+            };
         }
+        // Only a link whose target resolves inside the workspace is
+        // reported, as that target (an absolute link into the workspace is
+        // fine, though RESOLVE_BENEATH itself refuses absolute links); a
+        // tool opens the target beneath the root.
+        let Some(Ok(t)) = path.to_str().map(|p| sh.ws.resolve(p)) else {
+            return Looked::Outside;
+        };
+        match sh.dir.metadata(ws_relative(sh.ws.root(), &t)) {
+            Ok(m) => Looked::Here {
+                is_dir: m.is_dir(),
+                is_file: m.is_file(),
+                link_target: Some(t),
+            },
+            Err(_) => Looked::Outside,
+        }
+    }
+
+    /// Lists the directory `in_ws` beneath the root, `.git` left out.
+    fn list(&self, in_ws: &Path) -> Result<Vec<(OsString, bool)>, BeneathError> {
+        let read = self
+            .shared
+            .dir
+            .read_dir(in_ws)
+            .map_err(|e| BeneathError::from_io(in_ws, e))?;
+        let mut names = Vec::new();
+        for child in read.flatten() {
+            let name = child.file_name();
+            if name == ".git" {
+                continue;
+            }
+            let is_dir = child.file_type().is_ok_and(|t| t.is_dir());
+            names.push((name, is_dir));
+        }
+        Ok(names)
+    }
+
+    /// Every `CHECK_EVERY` entries: the token and the entry limit.
+    fn checkpoint(&mut self) -> Option<WalkState> {
+        self.since_check += 1;
+        if self.since_check < CHECK_EVERY {
+            return None;
+        }
+        let sh = self.shared;
+        let n = sh.count.fetch_add(self.since_check, Ordering::Relaxed) + self.since_check;
+        self.since_check = 0;
+        if sh.token.is_cancelled() {
+            sh.cancelled.store(true, Ordering::Relaxed);
+            return Some(WalkState::Quit);
+        }
+        if n > MAX_WALK_ENTRIES {
+            sh.hit_limit.store(true, Ordering::Relaxed);
+            return Some(WalkState::Quit);
+        }
+        None
+    }
+}
+
+impl<V: Visitor> ParallelVisitor for Worker<'_, V> {
+    fn visit(&mut self, result: Result<ignore::DirEntry, ignore::Error>) -> WalkState {
+        if let Some(quit) = self.checkpoint() {
+            return quit;
+        }
+        let sh = self.shared;
         let dent = match result {
             Ok(d) => d,
             Err(e) => {
-                // The path of a failed entry is in the error; keep it out of
-                // the ignored count.
-                if let Some(p) = error_path(&e) {
-                    kept.insert(p);
-                }
-                left.unreadable += 1;
-                continue;
-            }
-        };
-        if dent.depth() == 0 {
-            continue;
-        }
-        let path = dent.path().to_path_buf();
-        kept.insert(path.clone());
-        let rel = relative(root, &path);
-        // The walker reads directories by path, so a directory swapped for
-        // a symlink out while it walks would make it list names from
-        // outside. Each entry is therefore looked up again beneath the root
-        // (without following it): only one that exists there is reported,
-        // with the type found there.
-        let here = match ws.symlink_metadata_beneath(&path) {
-            Ok(m) => m,
-            Err(BeneathError::Outside { .. }) => {
-                left.outside_links += 1;
-                continue;
-            }
-            Err(_) => {
-                left.unreadable += 1;
-                continue;
-            }
-        };
-        let (target, is_dir, is_file) = if here.file_type().is_symlink() {
-            // Only a link whose target resolves inside the workspace is
-            // reported, as that target (an absolute link into the
-            // workspace is fine, though RESOLVE_BENEATH itself refuses
-            // absolute links); a tool opens the target beneath the root.
-            let resolved = path.to_str().map(|p| ws.resolve(p));
-            match resolved {
-                Some(Ok(t)) => match ws.metadata_beneath(&t) {
-                    Ok(m) => (t, m.is_dir(), m.is_file()),
-                    Err(_) => {
-                        left.outside_links += 1;
-                        continue;
+                if let Some(st) = self.state.as_mut() {
+                    // The path of a failed entry is in the error; keep it
+                    // out of the ignored count.
+                    if let Some(p) = error_path(&e) {
+                        st.kept.push(p);
                     }
-                },
-                _ => {
-                    left.outside_links += 1;
-                    continue;
+                    st.unreadable += 1;
                 }
+                return WalkState::Continue;
+            }
+        };
+        let depth = dent.depth();
+        let enter = sh.opts.max_depth.is_none_or(|m| depth < m);
+        let ft = dent.file_type();
+        let path = dent.path();
+        let in_ws_bytes = tail(path, sh.ws_bytes);
+        let in_ws = if in_ws_bytes.is_empty() {
+            Path::new(".")
+        } else {
+            Path::new(OsStr::from_bytes(in_ws_bytes))
+        };
+        let is_real_dir = ft.is_some_and(|t| t.is_dir());
+        if depth == 0 {
+            // The walk's root: listed beneath the root for the ignored
+            // count. If it moved out since the call checked it, the listing
+            // fails and each entry the walker finds there is refused below.
+            if is_real_dir
+                && enter
+                && let Ok(names) = self.list(in_ws)
+                && let Some(st) = self.state.as_mut()
+            {
+                st.listed.push((path.to_path_buf(), names));
+            }
+            return WalkState::Continue;
+        }
+        let rel = String::from_utf8_lossy(tail(path, sh.root_bytes));
+        let mut listing = None;
+        let looked = if is_real_dir && enter {
+            // Entered: opened and listed beneath the root, which also checks
+            // it is still a directory beneath it.
+            match self.list(in_ws) {
+                Ok(names) => {
+                    listing = Some(names);
+                    Looked::Here {
+                        link_target: None,
+                        is_dir: true,
+                        is_file: false,
+                    }
+                }
+                Err(BeneathError::Outside { .. }) => Looked::Outside,
+                Err(_) => Looked::Unreadable,
+            }
+        } else if sh.check == Check::Open && ft.is_some_and(|t| t.is_file()) {
+            // Opened by the visitor, beneath the root, not following it.
+            Looked::Here {
+                link_target: None,
+                is_dir: false,
+                is_file: true,
             }
         } else {
-            let is_dir = here.is_dir();
-            if is_dir && opts.max_depth.is_none_or(|m| dent.depth() < m) {
-                entered.push(path.clone());
-            }
-            (path, is_dir, here.is_file())
+            self.look(path, in_ws)
         };
-        let entry = Entry {
-            target,
+        let Some(st) = self.state.as_mut() else {
+            return WalkState::Quit;
+        };
+        let (link_target, is_dir, is_file) = match looked {
+            Looked::Here {
+                link_target,
+                is_dir,
+                is_file,
+            } => (link_target, is_dir, is_file),
+            Looked::Outside => {
+                st.outside_links += 1;
+                st.kept.push(dent.into_path());
+                return if is_real_dir {
+                    // Not listed beneath the root: nothing below it is
+                    // walked (the walker would read it through the link).
+                    WalkState::Skip
+                } else {
+                    WalkState::Continue
+                };
+            }
+            Looked::Unreadable => {
+                st.unreadable += 1;
+                st.kept.push(dent.into_path());
+                return if is_real_dir {
+                    WalkState::Skip
+                } else {
+                    WalkState::Continue
+                };
+            }
+        };
+        let found = Found {
+            path,
             rel,
             is_dir,
             is_file,
+            link_target,
+            in_ws,
+            ws_root: sh.ws.root(),
+            dir: &sh.dir,
         };
-        if visit(entry) == Flow::Stop {
-            complete = false;
-            break;
+        let flow = st.visitor.visit(&found);
+        drop(found);
+        if let Some(names) = listing
+            && flow == Flow::Continue
+        {
+            st.listed.push((path.to_path_buf(), names));
         }
-    }
-    if complete {
-        let mut ignored = 0;
-        for dir in &entered {
-            // Listed beneath the root, so no name from outside is counted.
-            let Ok(read) = ws.open_dir_beneath(dir).and_then(|d| {
-                d.entries().map_err(|e| BeneathError::Io {
-                    given: dir.to_string_lossy().into_owned(),
-                    source: e,
-                })
-            }) else {
-                continue;
-            };
-            for child in read.flatten() {
-                let path = dir.join(child.file_name());
-                if child.file_name() == ".git" || kept.contains(&path) {
-                    continue;
-                }
-                ignored += 1;
-                if left.examples.len() < LEFT_OUT_EXAMPLES {
-                    let mut name = relative(root, &path);
-                    if child.file_type().is_ok_and(|t| t.is_dir()) {
-                        name.push('/');
-                    }
-                    left.examples.push(name);
-                }
+        st.kept.push(dent.into_path());
+        match flow {
+            Flow::Continue => WalkState::Continue,
+            Flow::Skip => {
+                sh.partial.store(true, Ordering::Relaxed);
+                WalkState::Skip
+            }
+            Flow::Stop => {
+                sh.partial.store(true, Ordering::Relaxed);
+                WalkState::Quit
             }
         }
-        left.examples.sort();
-        left.ignored = Some(ignored);
     }
-    left
+}
+
+/// The entries of the listed directories that the walk did not yield:
+/// their number and the first few names (in walk order of the directories,
+/// listing order within one, then sorted).
+fn count_ignored(
+    root: &Path,
+    kept: &[PathBuf],
+    listed: &mut [(PathBuf, Vec<(OsString, bool)>)],
+    left: &mut LeftOut,
+) {
+    let kept: HashSet<(&Path, &OsStr)> = kept
+        .iter()
+        .filter_map(|p| Some((p.parent()?, p.file_name()?)))
+        .collect();
+    listed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut ignored = 0;
+    for (dir, names) in listed.iter() {
+        for (name, is_dir) in names {
+            if kept.contains(&(dir.as_path(), name.as_os_str())) {
+                continue;
+            }
+            ignored += 1;
+            if left.examples.len() < LEFT_OUT_EXAMPLES {
+                let mut shown = relative(root, &dir.join(name));
+                if *is_dir {
+                    shown.push('/');
+                }
+                left.examples.push(shown);
+            }
+        }
+    }
+    left.examples.sort();
+    left.ignored = Some(ignored);
 }
 
 fn error_path(e: &ignore::Error) -> Option<PathBuf> {
@@ -317,48 +791,5 @@ pub(crate) fn join_display(dir: &str, rel: &str) -> String {
         rel.to_string()
     } else {
         format!("{dir}/{rel}")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The walk's directory (checked inside when the call was built) has a
-    /// component swapped for a symlink out before the walk: the path-based
-    /// walker reads the directory outside, but no entry of it is reported
-    /// or named as left out, because each is looked up again beneath the
-    /// root.
-    #[test]
-    fn a_walk_through_a_component_swapped_for_a_link_out_reports_nothing_from_outside() {
-        let parent = tempfile::tempdir().unwrap();
-        let root = parent.path().join("ws");
-        std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
-        std::fs::write(root.join("sub/deeper/inside.txt"), "in").unwrap();
-        let outside = parent.path().join("outside");
-        std::fs::create_dir_all(outside.join("deeper/nested")).unwrap();
-        std::fs::write(outside.join("deeper/secret.txt"), "s").unwrap();
-        std::fs::write(outside.join("deeper/.ignore"), "ignored.txt\n").unwrap();
-        std::fs::write(outside.join("deeper/ignored.txt"), "s").unwrap();
-        let ws = Workspace::new(&root).unwrap();
-        let walk_root = ws.resolve("sub/deeper").unwrap();
-        std::fs::rename(root.join("sub"), root.join("sub-old")).unwrap();
-        std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
-        // The walker alone would list the outside directory.
-        assert!(walk_root.join("secret.txt").exists());
-        let opts = WalkOptions {
-            respect_git_ignore: true,
-            max_depth: None,
-        };
-        let mut seen = Vec::new();
-        let left = walk(&ws, &walk_root, opts, &CancellationToken::new(), |e| {
-            seen.push(e.rel);
-            Flow::Continue
-        });
-        assert!(seen.is_empty(), "{seen:?}");
-        assert!(left.examples.is_empty(), "{:?}", left.examples);
-        assert_eq!(left.ignored, Some(0));
-        // .ignore, nested/ and secret.txt, each refused beneath the root.
-        assert_eq!(left.outside_links, 3);
     }
 }
