@@ -9,6 +9,8 @@
 //! skipped and counted; UTF-16 files with a BOM are searched as text.
 
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,6 +44,14 @@ pub const MAX_MATCH_LINE_CHARS: usize = 500;
 /// Longest line the searcher buffers; a file with a longer one is skipped
 /// and counted (ripgrep's heap limit).
 pub const MAX_SEARCH_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Files up to this size are read whole, with one `read` (the size `fstat`
+/// gave on the opened fd says when it got them all), into a buffer each
+/// walk thread reuses, and searched as a slice; larger ones are streamed
+/// through the searcher's buffer. It is that buffer's size in grep-searcher,
+/// so a small file is searched the same either way (binary detection sees
+/// all of it at once in both).
+pub const SLICE_SEARCH_BYTES: usize = 64 * 1024;
 
 /// `grep_search`: searches file contents.
 pub struct GrepTool {
@@ -128,6 +138,13 @@ impl Tool for GrepTool {
     }
 
     fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
+        Ok(Arc::new(self.call(args)?))
+    }
+}
+
+impl GrepTool {
+    /// The call `args` describe, checked.
+    fn call(&self, args: &Args) -> Result<GrepCall, ToolError> {
         let pattern = str_arg(args, "pattern")?.to_string();
         let flag = |key: &str| args.get(key).and_then(Value::as_bool).unwrap_or(false);
         let case_sensitive = flag("case_sensitive");
@@ -160,7 +177,7 @@ impl Tool for GrepTool {
         .flatten()
         .collect::<Vec<_>>()
         .join(", ");
-        Ok(Arc::new(GrepCall {
+        Ok(GrepCall {
             target,
             ws: self.ws.clone(),
             display: self.ws.display(&path),
@@ -175,7 +192,7 @@ impl Tool for GrepTool {
             max: opt_u64_arg(args, "total_max_matches")
                 .unwrap_or(DEFAULT_TOTAL_MAX_MATCHES)
                 .clamp(1, MAX_TOTAL_MATCHES) as usize,
-        }))
+        })
     }
 }
 
@@ -342,6 +359,8 @@ struct Searching<'a> {
     /// until then.
     has_cut: &'a AtomicBool,
     searcher: Searcher,
+    /// [`SLICE_SEARCH_BYTES`] + 1 bytes once the thread reads a file.
+    buf: Vec<u8>,
     /// Files not searched to the end, with their path (walk order).
     skipped: Vec<(PathBuf, Skipped)>,
     /// Called with each file's path (relative to the search directory)
@@ -357,6 +376,45 @@ impl Searching<'_> {
         }
         let hits = self.hits.lock().unwrap_or_else(|e| e.into_inner());
         hits.cut.as_deref().is_some_and(|cut| path > cut)
+    }
+
+    /// Searches `file` of `len` bytes (by `fstat`): read with one `read`
+    /// into the thread's buffer (a second only if the first came back
+    /// short), then searched as a slice. A file that grew since is searched
+    /// as a stream from what was read on.
+    fn search_small(
+        &mut self,
+        mut file: &File,
+        len: usize,
+        sink: &mut FileSink<'_>,
+    ) -> std::io::Result<()> {
+        if self.buf.len() <= SLICE_SEARCH_BYTES {
+            self.buf = vec![0; SLICE_SEARCH_BYTES + 1];
+        }
+        let mut n = 0;
+        // Asks for one byte more than fstat said: getting it means the file
+        // grew; getting `len` means this is all of it (a regular file's
+        // read is short only at its end).
+        while n <= len {
+            match file.read(&mut self.buf[n..=len]) {
+                Ok(0) => break,
+                Ok(k) => {
+                    n += k;
+                    if n >= len {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let matcher = &self.call.matcher;
+        if n > len {
+            let read = std::io::Read::chain(&self.buf[..n], file);
+            self.searcher.search_reader(matcher, read, sink)
+        } else {
+            self.searcher.search_slice(matcher, &self.buf[..n], sink)
+        }
     }
 
     fn add_hit(&self, path: PathBuf, hit: Hit) {
@@ -407,10 +465,13 @@ impl walk::Visitor for Searching<'_> {
         };
         // The type is checked on the opened fd: a FIFO swapped in would
         // never end.
-        if !file.metadata().is_ok_and(|m| m.is_file()) {
-            self.skipped.push((entry.path.to_path_buf(), Skipped::Failed));
-            return Flow::Continue;
-        }
+        let len = match file.metadata() {
+            Ok(m) if m.is_file() => m.len(),
+            _ => {
+                self.skipped.push((entry.path.to_path_buf(), Skipped::Failed));
+                return Flow::Continue;
+            }
+        };
         let mut sink = FileSink {
             lines: Vec::new(),
             matches: 0,
@@ -418,7 +479,10 @@ impl walk::Visitor for Searching<'_> {
             binary: false,
             token: self.token,
         };
-        let searched = self.searcher.search_file(&call.matcher, &file, &mut sink);
+        let searched = match usize::try_from(len) {
+            Ok(len) if len <= SLICE_SEARCH_BYTES => self.search_small(&file, len, &mut sink),
+            _ => self.searcher.search_file(&call.matcher, &file, &mut sink),
+        };
         drop(file);
         if searched.is_err() {
             self.skipped.push((entry.path.to_path_buf(), Skipped::Failed));
@@ -508,6 +572,7 @@ impl GrepCall {
             hits: &hits,
             has_cut: &has_cut,
             searcher: self.searcher(),
+            buf: Vec::new(),
             skipped: Vec::new(),
             on_file,
         };
@@ -671,5 +736,164 @@ impl Invocation for GrepCall {
 
     fn execute(self: Arc<Self>, ctx: ExecContext) -> BoxFuture<ToolOutcome> {
         blocking(move || self.run(&ctx).unwrap_or_else(Into::into))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(root: &std::path::Path) -> GrepTool {
+        GrepTool::new(Arc::new(Workspace::new(root).unwrap()))
+    }
+
+    fn output(tool: &GrepTool, args: Value) -> (String, Args) {
+        let call = tool.call(args.as_object().unwrap()).unwrap();
+        match call.search(&CancellationToken::new(), &|_| {}).unwrap() {
+            ToolOutcome::Success { output, result } => (output.as_str().unwrap().to_string(), result),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn put(root: &std::path::Path, rel: &str, content: &[u8]) {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+
+    /// Files are taken in walk order (a sequential walk sorted by file
+    /// name: `a/` before `a-b/` before `a.b`, though byte order of the
+    /// whole path would put `a/x.txt` last), whichever thread searched
+    /// them; the file that reaches the cap keeps the lines up to it, and
+    /// what lies after the cut (the binary file) is not counted.
+    #[test]
+    fn matches_come_in_walk_order_and_the_cap_cuts_the_same_file_as_a_sequential_search() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        put(root, "a/x.txt", b"hit 1\nmiss\nhit 2\n");
+        put(root, "a-b/x.txt", b"hit 3\n");
+        put(root, "a.b", b"hit 4\n");
+        put(root, "b/c/d.txt", b"hit 5\nhit 6\nhit 7\n");
+        put(root, "b/c.txt", b"hit 8\n");
+        put(root, "bin.dat", b"hit\x00\n");
+        put(root, "z.txt", b"hit 9\n");
+        let t = tool(root);
+        let (out, result) = output(&t, json!({"pattern": "hit", "total_max_matches": 5}));
+        assert_eq!(
+            out,
+            "Found 5 match(es) in 4 file(s) for pattern \"hit\" in path \".\":\n---\n\
+             File: a/x.txt\nL1: hit 1\nL3: hit 2\n---\n\
+             File: a-b/x.txt\nL1: hit 3\n---\n\
+             File: a.b\nL1: hit 4\n---\n\
+             File: b/c/d.txt\nL1: hit 5\n---\n\n\
+             Results were limited to the first 5 matching lines; the search stopped there. To see more, raise total_max_matches (at most 2000), or narrow the search with dir_path or include_pattern.\n"
+        );
+        assert_eq!(result["ignored_entries"], json!(null));
+        assert_eq!(result["binary_files_skipped"], json!(0));
+        let (out, result) = output(&t, json!({"pattern": "hit", "context": 1}));
+        assert_eq!(
+            out,
+            "Found 9 match(es) in 6 file(s) for pattern \"hit\" in path \".\":\n---\n\
+             File: a/x.txt\nL1: hit 1\nL2- miss\nL3: hit 2\n---\n\
+             File: a-b/x.txt\nL1: hit 3\n---\n\
+             File: a.b\nL1: hit 4\n---\n\
+             File: b/c/d.txt\nL1: hit 5\nL2: hit 6\nL3: hit 7\n---\n\
+             File: b/c.txt\nL1: hit 8\n---\n\
+             File: z.txt\nL1: hit 9\n---\n\n\
+             1 binary file(s) were skipped.\n"
+        );
+        assert_eq!(result["ignored_entries"], json!(0));
+    }
+
+    /// Many files with matches over nested directories, a .gitignore'd
+    /// directory and binary files, searched on every core: the capped
+    /// result is the first files in path order, the same on every run, and
+    /// a prefix of the uncapped result; the ignored count is that of the
+    /// tree.
+    #[test]
+    fn a_parallel_search_is_deterministic_and_capped_in_path_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join(".git")).unwrap();
+        put(root, ".gitignore", b"skip/\n*.log\n");
+        let mut paths = Vec::new();
+        for d in 0..30 {
+            for f in 0..20 {
+                let rel = format!("d{d}/s{}/f{f}.txt", f % 3);
+                put(root, &rel, format!("x\nneedle {d} {f}\n").as_bytes());
+                paths.push(PathBuf::from(rel));
+            }
+            put(root, &format!("d{d}/b.bin"), b"needle\x00");
+            put(root, &format!("d{d}/n.log"), b"needle\n");
+        }
+        put(root, "skip/f.txt", b"needle\n");
+        paths.sort();
+        let expected: Vec<String> = paths
+            .iter()
+            .take(50)
+            .map(|p| format!("File: {}", p.display()))
+            .collect();
+        let t = tool(root);
+        let files_of = |out: &str| -> Vec<String> {
+            out.lines()
+                .filter(|l| l.starts_with("File: "))
+                .map(str::to_string)
+                .collect()
+        };
+        let (first, _) = output(&t, json!({"pattern": "needle", "total_max_matches": 50}));
+        assert_eq!(files_of(&first), expected);
+        for _ in 0..5 {
+            let (again, _) = output(&t, json!({"pattern": "needle", "total_max_matches": 50}));
+            assert_eq!(again, first);
+        }
+        let (all, result) = output(&t, json!({"pattern": "needle", "total_max_matches": 2000}));
+        assert_eq!(files_of(&all).len(), 600);
+        assert_eq!(files_of(&all)[..50], expected[..]);
+        assert_eq!(result["binary_files_skipped"], json!(30));
+        // skip/ and the 30 *.log files.
+        assert_eq!(result["ignored_entries"], json!(31));
+        let (names, _) = output(
+            &t,
+            json!({"pattern": "needle", "names_only": true, "total_max_matches": 7}),
+        );
+        let listed: Vec<&str> = names.lines().skip(1).take(7).collect();
+        let want: Vec<String> = paths.iter().take(7).map(|p| p.display().to_string()).collect();
+        assert_eq!(listed, want);
+    }
+
+    /// Cancelled while the walk threads search (from the first file opened):
+    /// the call ends Cancelled and every other thread stops after its file.
+    #[test]
+    fn cancellation_mid_walk_ends_cancelled() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in 0..20 {
+            for f in 0..20 {
+                put(root, &format!("d{d:02}/f{f:02}.txt"), b"needle\n");
+            }
+        }
+        let t = tool(root);
+        let call = t.call(json!({"pattern": "needle"}).as_object().unwrap()).unwrap();
+        let token = CancellationToken::new();
+        let opened = std::sync::atomic::AtomicUsize::new(0);
+        let outcome = call
+            .search(&token, &|_| {
+                if opened.fetch_add(1, Ordering::Relaxed) == 0 {
+                    token.cancel();
+                }
+            })
+            .unwrap();
+        assert_eq!(
+            outcome,
+            ToolOutcome::Cancelled {
+                partial_output: None
+            }
+        );
+        // Every thread stops after the file it is on: the first file, and
+        // at most one more per other thread, of 400.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(12));
+        let opened = opened.load(Ordering::Relaxed);
+        assert!((1..=threads).contains(&opened), "{opened} files opened");
     }
 }

@@ -29,7 +29,7 @@
 //! they are counted once the walk is complete.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
@@ -319,6 +319,8 @@ pub(crate) fn walk_parallel<V: Visitor>(
     };
     let mut visitors = Vec::with_capacity(states.len());
     let mut kept: Vec<PathBuf> = Vec::new();
+    let mut per_dir: HashMap<OsString, usize> = HashMap::new();
+    let mut errored: Vec<PathBuf> = Vec::new();
     let mut listed: Vec<(PathBuf, Vec<(OsString, bool)>)> = Vec::new();
     for st in states {
         left.outside_links += st.outside_links;
@@ -328,11 +330,17 @@ pub(crate) fn walk_parallel<V: Visitor>(
         } else {
             kept.extend(st.kept);
         }
+        for (dir, n) in st.per_dir {
+            *per_dir.entry(dir).or_default() += n;
+        }
+        errored.extend(st.errored);
         listed.extend(st.listed);
         visitors.push(st.visitor);
     }
     if ended == Ended::Complete {
-        count_ignored(root, &kept, &mut listed, &mut left);
+        let failed = count_errored(&kept, errored, &mut per_dir);
+        kept.extend(failed);
+        count_ignored(root, &kept, &per_dir, &mut listed, &mut left);
     }
     (left, ended, visitors)
 }
@@ -442,11 +450,40 @@ struct ThreadState<V> {
     visitor: V,
     outside_links: usize,
     unreadable: usize,
-    /// Every entry the walker yielded (or failed on), for the ignored count.
+    /// Every entry the walker yielded, for the ignored count.
     kept: Vec<PathBuf>,
+    /// How many of them each directory holds (by its path).
+    per_dir: HashMap<OsString, usize>,
+    /// Paths of entries the walker failed on (or failed to read an ignore
+    /// file of): kept too, unless yielded as well.
+    errored: Vec<PathBuf>,
     /// Each entered directory and its listing beneath the root (name, is a
     /// directory), `.git` left out.
     listed: Vec<(PathBuf, Vec<(OsString, bool)>)>,
+}
+
+impl<V> ThreadState<V> {
+    /// Records an entry the walker yielded.
+    fn keep(&mut self, path: PathBuf) {
+        let (parent, _) = split_name(&path);
+        match self.per_dir.get_mut(OsStr::from_bytes(parent)) {
+            Some(n) => *n += 1,
+            None => {
+                self.per_dir.insert(OsStr::from_bytes(parent).to_os_string(), 1);
+            }
+        }
+        self.kept.push(path);
+    }
+}
+
+/// A path's parent and name as bytes (split at the last `/`; walker paths
+/// have no trailing one).
+fn split_name(path: &Path) -> (&[u8], &[u8]) {
+    let b = path.as_os_str().as_bytes();
+    match b.iter().rposition(|&c| c == b'/') {
+        Some(i) => (&b[..i.max(1)], &b[i + 1..]),
+        None => (&[], b),
+    }
 }
 
 struct WorkerBuilder<'s, V> {
@@ -465,6 +502,8 @@ impl<'s, V: Visitor + 's> ParallelVisitorBuilder<'s> for WorkerBuilder<'s, V> {
                 outside_links: 0,
                 unreadable: 0,
                 kept: Vec::new(),
+                per_dir: HashMap::new(),
+                errored: Vec::new(),
                 listed: Vec::new(),
             }),
             since_check: 0,
@@ -611,7 +650,7 @@ impl<V: Visitor> ParallelVisitor for Worker<'_, V> {
                     // The path of a failed entry is in the error; keep it
                     // out of the ignored count.
                     if let Some(p) = error_path(&e) {
-                        st.kept.push(p);
+                        st.errored.push(p);
                     }
                     st.unreadable += 1;
                 }
@@ -680,7 +719,7 @@ impl<V: Visitor> ParallelVisitor for Worker<'_, V> {
             } => (link_target, is_dir, is_file),
             Looked::Outside => {
                 st.outside_links += 1;
-                st.kept.push(dent.into_path());
+                st.keep(dent.into_path());
                 return if is_real_dir {
                     // Not listed beneath the root: nothing below it is
                     // walked (the walker would read it through the link).
@@ -691,7 +730,7 @@ impl<V: Visitor> ParallelVisitor for Worker<'_, V> {
             }
             Looked::Unreadable => {
                 st.unreadable += 1;
-                st.kept.push(dent.into_path());
+                st.keep(dent.into_path());
                 return if is_real_dir {
                     WalkState::Skip
                 } else {
@@ -716,7 +755,7 @@ impl<V: Visitor> ParallelVisitor for Worker<'_, V> {
         {
             st.listed.push((path.to_path_buf(), names));
         }
-        st.kept.push(dent.into_path());
+        st.keep(dent.into_path());
         match flow {
             Flow::Continue => WalkState::Continue,
             Flow::Skip => {
@@ -731,34 +770,74 @@ impl<V: Visitor> ParallelVisitor for Worker<'_, V> {
     }
 }
 
+/// The entries the walker failed on that it did not also yield (a
+/// directory it could not read was yielded first), added to `per_dir`:
+/// they are not ignored.
+fn count_errored(
+    kept: &[PathBuf],
+    errored: Vec<PathBuf>,
+    per_dir: &mut HashMap<OsString, usize>,
+) -> Vec<PathBuf> {
+    if errored.is_empty() {
+        return errored;
+    }
+    let mut errored: HashSet<PathBuf> = errored.into_iter().collect();
+    for p in kept {
+        errored.remove(p);
+    }
+    for p in &errored {
+        let (parent, _) = split_name(p);
+        *per_dir
+            .entry(OsStr::from_bytes(parent).to_os_string())
+            .or_default() += 1;
+    }
+    errored.into_iter().collect()
+}
+
 /// The entries of the listed directories that the walk did not yield:
-/// their number and the first few names (in walk order of the directories,
-/// listing order within one, then sorted).
+/// their number (each directory's listing minus the entries yielded in it)
+/// and the first few names (in walk order of the directories, listing
+/// order within one, then sorted).
 fn count_ignored(
     root: &Path,
     kept: &[PathBuf],
+    per_dir: &HashMap<OsString, usize>,
     listed: &mut [(PathBuf, Vec<(OsString, bool)>)],
     left: &mut LeftOut,
 ) {
-    let kept: HashSet<(&Path, &OsStr)> = kept
-        .iter()
-        .filter_map(|p| Some((p.parent()?, p.file_name()?)))
-        .collect();
     listed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let mut ignored = 0;
     for (dir, names) in listed.iter() {
+        let yielded = per_dir.get(dir.as_os_str()).copied().unwrap_or(0);
+        let missing = names.len().saturating_sub(yielded);
+        if missing == 0 {
+            continue;
+        }
+        ignored += missing;
+        if left.examples.len() >= LEFT_OUT_EXAMPLES {
+            continue;
+        }
+        // Names only for the few directories examples come from.
+        let dir_bytes = dir.as_os_str().as_bytes();
+        let here: HashSet<&[u8]> = kept
+            .iter()
+            .filter_map(|p| {
+                let (parent, name) = split_name(p);
+                (parent == dir_bytes).then_some(name)
+            })
+            .collect();
         for (name, is_dir) in names {
-            if kept.contains(&(dir.as_path(), name.as_os_str())) {
+            if left.examples.len() >= LEFT_OUT_EXAMPLES {
+                break;
+            }
+            if here.contains(name.as_bytes()) {
                 continue;
             }
-            ignored += 1;
-            if left.examples.len() < LEFT_OUT_EXAMPLES {
-                let mut shown = relative(root, &dir.join(name));
-                if *is_dir {
-                    shown.push('/');
-                }
-                left.examples.push(shown);
+            let mut shown = relative(root, &dir.join(name));
+            if *is_dir {
+                shown.push('/');
             }
+            left.examples.push(shown);
         }
     }
     left.examples.sort();
@@ -791,5 +870,291 @@ pub(crate) fn join_display(dir: &str, rel: &str) -> String {
         rel.to_string()
     } else {
         format!("{dir}/{rel}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> WalkOptions {
+        WalkOptions {
+            respect_git_ignore: true,
+            max_depth: None,
+        }
+    }
+
+    /// The walk's directory (checked inside when the call was built) has a
+    /// component swapped for a symlink out before the walk: the path-based
+    /// walker reads the directory outside, but no entry of it is reported
+    /// or named as left out, because each is looked up again beneath the
+    /// root.
+    #[test]
+    fn a_walk_through_a_component_swapped_for_a_link_out_reports_nothing_from_outside() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        std::fs::create_dir_all(root.join("sub/deeper")).unwrap();
+        std::fs::write(root.join("sub/deeper/inside.txt"), "in").unwrap();
+        let outside = parent.path().join("outside");
+        std::fs::create_dir_all(outside.join("deeper/nested")).unwrap();
+        std::fs::write(outside.join("deeper/secret.txt"), "s").unwrap();
+        std::fs::write(outside.join("deeper/.ignore"), "ignored.txt\n").unwrap();
+        std::fs::write(outside.join("deeper/ignored.txt"), "s").unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        let walk_root = ws.resolve("sub/deeper").unwrap();
+        std::fs::rename(root.join("sub"), root.join("sub-old")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("sub")).unwrap();
+        // The walker alone would list the outside directory.
+        assert!(walk_root.join("secret.txt").exists());
+        let mut seen = Vec::new();
+        let left = walk(&ws, &walk_root, opts(), &CancellationToken::new(), |e| {
+            seen.push(e.rel);
+            Flow::Continue
+        });
+        assert!(seen.is_empty(), "{seen:?}");
+        assert!(left.examples.is_empty(), "{:?}", left.examples);
+        assert_eq!(left.ignored, Some(0));
+        // .ignore, nested/ and secret.txt, each refused beneath the root.
+        assert_eq!(left.outside_links, 3);
+        // A search that opens the files refuses each at the open.
+        struct Opens(Vec<String>);
+        impl Visitor for Opens {
+            fn visit(&mut self, e: &Found<'_>) -> Flow {
+                if e.is_file {
+                    match e.open() {
+                        Ok(_) => self.0.push(format!("read {}", e.rel)),
+                        Err(BeneathError::Outside { .. }) => {
+                            self.0.push(format!("refused {}", e.rel))
+                        }
+                        Err(other) => self.0.push(format!("{}: {other}", e.rel)),
+                    }
+                }
+                Flow::Continue
+            }
+        }
+        let (left, ended, parts) = walk_parallel(
+            &ws,
+            &walk_root,
+            opts(),
+            Check::Open,
+            &CancellationToken::new(),
+            &|| Opens(Vec::new()),
+        );
+        let mut opened: Vec<String> = parts.into_iter().flat_map(|o| o.0).collect();
+        opened.sort();
+        assert_eq!(opened, ["refused .ignore", "refused secret.txt"]);
+        assert_eq!(ended, Ended::Complete);
+        assert_eq!(left.ignored, Some(0));
+        // nested/ is a directory: refused when listed beneath the root.
+        assert_eq!(left.outside_links, 1);
+    }
+
+    /// A file swapped for a symlink (to a file inside or outside) after the
+    /// walk listed it is refused by the open: never read through.
+    #[test]
+    fn a_file_swapped_for_a_symlink_after_the_listing_is_not_opened() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        std::fs::write(root.join("d/a.txt"), "a").unwrap();
+        std::fs::write(root.join("d/b.txt"), "b").unwrap();
+        std::fs::write(root.join("inside.txt"), "inside").unwrap();
+        std::fs::write(parent.path().join("secret"), "secret").unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        struct Swap<'a> {
+            root: &'a Path,
+            secret: &'a Path,
+            seen: Vec<String>,
+        }
+        impl Visitor for Swap<'_> {
+            fn visit(&mut self, e: &Found<'_>) -> Flow {
+                if e.rel == "d/a.txt" || e.rel == "d/b.txt" {
+                    let target = if e.rel == "d/a.txt" {
+                        self.secret.to_path_buf()
+                    } else {
+                        self.root.join("inside.txt")
+                    };
+                    std::fs::remove_file(e.path).unwrap();
+                    std::os::unix::fs::symlink(target, e.path).unwrap();
+                    let got = match e.open() {
+                        Ok(mut f) => {
+                            let mut s = String::new();
+                            std::io::Read::read_to_string(&mut f, &mut s).unwrap();
+                            format!("read {s}")
+                        }
+                        Err(BeneathError::Symlink { .. }) => "refused: symlink".into(),
+                        Err(other) => format!("{other}"),
+                    };
+                    self.seen.push(format!("{}: {got}", e.rel));
+                }
+                Flow::Continue
+            }
+        }
+        let root_path = ws.root().to_path_buf();
+        let secret = parent.path().join("secret");
+        let (_, _, parts) = walk_parallel(
+            &ws,
+            ws.root(),
+            opts(),
+            Check::Open,
+            &CancellationToken::new(),
+            &|| Swap {
+                root: &root_path,
+                secret: &secret,
+                seen: Vec::new(),
+            },
+        );
+        let mut seen: Vec<String> = parts.into_iter().flat_map(|s| s.seen).collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            ["d/a.txt: refused: symlink", "d/b.txt: refused: symlink"]
+        );
+    }
+
+    /// What a sequential walk sorted by file name (the walker on one
+    /// thread) yields, and what std::fs lists in the directories it enters
+    /// that it did not yield: the reference the parallel walk must match.
+    fn sequential(root: &Path) -> (Vec<String>, usize, Vec<String>) {
+        let mut yielded = Vec::new();
+        let mut kept = HashSet::new();
+        let mut entered = vec![root.to_path_buf()];
+        for dent in builder(root, opts())
+            .sort_by_file_name(|a, b| a.cmp(b))
+            .build()
+        {
+            let dent = dent.unwrap();
+            if dent.depth() == 0 {
+                continue;
+            }
+            let path = dent.path().to_path_buf();
+            kept.insert(path.clone());
+            if dent.path_is_symlink()
+                && !std::fs::canonicalize(&path).is_ok_and(|t| t.starts_with(root))
+            {
+                continue;
+            }
+            if dent.file_type().is_some_and(|t| t.is_dir()) {
+                entered.push(path.clone());
+            }
+            yielded.push(relative(root, &path));
+        }
+        let mut ignored = 0;
+        let mut examples = Vec::new();
+        for dir in &entered {
+            for child in std::fs::read_dir(dir).unwrap() {
+                let child = child.unwrap();
+                let path = child.path();
+                if child.file_name() == ".git" || kept.contains(&path) {
+                    continue;
+                }
+                ignored += 1;
+                if examples.len() < LEFT_OUT_EXAMPLES {
+                    let mut name = relative(root, &path);
+                    if child.file_type().unwrap().is_dir() {
+                        name.push('/');
+                    }
+                    examples.push(name);
+                }
+            }
+        }
+        examples.sort();
+        (yielded, ignored, examples)
+    }
+
+    /// A tree with .gitignore files at several levels, a project ignore
+    /// file, `.git`, binary files, names whose path order differs from
+    /// byte order (`a/`, `a-b/`, `a.b`), a link inside and one leading
+    /// out: the parallel walk visits the same entries in the same order,
+    /// and counts and names the same ignored entries, run after run.
+    #[test]
+    fn the_parallel_walk_matches_a_sequential_sorted_walk() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        let put = |rel: &str, content: &[u8]| {
+            let path = root.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, content).unwrap();
+        };
+        std::fs::create_dir_all(root.join(".git/objects")).unwrap();
+        put(".gitignore", b"target/\n*.log\n");
+        put(".toolschedignore", b"private/\n");
+        for d in 0..12 {
+            for f in 0..15 {
+                put(&format!("src/m{d}/f{f}.rs"), b"fn main() {}\n");
+            }
+            put(&format!("src/m{d}/blob.bin"), b"\x00\x01\x02");
+            put(&format!("src/m{d}/run.log"), b"log\n");
+            put(&format!("src/m{d}/deep/er/x.rs"), b"x\n");
+        }
+        put("src/m3/.gitignore", b"*.gen.rs\nf1*.rs\n");
+        put("src/m3/out.gen.rs", b"gen\n");
+        put("target/debug/build.rs", b"b\n");
+        put("private/notes.txt", b"n\n");
+        put("a/x.txt", b"a\n");
+        put("a-b/x.txt", b"a-b\n");
+        put("a.b", b"a.b\n");
+        std::os::unix::fs::symlink("a.b", root.join("link-in")).unwrap();
+        std::os::unix::fs::symlink(parent.path(), root.join("link-out")).unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        let (want, want_ignored, want_examples) = sequential(ws.root());
+        assert!(want.len() > 200, "{}", want.len());
+        // 12 run.log, target/, private/, out.gen.rs and f1, f10..f14 in m3.
+        assert_eq!(want_ignored, 12 + 2 + 1 + 6);
+        for _ in 0..5 {
+            let mut got = Vec::new();
+            let left = walk(&ws, ws.root(), opts(), &CancellationToken::new(), |e| {
+                got.push(e.rel);
+                Flow::Continue
+            });
+            assert_eq!(got, want);
+            assert_eq!(left.ignored, Some(want_ignored));
+            assert_eq!(left.examples, want_examples);
+            assert_eq!(left.outside_links, 1);
+            assert_eq!(left.unreadable, 0);
+        }
+    }
+
+    /// A visitor cancels the token mid-walk: every thread stops within a
+    /// few entries, the walk says Cancelled and counts nothing as ignored.
+    #[test]
+    fn cancellation_mid_walk_stops_every_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        for d in 0..40 {
+            let sub = dir.path().join(format!("d{d}"));
+            std::fs::create_dir(&sub).unwrap();
+            for f in 0..50 {
+                std::fs::write(sub.join(format!("f{f}")), "x").unwrap();
+            }
+        }
+        let ws = Workspace::new(dir.path()).unwrap();
+        let token = CancellationToken::new();
+        let visited = AtomicUsize::new(0);
+        struct Cancel<'a> {
+            token: &'a CancellationToken,
+            visited: &'a AtomicUsize,
+        }
+        impl Visitor for Cancel<'_> {
+            fn visit(&mut self, _: &Found<'_>) -> Flow {
+                if self.visited.fetch_add(1, Ordering::Relaxed) == 100 {
+                    self.token.cancel();
+                }
+                Flow::Continue
+            }
+        }
+        let (left, ended, _) = walk_parallel(&ws, ws.root(), opts(), Check::Open, &token, &|| {
+            Cancel {
+                token: &token,
+                visited: &visited,
+            }
+        });
+        assert_eq!(ended, Ended::Cancelled);
+        assert_eq!(left.ignored, None);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(12));
+        let visited = visited.load(Ordering::Relaxed);
+        assert!(
+            visited <= 101 + threads * CHECK_EVERY,
+            "{visited} of 2040 entries visited"
+        );
     }
 }
