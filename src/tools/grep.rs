@@ -308,7 +308,7 @@ struct Hit {
     block_len: usize,
 }
 
-/// A file that was not searched to the end, by why.
+/// A file that was not searched to the end, and why.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Skipped {
     Binary,
@@ -378,10 +378,10 @@ impl Searching<'_> {
         hits.cut.as_deref().is_some_and(|cut| path > cut)
     }
 
-    /// Searches `file` of `len` bytes (by `fstat`): read with one `read`
-    /// into the thread's buffer (a second only if the first came back
-    /// short), then searched as a slice. A file that grew since is searched
-    /// as a stream from what was read on.
+    /// Searches `file` of `len` bytes (by `fstat`): read into the thread's
+    /// buffer, usually with one `read` (no second one to see the end: the
+    /// size says where it is), then searched as a slice. A file that grew
+    /// since the `fstat` is searched as a stream, what was read first.
     fn search_small(
         &mut self,
         mut file: &File,
@@ -393,8 +393,8 @@ impl Searching<'_> {
         }
         let mut n = 0;
         // Asks for one byte more than fstat said: getting it means the file
-        // grew; getting `len` means this is all of it (a regular file's
-        // read is short only at its end).
+        // grew; getting `len` bytes means this is all of it; a short read
+        // is followed by another (a file that shrank ends with 0).
         while n <= len {
             match file.read(&mut self.buf[n..=len]) {
                 Ok(0) => break,
@@ -437,12 +437,22 @@ impl walk::Visitor for Searching<'_> {
     fn visit(&mut self, entry: &walk::Found<'_>) -> Flow {
         if self.beyond_cut(entry.path) {
             // Everything below a directory after the cut is after it too.
-            return if entry.is_dir { Flow::Skip } else { Flow::Continue };
+            return if entry.is_dir {
+                Flow::Skip
+            } else {
+                Flow::Continue
+            };
         }
         let call = self.call;
         if !entry.is_file
-            || call.include.as_ref().is_some_and(|g| !g.is_match(&entry.rel))
-            || call.exclude.as_ref().is_some_and(|g| g.is_match(&entry.rel))
+            || call
+                .include
+                .as_ref()
+                .is_some_and(|g| !g.is_match(&entry.rel))
+            || call
+                .exclude
+                .as_ref()
+                .is_some_and(|g| g.is_match(&entry.rel))
         {
             return Flow::Continue;
         }
@@ -459,7 +469,8 @@ impl walk::Visitor for Searching<'_> {
                 return Flow::Continue;
             }
             Err(_) => {
-                self.skipped.push((entry.path.to_path_buf(), Skipped::Failed));
+                self.skipped
+                    .push((entry.path.to_path_buf(), Skipped::Failed));
                 return Flow::Continue;
             }
         };
@@ -468,7 +479,8 @@ impl walk::Visitor for Searching<'_> {
         let len = match file.metadata() {
             Ok(m) if m.is_file() => m.len(),
             _ => {
-                self.skipped.push((entry.path.to_path_buf(), Skipped::Failed));
+                self.skipped
+                    .push((entry.path.to_path_buf(), Skipped::Failed));
                 return Flow::Continue;
             }
         };
@@ -485,9 +497,11 @@ impl walk::Visitor for Searching<'_> {
         };
         drop(file);
         if searched.is_err() {
-            self.skipped.push((entry.path.to_path_buf(), Skipped::Failed));
+            self.skipped
+                .push((entry.path.to_path_buf(), Skipped::Failed));
         } else if sink.binary {
-            self.skipped.push((entry.path.to_path_buf(), Skipped::Binary));
+            self.skipped
+                .push((entry.path.to_path_buf(), Skipped::Binary));
         } else if sink.matches > 0 {
             let shown = walk::join_display(&call.display, &entry.rel);
             let matches = if call.names_only { 1 } else { sink.matches };
@@ -751,7 +765,9 @@ mod tests {
     fn output(tool: &GrepTool, args: Value) -> (String, Args) {
         let call = tool.call(args.as_object().unwrap()).unwrap();
         match call.search(&CancellationToken::new(), &|_| {}).unwrap() {
-            ToolOutcome::Success { output, result } => (output.as_str().unwrap().to_string(), result),
+            ToolOutcome::Success { output, result } => {
+                (output.as_str().unwrap().to_string(), result)
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -858,7 +874,11 @@ mod tests {
             json!({"pattern": "needle", "names_only": true, "total_max_matches": 7}),
         );
         let listed: Vec<&str> = names.lines().skip(1).take(7).collect();
-        let want: Vec<String> = paths.iter().take(7).map(|p| p.display().to_string()).collect();
+        let want: Vec<String> = paths
+            .iter()
+            .take(7)
+            .map(|p| p.display().to_string())
+            .collect();
         assert_eq!(listed, want);
     }
 
@@ -874,7 +894,9 @@ mod tests {
             }
         }
         let t = tool(root);
-        let call = t.call(json!({"pattern": "needle"}).as_object().unwrap()).unwrap();
+        let call = t
+            .call(json!({"pattern": "needle"}).as_object().unwrap())
+            .unwrap();
         let token = CancellationToken::new();
         let opened = std::sync::atomic::AtomicUsize::new(0);
         let outcome = call

@@ -373,9 +373,8 @@ pub(crate) fn walk(
             Flow::Continue
         }
     }
-    let (mut left, ended, parts) = walk_parallel(ws, root, opts, Check::Stat, token, &|| {
-        Collect(Vec::new())
-    });
+    let (mut left, ended, parts) =
+        walk_parallel(ws, root, opts, Check::Stat, token, &|| Collect(Vec::new()));
     let mut all: Vec<(PathBuf, Entry)> = parts.into_iter().flat_map(|c| c.0).collect();
     all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     if ended == Ended::Cancelled {
@@ -469,7 +468,8 @@ impl<V> ThreadState<V> {
         match self.per_dir.get_mut(OsStr::from_bytes(parent)) {
             Some(n) => *n += 1,
             None => {
-                self.per_dir.insert(OsStr::from_bytes(parent).to_os_string(), 1);
+                self.per_dir
+                    .insert(OsStr::from_bytes(parent).to_os_string(), 1);
             }
         }
         self.kept.push(path);
@@ -522,10 +522,7 @@ struct Worker<'s, V> {
 impl<V> Drop for Worker<'_, V> {
     fn drop(&mut self) {
         if let Some(st) = self.state.take() {
-            self.done
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(st);
+            self.done.lock().unwrap_or_else(|e| e.into_inner()).push(st);
         }
     }
 }
@@ -1142,12 +1139,11 @@ mod tests {
                 Flow::Continue
             }
         }
-        let (left, ended, _) = walk_parallel(&ws, ws.root(), opts(), Check::Open, &token, &|| {
-            Cancel {
+        let (left, ended, _) =
+            walk_parallel(&ws, ws.root(), opts(), Check::Open, &token, &|| Cancel {
                 token: &token,
                 visited: &visited,
-            }
-        });
+            });
         assert_eq!(ended, Ended::Cancelled);
         assert_eq!(left.ignored, None);
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(12));
