@@ -324,8 +324,8 @@ enum Skipped {
 #[derive(Default)]
 struct Hits {
     found: BTreeMap<PathBuf, Hit>,
-    /// The result ends at or before this file: entries after it (in walk
-    /// order) cannot be in it and are neither opened nor descended into.
+    /// The result ends at or before this file: files after it (in walk
+    /// order) cannot be in it; they are not opened, and the walk stops.
     cut: Option<PathBuf>,
 }
 
@@ -349,8 +349,8 @@ fn stop_point(found: &BTreeMap<PathBuf, Hit>, max: usize) -> Option<&PathBuf> {
     None
 }
 
-/// One walk thread's search: its searcher (and buffers) are reused for
-/// every file it is handed.
+/// One searching thread: its searcher (and buffers) are reused for every
+/// file it is handed.
 struct Searching<'a> {
     call: &'a GrepCall,
     token: &'a CancellationToken,
@@ -516,7 +516,9 @@ impl walk::Visitor for Searching<'_> {
                 },
             );
         }
-        if self.token.is_cancelled() {
+        if self.token.is_cancelled() || self.has_cut.load(Ordering::Acquire) {
+            // Cancelled, or the result is known to end at a file already
+            // handed out: the walk stops handing out more.
             Flow::Stop
         } else {
             Flow::Continue
@@ -563,10 +565,12 @@ impl GrepCall {
         block
     }
 
-    /// Searches every file of the walk on one thread per core, then merges
-    /// the files with matches in walk order (path order, as a sequential
-    /// walk sorted by file name gives), so the result is the same whatever
-    /// thread found what: the first `max` matching lines in that order.
+    /// Searches the files of the walk, handed out in path order (the
+    /// sequential walk sorted by file name) to one thread per core, then
+    /// merges the files with matches in that order, so the result is the
+    /// same whatever thread found what: the first `max` matching lines in
+    /// that order. Once the result is known to end at some file, the walk
+    /// stops handing out files.
     fn search(
         &self,
         token: &CancellationToken,
@@ -590,8 +594,7 @@ impl GrepCall {
             skipped: Vec::new(),
             on_file,
         };
-        let (mut left, ended, threads) =
-            walk::walk_parallel(&self.ws, &self.path, opts, walk::Check::Open, token, &make);
+        let (mut left, ended, threads) = walk::walk_files(&self.ws, &self.path, opts, token, &make);
         if ended == Ended::Cancelled || token.is_cancelled() {
             return Ok(ToolOutcome::Cancelled {
                 partial_output: None,
@@ -705,7 +708,7 @@ impl GrepCall {
         }
         if moved_out > 0 {
             notes.push(format!(
-                "{moved_out} file(s) no longer resolved inside the workspace when opened and were skipped."
+                "{moved_out} file(s) no longer resolved inside the workspace, or had become symlinks, when opened and were skipped."
             ));
         }
         if failed_files > 0 {

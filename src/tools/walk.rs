@@ -114,7 +114,7 @@ pub(crate) struct Found<'a> {
     /// must be checked on the fd [`Found::open`] gives.
     pub is_file: bool,
     /// A symlink's target inside the workspace, when the entry is a link.
-    link_target: Option<PathBuf>,
+    link_target: Option<&'a Path>,
     /// The entry relative to the workspace root, for opens through `dir`.
     in_ws: &'a Path,
     /// The workspace root's path and its fd, held for the whole walk.
@@ -134,11 +134,11 @@ impl Found<'_> {
     /// open); the caller checks the type with `File::metadata` on the fd.
     pub fn open(&self) -> Result<File, BeneathError> {
         use cap_std::fs::OpenOptionsExt;
-        let (given, nofollow) = match &self.link_target {
-            Some(t) => (t.as_path(), 0),
+        let (given, nofollow) = match self.link_target {
+            Some(t) => (t, 0),
             None => (self.in_ws, libc::O_NOFOLLOW),
         };
-        let rel = match &self.link_target {
+        let rel = match self.link_target {
             Some(t) => ws_relative(self.ws_root, t),
             None => self.in_ws,
         };
@@ -266,7 +266,8 @@ pub(crate) enum Ended {
 /// how the walk ended and the visitors, to merge their results.
 ///
 /// Stops when a visitor says so or `token` is cancelled (then `ignored` is
-/// `None`); every thread looks at the token between entries.
+/// `None`); every thread looks at the token every [`CHECK_EVERY`] entries,
+/// and a visitor that reads files should look between files.
 pub(crate) fn walk_parallel<V: Visitor>(
     ws: &Workspace,
     root: &Path,
@@ -275,26 +276,8 @@ pub(crate) fn walk_parallel<V: Visitor>(
     token: &CancellationToken,
     make: &(dyn Fn() -> V + Sync),
 ) -> (LeftOut, Ended, Vec<V>) {
-    let mut left = LeftOut::default();
-    let dir = match ws.dir() {
-        Ok(d) => d,
-        Err(_) => {
-            left.unreadable = 1;
-            return (left, Ended::Partial, Vec::new());
-        }
-    };
-    let shared = Shared {
-        ws,
-        dir,
-        root_bytes: root.as_os_str().as_bytes().len(),
-        ws_bytes: ws.root().as_os_str().as_bytes().len(),
-        opts,
-        check,
-        token,
-        count: AtomicUsize::new(0),
-        partial: AtomicBool::new(false),
-        hit_limit: AtomicBool::new(false),
-        cancelled: AtomicBool::new(false),
+    let Some(shared) = Shared::new(ws, root, opts, check, token) else {
+        return unopened();
     };
     let done: Mutex<Vec<ThreadState<V>>> = Mutex::new(Vec::new());
     builder(root, opts)
@@ -306,7 +289,208 @@ pub(crate) fn walk_parallel<V: Visitor>(
             make,
         });
     let states = done.into_inner().unwrap_or_else(|e| e.into_inner());
-    if token.is_cancelled() {
+    finish(root, &shared, states)
+}
+
+/// Files a batch sent to a searching thread holds: one message (and at
+/// most one wakeup) per batch rather than per file, yet small enough that
+/// the threads take files in nearly path order.
+const FILE_BATCH: usize = 32;
+
+/// Batches queued for the searching threads before the walk waits.
+const QUEUED_BATCHES: usize = 64;
+
+/// Walks `root` (a canonical directory inside `ws`) in path order (the
+/// sequential walker sorted by file name) on the calling thread, checking
+/// each entry as [`walk_parallel`] does ([`Check::Open`]), and hands every
+/// regular file, in that order and in batches of [`FILE_BATCH`], to one of
+/// a pool of threads (one per core), each with its visitor made by `make`.
+/// Returns what was left out, how the walk ended and the visitors.
+///
+/// Files are thus opened in nearly path order on every core: a search that
+/// only needs the first matches in path order can say [`Flow::Stop`] as
+/// soon as it has them, and the walk stops producing (the files already
+/// handed out are still visited). Cancelling `token` drops them as well.
+pub(crate) fn walk_files<V: Visitor>(
+    ws: &Workspace,
+    root: &Path,
+    opts: WalkOptions,
+    token: &CancellationToken,
+    make: &(dyn Fn() -> V + Sync),
+) -> (LeftOut, Ended, Vec<V>) {
+    let Some(shared) = Shared::new(ws, root, opts, Check::Open, token) else {
+        return unopened();
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<FileJob>>(QUEUED_BATCHES);
+    let rx = Mutex::new(rx);
+    let stop = AtomicBool::new(false);
+    let done: Mutex<Vec<ThreadState<Dispatch>>> = Mutex::new(Vec::new());
+    // The one walking visitor takes the one sender: the queue closes when
+    // it is dropped.
+    let tx = Mutex::new(Some(tx));
+    let dispatch = || Dispatch {
+        tx: tx.lock().unwrap_or_else(|e| e.into_inner()).take(),
+        batch: Vec::with_capacity(FILE_BATCH),
+        stop: &stop,
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut visitor = make();
+                    search_files(&shared, &rx, &stop, &mut visitor);
+                    visitor
+                })
+            })
+            .collect();
+        {
+            let mut producer = WorkerBuilder {
+                shared: &shared,
+                done: &done,
+                make: &dispatch,
+            }
+            .build();
+            let mut skip_under: Option<PathBuf> = None;
+            let mut walker = builder(root, opts);
+            walker.sort_by_file_name(|a, b| a.cmp(b));
+            for result in walker.build() {
+                if let (Some(under), Ok(dent)) = (&skip_under, &result) {
+                    if dent.path().starts_with(under) {
+                        continue;
+                    }
+                    skip_under = None;
+                }
+                let skip = match &result {
+                    Ok(dent) if dent.depth() > 0 => Some(dent.path().to_path_buf()),
+                    _ => None,
+                };
+                match producer.visit(result) {
+                    WalkState::Continue => {}
+                    WalkState::Skip => skip_under = skip,
+                    WalkState::Quit => break,
+                }
+            }
+            // Dropped: its state is handed back to `done`.
+        }
+        let states = std::mem::take(&mut *done.lock().unwrap_or_else(|e| e.into_inner()));
+        let (left, ended, dispatchers) = finish(root, &shared, states);
+        // The last batch goes out; the queue closes once every sender is
+        // gone and the threads end when they have emptied it.
+        drop(dispatchers);
+        let visitors = handles
+            .into_iter()
+            .filter_map(|h| h.join().ok())
+            .collect::<Vec<V>>();
+        (left, ended, visitors)
+    })
+}
+
+/// Threads of a walk at most (the `ignore` crate's own cap).
+const MAX_THREADS: usize = 12;
+
+/// A file handed to a searching thread, owned.
+struct FileJob {
+    path: PathBuf,
+    rel: String,
+    link_target: Option<PathBuf>,
+}
+
+/// The walking thread's visitor in [`walk_files`]: batches the files.
+struct Dispatch<'a> {
+    tx: Option<std::sync::mpsc::SyncSender<Vec<FileJob>>>,
+    batch: Vec<FileJob>,
+    stop: &'a AtomicBool,
+}
+
+impl Visitor for Dispatch<'_> {
+    fn visit(&mut self, e: &Found<'_>) -> Flow {
+        if self.stop.load(Ordering::Relaxed) {
+            return Flow::Stop;
+        }
+        if e.is_file {
+            self.batch.push(FileJob {
+                path: e.path.to_path_buf(),
+                rel: e.rel.clone().into_owned(),
+                link_target: e.link_target.map(Path::to_path_buf),
+            });
+            if self.batch.len() == FILE_BATCH {
+                let full = std::mem::replace(&mut self.batch, Vec::with_capacity(FILE_BATCH));
+                if self.tx.as_ref().is_none_or(|tx| tx.send(full).is_err()) {
+                    return Flow::Stop;
+                }
+            }
+        }
+        Flow::Continue
+    }
+}
+
+impl Drop for Dispatch<'_> {
+    fn drop(&mut self) {
+        if let Some(tx) = &self.tx
+            && !self.batch.is_empty()
+        {
+            let _ = tx.send(std::mem::take(&mut self.batch));
+        }
+    }
+}
+
+/// A searching thread of [`walk_files`]: visits the files of each batch
+/// until the walk is done; after a cancellation it only drains the queue.
+fn search_files<V: Visitor>(
+    shared: &Shared<'_>,
+    rx: &Mutex<std::sync::mpsc::Receiver<Vec<FileJob>>>,
+    stop: &AtomicBool,
+    visitor: &mut V,
+) {
+    loop {
+        let batch = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+            Ok(b) => b,
+            Err(_) => return,
+        };
+        if shared.token.is_cancelled() {
+            stop.store(true, Ordering::Relaxed);
+            continue;
+        }
+        for job in &batch {
+            let in_ws_bytes = tail(&job.path, shared.ws_bytes);
+            let found = Found {
+                path: &job.path,
+                rel: Cow::Borrowed(&job.rel),
+                is_dir: false,
+                is_file: true,
+                link_target: job.link_target.as_deref(),
+                in_ws: Path::new(OsStr::from_bytes(in_ws_bytes)),
+                ws_root: shared.ws.root(),
+                dir: &shared.dir,
+            };
+            if visitor.visit(&found) == Flow::Stop {
+                stop.store(true, Ordering::Relaxed);
+                if shared.token.is_cancelled() {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The walk could not open the workspace root.
+fn unopened<V>() -> (LeftOut, Ended, Vec<V>) {
+    let left = LeftOut {
+        unreadable: 1,
+        ..LeftOut::default()
+    };
+    (left, Ended::Partial, Vec::new())
+}
+
+/// How the walk ended, and what was left out, from the threads' states.
+fn finish<V>(
+    root: &Path,
+    shared: &Shared<'_>,
+    states: Vec<ThreadState<V>>,
+) -> (LeftOut, Ended, Vec<V>) {
+    let mut left = LeftOut::default();
+    if shared.token.is_cancelled() {
         shared.cancelled.store(true, Ordering::Relaxed);
     }
     left.hit_walk_limit = shared.hit_limit.load(Ordering::Relaxed);
@@ -349,7 +533,8 @@ pub(crate) fn walk_parallel<V: Visitor>(
 /// every entry ignore rules keep in path order (that of a sequential walk
 /// sorted by file name), each looked up again beneath the root
 /// ([`Check::Stat`]); returns what was left out. Stops when `visit` says
-/// so or `token` is cancelled (then `ignored` is `None`).
+/// so or `token` is cancelled (then `ignored` is `None`); [`Flow::Skip`]
+/// leaves out what lies below the directory just visited.
 pub(crate) fn walk(
     ws: &Workspace,
     root: &Path,
@@ -362,10 +547,7 @@ pub(crate) fn walk(
     impl Visitor for Collect {
         fn visit(&mut self, e: &Found<'_>) -> Flow {
             let entry = Entry {
-                target: e
-                    .link_target
-                    .clone()
-                    .unwrap_or_else(|| e.path.to_path_buf()),
+                target: e.link_target.unwrap_or(e.path).to_path_buf(),
                 rel: e.rel.clone().into_owned(),
                 is_dir: e.is_dir,
             };
@@ -442,6 +624,31 @@ struct Shared<'a> {
     partial: AtomicBool,
     hit_limit: AtomicBool,
     cancelled: AtomicBool,
+}
+
+impl<'a> Shared<'a> {
+    /// `None` when the workspace root cannot be opened.
+    fn new(
+        ws: &'a Workspace,
+        root: &Path,
+        opts: WalkOptions,
+        check: Check,
+        token: &'a CancellationToken,
+    ) -> Option<Self> {
+        Some(Self {
+            ws,
+            dir: ws.dir().ok()?,
+            root_bytes: root.as_os_str().as_bytes().len(),
+            ws_bytes: ws.root().as_os_str().as_bytes().len(),
+            opts,
+            check,
+            token,
+            count: AtomicUsize::new(0),
+            partial: AtomicBool::new(false),
+            hit_limit: AtomicBool::new(false),
+            cancelled: AtomicBool::new(false),
+        })
+    }
 }
 
 /// One thread's results, handed back when its worker is dropped.
@@ -740,7 +947,7 @@ impl<V: Visitor> ParallelVisitor for Worker<'_, V> {
             rel,
             is_dir,
             is_file,
-            link_target,
+            link_target: link_target.as_deref(),
             in_ws,
             ws_root: sh.ws.root(),
             dir: &sh.dir,
@@ -989,18 +1196,25 @@ mod tests {
         }
         let root_path = ws.root().to_path_buf();
         let secret = parent.path().join("secret");
-        let (_, _, parts) = walk_parallel(
-            &ws,
-            ws.root(),
-            opts(),
-            Check::Open,
-            &CancellationToken::new(),
-            &|| Swap {
-                root: &root_path,
-                secret: &secret,
-                seen: Vec::new(),
-            },
+        let make = || Swap {
+            root: &root_path,
+            secret: &secret,
+            seen: Vec::new(),
+        };
+        let token = CancellationToken::new();
+        let (_, _, parts) = walk_parallel(&ws, ws.root(), opts(), Check::Open, &token, &make);
+        let mut seen: Vec<String> = parts.into_iter().flat_map(|s| s.seen).collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            ["d/a.txt: refused: symlink", "d/b.txt: refused: symlink"]
         );
+        // The same through the searching threads of walk_files.
+        for name in ["a.txt", "b.txt"] {
+            std::fs::remove_file(root.join("d").join(name)).unwrap();
+            std::fs::write(root.join("d").join(name), "x").unwrap();
+        }
+        let (_, _, parts) = walk_files(&ws, ws.root(), opts(), &token, &make);
         let mut seen: Vec<String> = parts.into_iter().flat_map(|s| s.seen).collect();
         seen.sort();
         assert_eq!(
@@ -1109,6 +1323,40 @@ mod tests {
             assert_eq!(left.examples, want_examples);
             assert_eq!(left.outside_links, 1);
             assert_eq!(left.unreadable, 0);
+        }
+        // walk_files hands out the regular files (and the link to one) in
+        // path order, and counts the same.
+        struct Files(Vec<String>);
+        impl Visitor for Files {
+            fn visit(&mut self, e: &Found<'_>) -> Flow {
+                assert!(e.is_file);
+                self.0.push(e.rel.to_string());
+                Flow::Continue
+            }
+        }
+        let files: Vec<&String> = want
+            .iter()
+            .filter(|rel| ws.root().join(rel).is_file())
+            .collect();
+        assert!(files.len() > 200);
+        for _ in 0..5 {
+            let token = CancellationToken::new();
+            let (left, ended, parts) =
+                walk_files(&ws, ws.root(), opts(), &token, &|| Files(Vec::new()));
+            assert_eq!(ended, Ended::Complete);
+            let mut got: Vec<PathBuf> = Vec::new();
+            for part in parts {
+                let mine: Vec<PathBuf> = part.0.iter().map(PathBuf::from).collect();
+                // Each thread gets its files in path order.
+                assert!(mine.windows(2).all(|w| w[0] < w[1]), "{mine:?}");
+                got.extend(mine);
+            }
+            got.sort();
+            let got: Vec<String> = got.iter().map(|p| relative(Path::new(""), p)).collect();
+            assert_eq!(got.iter().collect::<Vec<_>>(), files);
+            assert_eq!(left.ignored, Some(want_ignored));
+            assert_eq!(left.examples, want_examples);
+            assert_eq!(left.outside_links, 1);
         }
     }
 
