@@ -338,6 +338,10 @@ pub(crate) fn walk_files<V: Visitor>(
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
+                    let _drain = DrainOnPanic {
+                        rx: &rx,
+                        stop: &stop,
+                    };
                     let mut visitor = make();
                     search_files(&shared, &rx, &stop, &mut visitor);
                     visitor
@@ -431,6 +435,23 @@ impl Drop for Dispatch<'_> {
             && !self.batch.is_empty()
         {
             let _ = tx.send(std::mem::take(&mut self.batch));
+        }
+    }
+}
+
+/// Should a searching thread panic, the walk stops and the queue is
+/// emptied, so the walking thread is never left waiting on a full queue.
+struct DrainOnPanic<'a> {
+    rx: &'a Mutex<std::sync::mpsc::Receiver<Vec<FileJob>>>,
+    stop: &'a AtomicBool,
+}
+
+impl Drop for DrainOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.stop.store(true, Ordering::Relaxed);
+            let rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+            while rx.recv().is_ok() {}
         }
     }
 }
