@@ -1,17 +1,22 @@
 //! The directory walk shared by `glob`, `grep_search` and `list_directory`,
 //! so that ignore rules apply to all three the same way.
 //!
-//! It is ripgrep's own walker (`ignore::WalkBuilder`), run in parallel
-//! (`build_parallel`, one thread per core, as `rg` does): `.gitignore` files
+//! It is ripgrep's own walker (`ignore::WalkBuilder`): `.gitignore` files
 //! (nested ones, and those of parent directories up to the repository root,
 //! which may lie above the workspace root), `.git/info/exclude`, `.ignore`,
 //! and the project ignore files [`PROJECT_IGNORE_FILES`]. `.git` itself is
 //! never walked. Symlinks are not followed: a link is reported only when
 //! its target stays beneath the root, and a link leading outside is left
 //! out and counted, so no search reads a file outside the workspace through
-//! a link. [`walk_parallel`] hands entries to one visitor per thread in no
-//! particular order; [`walk`] collects them and visits them in path order
-//! (the order of a sequential walk sorted by file name).
+//! a link. Three ways to walk, all on every core:
+//!
+//! - [`walk_parallel`] (`build_parallel`, one thread per core, as `rg`
+//!   walks) hands entries to one visitor per thread in no particular order;
+//! - [`walk`] collects those and visits them in path order (the order of a
+//!   sequential walk sorted by file name), for tools that take every entry;
+//! - [`walk_files`] walks sequentially in path order and hands the regular
+//!   files, in that order, to one searching thread per core, for a search
+//!   that wants the first matches in path order and may stop early.
 //!
 //! The walker works on paths, so a directory swapped for a symlink while it
 //! walks could make it read a directory outside. Nothing the walk reports
@@ -297,8 +302,10 @@ pub(crate) fn walk_parallel<V: Visitor>(
 /// the threads take files in nearly path order.
 const FILE_BATCH: usize = 32;
 
-/// Batches queued for the searching threads before the walk waits.
-const QUEUED_BATCHES: usize = 64;
+/// Batches queued for the searching threads before the walk waits: enough
+/// to keep every thread busy (the walk is faster than the searches), few
+/// enough that the walk is not far ahead when a search says stop.
+const QUEUED_BATCHES: usize = 16;
 
 /// Walks `root` (a canonical directory inside `ws`) in path order (the
 /// sequential walker sorted by file name) on the calling thread, checking
@@ -430,9 +437,11 @@ impl Visitor for Dispatch<'_> {
 }
 
 impl Drop for Dispatch<'_> {
+    /// Hands out the last batch, unless the walk was told to stop.
     fn drop(&mut self) {
         if let Some(tx) = &self.tx
             && !self.batch.is_empty()
+            && !self.stop.load(Ordering::Relaxed)
         {
             let _ = tx.send(std::mem::take(&mut self.batch));
         }
@@ -1421,5 +1430,41 @@ mod tests {
             visited <= 101 + threads * CHECK_EVERY,
             "{visited} of 2040 entries visited"
         );
+    }
+
+    /// A searching thread says stop at its first file: the walk stops
+    /// handing out files, whatever the scheduling, after at most the
+    /// batches already queued or in the threads' hands (and one more whose
+    /// hand-out was under way); all of them are still visited.
+    #[test]
+    fn walk_files_stops_handing_out_files_when_a_search_says_stop() {
+        let dir = tempfile::tempdir().unwrap();
+        for d in 0..40 {
+            let sub = dir.path().join(format!("d{d:02}"));
+            std::fs::create_dir(&sub).unwrap();
+            for f in 0..50 {
+                std::fs::write(sub.join(format!("f{f:02}")), "x").unwrap();
+            }
+        }
+        let ws = Workspace::new(dir.path()).unwrap();
+        let visited = AtomicUsize::new(0);
+        struct First<'a>(&'a AtomicUsize);
+        impl Visitor for First<'_> {
+            fn visit(&mut self, _: &Found<'_>) -> Flow {
+                self.0.fetch_add(1, Ordering::Relaxed);
+                Flow::Stop
+            }
+        }
+        let token = CancellationToken::new();
+        let (left, ended, _) = walk_files(&ws, ws.root(), opts(), &token, &|| First(&visited));
+        assert_eq!(ended, Ended::Partial);
+        assert_eq!(left.ignored, None);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
+        let visited = visited.load(Ordering::Relaxed);
+        assert!(
+            visited <= (QUEUED_BATCHES + threads + 1) * FILE_BATCH && visited < 2000,
+            "{visited} of 2000 files visited"
+        );
+        assert_eq!(visited % FILE_BATCH, 0, "whole batches: {visited}");
     }
 }
