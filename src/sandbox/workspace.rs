@@ -54,7 +54,9 @@ pub enum BeneathError {
 }
 
 impl BeneathError {
-    fn from_io(given: &Path, source: io::Error) -> Self {
+    /// Classifies an I/O error of an access beneath the root (through a
+    /// `cap_std::fs::Dir` of it) of the path `given`.
+    pub(crate) fn from_io(given: &Path, source: io::Error) -> Self {
         // cap-std reports escapes (openat2's EXDEV, or its own emulation's
         // check) as PermissionDenied with this message.
         if source.kind() == io::ErrorKind::PermissionDenied

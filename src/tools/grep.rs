@@ -8,8 +8,12 @@
 //! the result says what was cut and how to get more. Binary files are
 //! skipped and counted; UTF-16 files with a BOM are searched as text.
 
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use globset::{GlobBuilder, GlobMatcher};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
@@ -21,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::file::{MAX_OUTPUT_BYTES, Target, blocking};
 use super::glob::check_search_dir;
-use super::walk::{self, Flow, WalkOptions};
+use super::walk::{self, Ended, Flow, WalkOptions};
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ExecContext, Invocation, Subject, Tool,
     ToolError, ToolKind, ToolOutcome, opt_str_arg, opt_u64_arg, str_arg,
@@ -40,6 +44,14 @@ pub const MAX_MATCH_LINE_CHARS: usize = 500;
 /// Longest line the searcher buffers; a file with a longer one is skipped
 /// and counted (ripgrep's heap limit).
 pub const MAX_SEARCH_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Files up to this size are read whole, with one `read` (the size `fstat`
+/// gave on the opened fd says when it got them all), into a buffer each
+/// walk thread reuses, and searched as a slice; larger ones are streamed
+/// through the searcher's buffer. It is that buffer's size in grep-searcher,
+/// so a small file is searched the same either way (binary detection sees
+/// all of it at once in both).
+pub const SLICE_SEARCH_BYTES: usize = 64 * 1024;
 
 /// `grep_search`: searches file contents.
 pub struct GrepTool {
@@ -126,6 +138,13 @@ impl Tool for GrepTool {
     }
 
     fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
+        Ok(Arc::new(self.call(args)?))
+    }
+}
+
+impl GrepTool {
+    /// The call `args` describe, checked.
+    fn call(&self, args: &Args) -> Result<GrepCall, ToolError> {
         let pattern = str_arg(args, "pattern")?.to_string();
         let flag = |key: &str| args.get(key).and_then(Value::as_bool).unwrap_or(false);
         let case_sensitive = flag("case_sensitive");
@@ -158,7 +177,7 @@ impl Tool for GrepTool {
         .flatten()
         .collect::<Vec<_>>()
         .join(", ");
-        Ok(Arc::new(GrepCall {
+        Ok(GrepCall {
             target,
             ws: self.ws.clone(),
             display: self.ws.display(&path),
@@ -173,7 +192,7 @@ impl Tool for GrepTool {
             max: opt_u64_arg(args, "total_max_matches")
                 .unwrap_or(DEFAULT_TOTAL_MAX_MATCHES)
                 .clamp(1, MAX_TOTAL_MATCHES) as usize,
-        }))
+        })
     }
 }
 
@@ -193,50 +212,47 @@ struct GrepCall {
     max: usize,
 }
 
-/// One line of a file's result.
+/// One line of a file's result; the flag says it was cut at
+/// [`MAX_MATCH_LINE_CHARS`].
 enum Line {
-    Match(u64, String),
-    Context(u64, String),
+    Match(u64, String, bool),
+    Context(u64, String, bool),
     Break,
+}
+
+impl Line {
+    fn was_cut(&self) -> bool {
+        matches!(self, Line::Match(_, _, true) | Line::Context(_, _, true))
+    }
 }
 
 /// Collects one file's matching lines for the searcher.
 struct FileSink<'a> {
     lines: Vec<Line>,
     matches: usize,
-    /// Matches this file may still add before the total cap.
+    /// Matches this file may add: every file may contribute up to the cap;
+    /// the merge in walk order cuts the file that reaches it.
     budget: usize,
     binary: bool,
-    cut_lines: usize,
     token: &'a CancellationToken,
-}
-
-impl FileSink<'_> {
-    fn text(&mut self, bytes: &[u8]) -> String {
-        let (text, cut) = line_text(bytes);
-        if cut {
-            self.cut_lines += 1;
-        }
-        text
-    }
 }
 
 impl Sink for FileSink<'_> {
     type Error = std::io::Error;
 
     fn matched(&mut self, _: &Searcher, m: &SinkMatch<'_>) -> Result<bool, Self::Error> {
-        let text = self.text(m.bytes());
+        let (text, cut) = line_text(m.bytes());
         self.lines
-            .push(Line::Match(m.line_number().unwrap_or(0), text));
+            .push(Line::Match(m.line_number().unwrap_or(0), text, cut));
         self.matches += 1;
         Ok(self.matches < self.budget && !self.token.is_cancelled())
     }
 
     fn context(&mut self, _: &Searcher, c: &SinkContext<'_>) -> Result<bool, Self::Error> {
         if matches!(c.kind(), SinkContextKind::Before | SinkContextKind::After) {
-            let text = self.text(c.bytes());
+            let (text, cut) = line_text(c.bytes());
             self.lines
-                .push(Line::Context(c.line_number().unwrap_or(0), text));
+                .push(Line::Context(c.line_number().unwrap_or(0), text, cut));
         }
         Ok(!self.token.is_cancelled())
     }
@@ -281,128 +297,369 @@ fn line_text(bytes: &[u8]) -> (String, bool) {
     (text, cut)
 }
 
+/// A file with matches, found by some walk thread.
+struct Hit {
+    /// The path as shown ("File: …").
+    shown: String,
+    lines: Vec<Line>,
+    /// Matching lines in `lines` (1 with names_only).
+    matches: usize,
+    /// Bytes of its block in the output, uncut.
+    block_len: usize,
+}
+
+/// A file that was not searched to the end, and why.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Skipped {
+    Binary,
+    /// Unreadable, not a regular file, or a line over the heap limit.
+    Failed,
+    /// It no longer resolved inside the workspace (or was a symlink now)
+    /// when opened.
+    MovedOut,
+}
+
+/// The files with matches every walk thread found, in walk order, and
+/// where the result is certain to end.
+#[derive(Default)]
+struct Hits {
+    found: BTreeMap<PathBuf, Hit>,
+    /// The result ends at or before this file: files after it (in walk
+    /// order) cannot be in it; they are not opened, and the walk stops.
+    cut: Option<PathBuf>,
+}
+
+/// Where the merge of `found` in walk order stops: the first file that
+/// reaches the cap on matches or would overflow the output. Files before it
+/// that are not yet found can only make it stop earlier, so everything
+/// after the returned path is certain to be left out.
+fn stop_point(found: &BTreeMap<PathBuf, Hit>, max: usize) -> Option<&PathBuf> {
+    let mut total = 0usize;
+    let mut bytes = 0usize;
+    for (path, hit) in found {
+        if bytes + hit.block_len > MAX_OUTPUT_BYTES {
+            return Some(path);
+        }
+        bytes += hit.block_len;
+        total += hit.matches;
+        if total >= max {
+            return Some(path);
+        }
+    }
+    None
+}
+
+/// One searching thread: its searcher (and buffers) are reused for every
+/// file it is handed.
+struct Searching<'a> {
+    call: &'a GrepCall,
+    token: &'a CancellationToken,
+    hits: &'a Mutex<Hits>,
+    /// Set once `hits.cut` is, so threads look at it without the lock
+    /// until then.
+    has_cut: &'a AtomicBool,
+    searcher: Searcher,
+    /// [`SLICE_SEARCH_BYTES`] + 1 bytes once the thread reads a file.
+    buf: Vec<u8>,
+    /// Files not searched to the end, with their path (walk order).
+    skipped: Vec<(PathBuf, Skipped)>,
+    /// Called with each file's path (relative to the search directory)
+    /// before it is opened; tests cancel from it.
+    on_file: &'a (dyn Fn(&str) + Sync),
+}
+
+impl Searching<'_> {
+    /// Whether `path` lies after the cut (when there is one).
+    fn beyond_cut(&self, path: &std::path::Path) -> bool {
+        if !self.has_cut.load(Ordering::Acquire) {
+            return false;
+        }
+        let hits = self.hits.lock().unwrap_or_else(|e| e.into_inner());
+        hits.cut.as_deref().is_some_and(|cut| path > cut)
+    }
+
+    /// Searches `file` of `len` bytes (by `fstat`): read into the thread's
+    /// buffer, usually with one `read` (no second one to see the end: the
+    /// size says where it is), then searched as a slice. A file that grew
+    /// since the `fstat` is searched as a stream, what was read first.
+    fn search_small(
+        &mut self,
+        mut file: &File,
+        len: usize,
+        sink: &mut FileSink<'_>,
+    ) -> std::io::Result<()> {
+        if self.buf.len() <= SLICE_SEARCH_BYTES {
+            self.buf = vec![0; SLICE_SEARCH_BYTES + 1];
+        }
+        let mut n = 0;
+        // Asks for one byte more than fstat said: getting it means the file
+        // grew; getting `len` bytes means this is all of it; a short read
+        // is followed by another (a file that shrank ends with 0).
+        while n <= len {
+            match file.read(&mut self.buf[n..=len]) {
+                Ok(0) => break,
+                Ok(k) => {
+                    n += k;
+                    if n >= len {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let matcher = &self.call.matcher;
+        if n > len {
+            let read = std::io::Read::chain(&self.buf[..n], file);
+            self.searcher.search_reader(matcher, read, sink)
+        } else {
+            self.searcher.search_slice(matcher, &self.buf[..n], sink)
+        }
+    }
+
+    fn add_hit(&self, path: PathBuf, hit: Hit) {
+        let mut hits = self.hits.lock().unwrap_or_else(|e| e.into_inner());
+        hits.found.insert(path, hit);
+        let stop = stop_point(&hits.found, self.call.max).cloned();
+        if let Some(stop) = stop {
+            // Files after the stop point were searched in vain; drop them.
+            let mut after = hits.found.split_off(&stop);
+            if let Some(hit) = after.remove(&stop) {
+                hits.found.insert(stop.clone(), hit);
+            }
+            hits.cut = Some(stop);
+            self.has_cut.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl walk::Visitor for Searching<'_> {
+    fn visit(&mut self, entry: &walk::Found<'_>) -> Flow {
+        if self.beyond_cut(entry.path) {
+            // Everything below a directory after the cut is after it too.
+            return if entry.is_dir {
+                Flow::Skip
+            } else {
+                Flow::Continue
+            };
+        }
+        let call = self.call;
+        if !entry.is_file
+            || call
+                .include
+                .as_ref()
+                .is_some_and(|g| !g.is_match(&entry.rel))
+            || call
+                .exclude
+                .as_ref()
+                .is_some_and(|g| g.is_match(&entry.rel))
+        {
+            return Flow::Continue;
+        }
+        (self.on_file)(&entry.rel);
+        // Opened beneath the workspace root, not following a symlink: a
+        // directory on the way swapped for a symlink out since the walk
+        // listed it, or the file swapped for a symlink, is refused at the
+        // open, not followed.
+        let file = match entry.open() {
+            Ok(f) => f,
+            Err(BeneathError::Outside { .. } | BeneathError::Symlink { .. }) => {
+                self.skipped
+                    .push((entry.path.to_path_buf(), Skipped::MovedOut));
+                return Flow::Continue;
+            }
+            Err(_) => {
+                self.skipped
+                    .push((entry.path.to_path_buf(), Skipped::Failed));
+                return Flow::Continue;
+            }
+        };
+        // The type is checked on the opened fd: a FIFO swapped in would
+        // never end.
+        let len = match file.metadata() {
+            Ok(m) if m.is_file() => m.len(),
+            _ => {
+                self.skipped
+                    .push((entry.path.to_path_buf(), Skipped::Failed));
+                return Flow::Continue;
+            }
+        };
+        let mut sink = FileSink {
+            lines: Vec::new(),
+            matches: 0,
+            budget: if call.names_only { 1 } else { call.max },
+            binary: false,
+            token: self.token,
+        };
+        let searched = match usize::try_from(len) {
+            Ok(len) if len <= SLICE_SEARCH_BYTES => self.search_small(&file, len, &mut sink),
+            _ => self.searcher.search_file(&call.matcher, &file, &mut sink),
+        };
+        drop(file);
+        if searched.is_err() {
+            self.skipped
+                .push((entry.path.to_path_buf(), Skipped::Failed));
+        } else if sink.binary {
+            self.skipped
+                .push((entry.path.to_path_buf(), Skipped::Binary));
+        } else if sink.matches > 0 {
+            let shown = walk::join_display(&call.display, &entry.rel);
+            let matches = if call.names_only { 1 } else { sink.matches };
+            let block_len = call.block(&shown, &sink.lines).len();
+            self.add_hit(
+                entry.path.to_path_buf(),
+                Hit {
+                    shown,
+                    lines: sink.lines,
+                    matches,
+                    block_len,
+                },
+            );
+        }
+        if self.token.is_cancelled() || self.has_cut.load(Ordering::Acquire) {
+            // Cancelled, or the result is known to end at a file already
+            // handed out: the walk stops handing out more.
+            Flow::Stop
+        } else {
+            Flow::Continue
+        }
+    }
+}
+
 impl GrepCall {
     fn run(&self, ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
-        self.target.check()?;
-        check_search_dir(&self.target)?;
-        let mut searcher = SearcherBuilder::new()
+        self.search(&ctx.token, &|_| {})
+    }
+
+    /// The searcher every walk thread gets a copy of.
+    fn searcher(&self) -> Searcher {
+        SearcherBuilder::new()
             .line_number(true)
             .before_context(if self.names_only { 0 } else { self.context })
             .after_context(if self.names_only { 0 } else { self.context })
             .binary_detection(BinaryDetection::quit(b'\x00'))
             .bom_sniffing(true)
             .heap_limit(Some(MAX_SEARCH_LINE_BYTES))
-            .build();
-        let mut body = String::new();
-        let mut total = 0usize;
-        let mut files = 0usize;
-        let mut binary_files = 0usize;
-        let mut failed_files = 0usize;
-        let mut moved_out = 0usize;
-        let mut cut_lines = 0usize;
-        let mut capped = false;
-        let mut budget_hit = false;
+            .build()
+    }
+
+    /// A file's block of the output.
+    fn block(&self, shown: &str, lines: &[Line]) -> String {
+        let mut block = String::new();
+        if self.names_only {
+            block.push_str(shown);
+            block.push('\n');
+            return block;
+        }
+        block.push_str("File: ");
+        block.push_str(shown);
+        block.push('\n');
+        for line in lines {
+            match line {
+                Line::Match(n, t, _) => block.push_str(&format!("L{n}: {t}\n")),
+                Line::Context(n, t, _) => block.push_str(&format!("L{n}- {t}\n")),
+                Line::Break => block.push_str("--\n"),
+            }
+        }
+        block.push_str("---\n");
+        block
+    }
+
+    /// Searches the files of the walk, handed out in path order (the
+    /// sequential walk sorted by file name) to one thread per core, then
+    /// merges the files with matches in that order, so the result is the
+    /// same whatever thread found what: the first `max` matching lines in
+    /// that order. Once the result is known to end at some file, the walk
+    /// stops handing out files.
+    fn search(
+        &self,
+        token: &CancellationToken,
+        on_file: &(dyn Fn(&str) + Sync),
+    ) -> Result<ToolOutcome, ToolError> {
+        self.target.check()?;
+        check_search_dir(&self.target)?;
         let opts = WalkOptions {
             respect_git_ignore: true,
             max_depth: None,
         };
-        let left = walk::walk(&self.ws, &self.path, opts, &ctx.token, |entry| {
-            if !entry.is_file
-                || self
-                    .include
-                    .as_ref()
-                    .is_some_and(|g| !g.is_match(&entry.rel))
-                || self
-                    .exclude
-                    .as_ref()
-                    .is_some_and(|g| g.is_match(&entry.rel))
-            {
-                return Flow::Continue;
-            }
-            // Opened beneath the workspace root: a directory on the way
-            // swapped for a symlink out since the walk listed it (or a link
-            // whose target moved out) is refused at the open, not followed.
-            let file = match self.ws.open_beneath(&entry.target) {
-                Ok(f) => f,
-                Err(BeneathError::Outside { .. }) => {
-                    moved_out += 1;
-                    return Flow::Continue;
-                }
-                Err(_) => {
-                    failed_files += 1;
-                    return Flow::Continue;
-                }
-            };
-            // The type is checked on the opened fd: a FIFO swapped in would
-            // never end.
-            if !file.metadata().is_ok_and(|m| m.is_file()) {
-                failed_files += 1;
-                return Flow::Continue;
-            }
-            let mut sink = FileSink {
-                lines: Vec::new(),
-                matches: 0,
-                budget: if self.names_only { 1 } else { self.max - total },
-                binary: false,
-                cut_lines: 0,
-                token: &ctx.token,
-            };
-            if searcher
-                .search_file(&self.matcher, &file, &mut sink)
-                .is_err()
-            {
-                failed_files += 1;
-                return Flow::Continue;
-            }
-            if sink.binary {
-                binary_files += 1;
-                return Flow::Continue;
-            }
-            if sink.matches == 0 {
-                return if ctx.token.is_cancelled() {
-                    Flow::Stop
-                } else {
-                    Flow::Continue
-                };
-            }
-            let shown = walk::join_display(&self.display, &entry.rel);
-            let mut block = String::new();
-            if self.names_only {
-                block.push_str(&shown);
-                block.push('\n');
-            } else {
-                block.push_str(&format!("File: {shown}\n"));
-                for line in &sink.lines {
-                    match line {
-                        Line::Match(n, t) => block.push_str(&format!("L{n}: {t}\n")),
-                        Line::Context(n, t) => block.push_str(&format!("L{n}- {t}\n")),
-                        Line::Break => block.push_str("--\n"),
-                    }
-                }
-                block.push_str("---\n");
-            }
-            if body.len() + block.len() > MAX_OUTPUT_BYTES {
-                budget_hit = true;
-                return Flow::Stop;
-            }
-            body.push_str(&block);
-            files += 1;
-            total += if self.names_only { 1 } else { sink.matches };
-            cut_lines += sink.cut_lines;
-            if total >= self.max {
-                capped = true;
-                return Flow::Stop;
-            }
-            if ctx.token.is_cancelled() {
-                Flow::Stop
-            } else {
-                Flow::Continue
-            }
-        });
-        if ctx.token.is_cancelled() {
+        let hits = Mutex::new(Hits::default());
+        let has_cut = AtomicBool::new(false);
+        let make = || Searching {
+            call: self,
+            token,
+            hits: &hits,
+            has_cut: &has_cut,
+            searcher: self.searcher(),
+            buf: Vec::new(),
+            skipped: Vec::new(),
+            on_file,
+        };
+        let (mut left, ended, threads) = walk::walk_files(&self.ws, &self.path, opts, token, &make);
+        if ended == Ended::Cancelled || token.is_cancelled() {
             return Ok(ToolOutcome::Cancelled {
                 partial_output: None,
             });
+        }
+        let found = std::mem::take(&mut hits.lock().unwrap_or_else(|e| e.into_inner()).found);
+        let mut body = String::new();
+        let mut total = 0usize;
+        let mut files = 0usize;
+        let mut cut_lines = 0usize;
+        let mut capped = false;
+        let mut budget_hit = false;
+        let mut stopped_at: Option<PathBuf> = None;
+        for (path, mut hit) in found {
+            if !self.names_only && total + hit.matches > self.max {
+                // The file that reaches the cap keeps the lines up to the
+                // last match that fits, as a search stopped there would.
+                let keep = self.max - total;
+                let mut seen = 0;
+                let end = hit
+                    .lines
+                    .iter()
+                    .position(|l| {
+                        if matches!(l, Line::Match(..)) {
+                            seen += 1;
+                        }
+                        seen == keep
+                    })
+                    .map_or(hit.lines.len(), |i| i + 1);
+                hit.lines.truncate(end);
+                hit.matches = keep;
+            }
+            let block = self.block(&hit.shown, &hit.lines);
+            if body.len() + block.len() > MAX_OUTPUT_BYTES {
+                budget_hit = true;
+                stopped_at = Some(path);
+                break;
+            }
+            body.push_str(&block);
+            files += 1;
+            total += hit.matches;
+            cut_lines += hit.lines.iter().filter(|l| l.was_cut()).count();
+            if total >= self.max {
+                capped = true;
+                stopped_at = Some(path);
+                break;
+            }
+        }
+        let mut binary_files = 0usize;
+        let mut failed_files = 0usize;
+        let mut moved_out = 0usize;
+        for (path, why) in threads.iter().flat_map(|t| &t.skipped) {
+            if stopped_at.as_ref().is_some_and(|s| path > s) {
+                continue;
+            }
+            match why {
+                Skipped::Binary => binary_files += 1,
+                Skipped::Failed => failed_files += 1,
+                Skipped::MovedOut => moved_out += 1,
+            }
+        }
+        if capped || budget_hit {
+            // The search stopped there: what follows was not counted.
+            left.ignored = None;
+            left.examples.clear();
         }
         let filter = if self.filter.is_empty() {
             String::new()
@@ -451,7 +708,7 @@ impl GrepCall {
         }
         if moved_out > 0 {
             notes.push(format!(
-                "{moved_out} file(s) no longer resolved inside the workspace when opened and were skipped."
+                "{moved_out} file(s) no longer resolved inside the workspace, or had become symlinks, when opened and were skipped."
             ));
         }
         if failed_files > 0 {
@@ -496,5 +753,172 @@ impl Invocation for GrepCall {
 
     fn execute(self: Arc<Self>, ctx: ExecContext) -> BoxFuture<ToolOutcome> {
         blocking(move || self.run(&ctx).unwrap_or_else(Into::into))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(root: &std::path::Path) -> GrepTool {
+        GrepTool::new(Arc::new(Workspace::new(root).unwrap()))
+    }
+
+    fn output(tool: &GrepTool, args: Value) -> (String, Args) {
+        let call = tool.call(args.as_object().unwrap()).unwrap();
+        match call.search(&CancellationToken::new(), &|_| {}).unwrap() {
+            ToolOutcome::Success { output, result } => {
+                (output.as_str().unwrap().to_string(), result)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn put(root: &std::path::Path, rel: &str, content: &[u8]) {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+
+    /// Files are taken in walk order (a sequential walk sorted by file
+    /// name: `a/` before `a-b/` before `a.b`, though byte order of the
+    /// whole path would put `a/x.txt` last), whichever thread searched
+    /// them; the file that reaches the cap keeps the lines up to it, and
+    /// what lies after the cut (the binary file) is not counted.
+    #[test]
+    fn matches_come_in_walk_order_and_the_cap_cuts_the_same_file_as_a_sequential_search() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        put(root, "a/x.txt", b"hit 1\nmiss\nhit 2\n");
+        put(root, "a-b/x.txt", b"hit 3\n");
+        put(root, "a.b", b"hit 4\n");
+        put(root, "b/c/d.txt", b"hit 5\nhit 6\nhit 7\n");
+        put(root, "b/c.txt", b"hit 8\n");
+        put(root, "bin.dat", b"hit\x00\n");
+        put(root, "z.txt", b"hit 9\n");
+        let t = tool(root);
+        let (out, result) = output(&t, json!({"pattern": "hit", "total_max_matches": 5}));
+        assert_eq!(
+            out,
+            "Found 5 match(es) in 4 file(s) for pattern \"hit\" in path \".\":\n---\n\
+             File: a/x.txt\nL1: hit 1\nL3: hit 2\n---\n\
+             File: a-b/x.txt\nL1: hit 3\n---\n\
+             File: a.b\nL1: hit 4\n---\n\
+             File: b/c/d.txt\nL1: hit 5\n---\n\n\
+             Results were limited to the first 5 matching lines; the search stopped there. To see more, raise total_max_matches (at most 2000), or narrow the search with dir_path or include_pattern.\n"
+        );
+        assert_eq!(result["ignored_entries"], json!(null));
+        assert_eq!(result["binary_files_skipped"], json!(0));
+        let (out, result) = output(&t, json!({"pattern": "hit", "context": 1}));
+        assert_eq!(
+            out,
+            "Found 9 match(es) in 6 file(s) for pattern \"hit\" in path \".\":\n---\n\
+             File: a/x.txt\nL1: hit 1\nL2- miss\nL3: hit 2\n---\n\
+             File: a-b/x.txt\nL1: hit 3\n---\n\
+             File: a.b\nL1: hit 4\n---\n\
+             File: b/c/d.txt\nL1: hit 5\nL2: hit 6\nL3: hit 7\n---\n\
+             File: b/c.txt\nL1: hit 8\n---\n\
+             File: z.txt\nL1: hit 9\n---\n\n\
+             1 binary file(s) were skipped.\n"
+        );
+        assert_eq!(result["ignored_entries"], json!(0));
+    }
+
+    /// Many files with matches over nested directories, a .gitignore'd
+    /// directory and binary files, searched on every core: the capped
+    /// result is the first files in path order, the same on every run, and
+    /// a prefix of the uncapped result; the ignored count is that of the
+    /// tree.
+    #[test]
+    fn a_parallel_search_is_deterministic_and_capped_in_path_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir(root.join(".git")).unwrap();
+        put(root, ".gitignore", b"skip/\n*.log\n");
+        let mut paths = Vec::new();
+        for d in 0..30 {
+            for f in 0..20 {
+                let rel = format!("d{d}/s{}/f{f}.txt", f % 3);
+                put(root, &rel, format!("x\nneedle {d} {f}\n").as_bytes());
+                paths.push(PathBuf::from(rel));
+            }
+            put(root, &format!("d{d}/b.bin"), b"needle\x00");
+            put(root, &format!("d{d}/n.log"), b"needle\n");
+        }
+        put(root, "skip/f.txt", b"needle\n");
+        paths.sort();
+        let expected: Vec<String> = paths
+            .iter()
+            .take(50)
+            .map(|p| format!("File: {}", p.display()))
+            .collect();
+        let t = tool(root);
+        let files_of = |out: &str| -> Vec<String> {
+            out.lines()
+                .filter(|l| l.starts_with("File: "))
+                .map(str::to_string)
+                .collect()
+        };
+        let (first, _) = output(&t, json!({"pattern": "needle", "total_max_matches": 50}));
+        assert_eq!(files_of(&first), expected);
+        for _ in 0..5 {
+            let (again, _) = output(&t, json!({"pattern": "needle", "total_max_matches": 50}));
+            assert_eq!(again, first);
+        }
+        let (all, result) = output(&t, json!({"pattern": "needle", "total_max_matches": 2000}));
+        assert_eq!(files_of(&all).len(), 600);
+        assert_eq!(files_of(&all)[..50], expected[..]);
+        assert_eq!(result["binary_files_skipped"], json!(30));
+        // skip/ and the 30 *.log files.
+        assert_eq!(result["ignored_entries"], json!(31));
+        let (names, _) = output(
+            &t,
+            json!({"pattern": "needle", "names_only": true, "total_max_matches": 7}),
+        );
+        let listed: Vec<&str> = names.lines().skip(1).take(7).collect();
+        let want: Vec<String> = paths
+            .iter()
+            .take(7)
+            .map(|p| p.display().to_string())
+            .collect();
+        assert_eq!(listed, want);
+    }
+
+    /// Cancelled while the walk threads search (from the first file opened):
+    /// the call ends Cancelled and every other thread stops after its file.
+    #[test]
+    fn cancellation_mid_walk_ends_cancelled() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in 0..20 {
+            for f in 0..20 {
+                put(root, &format!("d{d:02}/f{f:02}.txt"), b"needle\n");
+            }
+        }
+        let t = tool(root);
+        let call = t
+            .call(json!({"pattern": "needle"}).as_object().unwrap())
+            .unwrap();
+        let token = CancellationToken::new();
+        let opened = std::sync::atomic::AtomicUsize::new(0);
+        let outcome = call
+            .search(&token, &|_| {
+                if opened.fetch_add(1, Ordering::Relaxed) == 0 {
+                    token.cancel();
+                }
+            })
+            .unwrap();
+        assert_eq!(
+            outcome,
+            ToolOutcome::Cancelled {
+                partial_output: None
+            }
+        );
+        // Every thread stops after the file it is on: the first file, and
+        // at most one more per other thread, of 400.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(12));
+        let opened = opened.load(Ordering::Relaxed);
+        assert!((1..=threads).contains(&opened), "{opened} files opened");
     }
 }
