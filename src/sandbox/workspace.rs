@@ -570,7 +570,10 @@ mod tests {
         assert!(ws.open_exact_beneath(&abs).is_some());
         assert!(ws.open_exact_beneath(Path::new("link/f.txt")).is_none());
         assert!(ws.open_exact_beneath(Path::new("a/missing")).is_none());
-        assert!(ws.open_exact_beneath(Path::new("../ws/a/b/f.txt")).is_none());
+        assert!(
+            ws.open_exact_beneath(Path::new("../ws/a/b/f.txt"))
+                .is_none()
+        );
         // A trailing slash on a file is still an error, as realpath says.
         assert!(ws.resolve("a/b/f.txt/").is_err());
         assert_eq!(

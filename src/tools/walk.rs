@@ -281,9 +281,7 @@ pub(crate) fn walk_parallel<V: Visitor>(
     token: &CancellationToken,
     make: &(dyn Fn() -> V + Sync),
 ) -> (LeftOut, Ended, Vec<V>) {
-    let Some(shared) = Shared::new(ws, root, opts, check, token) else {
-        return unopened();
-    };
+    let shared = Shared::new(ws, root, opts, check, token);
     let done: Mutex<Vec<ThreadState<V>>> = Mutex::new(Vec::new());
     builder(root, opts)
         .threads(0)
@@ -325,9 +323,7 @@ pub(crate) fn walk_files<V: Visitor>(
     token: &CancellationToken,
     make: &(dyn Fn() -> V + Sync),
 ) -> (LeftOut, Ended, Vec<V>) {
-    let Some(shared) = Shared::new(ws, root, opts, Check::Open, token) else {
-        return unopened();
-    };
+    let shared = Shared::new(ws, root, opts, Check::Open, token);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<FileJob>>(QUEUED_BATCHES);
     let rx = Mutex::new(rx);
@@ -492,7 +488,7 @@ fn search_files<V: Visitor>(
                 link_target: job.link_target.as_deref(),
                 in_ws: Path::new(OsStr::from_bytes(in_ws_bytes)),
                 ws_root: shared.ws.root(),
-                dir: &shared.dir,
+                dir: shared.dir,
             };
             if visitor.visit(&found) == Flow::Stop {
                 stop.store(true, Ordering::Relaxed);
@@ -502,15 +498,6 @@ fn search_files<V: Visitor>(
             }
         }
     }
-}
-
-/// The walk could not open the workspace root.
-fn unopened<V>() -> (LeftOut, Ended, Vec<V>) {
-    let left = LeftOut {
-        unreadable: 1,
-        ..LeftOut::default()
-    };
-    (left, Ended::Partial, Vec::new())
 }
 
 /// How the walk ended, and what was left out, from the threads' states.
@@ -638,9 +625,9 @@ fn builder(root: &Path, opts: WalkOptions) -> ignore::WalkBuilder {
 /// What every walk thread shares.
 struct Shared<'a> {
     ws: &'a Workspace,
-    /// The workspace root, opened once for the walk: every lookup and open
-    /// goes through it beneath the root.
-    dir: cap_std::fs::Dir,
+    /// The workspace root's fd (opened once, when the server started): every
+    /// lookup and open goes through it beneath the root.
+    dir: &'a cap_std::fs::Dir,
     /// Bytes of the walk's root path (entries' paths start with it).
     root_bytes: usize,
     /// Bytes of the workspace root path.
@@ -657,17 +644,16 @@ struct Shared<'a> {
 }
 
 impl<'a> Shared<'a> {
-    /// `None` when the workspace root cannot be opened.
     fn new(
         ws: &'a Workspace,
         root: &Path,
         opts: WalkOptions,
         check: Check,
         token: &'a CancellationToken,
-    ) -> Option<Self> {
-        Some(Self {
+    ) -> Self {
+        Self {
             ws,
-            dir: ws.dir().ok()?,
+            dir: ws.dir(),
             root_bytes: root.as_os_str().as_bytes().len(),
             ws_bytes: ws.root().as_os_str().as_bytes().len(),
             opts,
@@ -677,7 +663,7 @@ impl<'a> Shared<'a> {
             partial: AtomicBool::new(false),
             hit_limit: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
-        })
+        }
     }
 }
 
@@ -980,7 +966,7 @@ impl<V: Visitor> ParallelVisitor for Worker<'_, V> {
             link_target: link_target.as_deref(),
             in_ws,
             ws_root: sh.ws.root(),
-            dir: &sh.dir,
+            dir: sh.dir,
         };
         let flow = st.visitor.visit(&found);
         drop(found);
