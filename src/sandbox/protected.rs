@@ -129,7 +129,17 @@ impl ProtectedPaths {
                 l
             }
         };
-        listings.walk(&self.root)
+        let started = Instant::now();
+        let found = listings.walk(&self.root);
+        tracing::debug!(
+            root = %self.root.display(),
+            protected = found.len(),
+            kept = listings.dirs.len(),
+            reread = listings.reread,
+            micros = started.elapsed().as_micros() as u64,
+            "protected paths"
+        );
+        found
     }
 }
 
@@ -160,25 +170,26 @@ impl ProtectedRegistry {
     }
 }
 
-/// What a walk keeps: settled listings by path, which devices are on
-/// trusted filesystems, and the clock offset of the last walk.
+/// What a walk keeps: settled listings by path and the clock offset of the
+/// last walk.
 #[derive(Debug)]
 struct Listings {
     dirs: HashMap<PathBuf, Listing>,
-    trusted_devs: HashMap<u64, bool>,
     /// Wall-clock minus monotonic time at the last walk, in nanoseconds.
     clock_offset: Option<i128>,
     /// The monotonic clock's origin for [`Self::clock_offset`].
     epoch: Instant,
+    /// Directories the last walk read (not taken from a kept listing).
+    reread: usize,
 }
 
 impl Default for Listings {
     fn default() -> Self {
         Self {
             dirs: HashMap::new(),
-            trusted_devs: HashMap::new(),
             clock_offset: None,
             epoch: Instant::now(),
+            reread: 0,
         }
     }
 }
@@ -220,6 +231,7 @@ impl Listings {
         let mut found = Vec::new();
         let mut queue = VecDeque::from([root.to_path_buf()]);
         let mut budget = MAX_SCAN_ENTRIES;
+        self.reread = 0;
         while let Some(dir) = queue.pop_front() {
             if budget == 0 {
                 found.push(dir);
@@ -228,7 +240,7 @@ impl Listings {
             }
             let (listing, keep) = match self.dirs.remove(&dir) {
                 Some(old) if unchanged(&dir, &old) => (old, true),
-                _ => match self.read(&dir, started) {
+                _ => match self.read_counted(&dir, started) {
                     Read::Listed { listing, keep } => (listing, keep),
                     Read::Gone => continue,
                     Read::Unreadable => {
@@ -268,9 +280,14 @@ impl Listings {
         self.clock_offset = Some(offset);
     }
 
+    fn read_counted(&mut self, dir: &Path, walk_started: SystemTime) -> Read {
+        self.reread += 1;
+        self.read(dir, walk_started)
+    }
+
     /// Reads `dir` through an fd opened without following a symlink, so that
     /// its identity, `ctime` and listing belong to the same directory.
-    fn read(&mut self, dir: &Path, walk_started: SystemTime) -> Read {
+    fn read(&self, dir: &Path, walk_started: SystemTime) -> Read {
         let file = match File::options()
             .read(true)
             .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
@@ -282,10 +299,9 @@ impl Listings {
         let Ok(meta) = file.metadata() else {
             return Read::Unreadable;
         };
-        let trusted = *self
-            .trusted_devs
-            .entry(meta.dev())
-            .or_insert_with(|| on_trusted_filesystem(&file));
+        // Asked on every read, not remembered by device: anonymous device
+        // numbers (tmpfs, FUSE, NFS) are reused after an unmount.
+        let trusted = on_trusted_filesystem(&file);
         let ctime = (meta.ctime(), meta.ctime_nsec());
         let Ok(entries) = cap_std::fs::Dir::from_std_file(file).entries() else {
             return Read::Unreadable;

@@ -39,6 +39,13 @@
 //! piecewise grants close: the command could rename the repository
 //! directory away and plant a new one, with its own `.git/hooks`, at the
 //! path the user trusts.
+//!
+//! Where the protected paths come from: the server finds them and keeps them
+//! between commands ([`super::protected`]), and passes them on
+//! [`PROTECTED_FD`]; the worker reads that fd before it opens anything else
+//! and refuses to run the command if it cannot. Without the option (the
+//! worker run by hand) it walks the workspace itself, fail-closed the same
+//! way.
 
 #![allow(unsafe_code)]
 
@@ -1100,6 +1107,29 @@ fn apply_seccomp(network: bool) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn beneath_finds_descendants_in_the_ordered_set() {
+        let set: BTreeSet<PathBuf> = ["/w/a/.git", "/w/ab", "/w/b/c/d", "/w/b.c"]
+            .into_iter()
+            .map(PathBuf::from)
+            .collect();
+        for (dir, expected) in [
+            ("/w", true),
+            ("/w/a", true),
+            ("/w/a/.git", true),
+            ("/w/ab", true),
+            ("/w/b", true),
+            ("/w/b/c", true),
+            ("/w/b/c/d/e", false),
+            ("/w/a/src", false),
+            ("/w/aa", false),
+            ("/w/c", false),
+            ("/x", false),
+        ] {
+            assert_eq!(any_at_or_beneath(&set, Path::new(dir)), expected, "{dir}");
+        }
+    }
 
     #[test]
     fn seccomp_programs_compile() {
