@@ -198,6 +198,16 @@ fn run_worker(
     protected: Option<&Path>,
     command: &str,
 ) -> (Option<i32>, String, String) {
+    run_worker_with_nofile(workspace, protected, command, None)
+}
+
+/// [`run_worker`], the worker started with `ulimit -n nofile` when given.
+fn run_worker_with_nofile(
+    workspace: &Path,
+    protected: Option<&Path>,
+    command: &str,
+    nofile: Option<u32>,
+) -> (Option<i32>, String, String) {
     let tmp = tempfile::tempdir().unwrap();
     let status_file = tmp.path().join("status");
     let private_tmp = tmp.path().join("tmp");
@@ -207,7 +217,8 @@ fn run_worker(
     } else {
         "4<&-"
     };
-    let script = format!("exec \"$@\" 3>\"$STATUS\" {redirect}");
+    let limit = nofile.map_or(String::new(), |n| format!("ulimit -n {n} && "));
+    let script = format!("{limit}exec \"$@\" 3>\"$STATUS\" {redirect}");
     let workspace_arg = workspace.display().to_string();
     let tmp_arg = private_tmp.display().to_string();
     let out = std::process::Command::new("bash")
@@ -309,4 +320,32 @@ fn a_protected_set_that_cannot_be_read_fails_the_setup() {
             "the command ran without its protected set"
         );
     }
+}
+
+#[test]
+fn a_repository_root_with_more_entries_than_open_files_is_granted_whole() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let lists = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(ws.join("r/.git")).unwrap();
+    // Each entry beside `.git` needs its own Landlock rule, far more of
+    // them than the worker may hold fds at once.
+    for i in 0..300 {
+        std::fs::create_dir(ws.join(format!("r/d{i:03}"))).unwrap();
+    }
+    let list = lists.path().join("protected");
+    std::fs::write(&list, format!("{}\0", ws.join("r/.git").display())).unwrap();
+    let (code, out, status) = run_worker_with_nofile(
+        &ws,
+        Some(&list),
+        "n=0; for d in r/d*; do touch $d/new || n=$((n+1)); done; echo denied=$n",
+        Some(64),
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(status.trim(), r#"{"exit_code":0}"#);
+    assert_eq!(out, "denied=0\n");
+    assert!(ws.join("r/d299/new").is_file());
 }
