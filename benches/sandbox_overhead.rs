@@ -3,6 +3,10 @@
 //! against unconfined (`none`: the same worker and process control, no
 //! Landlock or seccomp), reported as medians and their ratio.
 //!
+//! `run_process` alone is also measured with a repository in the workspace
+//! (500 directories × 100 files when measuring), where the confined figure
+//! includes keeping every `.git` read-only.
+//!
 //! `cargo bench --bench sandbox_overhead` measures; under `cargo test
 //! --all-targets` (CI) it only runs a few iterations as a smoke test.
 
@@ -24,6 +28,24 @@ const MEASURED_RUNS: usize = 100;
 const SMOKE_RUNS: usize = 3;
 /// Runs discarded first (page cache, worker binary, connection set-up).
 const WARM_UP_RUNS: usize = 3;
+/// Directories × files of the repository when measuring (S6's 50,000
+/// files) and in smoke mode.
+const REPO_MEASURED: (usize, usize) = (500, 100);
+const REPO_SMOKE: (usize, usize) = (5, 10);
+
+/// A repository (`.git` at its root) of `dirs` directories of `files`
+/// empty files each, in `root/repo`.
+fn make_repo(root: &std::path::Path, (dirs, files): (usize, usize)) {
+    let repo = root.join("repo");
+    std::fs::create_dir_all(repo.join(".git/hooks")).expect("make .git");
+    for d in 0..dirs {
+        let dir = repo.join(format!("src{d:03}"));
+        std::fs::create_dir_all(&dir).expect("make dir");
+        for f in 0..files {
+            std::fs::write(dir.join(format!("m{f:03}.rs")), "").expect("make file");
+        }
+    }
+}
 
 async fn measure(level: SandboxLevel, runs: usize) -> Vec<Duration> {
     let config = SchedulerConfig {
@@ -57,8 +79,18 @@ async fn measure(level: SandboxLevel, runs: usize) -> Vec<Duration> {
 
 /// The same command through `run_process` alone (no gRPC, no scheduler):
 /// the worker's own cost without the end-to-end noise around it.
-async fn measure_process(level: SandboxLevel, runs: usize) -> Vec<Duration> {
+async fn measure_process(
+    level: SandboxLevel,
+    runs: usize,
+    repo: Option<(usize, usize)>,
+) -> Vec<Duration> {
     let workspace = tempfile::tempdir().expect("temp workspace");
+    if let Some(size) = repo {
+        make_repo(workspace.path(), size);
+        // The steady state: directories changed within the racy margin are
+        // re-read before every command until their change time ages.
+        tokio::time::sleep(toolsched::sandbox::protected::RACY_MARGIN).await;
+    }
     let sandbox = Arc::new(Sandbox::new(SandboxConfig {
         level,
         ..SandboxConfig::default()
@@ -138,12 +170,27 @@ fn main() {
     );
     let (unconfined, confined) = rt.block_on(async {
         (
-            measure_process(SandboxLevel::None, runs).await,
-            measure_process(SandboxLevel::WorkspaceWrite, runs).await,
+            measure_process(SandboxLevel::None, runs, None).await,
+            measure_process(SandboxLevel::WorkspaceWrite, runs, None).await,
         )
     });
     report(
         "run_process (worker only)",
+        median(&unconfined),
+        median(&confined),
+    );
+    let size = if measuring { REPO_MEASURED } else { REPO_SMOKE };
+    let (unconfined, confined) = rt.block_on(async {
+        (
+            measure_process(SandboxLevel::None, runs, Some(size)).await,
+            measure_process(SandboxLevel::WorkspaceWrite, runs, Some(size)).await,
+        )
+    });
+    report(
+        &format!(
+            "run_process with a {}-file repository in the workspace",
+            size.0 * size.1
+        ),
         median(&unconfined),
         median(&confined),
     );

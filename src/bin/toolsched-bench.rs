@@ -1017,6 +1017,15 @@ fn which(name: &str) -> anyhow::Result<PathBuf> {
 
 async fn s6_shell(env: &Env) -> anyhow::Result<Vec<Row>> {
     let n = if env.quick { 20 } else { 100 };
+    // The confined figure depends on the workspace's size (the sandbox keeps
+    // every `.git` read-only): measure with S5's repository in it, made here
+    // when S5 did not run.
+    let repo = env.ws.join("repo");
+    if !repo.exists() {
+        let (dirs, per_dir) = if env.quick { (50, 100) } else { (500, 100) };
+        progress(&format!("[S6] generating {} files", dirs * per_dir));
+        make_repo(&repo, dirs, per_dir)?;
+    }
     let confined = start_toolsched(env, &["--approval-mode", "yolo"])?;
     let unconfined = start_toolsched(env, &["--approval-mode", "yolo", "--sandbox-level", "none"])?;
     let mut c_client = connections(confined.addr, 1).await?.remove(0);
@@ -1064,7 +1073,7 @@ async fn s6_shell(env: &Env) -> anyhow::Result<Vec<Row>> {
     Ok(vec![
         Row {
             scenario: "S6",
-            metric: "calls/s of `run_shell_command true`, sequential, sandbox workspace_write (floor: `bash -c true` spawned from Rust)".into(),
+            metric: "calls/s of `run_shell_command true`, sequential, sandbox workspace_write, S5's repository in the workspace (floor: `bash -c true` spawned from Rust)".into(),
             toolsched: Stat::of(c_rate.clone()),
             floor: Some(Stat::of(d_rate.clone())),
             ratio: Some(Stat::of(c_ratio).median),

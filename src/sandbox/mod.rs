@@ -9,7 +9,9 @@
 //! capabilities, sets `no_new_privs`, resource limits, a parent-death signal,
 //! Landlock and seccomp before it `exec`s bash. [`probe`] finds out at
 //! start-up what the kernel can enforce, so the service refuses to start
-//! rather than run a level it cannot keep.
+//! rather than run a level it cannot keep. [`protected`] keeps the set of
+//! paths commands may never write (every `.git`) between commands, so that
+//! the worker does not walk the workspace for it each time.
 //!
 //! The server process itself is never confined: it needs the network and its
 //! own files. Its file tools rely on [`Workspace`]'s beneath-the-root opens.
@@ -18,6 +20,7 @@
 
 pub mod probe;
 pub mod process;
+pub mod protected;
 pub mod worker;
 mod workspace;
 
@@ -29,6 +32,7 @@ use serde::Deserialize;
 
 pub use probe::{ProbeReport, ProcessLimitKind};
 pub use process::{OutputLimits, ProcessOutcome, ProcessSpec, run_process};
+pub use protected::ProtectedPaths;
 pub use worker::WorkerArgs;
 pub use workspace::{BeneathError, PathError, Workspace, temp_name};
 
@@ -162,7 +166,8 @@ pub struct SandboxConfig {
     pub worker_exe: Option<PathBuf>,
     /// Files or directories that commands may read but never write, even
     /// at a writing level: the service's config file, for one. Every `.git`
-    /// in the workspace is protected without being listed.
+    /// in the workspace is protected without being listed (see
+    /// [`protected`]).
     pub protected_paths: Vec<PathBuf>,
     /// Directories outside the system ones that commands may read and
     /// execute (toolchains under a home directory, for example).
@@ -174,6 +179,9 @@ pub struct SandboxConfig {
 pub struct Sandbox {
     pub config: SandboxConfig,
     pub probe: ProbeReport,
+    /// The protected paths of each workspace commands ran in, kept between
+    /// commands; shared with the sandboxes made by [`Sandbox::at_level`].
+    protected: Arc<protected::ProtectedRegistry>,
 }
 
 /// Why the service must not start with the configured sandbox.
@@ -195,7 +203,31 @@ impl Sandbox {
     /// whether the result is good enough to start.
     pub fn new(config: SandboxConfig) -> Self {
         let probe = probe::probe(config.level);
-        Self { config, probe }
+        Self {
+            config,
+            probe,
+            protected: Arc::default(),
+        }
+    }
+
+    /// The same sandbox at another `level`, probed for it, sharing what this
+    /// one keeps between commands (the protected paths of each workspace).
+    pub fn at_level(&self, level: SandboxLevel) -> Self {
+        let config = SandboxConfig {
+            level,
+            ..self.config.clone()
+        };
+        Self {
+            probe: probe::probe(level),
+            config,
+            protected: self.protected.clone(),
+        }
+    }
+
+    /// The protected paths of the workspace at `root` (canonical), kept
+    /// between the commands of every sandbox sharing this one's cache.
+    pub fn protected_paths(&self, root: &std::path::Path) -> Arc<ProtectedPaths> {
+        self.protected.get(root)
     }
 
     /// Ok when the configured level is enforced in full, or when the operator

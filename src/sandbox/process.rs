@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::probe::ProcessLimitKind;
-use super::worker::{STATUS_FD, WorkerArgs};
+use super::worker::{PROTECTED_FD, STATUS_FD, WorkerArgs};
 use super::{SandboxLevel, SharedSandbox};
 
 /// Environment variables passed through to commands. Everything else
@@ -209,6 +209,11 @@ pub async fn run_process(
         }
     };
     let config = &spec.sandbox.config;
+    let protected = if config.level.is_confined() && config.level.writes_workspace() {
+        protected_set(&spec).await
+    } else {
+        None
+    };
     let limits = config.limits;
     let mut command: Vec<OsString> = vec![spec.program.clone().into()];
     command.extend(spec.args.iter().map(OsString::from));
@@ -226,6 +231,7 @@ pub async fn run_process(
         read: config.extra_read_paths.clone(),
         cgroup: cgroup.as_ref().map(|c| c.dir.clone()),
         best_effort: config.allow_weaker,
+        protected_fd: protected.as_ref().map(|_| PROTECTED_FD),
         command,
     };
     let exe = super::worker_exe(config.worker_exe.as_deref());
@@ -249,15 +255,32 @@ pub async fn run_process(
         cmd.env("HOME", tmp.path());
     }
     let raw_w = status_w.as_raw_fd();
+    let raw_p = protected.as_ref().map(AsRawFd::as_raw_fd);
     // SAFETY: the closure runs in the forked child before exec and only
-    // calls async-signal-safe dup2/fcntl on an fd that is open there.
+    // calls async-signal-safe dup2/fcntl on fds that are open there.
     unsafe {
         cmd.pre_exec(move || {
+            // Out of the way first, so that neither dup2 below closes it.
+            let high_p = match raw_p {
+                Some(p) => {
+                    let h = libc::fcntl(p, libc::F_DUPFD_CLOEXEC, PROTECTED_FD + 1);
+                    if h < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Some(h)
+                }
+                None => None,
+            };
             if raw_w == STATUS_FD {
                 if libc::fcntl(raw_w, libc::F_SETFD, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
             } else if libc::dup2(raw_w, STATUS_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some(h) = high_p
+                && libc::dup2(h, PROTECTED_FD) < 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -274,6 +297,7 @@ pub async fn run_process(
     // Only the worker (and its forked command, until exec) may hold the
     // write end; EOF on the read end then means the worker is gone.
     drop(status_w);
+    drop(protected);
     let status_reader = tokio::spawn(read_status(status_r));
     let pid = child.id().unwrap_or_default();
     let _ = events.send(ProcessEvent::Started { pid });
@@ -444,6 +468,49 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, tx: mpsc::Sender<Vec<u8
             }
         }
     }
+}
+
+// === the protected paths ===
+
+/// The workspace's protected paths, from the cache the sandbox keeps (see
+/// [`super::protected`]), in an anonymous memory file (memfd) for the worker: NUL
+/// after each absolute path. `None` when they could not be had; the worker
+/// then walks the workspace itself, as fail-closed as the cache.
+async fn protected_set(spec: &ProcessSpec) -> Option<OwnedFd> {
+    let cache = spec.sandbox.protected_paths(&spec.workspace);
+    let made = tokio::task::spawn_blocking(move || protected_memfd(&cache.current())).await;
+    match made {
+        Ok(Ok(fd)) => Some(fd),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "could not pass the protected paths; the worker walks the workspace");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "finding the protected paths failed; the worker walks the workspace");
+            None
+        }
+    }
+}
+
+fn protected_memfd(paths: &[PathBuf]) -> std::io::Result<OwnedFd> {
+    use std::io::{Seek, Write};
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: a valid NUL-terminated name and flags; the fd is owned below.
+    let fd = unsafe { libc::memfd_create(c"toolsched-protected".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let mut text = Vec::with_capacity(paths.iter().map(|p| p.as_os_str().len() + 1).sum());
+    for p in paths {
+        text.extend_from_slice(p.as_os_str().as_bytes());
+        text.push(0);
+    }
+    file.write_all(&text)?;
+    // The worker's fd shares this offset: it reads from the start.
+    file.rewind()?;
+    Ok(file.into())
 }
 
 // === the worker's status report ===

@@ -39,12 +39,21 @@
 //! piecewise grants close: the command could rename the repository
 //! directory away and plant a new one, with its own `.git/hooks`, at the
 //! path the user trusts.
+//!
+//! Where the protected paths come from: the server finds them and keeps them
+//! between commands ([`super::protected`]), and passes them on
+//! [`PROTECTED_FD`]; the worker reads that fd before it opens anything else
+//! and refuses to run the command if it cannot. Without the option (the
+//! worker run by hand) it walks the workspace itself, fail-closed the same
+//! way.
 
 #![allow(unsafe_code)]
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::Write;
+use std::ops::Bound;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -52,7 +61,7 @@ use std::time::{Duration, Instant};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -73,9 +82,14 @@ pub const STATUS_FD: i32 = 3;
 /// Newer rights are added after being tested on a kernel that has them.
 const TARGET_ABI: ABI = ABI::V6;
 
-/// Directory entries the walk for protected paths reads before it gives up
-/// and treats the directories it did not reach as protected (fail closed).
-const MAX_SCAN_ENTRIES: usize = 200_000;
+/// The fd the server passes the workspace's protected paths on (see
+/// [`WorkerArgs::protected_fd`]).
+pub const PROTECTED_FD: i32 = 4;
+
+/// Largest protected-path list the worker reads: far above what
+/// [`super::protected::MAX_SCAN_ENTRIES`] entries can yield; a longer one is
+/// a setup failure, not a truncated (fail-open) list.
+const MAX_PROTECTED_BYTES: u64 = 256 << 20;
 
 /// System directories commands may read and execute, when they exist.
 const SYSTEM_READ_DIRS: &[&str] = &[
@@ -143,6 +157,12 @@ pub struct WorkerArgs {
     /// Run with whatever the kernel enforces instead of refusing.
     #[arg(long)]
     pub best_effort: bool,
+    /// An fd holding the workspace's protected paths, as the server keeps
+    /// them (`.git` entries and, fail-closed, unread directories): each
+    /// absolute path followed by a NUL. Without it, the worker walks the
+    /// workspace itself. An fd that cannot be read fails the setup.
+    #[arg(long)]
+    pub protected_fd: Option<i32>,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
@@ -180,6 +200,10 @@ impl WorkerArgs {
         if self.best_effort {
             a.push("--best-effort".into());
         }
+        if let Some(fd) = self.protected_fd {
+            a.push("--protected-fd".into());
+            a.push(fd.to_string().into());
+        }
         a.push("--".into());
         a.extend(self.command.iter().cloned());
         a
@@ -204,10 +228,12 @@ enum Ended {
 
 /// Runs the worker; does not return (exits like the command did).
 pub fn main(args: WorkerArgs) -> ! {
+    // First, before this process opens an fd that could take its number.
+    let protected = args.protected_fd.map(read_protected).transpose();
     // SAFETY: the status fd is ours, passed by the server on purpose; no
     // other File owns it.
     let mut status = unsafe { File::from_raw_fd(STATUS_FD) };
-    match supervise(&args, &mut status) {
+    match protected.and_then(|p| supervise(&args, p.as_deref(), &mut status)) {
         Ok(ended) => {
             let line = match ended {
                 Ended::Code(c) => serde_json::json!({ "exit_code": c }),
@@ -248,7 +274,12 @@ fn errno(what: &str) -> String {
 }
 
 /// Steps 1 and 3 of the module doc; the fork in between.
-fn supervise(args: &WorkerArgs, status: &mut File) -> Result<Ended, String> {
+/// `protected`: the workspace's protected paths the server passed, if any.
+fn supervise(
+    args: &WorkerArgs,
+    protected: Option<&[PathBuf]>,
+    status: &mut File,
+) -> Result<Ended, String> {
     // SAFETY: plain syscalls on our own process with valid arguments.
     let worker_pid = unsafe {
         // EPERM when we already lead a group: fine, we are one then.
@@ -302,7 +333,7 @@ fn supervise(args: &WorkerArgs, status: &mut File) -> Result<Ended, String> {
         return Err(errno("fork"));
     }
     if child == 0 {
-        let err = confine_and_exec(args, worker_pid);
+        let err = confine_and_exec(args, protected, worker_pid);
         let _ = writeln!(status, "{}", serde_json::json!({ "setup_error": err }));
         // SAFETY: leaving the forked child without running the parent's
         // destructors or atexit handlers.
@@ -406,7 +437,13 @@ fn kill_tree(worker: libc::pid_t, command: libc::pid_t, cgroup: Option<&Path>, s
     unsafe {
         libc::kill(-command, sig);
     }
-    let mut targets = descendants(worker);
+    // Reading every process's /proc stat is most of what the worker does
+    // for a short command; with no child left there is no descendant.
+    let mut targets = if has_children() {
+        descendants(worker)
+    } else {
+        Vec::new()
+    };
     if let Some(cg) = cgroup
         && let Ok(procs) = std::fs::read_to_string(cg.join("cgroup.procs"))
     {
@@ -423,6 +460,24 @@ fn kill_tree(worker: libc::pid_t, command: libc::pid_t, cgroup: Option<&Path>, s
                 libc::kill(pid, sig);
             }
         }
+    }
+}
+
+/// Whether this process has a child (running, stopped or a zombie). Every
+/// descendant's parent chain passes through a child (orphans are
+/// re-parented to us, the subreaper), so none means no descendant, and no
+/// new one can appear. Unsure (an error other than ECHILD) counts as yes.
+fn has_children() -> bool {
+    // SAFETY: waitid writes into a zeroed local; WNOWAIT reaps nothing.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(
+            libc::P_ALL,
+            0,
+            &mut info,
+            libc::WEXITED | libc::WSTOPPED | libc::WCONTINUED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        !(r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
     }
 }
 
@@ -468,7 +523,11 @@ fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
 // === the command process ===
 
 /// Step 2 of the module doc. Returns only on failure, with the reason.
-fn confine_and_exec(args: &WorkerArgs, worker_pid: libc::pid_t) -> String {
+fn confine_and_exec(
+    args: &WorkerArgs,
+    protected: Option<&[PathBuf]>,
+    worker_pid: libc::pid_t,
+) -> String {
     // SAFETY: plain syscalls on our own (single-threaded) process.
     unsafe {
         // Its own group, so the worker can signal the whole command at once.
@@ -506,14 +565,18 @@ fn confine_and_exec(args: &WorkerArgs, worker_pid: libc::pid_t) -> String {
         }
     }
     if args.level.is_confined() {
-        let rules = match fs_rules(args) {
+        let mut ruleset = match landlock_ruleset(args) {
             Ok(r) => r,
             Err(e) => return e,
         };
+        // Grants are opened before capabilities go, as they always were.
+        if let Err(e) = fs_rules(args, protected, &mut ruleset) {
+            return e;
+        }
         if let Err(e) = drop_capabilities() {
             return e;
         }
-        if let Err(e) = apply_landlock(args, rules) {
+        if let Err(e) = apply_landlock(args, ruleset) {
             return e;
         }
         if let Err(e) = apply_seccomp(args.level.allows_network()) {
@@ -620,10 +683,31 @@ fn drop_capabilities() -> Result<(), String> {
     Ok(())
 }
 
-/// One Landlock grant: an fd opened without following symlinks, and rights.
-struct Grant {
-    fd: OwnedFd,
-    access: BitFlags<AccessFs>,
+/// The Landlock ruleset being built: each grant (an fd opened without
+/// following symlinks, and rights) is added as soon as it is found and its
+/// fd closed, so the worker holds a handful of fds whatever the number of
+/// grants (a repository root with thousands of entries would otherwise run
+/// into the inherited RLIMIT_NOFILE).
+struct Grants<'a> {
+    ruleset: &'a mut RulesetCreated,
+}
+
+impl Grants<'_> {
+    fn add(&mut self, fd: OwnedFd, access: BitFlags<AccessFs>) -> Result<(), String> {
+        (&mut *self.ruleset)
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|e| format!("Landlock: {e}"))?;
+        Ok(())
+    }
+}
+
+/// Whether `set` holds `dir` or a path beneath it. Paths order component
+/// by component, so everything beneath `dir` follows it contiguously: the
+/// first element not below `dir` answers.
+fn any_at_or_beneath(set: &BTreeSet<PathBuf>, dir: &Path) -> bool {
+    set.range::<Path, _>((Bound::Included(dir), Bound::Unbounded))
+        .next()
+        .is_some_and(|p| p.starts_with(dir))
 }
 
 fn open_nofollow(
@@ -655,18 +739,17 @@ fn open_nofollow(
 /// other children get one each (files: only the file rights of `access`).
 /// Symlinks never get a grant.
 fn grant_except(
-    grants: &mut Vec<Grant>,
+    grants: &mut Grants<'_>,
     dirfd: OwnedFd,
     dir: &Path,
     access: BitFlags<AccessFs>,
-    excluded: &[PathBuf],
+    excluded: &BTreeSet<PathBuf>,
 ) -> Result<(), String> {
-    if excluded.iter().any(|e| e == dir) {
+    if excluded.contains(dir) {
         return Ok(());
     }
-    if !excluded.iter().any(|e| e.starts_with(dir)) {
-        grants.push(Grant { fd: dirfd, access });
-        return Ok(());
+    if !any_at_or_beneath(excluded, dir) {
+        return grants.add(dirfd, access);
     }
     let listing = File::from(
         open_nofollow(Some(&dirfd), Path::new("."), true)
@@ -689,50 +772,72 @@ fn grant_except(
             && !excluded.contains(&path)
             && let Ok(fd) = open_nofollow(Some(&dirfd), Path::new(&name), false)
         {
-            grants.push(Grant {
-                fd,
-                access: file_access,
-            });
+            grants.add(fd, file_access)?;
         }
     }
     Ok(())
 }
 
 /// Every `.git` (directory or file) beneath `root`, plus, fail-closed, the
-/// directories the walk did not reach within [`MAX_SCAN_ENTRIES`].
-/// Symlinked directories are not followed (they get no grant anyway).
+/// directories that could not be read or were not reached within
+/// [`super::protected::MAX_SCAN_ENTRIES`]. Symlinked directories are not
+/// followed (they get no grant anyway). The server keeps this set between
+/// commands ([`super::ProtectedPaths`]); this is the walk without the cache.
 pub fn protected_in(root: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut queue = std::collections::VecDeque::from([root.to_path_buf()]);
-    let mut budget = MAX_SCAN_ENTRIES;
-    while let Some(dir) = queue.pop_front() {
-        if budget == 0 {
-            found.push(dir);
-            found.extend(queue.drain(..));
-            break;
-        }
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            budget = budget.saturating_sub(1);
-            let path = entry.path();
-            if entry.file_name() == ".git" {
-                found.push(path);
-            } else if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                queue.push_back(path);
-            }
-        }
-    }
-    found
+    super::protected::scan_once(root)
 }
 
-/// The filesystem grants for `args.level` (step 2 of the module doc).
-fn fs_rules(args: &WorkerArgs) -> Result<Vec<Grant>, String> {
+/// The protected paths the server passed on `fd` (see
+/// [`WorkerArgs::protected_fd`]).
+fn read_protected(fd: i32) -> Result<Vec<PathBuf>, String> {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    let err = |e: std::io::Error| format!("reading the protected paths from fd {fd}: {e}");
+    // SAFETY: F_GETFD only asks whether the fd is open (owning a closed fd
+    // would abort the process on drop).
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    // SAFETY: the fd is open and was passed by the server for this purpose;
+    // nothing else in this process owns it.
+    let file = unsafe { File::from_raw_fd(fd) };
+    let mut text = Vec::new();
+    file.take(MAX_PROTECTED_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(err)?;
+    if text.len() as u64 > MAX_PROTECTED_BYTES {
+        return Err(format!(
+            "the protected paths on fd {fd} exceed {MAX_PROTECTED_BYTES} bytes"
+        ));
+    }
+    let mut paths = Vec::new();
+    for raw in text.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+        let p = PathBuf::from(std::ffi::OsStr::from_bytes(raw));
+        if !p.is_absolute() {
+            return Err(format!(
+                "a protected path on fd {fd} is not absolute: {}",
+                p.display()
+            ));
+        }
+        paths.push(p);
+    }
+    Ok(paths)
+}
+
+/// The filesystem grants for `args.level` (step 2 of the module doc),
+/// added to `ruleset` as they are found. `protected`: the workspace's
+/// protected paths from the server; `None` walks the workspace for them.
+fn fs_rules(
+    args: &WorkerArgs,
+    protected: Option<&[PathBuf]>,
+    ruleset: &mut RulesetCreated,
+) -> Result<(), String> {
     let read = AccessFs::from_read(TARGET_ABI);
     let all = AccessFs::from_all(TARGET_ABI);
-    let mut grants = Vec::new();
-    let add_tree = |grants: &mut Vec<Grant>, path: &Path, access, excluded: &[PathBuf]| {
+    let grants = &mut Grants { ruleset };
+    let none = BTreeSet::new();
+    let config_protected: BTreeSet<PathBuf> = args.protect.iter().cloned().collect();
+    let add_tree = |grants: &mut Grants<'_>, path: &Path, access, excluded: &BTreeSet<PathBuf>| {
         match open_nofollow(None, path, true) {
             Ok(fd) => grant_except(grants, fd, path, access, excluded),
             // Missing system directories are normal (no /lib32 here).
@@ -740,12 +845,12 @@ fn fs_rules(args: &WorkerArgs) -> Result<Vec<Grant>, String> {
         }
     };
     for dir in SYSTEM_READ_DIRS {
-        add_tree(&mut grants, Path::new(dir), read, &[])?;
+        add_tree(grants, Path::new(dir), read, &none)?;
     }
     for dir in &args.read {
-        add_tree(&mut grants, dir, read, &args.protect)?;
+        add_tree(grants, dir, read, &config_protected)?;
     }
-    let mut etc_excluded: Vec<PathBuf> = ETC_SECRETS
+    let mut etc_excluded: BTreeSet<PathBuf> = ETC_SECRETS
         .iter()
         .map(|s| Path::new("/etc").join(s))
         .collect();
@@ -760,60 +865,51 @@ fn fs_rules(args: &WorkerArgs) -> Result<Vec<Grant>, String> {
         }));
     }
     etc_excluded.extend(args.protect.iter().cloned());
-    add_tree(&mut grants, Path::new("/etc"), read, &etc_excluded)?;
+    add_tree(grants, Path::new("/etc"), read, &etc_excluded)?;
     // Resolver config is often a symlink into /run.
     for dir in ["/run/systemd/resolve", "/run/resolvconf"] {
-        add_tree(&mut grants, Path::new(dir), read, &[])?;
+        add_tree(grants, Path::new(dir), read, &none)?;
     }
     // /proc: the command's own view (ps, /proc/self/fd for `<(…)`); other
     // processes' secrets (environ, mem, fds) stay behind Landlock's ptrace
     // check: a confined process cannot ptrace-access one outside its domain.
     add_tree(
-        &mut grants,
+        grants,
         Path::new("/proc"),
         AccessFs::ReadFile | AccessFs::ReadDir,
-        &[],
+        &none,
     )?;
     for dev in READ_DEVICES {
         if let Ok(fd) = open_nofollow(None, Path::new(dev), false) {
-            grants.push(Grant {
-                fd,
-                access: AccessFs::ReadFile.into(),
-            });
+            grants.add(fd, AccessFs::ReadFile.into())?;
         }
     }
     let null = open_nofollow(None, Path::new("/dev/null"), false)
         .map_err(|e| format!("open /dev/null: {e}"))?;
-    grants.push(Grant {
-        fd: null,
-        access: AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate,
-    });
+    grants.add(
+        null,
+        AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate,
+    )?;
     let ws = open_nofollow(None, &args.workspace, true)
         .map_err(|e| format!("open workspace {}: {e}", args.workspace.display()))?;
     if args.level.writes_workspace() {
-        let mut protected = protected_in(&args.workspace);
+        let mut protected: BTreeSet<PathBuf> = match protected {
+            Some(p) => p.iter().cloned().collect(),
+            None => protected_in(&args.workspace).into_iter().collect(),
+        };
         protected.extend(args.protect.iter().cloned());
-        grants.push(Grant {
-            fd: ws.try_clone().map_err(|e| format!("dup: {e}"))?,
-            access: read,
-        });
-        grant_except(&mut grants, ws, &args.workspace, all, &protected)?;
+        grants.add(ws.try_clone().map_err(|e| format!("dup: {e}"))?, read)?;
+        grant_except(grants, ws, &args.workspace, all, &protected)?;
     } else {
-        grants.push(Grant {
-            fd: ws,
-            access: read,
-        });
+        grants.add(ws, read)?;
     }
     let tmp = open_nofollow(None, &args.tmp, true)
         .map_err(|e| format!("open private tmp {}: {e}", args.tmp.display()))?;
-    grants.push(Grant {
-        fd: tmp,
-        access: all,
-    });
-    Ok(grants)
+    grants.add(tmp, all)
 }
 
-fn apply_landlock(args: &WorkerArgs, grants: Vec<Grant>) -> Result<(), String> {
+/// The Landlock ruleset of `args.level`, created (nothing enforced yet).
+fn landlock_ruleset(args: &WorkerArgs) -> Result<RulesetCreated, String> {
     let err = |e: landlock::RulesetError| format!("Landlock: {e}");
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -828,13 +924,14 @@ fn apply_landlock(args: &WorkerArgs, grants: Vec<Grant>) -> Result<(), String> {
             .handle_access(AccessNet::from_all(TARGET_ABI))
             .map_err(err)?;
     }
-    let mut created = ruleset.create().map_err(err)?;
-    for g in grants {
-        created = created
-            .add_rule(PathBeneath::new(g.fd, g.access))
-            .map_err(err)?;
-    }
-    let status = created.restrict_self().map_err(err)?;
+    ruleset.create().map_err(err)
+}
+
+/// Enforces `ruleset` on this process from now on.
+fn apply_landlock(args: &WorkerArgs, ruleset: RulesetCreated) -> Result<(), String> {
+    let status = ruleset
+        .restrict_self()
+        .map_err(|e| format!("Landlock: {e}"))?;
     if !status.no_new_privs {
         return Err("no_new_privs could not be set".into());
     }
@@ -1012,23 +1109,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn finds_nested_git_dirs_and_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
-        std::fs::create_dir_all(root.join("a/b/repo/.git")).unwrap();
-        std::fs::create_dir_all(root.join("c")).unwrap();
-        std::fs::write(root.join("c/.git"), "gitdir: ../.git/modules/c\n").unwrap();
-        let mut found = protected_in(root);
-        found.sort();
-        assert_eq!(
-            found,
-            [
-                root.join(".git"),
-                root.join("a/b/repo/.git"),
-                root.join("c/.git")
-            ]
-        );
+    fn beneath_finds_descendants_in_the_ordered_set() {
+        let set: BTreeSet<PathBuf> = ["/w/a/.git", "/w/ab", "/w/b/c/d", "/w/b.c"]
+            .into_iter()
+            .map(PathBuf::from)
+            .collect();
+        for (dir, expected) in [
+            ("/w", true),
+            ("/w/a", true),
+            ("/w/a/.git", true),
+            ("/w/ab", true),
+            ("/w/b", true),
+            ("/w/b/c", true),
+            ("/w/b/c/d/e", false),
+            ("/w/a/src", false),
+            ("/w/aa", false),
+            ("/w/c", false),
+            ("/x", false),
+        ] {
+            assert_eq!(any_at_or_beneath(&set, Path::new(dir)), expected, "{dir}");
+        }
     }
 
     #[test]
@@ -1060,6 +1160,7 @@ mod tests {
             read: vec![],
             cgroup: Some("/sys/fs/cgroup/pids/x".into()),
             best_effort: true,
+            protected_fd: Some(PROTECTED_FD),
             command: vec!["bash".into(), "-c".into(), "--x".into()],
         };
         let mut argv: Vec<OsString> = vec!["w".into()];
@@ -1069,6 +1170,7 @@ mod tests {
         assert_eq!(b.protect, a.protect);
         assert_eq!(b.cgroup, a.cgroup);
         assert!(b.best_effort);
+        assert_eq!(b.protected_fd, Some(PROTECTED_FD));
         assert_eq!(b.command, a.command);
     }
 }

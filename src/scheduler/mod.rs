@@ -225,10 +225,7 @@ impl Scheduler {
                 let s = if level == sandbox.config.level {
                     sandbox.clone()
                 } else {
-                    Arc::new(Sandbox::new(crate::sandbox::SandboxConfig {
-                        level,
-                        ..sandbox.config.clone()
-                    }))
+                    Arc::new(sandbox.at_level(level))
                 };
                 (level, s)
             })

@@ -1,0 +1,544 @@
+//! The protected paths of a workspace (every `.git` at any depth), found by
+//! the server and kept across commands, so that a confined command does not
+//! wait for a walk of the whole workspace before it starts.
+//!
+//! **What is kept.** [`ProtectedPaths`] remembers, for every directory of the
+//! workspace it walked, that directory's listing (its subdirectories and
+//! whether it holds a `.git`) together with its identity and change time
+//! (device, inode, `ctime` in nanoseconds). Before every confined command
+//! the server walks the workspace again in the same order, but a directory
+//! whose identity and `ctime` are unchanged is not read: one `statx` stands
+//! for the `open` + `getdents` + `close` and the per-entry work. A 50,000-file
+//! repository in 500 directories costs 500 `statx` instead of reading 50,500
+//! entries.
+//!
+//! **Why this is fail-closed.** The kernel sets a directory's `ctime` to the
+//! current time whenever an entry is created, removed or renamed in it (and
+//! on every attribute change); no system call sets it to a chosen value
+//! (`utimensat` sets `mtime`, which is why `mtime` is not used: `touch -d`
+//! would hide a change). So a `.git` created anywhere, by a command, by the
+//! server's own tools or by anyone outside, changes its parent's `ctime` and
+//! that directory is read again. Three things could make an unchanged-looking
+//! `ctime` lie, and each is closed here:
+//! - *Coarse timestamps.* A change in the same clock tick (or, on a
+//!   filesystem with 1-second timestamps, the same second) as the listing
+//!   leaves the `ctime` equal. A listing is kept only when the directory's
+//!   `ctime` is at least [`RACY_MARGIN`] older than the moment the walk
+//!   started ("racy git" rule); a recently changed directory is simply read
+//!   again on every walk until it settles.
+//! - *The wall clock stepped back.* Timestamps could then repeat. The walk
+//!   compares wall-clock minus monotonic-clock time with the previous walk's;
+//!   when it went down, every kept listing is dropped.
+//! - *Filesystems whose `ctime` is not the kernel's* (network and FUSE
+//!   filesystems, where another host or a daemon supplies the attributes).
+//!   Listings are kept only on the local filesystems listed in
+//!   [`TRUSTED_FILESYSTEMS`]; elsewhere every directory is read every time,
+//!   as before this cache.
+//!
+//! A directory that cannot be listed is itself protected, and so is every
+//! directory the walk did not reach within [`MAX_SCAN_ENTRIES`] entries.
+//!
+//! **Why not the alternatives.** Re-walking after every command that could
+//! write costs the full walk again after every shell command (any of them
+//! may write), which is the cost this removes; and it would miss a `.git`
+//! made outside the server (`git clone` by the user), which today's walk
+//! catches. inotify would need a watch per directory (a per-user kernel
+//! limit shared with editors and other services), careful handling of queue
+//! overflow and of renamed directories (watches follow inodes, not paths),
+//! and would still need a full walk as the fallback; the `ctime` check is a
+//! pure function of what `statx` returns at the moment of the walk.
+//!
+//! What stays as before: a `.git` made by a command that runs *concurrently*
+//! with another command's start (another session) may be missed by that
+//! start, exactly as with a walk in the worker; every later command sees it.
+
+#![allow(unsafe_code)]
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Directory entries a walk reads (or counts from kept listings) before it
+/// gives up and protects the directories it did not reach (fail closed): it
+/// bounds the time a pathological workspace can cost.
+pub const MAX_SCAN_ENTRIES: usize = 200_000;
+
+/// A listing is kept only when its directory's `ctime` is this much older
+/// than the start of the walk: 1 s, the coarsest timestamp of the trusted
+/// filesystems (ext2/3, ext4 with 128-byte inodes), plus a generous second
+/// for the coarse clock the kernel stamps files with.
+pub const RACY_MARGIN: Duration = Duration::from_secs(2);
+
+/// Drift between the wall clock and the monotonic clock ignored when
+/// looking for a step back: the two are read a few nanoseconds apart.
+const CLOCK_STEP_TOLERANCE: Duration = Duration::from_millis(1);
+
+/// Local filesystems (`statfs` magic numbers from `linux/magic.h`) whose
+/// directory `ctime` the kernel itself maintains on every entry change.
+pub const TRUSTED_FILESYSTEMS: &[(i64, &str)] = &[
+    (0xEF53, "ext2/ext3/ext4"),
+    (0x5846_5342, "xfs"),
+    (0x9123_683E, "btrfs"),
+    (0x0102_1994, "tmpfs"),
+    (0x794C_7630, "overlayfs"),
+    (0xF2F5_2010, "f2fs"),
+    (0x2FC1_2FC1, "zfs"),
+    (0xCA45_1A4E, "bcachefs"),
+];
+
+/// The protected paths of one workspace root, kept between commands.
+/// Shared by every command on that root (behind a mutex: walks run one at a
+/// time, a later one reuses what the earlier one read).
+#[derive(Debug)]
+pub struct ProtectedPaths {
+    root: PathBuf,
+    listings: Mutex<Listings>,
+}
+
+impl ProtectedPaths {
+    /// A cache for `root` (canonical). Nothing is read until [`Self::current`].
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            listings: Mutex::new(Listings::default()),
+        }
+    }
+
+    /// The workspace root this cache is for.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Every `.git` (directory or file) beneath the root now, plus,
+    /// fail-closed, every directory that could not be listed and every
+    /// directory not reached within [`MAX_SCAN_ENTRIES`]. Blocking: one
+    /// `statx` per directory whose listing is kept, a full read of the
+    /// others; call it off the async runtime.
+    pub fn current(&self) -> Vec<PathBuf> {
+        let mut listings = match self.listings.lock() {
+            Ok(l) => l,
+            Err(poisoned) => {
+                // A walk panicked half-way: start from nothing.
+                let mut l = poisoned.into_inner();
+                *l = Listings::default();
+                l
+            }
+        };
+        let started = Instant::now();
+        let found = listings.walk(&self.root);
+        tracing::debug!(
+            root = %self.root.display(),
+            protected = found.len(),
+            kept = listings.dirs.len(),
+            reread = listings.reread,
+            micros = started.elapsed().as_micros() as u64,
+            "protected paths"
+        );
+        found
+    }
+}
+
+/// Every protected path beneath `root` as [`ProtectedPaths::current`] finds
+/// it, without keeping anything (the worker's fallback when the server
+/// passed no set).
+pub fn scan_once(root: &Path) -> Vec<PathBuf> {
+    Listings::default().walk(root)
+}
+
+/// One [`ProtectedPaths`] per workspace root, shared by the sandboxes of
+/// every level (see [`super::Sandbox::at_level`]).
+#[derive(Debug, Default)]
+pub struct ProtectedRegistry {
+    by_root: Mutex<HashMap<PathBuf, Arc<ProtectedPaths>>>,
+}
+
+impl ProtectedRegistry {
+    /// The cache of `root`, made on first use.
+    pub fn get(&self, root: &Path) -> Arc<ProtectedPaths> {
+        let mut map = self
+            .by_root
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.entry(root.to_path_buf())
+            .or_insert_with(|| Arc::new(ProtectedPaths::new(root)))
+            .clone()
+    }
+}
+
+/// What a walk keeps: settled listings by path and the clock offset of the
+/// last walk.
+#[derive(Debug)]
+struct Listings {
+    dirs: HashMap<PathBuf, Listing>,
+    /// Wall-clock minus monotonic time at the last walk, in nanoseconds.
+    clock_offset: Option<i128>,
+    /// The monotonic clock's origin for [`Self::clock_offset`].
+    epoch: Instant,
+    /// Directories the last walk read (not taken from a kept listing).
+    reread: usize,
+}
+
+impl Default for Listings {
+    fn default() -> Self {
+        Self {
+            dirs: HashMap::new(),
+            clock_offset: None,
+            epoch: Instant::now(),
+            reread: 0,
+        }
+    }
+}
+
+/// A directory as last read, and how to tell it has not changed since.
+#[derive(Debug)]
+struct Listing {
+    dev: u64,
+    ino: u64,
+    /// `ctime` (seconds, nanoseconds).
+    ctime: (i64, i64),
+    /// Entries in it (counted against [`MAX_SCAN_ENTRIES`]).
+    entries: usize,
+    /// Whether it holds an entry named `.git` (of any type).
+    has_git: bool,
+    /// Its subdirectories (not symlinks, not `.git`), in listing order.
+    subdirs: Vec<OsString>,
+}
+
+/// How reading one directory went.
+enum Read {
+    /// Listed; `keep` when it may be reused by a later walk.
+    Listed { listing: Listing, keep: bool },
+    /// Gone, or no longer a directory (a symlink or file swapped in): there
+    /// is nothing beneath it to protect, and the worker grants nothing
+    /// through a symlink.
+    Gone,
+    /// Exists but cannot be read: protected as a whole.
+    Unreadable,
+}
+
+impl Listings {
+    /// Breadth-first from `root`, as the worker's walk always went: `.git`
+    /// entries are found and not descended, symlinks are not followed.
+    fn walk(&mut self, root: &Path) -> Vec<PathBuf> {
+        self.check_clock();
+        let started = SystemTime::now();
+        let mut kept = HashMap::with_capacity(self.dirs.len());
+        let mut found = Vec::new();
+        let mut queue = VecDeque::from([root.to_path_buf()]);
+        let mut budget = MAX_SCAN_ENTRIES;
+        self.reread = 0;
+        while let Some(dir) = queue.pop_front() {
+            if budget == 0 {
+                found.push(dir);
+                found.extend(queue.drain(..));
+                break;
+            }
+            let (listing, keep) = match self.dirs.remove(&dir) {
+                Some(old) if unchanged(&dir, &old) => (old, true),
+                _ => match self.read_counted(&dir, started) {
+                    Read::Listed { listing, keep } => (listing, keep),
+                    Read::Gone => continue,
+                    Read::Unreadable => {
+                        found.push(dir);
+                        continue;
+                    }
+                },
+            };
+            budget = budget.saturating_sub(listing.entries);
+            if listing.has_git {
+                found.push(dir.join(".git"));
+            }
+            queue.extend(listing.subdirs.iter().map(|name| dir.join(name)));
+            if keep {
+                kept.insert(dir, listing);
+            }
+        }
+        // Directories no longer reached (removed, moved, beyond the budget)
+        // are forgotten with the rest of the old map.
+        self.dirs = kept;
+        found
+    }
+
+    /// Drops every kept listing when the wall clock was stepped back since
+    /// the last walk: timestamps may then repeat.
+    fn check_clock(&mut self) {
+        let wall = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        let offset = wall - self.epoch.elapsed().as_nanos() as i128;
+        if let Some(previous) = self.clock_offset
+            && offset < previous - CLOCK_STEP_TOLERANCE.as_nanos() as i128
+        {
+            tracing::info!("the wall clock was stepped back; re-reading the workspace");
+            self.dirs.clear();
+        }
+        self.clock_offset = Some(offset);
+    }
+
+    fn read_counted(&mut self, dir: &Path, walk_started: SystemTime) -> Read {
+        self.reread += 1;
+        self.read(dir, walk_started)
+    }
+
+    /// Reads `dir` through an fd opened without following a symlink, so that
+    /// its identity, `ctime` and listing belong to the same directory.
+    fn read(&self, dir: &Path, walk_started: SystemTime) -> Read {
+        let file = match File::options()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(dir)
+        {
+            Ok(f) => f,
+            Err(e) => return gone_or_unreadable(&e),
+        };
+        let Ok(meta) = file.metadata() else {
+            return Read::Unreadable;
+        };
+        // Asked on every read, not remembered by device: anonymous device
+        // numbers (tmpfs, FUSE, NFS) are reused after an unmount.
+        let trusted = on_trusted_filesystem(&file);
+        let ctime = (meta.ctime(), meta.ctime_nsec());
+        let Ok(entries) = cap_std::fs::Dir::from_std_file(file).entries() else {
+            return Read::Unreadable;
+        };
+        let mut listing = Listing {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            ctime,
+            entries: 0,
+            has_git: false,
+            subdirs: Vec::new(),
+        };
+        for entry in entries {
+            // An entry that cannot be read leaves the listing incomplete.
+            let Ok(entry) = entry else {
+                return Read::Unreadable;
+            };
+            listing.entries += 1;
+            let name = entry.file_name();
+            if name == ".git" {
+                listing.has_git = true;
+                continue;
+            }
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => listing.subdirs.push(name),
+                Ok(_) => {}
+                // Removed since it was listed: nothing beneath it.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(_) => return Read::Unreadable,
+            }
+        }
+        let keep = trusted && settled(ctime, walk_started);
+        Read::Listed { listing, keep }
+    }
+}
+
+/// Whether `dir` is still the directory `old` was read from, unchanged:
+/// same device and inode, same `ctime`, not a symlink.
+fn unchanged(dir: &Path, old: &Listing) -> bool {
+    std::fs::symlink_metadata(dir).is_ok_and(|m| {
+        m.is_dir()
+            && m.dev() == old.dev
+            && m.ino() == old.ino
+            && (m.ctime(), m.ctime_nsec()) == old.ctime
+    })
+}
+
+/// Whether a `ctime` is old enough that any later change must stamp a
+/// different one ([`RACY_MARGIN`]).
+fn settled(ctime: (i64, i64), walk_started: SystemTime) -> bool {
+    let Ok(started) = walk_started.duration_since(SystemTime::UNIX_EPOCH) else {
+        return false;
+    };
+    let limit = started.saturating_sub(RACY_MARGIN);
+    let (secs, nanos) = ctime;
+    match (u64::try_from(secs), u32::try_from(nanos)) {
+        (Ok(s), Ok(n)) if n < 1_000_000_000 => Duration::new(s, n) < limit,
+        _ => false,
+    }
+}
+
+fn gone_or_unreadable(e: &std::io::Error) -> Read {
+    match e.raw_os_error() {
+        Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP) => Read::Gone,
+        _ => Read::Unreadable,
+    }
+}
+
+/// Whether the filesystem holding `file` is one of [`TRUSTED_FILESYSTEMS`].
+fn on_trusted_filesystem(file: &File) -> bool {
+    // SAFETY: fstatfs writes into a zeroed local struct through a valid fd.
+    let magic = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        if libc::fstatfs(file.as_raw_fd(), &mut st) != 0 {
+            return false;
+        }
+        st.f_type as i64
+    };
+    TRUSTED_FILESYSTEMS.iter().any(|(m, _)| *m == magic)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sets `path`'s mtime and atime far in the past, which moves its ctime
+    /// to now: what a test needs to see that the ctime, not the mtime, is
+    /// what the cache checks.
+    fn set_old_mtime(path: &Path) {
+        let old = std::fs::FileTimes::new()
+            .set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000))
+            .set_accessed(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000));
+        File::open(path).unwrap().set_times(old).unwrap();
+    }
+
+    fn sorted(mut v: Vec<PathBuf>) -> Vec<PathBuf> {
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn finds_nested_git_dirs_and_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(root.join("a/b/repo/.git")).unwrap();
+        std::fs::create_dir_all(root.join("c")).unwrap();
+        std::fs::write(root.join("c/.git"), "gitdir: ../.git/modules/c\n").unwrap();
+        let expected = [
+            root.join(".git"),
+            root.join("a/b/repo/.git"),
+            root.join("c/.git"),
+        ];
+        assert_eq!(sorted(scan_once(root)), expected);
+        let cache = ProtectedPaths::new(root);
+        assert_eq!(sorted(cache.current()), expected);
+        assert_eq!(sorted(cache.current()), expected);
+    }
+
+    /// Reads `dirs` into `cache` as a walk long after their last change
+    /// would, so that they are kept.
+    fn keep_listings(cache: &ProtectedPaths, dirs: &[PathBuf]) {
+        let mut l = cache.listings.lock().unwrap();
+        let later = SystemTime::now() + RACY_MARGIN * 2;
+        for d in dirs {
+            let Read::Listed { listing, keep } = l.read(d, later) else {
+                panic!("cannot read {}", d.display());
+            };
+            assert!(keep, "{} is not on a trusted filesystem", d.display());
+            l.dirs.insert(d.clone(), listing);
+        }
+    }
+
+    #[test]
+    fn settled_listings_are_reused_and_a_new_git_is_still_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join("c")).unwrap();
+        let all = [
+            root.clone(),
+            root.join("a"),
+            root.join("a/b"),
+            root.join("c"),
+        ];
+        let cache = ProtectedPaths::new(&root);
+        assert_eq!(cache.current(), Vec::<PathBuf>::new());
+        assert_eq!(
+            cache.listings.lock().unwrap().dirs.len(),
+            0,
+            "just-changed directories are not kept"
+        );
+        keep_listings(&cache, &all);
+        // A kept listing is used without reading the directory: plant a
+        // `.git` in `c`'s kept listing only, and the walk reports it.
+        cache
+            .listings
+            .lock()
+            .unwrap()
+            .dirs
+            .get_mut(&root.join("c"))
+            .unwrap()
+            .has_git = true;
+        assert_eq!(cache.current(), [root.join("c/.git")]);
+        assert_eq!(cache.listings.lock().unwrap().dirs.len(), 4);
+        // A `.git` made in a/b is found, even with a/b's mtime set back:
+        // its ctime moved, so it is read again.
+        keep_listings(&cache, &all);
+        std::fs::create_dir(root.join("a/b/.git")).unwrap();
+        set_old_mtime(&root.join("a/b"));
+        assert_eq!(cache.current(), [root.join("a/b/.git")]);
+        // A directory swapped for another at the same path is read again.
+        keep_listings(&cache, &all);
+        std::fs::rename(root.join("c"), root.join("c-old")).unwrap();
+        std::fs::create_dir_all(root.join("c/.git")).unwrap();
+        assert_eq!(
+            sorted(cache.current()),
+            [root.join("a/b/.git"), root.join("c/.git")]
+        );
+    }
+
+    #[test]
+    fn a_directory_replaced_by_a_symlink_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(outside.path().join("x/.git")).unwrap();
+        let root = dir.path();
+        std::os::unix::fs::symlink(outside.path(), root.join("link")).unwrap();
+        assert_eq!(scan_once(root), Vec::<PathBuf>::new());
+    }
+
+    #[test]
+    fn an_unreadable_directory_is_protected_whole() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("locked/inner")).unwrap();
+        std::fs::set_permissions(root.join("locked"), std::fs::Permissions::from_mode(0o300))
+            .unwrap();
+        let readable = std::fs::read_dir(root.join("locked")).is_ok();
+        let found = scan_once(root);
+        std::fs::set_permissions(root.join("locked"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        if readable {
+            // Root ignores permissions: the directory is simply listed.
+            assert_eq!(found, Vec::<PathBuf>::new());
+        } else {
+            assert_eq!(found, [root.join("locked")]);
+        }
+    }
+
+    #[test]
+    fn a_clock_step_back_drops_kept_listings() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Listings::default();
+        let later = SystemTime::now() + RACY_MARGIN * 2;
+        let Read::Listed { listing, keep } = l.read(dir.path(), later) else {
+            panic!();
+        };
+        assert!(keep || !on_trusted_filesystem(&File::open(dir.path()).unwrap()));
+        l.dirs.insert(dir.path().to_path_buf(), listing);
+        l.check_clock();
+        l.clock_offset = l.clock_offset.map(|o| o + 10_000_000_000);
+        l.check_clock();
+        assert!(l.dirs.is_empty());
+    }
+
+    #[test]
+    fn settled_needs_the_margin() {
+        let now = SystemTime::now();
+        let secs = |t: SystemTime| {
+            let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap();
+            (d.as_secs() as i64, d.subsec_nanos() as i64)
+        };
+        assert!(!settled(secs(now), now));
+        assert!(!settled(secs(now - RACY_MARGIN / 2), now));
+        assert!(settled(secs(now - RACY_MARGIN * 2), now));
+        assert!(!settled((-1, 0), now));
+    }
+}

@@ -1,0 +1,351 @@
+//! Protected paths kept by the server between commands: every `.git` in
+//! the workspace stays read-only for confined commands, whether it was
+//! there when the first command ran, was made by an earlier command (later
+//! batches of the same session and other sessions), or appeared after the
+//! server had kept the listings of the directories around it. Through the
+//! real gRPC server (yolo mode) and the real worker.
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+use support::*;
+use toolsched::api::pb;
+use toolsched::policy::ApprovalMode;
+use toolsched::sandbox::{Sandbox, SandboxConfig, SandboxLevel};
+use toolsched::scheduler::SchedulerConfig;
+
+/// Whether the kernel enforces `level`; prints why not, loudly.
+fn kernel_enforces(level: SandboxLevel) -> bool {
+    let probe = toolsched::sandbox::probe::probe(level);
+    if probe.missing.is_empty() {
+        return true;
+    }
+    eprintln!(
+        "\n*** SKIPPED: the kernel cannot enforce sandbox level {level}: missing {} ***\n",
+        probe.missing.join(", ")
+    );
+    false
+}
+
+fn yolo() -> SchedulerConfig {
+    SchedulerConfig {
+        default_mode: ApprovalMode::Yolo,
+        sandbox: Arc::new(Sandbox::new(SandboxConfig::default())),
+        ..SchedulerConfig::default()
+    }
+}
+
+fn shell(id: &str, command: &str) -> pb::FunctionCall {
+    call(id, "run_shell_command", json!({ "command": command }))
+}
+
+/// Runs one shell command in `session` and returns its output; it must
+/// succeed.
+async fn run_ok(srv: &TestServer, session: &str, command: &str) -> String {
+    let events = srv.run(session, vec![shell("ok", command)]).await;
+    assert_eq!(
+        states(&events, "ok"),
+        ["validating", "scheduled", "executing", "success"],
+        "{command}: {events:?}"
+    );
+    success_output(&events, "ok")
+}
+
+/// Runs one shell command in `session`; it must be refused by the sandbox.
+async fn assert_denied(srv: &TestServer, session: &str, command: &str) {
+    let events = srv.run(session, vec![shell("c", command)]).await;
+    assert_eq!(
+        states(&events, "c"),
+        ["validating", "scheduled", "executing", "error"],
+        "{command}: {events:?}"
+    );
+    let (kind, message) = error_of(&events, "c");
+    assert_eq!(kind, pb::ErrorType::SandboxDenied, "{command}: {message}");
+}
+
+/// Every way a command could change `git_dir` (relative to the
+/// workspace) is refused, and nothing changed.
+async fn assert_git_dir_read_only(srv: &TestServer, session: &str, git_dir: &str) {
+    let hook = format!("{git_dir}/hooks/pre-commit");
+    assert_denied(srv, session, &format!("echo evil > {hook}")).await;
+    assert!(!srv.path(&hook).exists(), "{hook} was written");
+    assert_denied(
+        srv,
+        session,
+        &format!("echo '[core] fsmonitor = evil' > {git_dir}/config"),
+    )
+    .await;
+    assert_denied(srv, session, &format!("mv {git_dir} {git_dir}-moved")).await;
+    assert!(srv.path(git_dir).is_dir(), "{git_dir} was moved");
+}
+
+#[tokio::test]
+async fn a_nested_git_present_before_the_first_command_is_read_only() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    std::fs::create_dir_all(srv.path("deep/er/repo/.git/hooks")).unwrap();
+    std::fs::create_dir_all(srv.path("deep/er/repo/src")).unwrap();
+    std::fs::create_dir_all(srv.path("elsewhere")).unwrap();
+    assert_git_dir_read_only(&srv, "s", "deep/er/repo/.git").await;
+    // Around it the workspace stays writable, on every later command too.
+    assert_eq!(
+        run_ok(
+            &srv,
+            "s",
+            "echo a > deep/er/repo/src/x && echo b > elsewhere/y && cat deep/er/repo/src/x elsewhere/y"
+        )
+        .await,
+        "Command: echo a > deep/er/repo/src/x && echo b > elsewhere/y && cat deep/er/repo/src/x elsewhere/y\nDirectory: .\nOutput: a\nb\n"
+    );
+    assert_git_dir_read_only(&srv, "other", "deep/er/repo/.git").await;
+}
+
+#[tokio::test]
+async fn a_git_made_by_one_command_is_read_only_for_later_batches_and_sessions() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    std::fs::create_dir_all(srv.path("pkg/src")).unwrap();
+    // The server has the workspace's protected set (none yet) before the
+    // repositories appear.
+    run_ok(&srv, "a", "true").await;
+    run_ok(
+        &srv,
+        "a",
+        "git init -q pkg/sub && mkdir -p pkg/src/inner/.git/hooks",
+    )
+    .await;
+    assert!(srv.path("pkg/sub/.git/hooks").is_dir());
+    // The next batch of the same session.
+    assert_git_dir_read_only(&srv, "a", "pkg/sub/.git").await;
+    assert_git_dir_read_only(&srv, "a", "pkg/src/inner/.git").await;
+    // Another session.
+    assert_git_dir_read_only(&srv, "b", "pkg/sub/.git").await;
+    assert_git_dir_read_only(&srv, "b", "pkg/src/inner/.git").await;
+}
+
+/// The newest ctime of `dirs`.
+fn newest_ctime(dirs: &[&Path]) -> SystemTime {
+    use std::os::unix::fs::MetadataExt;
+    dirs.iter()
+        .map(|d| {
+            let m = std::fs::symlink_metadata(d).unwrap();
+            SystemTime::UNIX_EPOCH + Duration::new(m.ctime() as u64, m.ctime_nsec() as u32)
+        })
+        .max()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_git_made_after_the_listings_were_kept_is_read_only() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    std::fs::create_dir_all(srv.path("lib/a/b")).unwrap();
+    std::fs::create_dir_all(srv.path("staging")).unwrap();
+    std::fs::create_dir_all(srv.path("dest")).unwrap();
+    // Listings are kept once their directory's ctime is older than the
+    // racy margin: let the clock pass it (what is under test is the
+    // timestamps' age; there is nothing to wait for but the clock).
+    let root = srv.path("");
+    let dirs = ["lib", "lib/a", "lib/a/b", "staging", "dest"].map(|d| srv.path(d));
+    let mut all: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
+    all.push(&root);
+    let settled = newest_ctime(&all)
+        + toolsched::sandbox::protected::RACY_MARGIN
+        + Duration::from_millis(100);
+    if let Ok(left) = settled.duration_since(SystemTime::now()) {
+        tokio::time::sleep(left).await;
+    }
+    // This walk keeps the listings; the next ones reuse them.
+    run_ok(&srv, "a", "true").await;
+    run_ok(&srv, "a", "true").await;
+    run_ok(
+        &srv,
+        "a",
+        "mkdir -p lib/a/b/.git/hooks && touch -d 2001-01-01 lib/a/b",
+    )
+    .await;
+    assert_git_dir_read_only(&srv, "a", "lib/a/b/.git").await;
+    assert_git_dir_read_only(&srv, "b", "lib/a/b/.git").await;
+    // A repository moved in from elsewhere in the workspace.
+    run_ok(
+        &srv,
+        "a",
+        "mkdir -p staging/r/.git/hooks && mv staging/r dest/r",
+    )
+    .await;
+    assert_git_dir_read_only(&srv, "b", "dest/r/.git").await;
+}
+
+// === the worker and the set the server passes ===
+
+const TOOLSCHED: &str = env!("CARGO_BIN_EXE_toolsched");
+
+/// Runs the worker binary directly at `workspace_write` with
+/// `--protected-fd 4`, fd 4 opened by bash on `protected` (or closed when
+/// `None`); returns (exit status, stdout+stderr, status report).
+fn run_worker(
+    workspace: &Path,
+    protected: Option<&Path>,
+    command: &str,
+) -> (Option<i32>, String, String) {
+    run_worker_with_nofile(workspace, protected, command, None)
+}
+
+/// [`run_worker`], the worker started with `ulimit -n nofile` when given.
+fn run_worker_with_nofile(
+    workspace: &Path,
+    protected: Option<&Path>,
+    command: &str,
+    nofile: Option<u32>,
+) -> (Option<i32>, String, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let status_file = tmp.path().join("status");
+    let private_tmp = tmp.path().join("tmp");
+    std::fs::create_dir(&private_tmp).unwrap();
+    let redirect = if protected.is_some() {
+        "4<\"$PROTECTED\""
+    } else {
+        "4<&-"
+    };
+    let limit = nofile.map_or(String::new(), |n| format!("ulimit -n {n} && "));
+    let script = format!("{limit}exec \"$@\" 3>\"$STATUS\" {redirect}");
+    let workspace_arg = workspace.display().to_string();
+    let tmp_arg = private_tmp.display().to_string();
+    let out = std::process::Command::new("bash")
+        .args([
+            "-c",
+            &script,
+            "bash",
+            TOOLSCHED,
+            "sandbox-exec",
+            "--level",
+            "workspace_write",
+            "--workspace",
+            &workspace_arg,
+            "--tmp",
+            &tmp_arg,
+            "--cpu-secs",
+            "10",
+            "--address-space-bytes",
+            "4294967296",
+            "--file-size-bytes",
+            "1048576",
+            "--processes",
+            "64",
+            "--open-files",
+            "256",
+            "--kill-grace-ms",
+            "200",
+            "--protected-fd",
+            "4",
+            "--",
+            "bash",
+            "-c",
+            command,
+        ])
+        .current_dir(workspace)
+        .env("STATUS", &status_file)
+        .env("PROTECTED", protected.unwrap_or(Path::new("")))
+        .output()
+        .expect("run the worker");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = std::fs::read_to_string(&status_file).unwrap_or_default();
+    (out.status.code(), text, status)
+}
+
+#[test]
+fn the_worker_protects_exactly_the_set_the_server_passes() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let lists = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(ws.join("plain")).unwrap();
+    std::fs::create_dir_all(ws.join("free")).unwrap();
+    let list = lists.path().join("protected");
+    std::fs::write(&list, format!("{}\0", ws.join("plain").display())).unwrap();
+    let (code, out, status) = run_worker(
+        &ws,
+        Some(&list),
+        "echo x > plain/f; echo rc=$?; echo y > free/f; echo rc=$?",
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(status.trim(), r#"{"exit_code":0}"#);
+    assert!(out.contains("plain/f: Permission denied"), "{out}");
+    assert!(out.starts_with("rc=1\nrc=0\n"), "{out}");
+    assert!(!ws.join("plain/f").exists());
+    assert_eq!(std::fs::read_to_string(ws.join("free/f")).unwrap(), "y\n");
+}
+
+#[test]
+fn a_protected_set_that_cannot_be_read_fails_the_setup() {
+    let ws = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let lists = tempfile::tempdir().unwrap();
+    let relative = lists.path().join("relative");
+    std::fs::write(&relative, "plain\0").unwrap();
+    let marker = ws.join("ran");
+    let touch = format!("touch {}", marker.display());
+    for (protected, reason) in [
+        (None, "reading the protected paths from fd 4"),
+        (Some(relative.as_path()), "is not absolute: plain"),
+    ] {
+        let (code, out, status) = run_worker(&ws, protected, &touch);
+        assert_eq!(
+            code,
+            Some(toolsched::sandbox::worker::SETUP_FAILED_EXIT),
+            "{out}"
+        );
+        assert!(
+            status.contains("setup_error") && status.contains(reason),
+            "{status}"
+        );
+        assert!(
+            !marker.exists(),
+            "the command ran without its protected set"
+        );
+    }
+}
+
+#[test]
+fn a_repository_root_with_more_entries_than_open_files_is_granted_whole() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let lists = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(ws.join("r/.git")).unwrap();
+    // Each entry beside `.git` needs its own Landlock rule, far more of
+    // them than the worker may hold fds at once.
+    for i in 0..300 {
+        std::fs::create_dir(ws.join(format!("r/d{i:03}"))).unwrap();
+    }
+    let list = lists.path().join("protected");
+    std::fs::write(&list, format!("{}\0", ws.join("r/.git").display())).unwrap();
+    let (code, out, status) = run_worker_with_nofile(
+        &ws,
+        Some(&list),
+        "n=0; for d in r/d*; do touch $d/new || n=$((n+1)); done; echo denied=$n",
+        Some(64),
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(status.trim(), r#"{"exit_code":0}"#);
+    assert_eq!(out, "denied=0\n");
+    assert!(ws.join("r/d299/new").is_file());
+}
