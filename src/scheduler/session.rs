@@ -938,6 +938,7 @@ impl Session {
         events.emit(BatchEvent::Started {
             batch_id: id.clone(),
         });
+        events.flush();
         // Topic first, stable otherwise.
         let mut order: Vec<usize> = (0..request.calls.len()).collect();
         order.sort_by_key(|&i| request.calls[i].name != TOPIC_TOOL_NAME);
