@@ -116,6 +116,11 @@ pub struct ServeArgs {
     /// [default: 10].
     #[arg(long, env = "TOOLSCHED_SHUTDOWN_GRACE_SECS")]
     pub shutdown_grace_secs: Option<u64>,
+    /// After the grace, seconds streams and connections get to close before
+    /// they are dropped (a client not reading, an open health Watch)
+    /// [default: 5].
+    #[arg(long, env = "TOOLSCHED_SHUTDOWN_CLOSE_SECS")]
+    pub shutdown_close_secs: Option<u64>,
     /// Bearer token every ToolScheduler RPC must carry.
     #[arg(long, env = "TOOLSCHED_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
@@ -202,6 +207,7 @@ struct FileConfig {
     max_concurrent_streams: Option<u32>,
     max_request_bytes: Option<usize>,
     shutdown_grace_secs: Option<u64>,
+    shutdown_close_secs: Option<u64>,
     auth_token: Option<String>,
     blocking_file_io: Option<bool>,
     insecure_no_auth: Option<bool>,
@@ -406,6 +412,8 @@ impl Settings {
                 .unwrap_or(server_defaults.max_request_bytes),
             shutdown_grace: secs(args.shutdown_grace_secs.or(file.shutdown_grace_secs))
                 .unwrap_or(server_defaults.shutdown_grace),
+            shutdown_close: secs(args.shutdown_close_secs.or(file.shutdown_close_secs))
+                .unwrap_or(server_defaults.shutdown_close),
         };
         Ok(Settings {
             listen,

@@ -308,6 +308,42 @@ async fn shutdown_cancels_running_calls_after_the_grace_and_refuses_new_batches(
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
 }
 
+/// An open health Watch never ends by itself: the server still exits, once
+/// `shutdown_close` after the drain has passed.
+#[tokio::test]
+async fn an_open_health_watch_does_not_keep_the_server_alive() {
+    let mut srv = TestServer::with_options(
+        yolo(),
+        toolsched::api::ServerOptions {
+            shutdown_grace: Duration::from_millis(100),
+            shutdown_close: Duration::from_millis(200),
+            ..Default::default()
+        },
+    )
+    .await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", srv.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut watch = tonic_health::pb::health_client::HealthClient::new(channel)
+        .watch(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+    let not_serving = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+    assert_eq!(watch.message().await.unwrap().unwrap().status, serving);
+    srv.begin_shutdown();
+    assert_eq!(watch.message().await.unwrap().unwrap().status, not_serving);
+    // The server task ends (a hang fails here rather than blocking CI).
+    tokio::time::timeout(Duration::from_secs(60), srv.shutdown())
+        .await
+        .expect("the server exited with a health Watch still open");
+}
+
 #[tokio::test]
 async fn during_the_grace_health_is_not_serving_and_new_batches_are_unavailable() {
     let mut srv = TestServer::with_options(

@@ -140,6 +140,11 @@ pub struct ServerOptions {
     /// After SIGTERM: how long running batches may go on before they are
     /// cancelled.
     pub shutdown_grace: Duration,
+    /// After the grace, once the remaining calls are cancelled: how long
+    /// streams and connections get to close before they are dropped. A
+    /// client that stops reading its stream, or an open health `Watch`,
+    /// would otherwise keep the process alive indefinitely.
+    pub shutdown_close: Duration,
 }
 
 impl Default for ServerOptions {
@@ -149,6 +154,7 @@ impl Default for ServerOptions {
             max_concurrent_streams: 1024,
             max_request_bytes: 4 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(10),
+            shutdown_close: Duration::from_secs(5),
         }
     }
 }
@@ -167,7 +173,8 @@ pub enum ServeError {
 /// `toolsched.v1.ToolScheduler`) and new batches are refused (UNAVAILABLE); running
 /// batches get [`ServerOptions::shutdown_grace`]; then `shutdown` is
 /// cancelled, which ends every remaining call Cancelled ("The server is
-/// shutting down.") and closes the streams.
+/// shutting down.") and closes the streams; streams and connections still
+/// open [`ServerOptions::shutdown_close`] later are dropped.
 pub async fn serve(
     listener: TcpListener,
     scheduler: Scheduler,
@@ -209,6 +216,8 @@ pub async fn serve(
     let service = tonic::service::interceptor::InterceptedService::new(service, check_auth);
 
     let grace = options.shutdown_grace;
+    let close = options.shutdown_close;
+    let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
     let drain = async move {
         signal.await;
         tracing::info!("shutting down: refusing new batches");
@@ -229,11 +238,28 @@ pub async fn serve(
             );
         }
         shutdown.cancel();
-        scheduler.idle().await;
+        // Each stream ends once its last events are written: a client that
+        // does not read would hold it open, so this wait is bounded too.
+        if tokio::time::timeout(close, scheduler.idle()).await.is_err() {
+            tracing::warn!(
+                close_secs = close.as_secs_f64(),
+                "batch streams still open (a client not reading); closing anyway"
+            );
+        }
+        let _ = drained_tx.send(());
+    };
+    // After the drain, tonic closes connections gracefully, waiting for every
+    // open stream (a health Watch never ends by itself): bounded by `close`.
+    let closed = async move {
+        if drained_rx.await.is_ok() {
+            tokio::time::sleep(close).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
     };
 
     let max_request_bytes = options.max_request_bytes;
-    tonic::transport::Server::builder()
+    let server = tonic::transport::Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
         .layer(tower::util::MapResponseLayer::new(
             move |response: http::Response<tonic::body::Body>| {
@@ -251,8 +277,14 @@ pub async fn serve(
                 .with_nodelay(Some(true))
                 .with_keepalive(Some(TCP_KEEPALIVE)),
             drain,
-        )
-        .await?;
+        );
+    tokio::select! {
+        served = server => served?,
+        () = closed => tracing::warn!(
+            close_secs = close.as_secs_f64(),
+            "connections still open after the drain (e.g. a health Watch); dropping them"
+        ),
+    }
     Ok(())
 }
 
