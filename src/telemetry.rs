@@ -77,6 +77,11 @@ pub enum TelemetryError {
     },
     #[error("tracing was already set up in this process")]
     AlreadySet,
+    /// The export speaks plain HTTP/2 only (no TLS built in).
+    #[error(
+        "OTLP endpoint '{endpoint}' must be an http:// URL with a host and port, e.g. http://127.0.0.1:4317 (OTLP over gRPC; TLS export is not built in)"
+    )]
+    NotHttp { endpoint: String },
 }
 
 /// Owns the tracer provider; [`Telemetry::shutdown`] exports what is left.
@@ -144,6 +149,14 @@ pub fn init(endpoint: Option<&str>) -> Result<Telemetry, TelemetryError> {
             endpoint: None,
         });
     };
+    let usable = endpoint.parse::<http::Uri>().is_ok_and(|uri| {
+        uri.scheme_str() == Some("http")
+            && uri.host().is_some_and(|h| !h.is_empty())
+            && uri.port_u16().is_some()
+    });
+    if !usable {
+        return Err(TelemetryError::NotHttp { endpoint });
+    }
     if TRACER.get().is_some() {
         return Err(TelemetryError::AlreadySet);
     }
@@ -381,6 +394,26 @@ impl CallTrace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An endpoint the exporter cannot use is refused at start with a
+    /// message naming what was given (before anything is set up).
+    #[test]
+    fn endpoints_must_be_http_with_a_host_and_port() {
+        for bad in [
+            "127.0.0.1:4317",
+            "ftp://127.0.0.1:4317",
+            "https://collector:4317",
+            "http://127.0.0.1:99999",
+            "http://:4317",
+            "not a uri",
+        ] {
+            match init(Some(bad)) {
+                Err(TelemetryError::NotHttp { endpoint }) => assert_eq!(endpoint, bad),
+                other => panic!("{bad}: {:?}", other.map(|t| t.endpoint().map(String::from))),
+            }
+        }
+        assert!(TRACER.get().is_none());
+    }
 
     /// Without `init` (no exporter configured) nothing is recorded: the
     /// traces are empty and every method returns at once.

@@ -256,6 +256,25 @@ async fn read_file_error_types() {
         "argument 'start_line' (3) must not be greater than 'end_line' (2). Send start_line <= end_line."
     );
 
+    // A trailing "/." or "/" on a file, or "/" naming no directory, is not
+    // taken as the file (the last would create "new" as a file).
+    let events = run_one(&srv, "read_file", json!({"file_path": "three.txt/."})).await;
+    let (kind, _) = failed(&events, true);
+    assert_eq!(kind, ErrorType::FileNotFound);
+    let events = run_one(
+        &srv,
+        "write_file",
+        json!({"file_path": "new/", "content": "x"}),
+    )
+    .await;
+    let (kind, message) = failed(&events, true);
+    assert_eq!(kind, ErrorType::InvalidToolParams);
+    assert_eq!(
+        message,
+        "'new/' ends with '/', so it names a directory, and there is none there. Give the path of a file."
+    );
+    assert!(!srv.path("new").exists());
+
     let events = run_one(
         &srv,
         "read_file",

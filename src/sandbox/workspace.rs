@@ -24,6 +24,11 @@ pub enum PathError {
     Empty,
     #[error("Path '{given}' contains a NUL byte")]
     Nul { given: String },
+    /// The root path no longer names the directory opened at start.
+    #[error(
+        "The workspace root {root} was moved, replaced or removed after the server started (it no longer names the directory the server opened); nothing was done. Restart toolsched on the workspace."
+    )]
+    RootMoved { root: String },
     #[error("Cannot resolve '{given}': {source}")]
     Io {
         given: String,
@@ -92,6 +97,8 @@ impl BeneathError {
 pub struct Workspace {
     root: PathBuf,
     dir: Arc<cap_std::fs::Dir>,
+    /// Device and inode of `dir`: the root path must still name it.
+    root_id: (u64, u64),
     blocking_io: bool,
 }
 
@@ -106,9 +113,11 @@ impl Workspace {
             ));
         }
         let dir = cap_std::fs::Dir::open_ambient_dir(&root, cap_std::ambient_authority())?;
+        let meta = rustix::fs::fstat(&dir)?;
         Ok(Self {
             root,
             dir: Arc::new(dir),
+            root_id: (meta.st_dev, meta.st_ino),
             blocking_io: false,
         })
     }
@@ -147,6 +156,16 @@ impl Workspace {
             return Err(PathError::Nul {
                 given: given.to_string(),
             });
+        }
+        // Tools open through the held root fd while commands and listings
+        // use the root path: both must name the same directory.
+        match rustix::fs::stat(&self.root) {
+            Ok(meta) if (meta.st_dev, meta.st_ino) == self.root_id => {}
+            _ => {
+                return Err(PathError::RootMoved {
+                    root: self.root.display().to_string(),
+                });
+            }
         }
         if let Some(plain) = self.resolve_plain(given) {
             return Ok(plain);
@@ -205,7 +224,9 @@ impl Workspace {
     /// check). `None` leaves every other case to the general path.
     fn resolve_plain(&self, given: &str) -> Option<PathBuf> {
         use rustix::fs::{Mode, OFlags, ResolveFlags};
-        if given.ends_with('/') {
+        // `Path::components` drops a `.` (even a trailing one after a file,
+        // which the kernel refuses): leave those to the general path.
+        if given.ends_with('/') || given.split('/').any(|c| c == ".") {
             return None;
         }
         let rel = Path::new(given);
@@ -541,6 +562,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_moved_or_replaced_root_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ws");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("a.txt"), "x").unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        assert!(ws.resolve("a.txt").is_ok());
+        std::fs::rename(&root, dir.path().join("moved")).unwrap();
+        assert!(matches!(
+            ws.resolve("a.txt"),
+            Err(PathError::RootMoved { .. })
+        ));
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("a.txt"), "y").unwrap();
+        assert!(matches!(
+            ws.resolve("a.txt"),
+            Err(PathError::RootMoved { .. })
+        ));
+    }
+
+    #[test]
     fn plain_fast_path_agrees_with_realpath() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("ws");
@@ -560,9 +602,11 @@ mod tests {
         // Only plain, symlink-free components take the fast path.
         assert_eq!(ws.resolve_plain("a/b/f.txt"), Some(abs.clone()));
         assert_eq!(ws.resolve_plain("link/f.txt"), None);
-        // (`Path::components` drops an inner `.`, which names nothing.)
-        assert_eq!(ws.resolve_plain("a/./b"), Some(canonical.join("a/b")));
+        assert_eq!(ws.resolve_plain("a/./b"), None);
         assert_eq!(ws.resolve_plain("./a"), None);
+        assert_eq!(ws.resolve("a/./b").unwrap(), canonical.join("a/b"));
+        // A `.` after a file is not a directory, as the kernel says.
+        assert!(ws.resolve("a/b/f.txt/.").is_err());
         assert_eq!(ws.resolve_plain("a/../a"), None);
         assert_eq!(ws.resolve_plain("a/b/f.txt/"), None);
         assert_eq!(ws.resolve_plain("a/new.txt"), None);

@@ -42,6 +42,7 @@ pub(crate) fn path_error(e: PathError) -> ToolError {
             ToolError::new(ErrorKind::PathNotInWorkspace, e.to_string())
         }
         PathError::Empty | PathError::Nul { .. } => ToolError::invalid_params(e.to_string()),
+        PathError::RootMoved { .. } => ToolError::new(ErrorKind::UnhandledException, e.to_string()),
         PathError::Io {
             ref source,
             ref given,
@@ -119,6 +120,12 @@ impl Target {
     /// Resolves `given` now (at build time).
     pub fn new(ws: &Arc<Workspace>, given: &str) -> Result<Self, ToolError> {
         let path = ws.resolve(given).map_err(path_error)?;
+        // Resolution drops a trailing '/': "new/" must not become a file.
+        if given.ends_with('/') && !path.is_dir() {
+            return Err(ToolError::invalid_params(format!(
+                "'{given}' ends with '/', so it names a directory, and there is none there. Give the path of a file."
+            )));
+        }
         Ok(Self {
             ws: ws.clone(),
             given: given.to_string(),

@@ -144,9 +144,13 @@ impl Invocation for ReadFile {
                 Err(e) => return e.into(),
             };
             if file.size <= READ_WHOLE_BYTES {
-                return self.read(file, &ctx).unwrap_or_else(Into::into);
+                match self.read_whole(&file, &ctx) {
+                    Ok(Some(outcome)) => return outcome,
+                    Err(e) => return e.into(),
+                    Ok(None) => {} // it grew since the stat: streamed below
+                }
             }
-            blocking(move || self.read(file, &ctx).unwrap_or_else(Into::into)).await
+            blocking(move || self.read_streamed(file, &ctx).unwrap_or_else(Into::into)).await
         })
     }
 }
@@ -188,24 +192,44 @@ impl ReadFile {
     }
 
     fn read(&self, opened: Opened, ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
+        if opened.size <= READ_WHOLE_BYTES
+            && let Some(outcome) = self.read_whole(&opened, ctx)?
+        {
+            return Ok(outcome);
+        }
+        self.read_streamed(opened, ctx)
+    }
+
+    /// A file of at most [`READ_WHOLE_BYTES`] (by its stat) read with one
+    /// `read` and decoded in memory; `None` when it has grown past that
+    /// since, for [`ReadFile::read_streamed`] (on the blocking pool).
+    fn read_whole(
+        &self,
+        opened: &Opened,
+        ctx: &ExecContext,
+    ) -> Result<Option<ToolOutcome>, ToolError> {
+        let file = &opened.file;
+        // One more byte than the stat said: the read that returns 0 ends it.
+        let mut bytes = Vec::with_capacity(opened.size as usize + 1);
+        file.take(READ_WHOLE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| ToolError::io(&e, &self.display))?;
+        if bytes.len() as u64 > READ_WHOLE_BYTES {
+            return Ok(None);
+        }
+        self.read_in_memory(&bytes, ctx).map(Some)
+    }
+
+    /// The file streamed in passes over its fd, at most [`MAX_READ_BYTES`]
+    /// of it however much it grows meanwhile.
+    fn read_streamed(&self, opened: Opened, ctx: &ExecContext) -> Result<ToolOutcome, ToolError> {
         let io = |e: std::io::Error| ToolError::io(&e, &self.display);
         let Opened { file, size } = opened;
-        if size <= READ_WHOLE_BYTES {
-            let mut bytes = Vec::with_capacity(size as usize + 1);
-            (&file)
-                .take(READ_WHOLE_BYTES + 1)
-                .read_to_end(&mut bytes)
-                .map_err(io)?;
-            // A file that grew past the bound since the stat is streamed.
-            if bytes.len() as u64 <= READ_WHOLE_BYTES {
-                return self.read_in_memory(&bytes, ctx);
-            }
-        }
         // Each pass reads the same fd from its start.
-        let open = || -> std::io::Result<&File> {
+        let open = || -> std::io::Result<std::io::Take<&File>> {
             let mut f = &file;
             f.rewind()?;
-            Ok(f)
+            Ok(f.take(MAX_READ_BYTES))
         };
         let mut head = Vec::new();
         open()

@@ -59,6 +59,9 @@ impl Tool for ShellTool {
             crate::sandbox::PathError::OutsideWorkspace { .. } => {
                 ToolError::new(ErrorKind::PathNotInWorkspace, e.to_string())
             }
+            crate::sandbox::PathError::RootMoved { .. } => {
+                ToolError::new(ErrorKind::UnhandledException, e.to_string())
+            }
             other => ToolError::invalid_params(format!("argument 'dir_path': {other}")),
         })?;
         if !dir.is_dir() {
