@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -1158,6 +1159,8 @@ impl Session {
         let Some(batch) = self.active.as_mut() else {
             return;
         };
+        // Calls whose tool finished without waiting, ended after the loop.
+        let mut finished = Vec::new();
         for index in batch.wave.clone() {
             let CallState::Scheduled { invocation } = &batch.calls[index].state else {
                 continue;
@@ -1183,11 +1186,32 @@ impl Session {
                 output,
                 sandbox: sandbox.clone(),
             };
+            let mut run = invocation.execute(ctx);
+            // A tool that finishes at its first poll (a small read) ends
+            // within this step: no task, timer or message. Anything it
+            // reported as progress keeps its order through the channel.
+            if let Some(outcome) = (&mut run).now_or_never() {
+                if progress_rx.is_empty() {
+                    finished.push((index, outcome));
+                } else {
+                    while let Ok(progress) = progress_rx.try_recv() {
+                        let _ = self.internal_tx.send(Internal::Progress {
+                            batch_id: batch.id.clone(),
+                            index,
+                            progress,
+                        });
+                    }
+                    let _ = self.internal_tx.send(Internal::Executed {
+                        batch_id: batch.id.clone(),
+                        index,
+                        outcome,
+                    });
+                }
+                continue;
+            }
             let tx = self.internal_tx.clone();
             let batch_id = batch.id.clone();
             tokio::spawn(async move {
-                let run = invocation.execute(ctx);
-                tokio::pin!(run);
                 let limit = tokio::time::sleep(execution_timeout + TIMEOUT_SLACK);
                 tokio::pin!(limit);
                 let mut progress_open = true;
@@ -1226,6 +1250,10 @@ impl Session {
                     outcome,
                 });
             });
+        }
+        let batch_id = batch.id.clone();
+        for (index, outcome) in finished {
+            self.executed(&batch_id, index, outcome);
         }
     }
 
