@@ -13,36 +13,10 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use serde_json::json;
 use support::*;
 use toolsched::api::pb;
-use toolsched::policy::ApprovalMode;
-use toolsched::sandbox::{Sandbox, SandboxConfig, SandboxLevel};
-use toolsched::scheduler::SchedulerConfig;
-
-/// Whether the kernel enforces the default level (the server refuses to
-/// start otherwise); prints why not, loudly.
-fn kernel_enforces(level: SandboxLevel) -> bool {
-    let probe = toolsched::sandbox::probe::probe(level);
-    if probe.missing.is_empty() {
-        return true;
-    }
-    eprintln!(
-        "\n*** SKIPPED: the kernel cannot enforce sandbox level {level}: missing {} ***\n",
-        probe.missing.join(", ")
-    );
-    false
-}
-
-fn yolo() -> SchedulerConfig {
-    SchedulerConfig {
-        default_mode: ApprovalMode::Yolo,
-        sandbox: Arc::new(Sandbox::new(SandboxConfig::default())),
-        ..SchedulerConfig::default()
-    }
-}
+use toolsched::sandbox::SandboxLevel;
 
 fn names(dir: &std::path::Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -60,7 +34,7 @@ async fn a_directory_swapped_for_a_link_out_by_an_earlier_call_is_refused_to_eve
     }
     let outside = tempfile::tempdir().expect("tempdir");
     std::fs::write(outside.path().join("f.txt"), "TOPSECRET\n").expect("write");
-    let srv = TestServer::with_config(yolo()).await;
+    let srv = TestServer::with_config(yolo_confined()).await;
     std::fs::create_dir(srv.path("sub")).expect("mkdir");
     std::fs::write(srv.path("sub/f.txt"), "inside\n").expect("write");
     let swap = format!(
@@ -138,7 +112,7 @@ async fn a_file_swapped_for_a_link_out_by_an_earlier_call_is_neither_read_nor_wr
     let outside = tempfile::tempdir().expect("tempdir");
     let secret = outside.path().join("secret.txt");
     std::fs::write(&secret, "TOPSECRET\n").expect("write");
-    let srv = TestServer::with_config(yolo()).await;
+    let srv = TestServer::with_config(yolo_confined()).await;
     std::fs::write(srv.path("f.txt"), "inside\n").expect("write");
     let swap = format!(
         "rm f.txt && ln -s {} f.txt && echo swapped",

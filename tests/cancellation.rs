@@ -9,15 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 use support::*;
 use toolsched::api::pb;
-use toolsched::policy::ApprovalMode;
 use toolsched::scheduler::SchedulerConfig;
-
-fn yolo() -> SchedulerConfig {
-    SchedulerConfig {
-        default_mode: ApprovalMode::Yolo,
-        ..SchedulerConfig::default()
-    }
-}
 
 async fn cancel(srv: &TestServer, session: &str, batch_id: Option<&str>) -> pb::CancelResponse {
     srv.client

@@ -17,19 +17,6 @@ use toolsched::policy::ApprovalMode;
 use toolsched::sandbox::{ResourceLimits, Sandbox, SandboxConfig, SandboxLevel};
 use toolsched::scheduler::SchedulerConfig;
 
-/// Whether the kernel enforces `level`; prints why not, loudly.
-fn kernel_enforces(level: SandboxLevel) -> bool {
-    let probe = toolsched::sandbox::probe::probe(level);
-    if probe.missing.is_empty() {
-        return true;
-    }
-    eprintln!(
-        "\n*** SKIPPED: the kernel cannot enforce sandbox level {level}: missing {} ***\n",
-        probe.missing.join(", ")
-    );
-    false
-}
-
 fn config_with(sandbox: SandboxConfig) -> SchedulerConfig {
     SchedulerConfig {
         default_mode: ApprovalMode::Yolo,

@@ -8,36 +8,12 @@
 mod support;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde_json::json;
 use support::*;
 use toolsched::api::pb;
-use toolsched::policy::ApprovalMode;
-use toolsched::sandbox::{Sandbox, SandboxConfig, SandboxLevel};
-use toolsched::scheduler::SchedulerConfig;
-
-/// Whether the kernel enforces `level`; prints why not, loudly.
-fn kernel_enforces(level: SandboxLevel) -> bool {
-    let probe = toolsched::sandbox::probe::probe(level);
-    if probe.missing.is_empty() {
-        return true;
-    }
-    eprintln!(
-        "\n*** SKIPPED: the kernel cannot enforce sandbox level {level}: missing {} ***\n",
-        probe.missing.join(", ")
-    );
-    false
-}
-
-fn yolo() -> SchedulerConfig {
-    SchedulerConfig {
-        default_mode: ApprovalMode::Yolo,
-        sandbox: Arc::new(Sandbox::new(SandboxConfig::default())),
-        ..SchedulerConfig::default()
-    }
-}
+use toolsched::sandbox::SandboxLevel;
 
 fn shell(id: &str, command: &str) -> pb::FunctionCall {
     call(id, "run_shell_command", json!({ "command": command }))
@@ -88,7 +64,7 @@ async fn a_nested_git_present_before_the_first_command_is_read_only() {
     if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
         return;
     }
-    let srv = TestServer::with_config(yolo()).await;
+    let srv = TestServer::with_config(yolo_confined()).await;
     std::fs::create_dir_all(srv.path("deep/er/repo/.git/hooks")).unwrap();
     std::fs::create_dir_all(srv.path("deep/er/repo/src")).unwrap();
     std::fs::create_dir_all(srv.path("elsewhere")).unwrap();
@@ -111,7 +87,7 @@ async fn a_git_made_by_one_command_is_read_only_for_later_batches_and_sessions()
     if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
         return;
     }
-    let srv = TestServer::with_config(yolo()).await;
+    let srv = TestServer::with_config(yolo_confined()).await;
     std::fs::create_dir_all(srv.path("pkg/src")).unwrap();
     // The server has the workspace's protected set (none yet) before the
     // repositories appear.
@@ -148,7 +124,7 @@ async fn a_git_made_after_the_listings_were_kept_is_read_only() {
     if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
         return;
     }
-    let srv = TestServer::with_config(yolo()).await;
+    let srv = TestServer::with_config(yolo_confined()).await;
     std::fs::create_dir_all(srv.path("lib/a/b")).unwrap();
     std::fs::create_dir_all(srv.path("staging")).unwrap();
     std::fs::create_dir_all(srv.path("dest")).unwrap();

@@ -14,30 +14,10 @@ use std::sync::Arc;
 use serde_json::json;
 use support::*;
 use toolsched::api::pb;
-use toolsched::policy::ApprovalMode;
 use toolsched::sandbox::{ResourceLimits, Sandbox, SandboxConfig, SandboxLevel};
 use toolsched::scheduler::SchedulerConfig;
 
 const TOOLSCHED: &str = env!("CARGO_BIN_EXE_toolsched");
-
-fn kernel_enforces(level: SandboxLevel) -> bool {
-    let probe = toolsched::sandbox::probe::probe(level);
-    if probe.missing.is_empty() {
-        return true;
-    }
-    eprintln!(
-        "\n*** SKIPPED: the kernel cannot enforce sandbox level {level}: missing {} ***\n",
-        probe.missing.join(", ")
-    );
-    false
-}
-
-fn yolo() -> SchedulerConfig {
-    SchedulerConfig {
-        default_mode: ApprovalMode::Yolo,
-        ..SchedulerConfig::default()
-    }
-}
 
 fn shell(id: &str, command: &str) -> pb::FunctionCall {
     call(id, "run_shell_command", json!({ "command": command }))

@@ -7,16 +7,8 @@ mod support;
 use serde_json::json;
 use support::*;
 use toolsched::api::pb;
-use toolsched::policy::ApprovalMode;
 use toolsched::sandbox::OutputLimits;
 use toolsched::scheduler::SchedulerConfig;
-
-fn yolo() -> SchedulerConfig {
-    SchedulerConfig {
-        default_mode: ApprovalMode::Yolo,
-        ..SchedulerConfig::default()
-    }
-}
 
 fn result_of(events: &[Event], id: &str) -> serde_json::Map<String, serde_json::Value> {
     match terminal(events, id) {

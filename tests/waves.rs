@@ -5,15 +5,6 @@ mod support;
 
 use serde_json::json;
 use support::*;
-use toolsched::policy::ApprovalMode;
-use toolsched::scheduler::SchedulerConfig;
-
-fn yolo() -> SchedulerConfig {
-    SchedulerConfig {
-        default_mode: ApprovalMode::Yolo,
-        ..SchedulerConfig::default()
-    }
-}
 
 #[tokio::test]
 async fn a_wave_of_reads_runs_concurrently_and_responses_keep_request_order() {

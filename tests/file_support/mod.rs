@@ -6,18 +6,9 @@
 use serde_json::{Map, Value};
 use toolsched::api::convert::struct_to_json;
 use toolsched::api::pb;
-use toolsched::policy::ApprovalMode;
 use toolsched::scheduler::SchedulerConfig;
 
 use crate::support::*;
-
-/// Edits run without asking (the default policy still checks paths).
-pub fn yolo() -> SchedulerConfig {
-    SchedulerConfig {
-        default_mode: ApprovalMode::Yolo,
-        ..SchedulerConfig::default()
-    }
-}
 
 /// Runs one call as a batch of its own and returns its events.
 pub async fn run_one(srv: &TestServer, name: &str, args: Value) -> Vec<Event> {

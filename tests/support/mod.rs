@@ -519,3 +519,36 @@ impl Drop for Binary {
         let _ = self.child.wait();
     }
 }
+
+/// A config whose sessions start in yolo mode (every call allowed unless a
+/// rule denies it), with the test default sandbox.
+pub fn yolo() -> SchedulerConfig {
+    SchedulerConfig {
+        default_mode: toolsched::policy::ApprovalMode::Yolo,
+        ..SchedulerConfig::default()
+    }
+}
+
+/// [`yolo`] with commands confined at the default level (workspace_write).
+pub fn yolo_confined() -> SchedulerConfig {
+    SchedulerConfig {
+        sandbox: std::sync::Arc::new(toolsched::sandbox::Sandbox::new(
+            toolsched::sandbox::SandboxConfig::default(),
+        )),
+        ..yolo()
+    }
+}
+
+/// Whether the kernel enforces sandbox `level`; prints why not, loudly, so
+/// that a test returning early because of it never passes silently.
+pub fn kernel_enforces(level: toolsched::sandbox::SandboxLevel) -> bool {
+    let probe = toolsched::sandbox::probe::probe(level);
+    if probe.missing.is_empty() {
+        return true;
+    }
+    eprintln!(
+        "\n*** SKIPPED: the kernel cannot enforce sandbox level {level}: missing {} ***\n",
+        probe.missing.join(", ")
+    );
+    false
+}
