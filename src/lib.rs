@@ -92,7 +92,7 @@ fn prepare(
     sandbox.check()?;
     let probe = &sandbox.probe;
     tracing::info!(
-        level = %sandbox.config.level,
+        sandbox_level = %sandbox.config.level,
         landlock_abi = probe.landlock_abi,
         seccomp = probe.seccomp,
         user_namespaces = probe.user_namespaces,
@@ -102,7 +102,7 @@ fn prepare(
     );
     for missing in &probe.missing {
         tracing::warn!(
-            level = %sandbox.config.level,
+            sandbox_level = %sandbox.config.level,
             %missing,
             "sandbox level NOT fully enforced (started because weaker was explicitly allowed)"
         );

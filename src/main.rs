@@ -33,7 +33,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing(settings.log_format);
     let telemetry = toolsched::telemetry::init(settings.otlp_endpoint.as_deref())?;
     if let Some(endpoint) = telemetry.endpoint() {
-        tracing::info!(%endpoint, "traces exported over OTLP/gRPC");
+        tracing::info!(%endpoint, "exporting traces over OTLP/gRPC");
     }
 
     let shutdown = CancellationToken::new();

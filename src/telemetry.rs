@@ -79,9 +79,12 @@ pub enum TelemetryError {
     AlreadySet,
     /// The export speaks plain HTTP/2 only (no TLS built in).
     #[error(
-        "OTLP endpoint '{endpoint}' must be an http:// URL with a host and port, e.g. http://127.0.0.1:4317 (OTLP over gRPC; TLS export is not built in)"
+        "OTLP endpoint '{endpoint}' (from {from}) must be an http:// URL with a host and port, e.g. http://127.0.0.1:4317 (OTLP over gRPC; TLS export is not built in)"
     )]
-    NotHttp { endpoint: String },
+    NotHttp {
+        endpoint: String,
+        from: &'static str,
+    },
 }
 
 /// Owns the tracer provider; [`Telemetry::shutdown`] exports what is left.
@@ -139,10 +142,18 @@ fn endpoint_from_env() -> Option<String> {
 /// Errors: an endpoint the exporter cannot use (not a URI), or a second call.
 pub fn init(endpoint: Option<&str>) -> Result<Telemetry, TelemetryError> {
     let disabled = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
-    let endpoint = endpoint
+    let given = endpoint
         .map(str::to_string)
-        .filter(|e| !e.trim().is_empty())
-        .or_else(endpoint_from_env);
+        .filter(|e| !e.trim().is_empty());
+    let from = if given.is_some() {
+        "--otlp-endpoint (TOOLSCHED_OTLP_ENDPOINT, otlp_endpoint)"
+    } else {
+        "the OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT environment"
+    };
+    let endpoint = given.or_else(endpoint_from_env);
+    if disabled && let Some(endpoint) = &endpoint {
+        tracing::info!(%endpoint, "tracing off: OTEL_SDK_DISABLED=true overrides the OTLP endpoint");
+    }
     let Some(endpoint) = endpoint.filter(|_| !disabled) else {
         return Ok(Telemetry {
             provider: None,
@@ -155,7 +166,7 @@ pub fn init(endpoint: Option<&str>) -> Result<Telemetry, TelemetryError> {
             && uri.port_u16().is_some()
     });
     if !usable {
-        return Err(TelemetryError::NotHttp { endpoint });
+        return Err(TelemetryError::NotHttp { endpoint, from });
     }
     if TRACER.get().is_some() {
         return Err(TelemetryError::AlreadySet);
@@ -408,7 +419,7 @@ mod tests {
             "not a uri",
         ] {
             match init(Some(bad)) {
-                Err(TelemetryError::NotHttp { endpoint }) => assert_eq!(endpoint, bad),
+                Err(TelemetryError::NotHttp { endpoint, .. }) => assert_eq!(endpoint, bad),
                 other => panic!("{bad}: {:?}", other.map(|t| t.endpoint().map(String::from))),
             }
         }

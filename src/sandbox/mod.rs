@@ -292,10 +292,10 @@ pub fn allowed_summary(level: SandboxLevel) -> &'static str {
             "read system directories and the workspace, and write only their private $TMPDIR and /dev/null; no network"
         }
         SandboxLevel::WorkspaceWrite => {
-            "read system directories and the workspace, and write the workspace (except .git directories and the service's config), their private $TMPDIR and /dev/null; no network"
+            "read system directories and the workspace, and write the workspace (except .git directories and the service's config; and no file may be created, removed or renamed directly in a directory that holds a .git, such as a repository's root, because Landlock cannot exempt one entry: existing files there stay writable, subdirectories are free), their private $TMPDIR and /dev/null; no network"
         }
         SandboxLevel::WorkspaceWriteNetwork => {
-            "read system directories and the workspace, write the workspace (except .git directories and the service's config), their private $TMPDIR and /dev/null, and use the network"
+            "read system directories and the workspace, write the workspace (except .git directories and the service's config; and no file may be created, removed or renamed directly in a directory that holds a .git, such as a repository's root, because Landlock cannot exempt one entry: existing files there stay writable, subdirectories are free), their private $TMPDIR and /dev/null, and use the network"
         }
         SandboxLevel::None => "do anything the server's user may do",
     }
