@@ -474,6 +474,20 @@ async fn confirm_errors_change_nothing() {
         );
         assert!(!err.message().is_empty());
     }
+    let not_offered = srv
+        .confirm(
+            "s",
+            "w",
+            &prompt.correlation_id,
+            O::ProceedAlwaysServer,
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        not_offered.message(),
+        "outcome PROCEED_ALWAYS_SERVER is not offered by this prompt (offered: PROCEED_ONCE, PROCEED_ALWAYS, MODIFY_WITH_EDITOR, CANCEL)"
+    );
     // The prompt still stands and works.
     srv.confirm("s", "w", &prompt.correlation_id, O::ProceedOnce, None)
         .await

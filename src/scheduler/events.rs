@@ -97,6 +97,21 @@ pub enum ConfirmationOutcome {
     Cancel,
 }
 
+impl ConfirmationOutcome {
+    /// The outcome's name as on the wire without its enum prefix
+    /// (`CONFIRMATION_OUTCOME_PROCEED_ONCE` is `PROCEED_ONCE`), for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ProceedOnce => "PROCEED_ONCE",
+            Self::ProceedAlways => "PROCEED_ALWAYS",
+            Self::ProceedAlwaysTool => "PROCEED_ALWAYS_TOOL",
+            Self::ProceedAlwaysServer => "PROCEED_ALWAYS_SERVER",
+            Self::ModifyWithEditor => "MODIFY_WITH_EDITOR",
+            Self::Cancel => "CANCEL",
+        }
+    }
+}
+
 /// A Confirm request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfirmRequest {

@@ -123,7 +123,11 @@ pub enum ConfirmError {
         "correlation id '{given}' is not the current prompt of call '{call_id}' (the prompt was replaced or answered); answer the latest AwaitingApproval event"
     )]
     StaleCorrelation { call_id: String, given: String },
-    #[error("outcome {outcome:?} is not offered by this prompt (offered: {offered:?})")]
+    #[error(
+        "outcome {} is not offered by this prompt (offered: {})",
+        outcome.name(),
+        offered.iter().map(|o| o.name()).collect::<Vec<_>>().join(", ")
+    )]
     OutcomeNotOffered {
         outcome: ConfirmationOutcome,
         offered: Vec<ConfirmationOutcome>,
