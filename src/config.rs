@@ -472,6 +472,18 @@ mod tests {
         assert_eq!(s.scheduler.max_sessions, 9);
         assert_eq!(s.scheduler.confirmation_timeout, None);
         assert_eq!(s.otlp_endpoint, None);
+        assert!(!s.scheduler.blocking_file_io);
+        assert_eq!(s.server.shutdown_close, Duration::from_secs(5));
+
+        std::fs::write(&file, "blocking_file_io = true\nshutdown_close_secs = 2\n").unwrap();
+        let args = ServeArgs {
+            config: Some(file.clone()),
+            shutdown_close_secs: Some(1),
+            ..ServeArgs::default()
+        };
+        let s = Settings::resolve(args).unwrap();
+        assert!(s.scheduler.blocking_file_io);
+        assert_eq!(s.server.shutdown_close, Duration::from_secs(1));
 
         std::fs::write(&file, "otlp_endpoint = \"http://file:4317\"\n").unwrap();
         let args = ServeArgs {
