@@ -486,7 +486,7 @@ async fn confirm_errors_change_nothing() {
         .unwrap_err();
     assert_eq!(
         not_offered.message(),
-        "outcome PROCEED_ALWAYS_SERVER is not offered by this prompt (offered: PROCEED_ONCE, PROCEED_ALWAYS, MODIFY_WITH_EDITOR, CANCEL)"
+        "outcome proceed_always_server is not offered by this prompt (offered: proceed_once, proceed_always, modify_with_editor, cancel)"
     );
     // The prompt still stands and works.
     srv.confirm("s", "w", &prompt.correlation_id, O::ProceedOnce, None)

@@ -167,15 +167,7 @@ impl CallSlot {
 
     /// Notes the answer to the call's prompt on its span.
     pub fn note_approval(&self, outcome: ConfirmationOutcome) {
-        use ConfirmationOutcome as O;
-        self.trace.approval(match outcome {
-            O::ProceedOnce => "proceed_once",
-            O::ProceedAlways => "proceed_always",
-            O::ProceedAlwaysTool => "proceed_always_tool",
-            O::ProceedAlwaysServer => "proceed_always_server",
-            O::ModifyWithEditor => "modify_with_editor",
-            O::Cancel => "cancel",
-        });
+        self.trace.approval(outcome.name());
     }
 
     /// The terminal update for a cancellation with `reason`.

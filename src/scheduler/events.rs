@@ -98,16 +98,17 @@ pub enum ConfirmationOutcome {
 }
 
 impl ConfirmationOutcome {
-    /// The outcome's name as on the wire without its enum prefix
-    /// (`CONFIRMATION_OUTCOME_PROCEED_ONCE` is `PROCEED_ONCE`), for messages.
+    /// The outcome's name: the wire value without its prefix, in snake case
+    /// (`CONFIRMATION_OUTCOME_PROCEED_ONCE` is `proceed_once`), for messages
+    /// and trace attributes.
     pub fn name(self) -> &'static str {
         match self {
-            Self::ProceedOnce => "PROCEED_ONCE",
-            Self::ProceedAlways => "PROCEED_ALWAYS",
-            Self::ProceedAlwaysTool => "PROCEED_ALWAYS_TOOL",
-            Self::ProceedAlwaysServer => "PROCEED_ALWAYS_SERVER",
-            Self::ModifyWithEditor => "MODIFY_WITH_EDITOR",
-            Self::Cancel => "CANCEL",
+            Self::ProceedOnce => "proceed_once",
+            Self::ProceedAlways => "proceed_always",
+            Self::ProceedAlwaysTool => "proceed_always_tool",
+            Self::ProceedAlwaysServer => "proceed_always_server",
+            Self::ModifyWithEditor => "modify_with_editor",
+            Self::Cancel => "cancel",
         }
     }
 }
