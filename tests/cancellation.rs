@@ -313,12 +313,9 @@ async fn an_open_health_watch_does_not_keep_the_server_alive() {
         },
     )
     .await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", srv.addr))
-        .unwrap()
-        .connect()
+    let mut watch = srv
+        .health()
         .await
-        .unwrap();
-    let mut watch = tonic_health::pb::health_client::HealthClient::new(channel)
         .watch(tonic_health::pb::HealthCheckRequest {
             service: String::new(),
         })
@@ -358,12 +355,7 @@ async fn during_the_grace_health_is_not_serving_and_new_batches_are_unavailable(
         .await;
     let mut seen = Vec::new();
     await_output(&mut stream, &mut seen, "sh", "started").await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", srv.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let health = srv.health().await;
     let check = |service: &'static str| {
         let mut health = health.clone();
         async move {

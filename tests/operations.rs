@@ -47,12 +47,7 @@ async fn a_bearer_token_is_required_when_configured() {
         .into_inner();
     assert!(tools.tools.iter().any(|t| t.name == "read_file"));
     // Health stays open for probes.
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", srv.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let mut health = srv.health().await;
     let status = health
         .check(tonic_health::pb::HealthCheckRequest {
             service: "toolsched.v1.ToolScheduler".into(),

@@ -177,6 +177,19 @@ impl TestServer {
             .map(|_| ())
     }
 
+    /// A client of the server's `grpc.health.v1.Health` service, on its own
+    /// connection (no bearer token: health stays open for probes).
+    pub async fn health(
+        &self,
+    ) -> tonic_health::pb::health_client::HealthClient<tonic::transport::Channel> {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+        tonic_health::pb::health_client::HealthClient::new(channel)
+    }
+
     /// Sends the shutdown signal (like SIGTERM) without waiting.
     pub fn begin_shutdown(&mut self) {
         if let Some(stop) = self.stop.take() {
