@@ -164,8 +164,6 @@ async fn a_git_made_after_the_listings_were_kept_is_read_only() {
 
 // === the worker and the set the server passes ===
 
-const TOOLSCHED: &str = env!("CARGO_BIN_EXE_toolsched");
-
 /// Runs the worker binary directly at `workspace_write` with
 /// `--protected-fd 4`, fd 4 opened by bash on `protected` (or closed when
 /// `None`); returns (exit status, stdout+stderr, status report).
@@ -184,63 +182,18 @@ fn run_worker_with_nofile(
     command: &str,
     nofile: Option<u32>,
 ) -> (Option<i32>, String, String) {
-    let tmp = tempfile::tempdir().unwrap();
-    let status_file = tmp.path().join("status");
-    let private_tmp = tmp.path().join("tmp");
-    std::fs::create_dir(&private_tmp).unwrap();
-    let redirect = if protected.is_some() {
-        "4<\"$PROTECTED\""
-    } else {
-        "4<&-"
+    let prelude = nofile.map_or(String::new(), |n| format!("ulimit -n {n} && "));
+    let run = WorkerRun {
+        prelude: &prelude,
+        redirects: if protected.is_some() {
+            "4<\"$PROTECTED\""
+        } else {
+            "4<&-"
+        },
+        env: vec![("PROTECTED", protected.unwrap_or(Path::new("")).into())],
+        extra: vec!["--protected-fd".into(), "4".into()],
     };
-    let limit = nofile.map_or(String::new(), |n| format!("ulimit -n {n} && "));
-    let script = format!("{limit}exec \"$@\" 3>\"$STATUS\" {redirect}");
-    let workspace_arg = workspace.display().to_string();
-    let tmp_arg = private_tmp.display().to_string();
-    let out = std::process::Command::new("bash")
-        .args([
-            "-c",
-            &script,
-            "bash",
-            TOOLSCHED,
-            "sandbox-exec",
-            "--level",
-            "workspace_write",
-            "--workspace",
-            &workspace_arg,
-            "--tmp",
-            &tmp_arg,
-            "--cpu-secs",
-            "10",
-            "--address-space-bytes",
-            "4294967296",
-            "--file-size-bytes",
-            "1048576",
-            "--processes",
-            "64",
-            "--open-files",
-            "256",
-            "--kill-grace-ms",
-            "200",
-            "--protected-fd",
-            "4",
-            "--",
-            "bash",
-            "-c",
-            command,
-        ])
-        .current_dir(workspace)
-        .env("STATUS", &status_file)
-        .env("PROTECTED", protected.unwrap_or(Path::new("")))
-        .output()
-        .expect("run the worker");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let status = std::fs::read_to_string(&status_file).unwrap_or_default();
-    (out.status.code(), text, status)
+    run_worker_process(workspace, run, command)
 }
 
 #[test]

@@ -229,51 +229,11 @@ async fn timeout_kills_the_command_and_what_it_left_behind() {
 /// Runs the worker binary directly with `extra` options; returns (exit
 /// status, stdout+stderr, status report).
 fn run_worker(workspace: &Path, extra: &[&str], command: &str) -> (Option<i32>, String, String) {
-    let tmp = tempfile::tempdir().unwrap();
-    let status_file = tmp.path().join("status");
-    let private_tmp = tmp.path().join("tmp");
-    std::fs::create_dir(&private_tmp).unwrap();
-    // bash opens the status file on fd 3 and execs the worker with it.
-    let mut args: Vec<String> = vec![
-        "-c".into(),
-        "exec \"$@\" 3>\"$STATUS\"".into(),
-        "bash".into(),
-        TOOLSCHED.into(),
-        "sandbox-exec".into(),
-        "--level".into(),
-        "workspace_write".into(),
-        "--workspace".into(),
-        workspace.display().to_string(),
-        "--tmp".into(),
-        private_tmp.display().to_string(),
-        "--cpu-secs".into(),
-        "10".into(),
-        "--address-space-bytes".into(),
-        (4u64 << 30).to_string(),
-        "--file-size-bytes".into(),
-        (1u64 << 20).to_string(),
-        "--processes".into(),
-        "64".into(),
-        "--open-files".into(),
-        "256".into(),
-        "--kill-grace-ms".into(),
-        "200".into(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    args.extend(["--".into(), "bash".into(), "-c".into(), command.into()]);
-    let out = Command::new("bash")
-        .args(&args)
-        .current_dir(workspace)
-        .env("STATUS", &status_file)
-        .output()
-        .expect("run the worker");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let status = std::fs::read_to_string(&status_file).unwrap_or_default();
-    (out.status.code(), text, status)
+    let run = WorkerRun {
+        extra: extra.iter().map(|s| s.to_string()).collect(),
+        ..WorkerRun::default()
+    };
+    run_worker_process(workspace, run, command)
 }
 
 #[test]

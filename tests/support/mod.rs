@@ -565,3 +565,73 @@ pub fn kernel_enforces(level: toolsched::sandbox::SandboxLevel) -> bool {
     );
     false
 }
+
+/// How [`run_worker_process`] starts the worker besides the fixed options.
+#[derive(Default)]
+pub struct WorkerRun<'a> {
+    /// Shell run before the worker is exec'd, e.g. `ulimit -n 64 && `.
+    pub prelude: &'a str,
+    /// More redirections on the exec, e.g. `4<"$PROTECTED"`.
+    pub redirects: &'a str,
+    /// Environment the prelude and redirections may use.
+    pub env: Vec<(&'a str, std::ffi::OsString)>,
+    /// Worker options before `--`, e.g. `--protected-fd 4`.
+    pub extra: Vec<String>,
+}
+
+/// Runs the sandbox worker binary (`toolsched sandbox-exec`) directly at
+/// level `workspace_write` with small fixed limits, `command` under
+/// `bash -c` in `workspace`. bash opens the status report on fd 3 and execs
+/// the worker with it. Returns (exit status, stdout+stderr, status report).
+pub fn run_worker_process(
+    workspace: &std::path::Path,
+    run: WorkerRun<'_>,
+    command: &str,
+) -> (Option<i32>, String, String) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let status_file = tmp.path().join("status");
+    let private_tmp = tmp.path().join("tmp");
+    std::fs::create_dir(&private_tmp).expect("private tmp");
+    let script = format!("{}exec \"$@\" 3>\"$STATUS\" {}", run.prelude, run.redirects);
+    let mut args: Vec<String> = vec![
+        "-c".into(),
+        script,
+        "bash".into(),
+        env!("CARGO_BIN_EXE_toolsched").into(),
+        "sandbox-exec".into(),
+        "--level".into(),
+        "workspace_write".into(),
+        "--workspace".into(),
+        workspace.display().to_string(),
+        "--tmp".into(),
+        private_tmp.display().to_string(),
+        "--cpu-secs".into(),
+        "10".into(),
+        "--address-space-bytes".into(),
+        (4u64 << 30).to_string(),
+        "--file-size-bytes".into(),
+        (1u64 << 20).to_string(),
+        "--processes".into(),
+        "64".into(),
+        "--open-files".into(),
+        "256".into(),
+        "--kill-grace-ms".into(),
+        "200".into(),
+    ];
+    args.extend(run.extra);
+    args.extend(["--".into(), "bash".into(), "-c".into(), command.into()]);
+    let out = std::process::Command::new("bash")
+        .args(&args)
+        .current_dir(workspace)
+        .env("STATUS", &status_file)
+        .envs(run.env)
+        .output()
+        .expect("run the worker");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = std::fs::read_to_string(&status_file).unwrap_or_default();
+    (out.status.code(), text, status)
+}
