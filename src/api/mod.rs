@@ -217,7 +217,7 @@ pub async fn serve(
 
     let grace = options.shutdown_grace;
     let close = options.shutdown_close;
-    let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
+    let (cancelled_tx, cancelled_rx) = tokio::sync::oneshot::channel::<()>();
     let drain = async move {
         signal.await;
         tracing::info!("shutting down: refusing new batches");
@@ -238,20 +238,16 @@ pub async fn serve(
             );
         }
         shutdown.cancel();
-        // Each stream ends once its last events are written: a client that
-        // does not read would hold it open, so this wait is bounded too.
-        if tokio::time::timeout(close, scheduler.idle()).await.is_err() {
-            tracing::warn!(
-                close_secs = close.as_secs_f64(),
-                "batch streams still open (a client not reading); closing anyway"
-            );
-        }
-        let _ = drained_tx.send(());
+        let _ = cancelled_tx.send(());
+        // Each stream ends once its last events are written.
+        scheduler.idle().await;
     };
-    // After the drain, tonic closes connections gracefully, waiting for every
-    // open stream (a health Watch never ends by itself): bounded by `close`.
+    // From the cancellation on, streams and connections get `close`: a
+    // client that does not read holds its batch stream open, and tonic's
+    // graceful close waits for every open stream (a health Watch never ends
+    // by itself).
     let closed = async move {
-        if drained_rx.await.is_ok() {
+        if cancelled_rx.await.is_ok() {
             tokio::time::sleep(close).await;
         } else {
             std::future::pending::<()>().await;
@@ -282,7 +278,7 @@ pub async fn serve(
         served = server => served?,
         () = closed => tracing::warn!(
             close_secs = close.as_secs_f64(),
-            "connections still open after the drain (e.g. a health Watch); dropping them"
+            "streams or connections still open after the close period (a client not reading, a health Watch); dropping them"
         ),
     }
     Ok(())
