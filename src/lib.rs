@@ -15,6 +15,7 @@ pub mod config;
 pub mod policy;
 pub mod sandbox;
 pub mod scheduler;
+pub mod store;
 pub mod telemetry;
 pub mod tools;
 
