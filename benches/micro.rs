@@ -92,6 +92,8 @@ fn scheduler(c: &mut Criterion) {
                         approval_mode: None,
                         interactive: false,
                         sandbox_level: None,
+                        request_id: None,
+                        disconnect_grace: None,
                     })
                     .await
                     .unwrap();

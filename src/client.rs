@@ -66,6 +66,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
             approval_mode: mode as i32,
             interactive: Some(true),
             sandbox_level: 0,
+            ..Default::default()
         })
         .await?
         .into_inner();

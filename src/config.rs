@@ -121,6 +121,28 @@ pub struct ServeArgs {
     /// [default: 5].
     #[arg(long, env = "TOOLSCHED_SHUTDOWN_CLOSE_SECS")]
     pub shutdown_close_secs: Option<u64>,
+    // -- batches that outlive their connection (issue 13) --
+    /// Seconds a batch runs on after its last stream went away, when its
+    /// request sets no disconnect_grace_secs; 0 cancels it at once
+    /// [default: 0].
+    #[arg(long, env = "TOOLSCHED_DISCONNECT_GRACE_SECS")]
+    pub disconnect_grace_secs: Option<u64>,
+    /// Longest disconnect grace a request may ask for, in seconds: a
+    /// detached batch holds its processes that long [default: 600].
+    #[arg(long, env = "TOOLSCHED_MAX_DISCONNECT_GRACE_SECS")]
+    pub max_disconnect_grace_secs: Option<u64>,
+    /// Seconds a completed batch stays watchable and its request_id
+    /// replayable [default: 300].
+    #[arg(long, env = "TOOLSCHED_BATCH_RETENTION_SECS")]
+    pub batch_retention_secs: Option<u64>,
+    /// Batches retained per session, oldest completed dropped first
+    /// [default: 64].
+    #[arg(long, env = "TOOLSCHED_MAX_RETAINED_BATCHES")]
+    pub max_retained_batches: Option<usize>,
+    /// Estimated log bytes retained per session, oldest completed batch
+    /// dropped first [default: 67108864].
+    #[arg(long, env = "TOOLSCHED_MAX_RETAINED_BYTES")]
+    pub max_retained_bytes: Option<usize>,
     /// Bearer token every ToolScheduler RPC must carry.
     #[arg(long, env = "TOOLSCHED_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
@@ -208,6 +230,11 @@ struct FileConfig {
     max_request_bytes: Option<usize>,
     shutdown_grace_secs: Option<u64>,
     shutdown_close_secs: Option<u64>,
+    disconnect_grace_secs: Option<u64>,
+    max_disconnect_grace_secs: Option<u64>,
+    batch_retention_secs: Option<u64>,
+    max_retained_batches: Option<usize>,
+    max_retained_bytes: Option<usize>,
     auth_token: Option<String>,
     blocking_file_io: Option<bool>,
     insecure_no_auth: Option<bool>,
@@ -373,6 +400,25 @@ impl Settings {
                 .unwrap_or(defaults.session_idle_ttl),
             sandbox: std::sync::Arc::new(Sandbox::new(sandbox)),
             blocking_file_io: args.blocking_file_io || file.blocking_file_io.unwrap_or(false),
+            disconnect_grace: secs(args.disconnect_grace_secs.or(file.disconnect_grace_secs))
+                .unwrap_or(defaults.disconnect_grace),
+            max_disconnect_grace: secs(
+                args.max_disconnect_grace_secs
+                    .or(file.max_disconnect_grace_secs),
+            )
+            .unwrap_or(defaults.max_disconnect_grace),
+            retention: crate::store::Retention {
+                completed_for: secs(args.batch_retention_secs.or(file.batch_retention_secs))
+                    .unwrap_or(defaults.retention.completed_for),
+                max_batches_per_session: args
+                    .max_retained_batches
+                    .or(file.max_retained_batches)
+                    .unwrap_or(defaults.retention.max_batches_per_session),
+                max_bytes_per_session: args
+                    .max_retained_bytes
+                    .or(file.max_retained_bytes)
+                    .unwrap_or(defaults.retention.max_bytes_per_session),
+            },
         };
         for (field, value) in [
             (

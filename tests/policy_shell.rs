@@ -201,6 +201,7 @@ async fn shell_commands_are_decided_by_their_strictest_segment() {
             approval_mode: 0,
             interactive: Some(false),
             sandbox_level: 0,
+            ..Default::default()
         })
         .await,
     )

@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
-use crate::scheduler::{BatchRequest, CancelRequest, ConfirmRequest, Scheduler};
+use crate::scheduler::{BatchRequest, CancelRequest, ConfirmRequest, Scheduler, WatchRequest};
 use error::ApiError;
 
 /// Generated proto types and service stubs.
@@ -59,12 +59,21 @@ impl ToolScheduler for Service {
             .schedule(batch)
             .await
             .map_err(ApiError::from)?;
-        tracing::debug!(%session, batch = stream.batch_id(), "batch accepted");
-        let mut sequence = 0u64;
-        let events = stream.map(move |event| {
-            sequence += 1;
-            Ok(convert::event_to_pb(event, sequence))
-        });
+        tracing::debug!(%session, batch = stream.batch_id(), replayed = stream.replayed(), "batch accepted");
+        let replayed = stream.replayed();
+        let events = stream.map(move |entry| Ok(convert::entry_to_pb(&entry, replayed)));
+        Ok(Response::new(Box::pin(events)))
+    }
+
+    type WatchBatchStream = EventStream;
+
+    async fn watch_batch(
+        &self,
+        request: Request<pb::WatchBatchRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        let watch = WatchRequest::try_from(request.into_inner())?;
+        let stream = self.scheduler.watch(watch).await.map_err(ApiError::from)?;
+        let events = stream.map(|entry| Ok(convert::entry_to_pb(&entry, false)));
         Ok(Response::new(Box::pin(events)))
     }
 
@@ -73,11 +82,12 @@ impl ToolScheduler for Service {
         request: Request<pb::ConfirmRequest>,
     ) -> Result<Response<pb::ConfirmResponse>, Status> {
         let confirm = ConfirmRequest::try_from(request.into_inner())?;
-        self.scheduler
+        let confirmed = self
+            .scheduler
             .confirm(confirm)
             .await
             .map_err(ApiError::from)?;
-        Ok(Response::new(pb::ConfirmResponse {}))
+        Ok(Response::new(confirmed.into()))
     }
 
     async fn cancel(

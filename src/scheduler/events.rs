@@ -32,6 +32,12 @@ pub struct BatchRequest {
     /// Switch the session to this sandbox level first (at most as
     /// permissive as the server's).
     pub sandbox_level: Option<crate::sandbox::SandboxLevel>,
+    /// The client's idempotency key: a repeat with the same calls attaches
+    /// to the original batch instead of scheduling anything.
+    pub request_id: Option<String>,
+    /// How long the batch keeps running once its last reader went away;
+    /// `None` takes the server's default.
+    pub disconnect_grace: Option<Duration>,
 }
 
 /// Longest accepted session id, in bytes.
@@ -57,6 +63,15 @@ impl BatchRequest {
         }
         if self.calls.is_empty() {
             return Err("calls is empty; send at least one function call".into());
+        }
+        if let Some(request_id) = &self.request_id
+            && request_id.len() > crate::store::MAX_REQUEST_ID_BYTES
+        {
+            return Err(format!(
+                "request_id is {} bytes; at most {}",
+                request_id.len(),
+                crate::store::MAX_REQUEST_ID_BYTES
+            ));
         }
         let mut seen = std::collections::HashSet::new();
         for (i, call) in self.calls.iter().enumerate() {
@@ -190,7 +205,7 @@ pub const MAX_RESPONSES_BYTES: usize = 3 * 1024 * 1024;
 /// Estimated encoded size of a JSON value, in bytes: string and key bytes
 /// plus a few bytes of framing per value (protobuf's Struct encoding is
 /// within a small factor of this).
-fn approx_size(v: &Value) -> usize {
+pub(crate) fn approx_size(v: &Value) -> usize {
     match v {
         Value::String(s) => s.len() + 4,
         Value::Array(a) => 4 + a.iter().map(approx_size).sum::<usize>(),

@@ -13,6 +13,7 @@
 mod call;
 pub mod events;
 pub mod metrics;
+pub mod resume;
 mod session;
 
 use std::collections::HashMap;
@@ -29,7 +30,12 @@ pub use events::{
     ConfirmationOutcome, Event, FunctionResponse, StateUpdate,
 };
 pub use metrics::Metrics;
+pub use resume::{Confirmed, WatchError, WatchRequest};
 use session::{EventSink, Session, SessionCommand, SessionLink};
+
+use crate::store::{
+    BatchLog, Begun, Entry, LogReader, LogWriter, NewBatch, SharedStore, StoreError,
+};
 
 use crate::policy::{ApprovalMode, PolicyHandle};
 use crate::sandbox::{OutputLimits, Sandbox, SharedSandbox};
@@ -60,6 +66,15 @@ pub struct SchedulerConfig {
     /// (a workspace on a network filesystem); see
     /// [`crate::sandbox::Workspace::with_blocking_io`].
     pub blocking_file_io: bool,
+    /// Grace of a batch whose request names none: how long it keeps running
+    /// once its last reader went away. Zero cancels it at once.
+    pub disconnect_grace: Duration,
+    /// Longest grace a request may ask for: a detached batch holds its
+    /// session, its processes and its log that long.
+    pub max_disconnect_grace: Duration,
+    /// How long and how much of completed batches is kept for WatchBatch
+    /// and request_id replays.
+    pub retention: crate::store::Retention,
 }
 
 impl Default for SchedulerConfig {
@@ -74,6 +89,9 @@ impl Default for SchedulerConfig {
             session_idle_ttl: Duration::from_secs(3600),
             sandbox: Arc::new(Sandbox::default()),
             blocking_file_io: false,
+            disconnect_grace: Duration::ZERO,
+            max_disconnect_grace: Duration::from_secs(600),
+            retention: crate::store::Retention::default(),
         }
     }
 }
@@ -96,6 +114,13 @@ pub enum ScheduleError {
         requested: crate::sandbox::SandboxLevel,
         server: crate::sandbox::SandboxLevel,
     },
+    #[error(
+        "disconnect_grace_secs {asked} is over the server's limit max_disconnect_grace_secs = {limit}"
+    )]
+    GraceTooLong { asked: u64, limit: u64 },
+    /// A request id known with other calls, or the store failing.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Why a Confirm was refused. Nothing changed.
@@ -108,8 +133,8 @@ pub enum ConfirmError {
     #[error("call '{call_id}' is not awaiting approval")]
     NotAwaitingApproval { call_id: String },
     /// The call's batch has completed; its prompt (if it had one) can no
-    /// longer be answered. Remembered for the session's last
-    /// `RECENT_ENDED_CALLS` calls; older ids are [`ConfirmError::UnknownCall`].
+    /// longer be answered. Known while its batch is retained (see
+    /// [`crate::store::Retention`]); later it is [`ConfirmError::UnknownCall`].
     #[error(
         "call '{call_id}' already ended ({state}) and its batch has completed; there is no prompt to answer"
     )]
@@ -136,6 +161,16 @@ pub enum ConfirmError {
     CannotModify { tool: String },
     #[error("new_content makes invalid arguments: {message}")]
     InvalidNewContent { message: String },
+    /// The first answer to a prompt wins; this one differs from it.
+    #[error(
+        "the prompt of call '{call_id}' was already answered with {winner}{}; the first answer wins and this different one changed nothing",
+        if *with_content { " (with new_content)" } else { "" }
+    )]
+    AnsweredDifferently {
+        call_id: String,
+        winner: String,
+        with_content: bool,
+    },
     #[error("the scheduler is not running")]
     Unavailable,
 }
@@ -163,6 +198,8 @@ pub(crate) struct Shared {
     pub policy: PolicyHandle,
     /// Cancelled at server shutdown: every batch is cancelled with it.
     pub shutdown: CancellationToken,
+    /// Batches, their logs, request ids and answers.
+    pub store: SharedStore<BatchEvent>,
     pub hub: mpsc::Sender<HubCommand>,
     pub metrics: Arc<Metrics>,
     /// The sandbox of each level a session may choose.
@@ -172,11 +209,23 @@ pub(crate) struct Shared {
 pub(crate) enum HubCommand {
     Schedule {
         request: BatchRequest,
+        batch_id: String,
+        /// The log the store began for it.
+        writer: LogWriter<BatchEvent>,
         reply: oneshot::Sender<Result<BatchStream, ScheduleError>>,
+    },
+    /// A new reader of a batch's log (WatchBatch, a replayed request id).
+    Attach {
+        session_id: String,
+        batch_id: String,
+        log: Arc<BatchLog<BatchEvent>>,
+        after: u64,
+        replayed: bool,
+        reply: oneshot::Sender<Result<BatchStream, WatchError>>,
     },
     Confirm {
         request: ConfirmRequest,
-        reply: oneshot::Sender<Result<(), ConfirmError>>,
+        reply: oneshot::Sender<Result<Confirmed, ConfirmError>>,
     },
     Cancel {
         request: CancelRequest,
@@ -201,6 +250,7 @@ pub struct Scheduler {
     open_streams: watch::Receiver<usize>,
     metrics: Arc<Metrics>,
     sandbox: SharedSandbox,
+    store: SharedStore<BatchEvent>,
     /// The MCP servers feeding the registry, for their status.
     mcp: Option<crate::tools::mcp::McpManager>,
 }
@@ -220,6 +270,8 @@ impl Scheduler {
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
         let sandbox = config.sandbox.clone();
+        let store: SharedStore<BatchEvent> =
+            Arc::new(crate::store::MemoryStore::new(config.retention));
         // The levels a session may switch to: those at most as permissive as
         // the server's, each probed once here.
         let sandboxes = crate::sandbox::SandboxLevel::ALL
@@ -240,6 +292,7 @@ impl Scheduler {
             registry: registry.clone(),
             policy,
             shutdown,
+            store: store.clone(),
             hub: hub_tx.clone(),
             metrics: metrics.clone(),
         });
@@ -256,6 +309,7 @@ impl Scheduler {
             open_streams: open_rx,
             metrics,
             sandbox,
+            store,
             mcp: None,
         }
     }
@@ -290,18 +344,98 @@ impl Scheduler {
     }
 
     /// Accepts a batch. The stream starts with `Accepted` and ends after
-    /// `Completed`; dropping it cancels the batch.
+    /// `Completed`; dropping it (the last reader of the batch) cancels the
+    /// batch at once, or after its disconnect grace when nobody re-attached.
+    /// A request id known with the same calls schedules nothing: the stream
+    /// reads the original batch's log from the start ([`BatchStream::replayed`]).
     pub async fn schedule(&self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
+        request.validate().map_err(ScheduleError::Invalid)?;
+        let batch_id = uuid::Uuid::new_v4().to_string();
+        // Only a request id needs the digest: the hot path hashes nothing.
+        let digest = match request.request_id {
+            Some(_) => resume::calls_digest(&request.calls),
+            None => [0; 32],
+        };
+        let begun = self
+            .store
+            .begin_batch(NewBatch {
+                session_id: request.session_id.clone(),
+                batch_id: batch_id.clone(),
+                request_id: request.request_id.clone(),
+                digest,
+            })
+            .await?;
+        let writer = match begun {
+            Begun::New(writer) => writer,
+            Begun::Existing { batch_id, log } => {
+                return self
+                    .attach(request.session_id, batch_id, log, 0, true)
+                    .await
+                    .map_err(|_| ScheduleError::ShuttingDown);
+            }
+        };
+        let session_id = request.session_id.clone();
+        let (reply, rx) = oneshot::channel();
+        let sent = self
+            .hub
+            .send(HubCommand::Schedule {
+                request,
+                batch_id: batch_id.clone(),
+                writer,
+                reply,
+            })
+            .await;
+        let result = match sent {
+            Ok(()) => rx.await.unwrap_or(Err(ScheduleError::ShuttingDown)),
+            Err(_) => Err(ScheduleError::ShuttingDown),
+        };
+        if result.is_err() {
+            self.store.abandon_batch(&session_id, &batch_id);
+        }
+        result
+    }
+
+    /// Re-attaches to a batch's log after `after_sequence`.
+    pub async fn watch(&self, request: WatchRequest) -> Result<BatchStream, WatchError> {
+        let log = self
+            .store
+            .batch(&request.session_id, &request.batch_id)
+            .await?;
+        self.attach(
+            request.session_id,
+            request.batch_id,
+            log,
+            request.after_sequence,
+            false,
+        )
+        .await
+    }
+
+    async fn attach(
+        &self,
+        session_id: String,
+        batch_id: String,
+        log: Arc<BatchLog<BatchEvent>>,
+        after: u64,
+        replayed: bool,
+    ) -> Result<BatchStream, WatchError> {
         let (reply, rx) = oneshot::channel();
         self.hub
-            .send(HubCommand::Schedule { request, reply })
+            .send(HubCommand::Attach {
+                session_id,
+                batch_id,
+                log,
+                after,
+                replayed,
+                reply,
+            })
             .await
-            .map_err(|_| ScheduleError::ShuttingDown)?;
-        rx.await.map_err(|_| ScheduleError::ShuttingDown)?
+            .map_err(|_| WatchError::Unavailable)?;
+        rx.await.map_err(|_| WatchError::Unavailable)?
     }
 
     /// Answers an approval prompt.
-    pub async fn confirm(&self, request: ConfirmRequest) -> Result<(), ConfirmError> {
+    pub async fn confirm(&self, request: ConfirmRequest) -> Result<Confirmed, ConfirmError> {
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Confirm { request, reply })
@@ -353,8 +487,41 @@ impl Hub {
     async fn run(mut self, mut rx: mpsc::Receiver<HubCommand>) {
         while let Some(cmd) = rx.recv().await {
             match cmd {
-                HubCommand::Schedule { request, reply } => {
-                    let _ = reply.send(self.schedule(request));
+                HubCommand::Schedule {
+                    request,
+                    batch_id,
+                    writer,
+                    reply,
+                } => {
+                    let _ = reply.send(self.schedule(request, batch_id, writer));
+                }
+                HubCommand::Attach {
+                    session_id,
+                    batch_id,
+                    log,
+                    after,
+                    replayed,
+                    reply,
+                } => {
+                    let link = self.sessions.get(&session_id).map(|e| e.link.clone());
+                    let stream = log
+                        .reader(after)
+                        .map(|reader| {
+                            self.open_streams.send_modify(|n| *n += 1);
+                            BatchStream {
+                                batch_id: batch_id.clone(),
+                                reader,
+                                session: link,
+                                replayed,
+                                _open: OpenStream(self.open_streams.clone()),
+                            }
+                        })
+                        .map_err(|e| WatchError::BeyondEnd {
+                            batch_id,
+                            after: e.after,
+                            last: e.last,
+                        });
+                    let _ = reply.send(stream);
                 }
                 HubCommand::Confirm { request, reply } => {
                     let Some(entry) = self.sessions.get_mut(&request.session_id) else {
@@ -396,8 +563,23 @@ impl Hub {
         }
     }
 
-    fn schedule(&mut self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
+    fn schedule(
+        &mut self,
+        mut request: BatchRequest,
+        batch_id: String,
+        writer: LogWriter<BatchEvent>,
+    ) -> Result<BatchStream, ScheduleError> {
         request.validate().map_err(ScheduleError::Invalid)?;
+        let grace = request
+            .disconnect_grace
+            .unwrap_or(self.shared.config.disconnect_grace);
+        if grace > self.shared.config.max_disconnect_grace {
+            return Err(ScheduleError::GraceTooLong {
+                asked: grace.as_secs(),
+                limit: self.shared.config.max_disconnect_grace.as_secs(),
+            });
+        }
+        request.disconnect_grace = Some(grace);
         if let Some(requested) = request.sandbox_level
             && !self.shared.sandboxes.contains_key(&requested)
         {
@@ -446,9 +628,12 @@ impl Hub {
             .sessions
             .get_mut(&request.session_id)
             .ok_or(ScheduleError::ShuttingDown)?;
-        let batch_id = uuid::Uuid::new_v4().to_string();
         let token = entry.token.child_token();
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        // Read from the first event on: the stream sees Accepted.
+        let reader = writer
+            .log()
+            .reader(0)
+            .map_err(|_| ScheduleError::ShuttingDown)?;
         entry.forwarded += 1;
         self.shared.metrics.batch_accepted();
         entry
@@ -456,18 +641,16 @@ impl Hub {
             .send(SessionCommand::Schedule {
                 batch_id: batch_id.clone(),
                 request,
-                events: EventSink::new(events_tx),
-                token: token.clone(),
+                events: EventSink::new(writer),
+                token,
             })
             .map_err(|_| ScheduleError::ShuttingDown)?;
         self.open_streams.send_modify(|n| *n += 1);
         Ok(BatchStream {
             batch_id,
-            rx: events_rx,
-            burst: Vec::new().into_iter(),
-            token,
-            session: entry.link.clone(),
-            ended: false,
+            reader,
+            session: Some(entry.link.clone()),
+            replayed: false,
             _open: OpenStream(self.open_streams.clone()),
         })
     }
@@ -482,31 +665,29 @@ impl Drop for OpenStream {
     }
 }
 
-/// The events of one batch. Ends after `Completed`. Dropping it (the client
-/// went away) cancels the batch: queued, its calls end Cancelled; running,
-/// every non-terminal call is cancelled and running tools are stopped.
+/// A reader of one batch's log, from where it attached to `Completed`. The
+/// batch's readers each read at their own pace; when the last one goes away
+/// before the end (the client went away), the session is told: it cancels
+/// the batch at once (queued: its calls end Cancelled; running: every
+/// non-terminal call is cancelled and running tools are stopped), or after
+/// the batch's disconnect grace if nobody re-attached.
 pub struct BatchStream {
     batch_id: String,
-    /// Events come in the bursts the session emitted them in.
-    rx: mpsc::UnboundedReceiver<Vec<Event>>,
-    /// The rest of the burst being read.
-    burst: std::vec::IntoIter<Event>,
-    /// The batch's token, cancelled on drop: stops its running tools.
-    token: CancellationToken,
-    /// Told when the stream is dropped before the end, so the session ends
-    /// the batch's calls Cancelled.
-    session: SessionLink,
-    /// The last event (`Completed`) was read.
-    ended: bool,
+    reader: LogReader<BatchEvent>,
+    /// Told when the last reader goes away before the end; `None` when the
+    /// session is gone (its batches have all completed).
+    session: Option<SessionLink>,
+    /// Attached to an existing batch by a repeated request id.
+    replayed: bool,
     _open: OpenStream,
 }
 
 impl Drop for BatchStream {
     fn drop(&mut self) {
-        self.token.cancel();
-        if !self.ended {
-            self.session
-                .batch_dropped(std::mem::take(&mut self.batch_id));
+        if let Some(generation) = self.reader.detach()
+            && let Some(session) = &self.session
+        {
+            session.batch_detached(std::mem::take(&mut self.batch_id), generation);
         }
     }
 }
@@ -517,32 +698,22 @@ impl BatchStream {
         &self.batch_id
     }
 
-    /// The next event, `None` after `Completed`.
-    pub async fn next(&mut self) -> Option<Event> {
-        std::future::poll_fn(|cx| self.poll_event(cx)).await
+    /// True when this stream re-attached to an existing batch (a repeated
+    /// request id) instead of scheduling one.
+    pub fn replayed(&self) -> bool {
+        self.replayed
     }
 
-    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        loop {
-            if let Some(event) = self.burst.next() {
-                return Poll::Ready(Some(event));
-            }
-            match self.rx.poll_recv(cx) {
-                Poll::Ready(Some(burst)) => self.burst = burst.into_iter(),
-                Poll::Ready(None) => {
-                    self.ended = true;
-                    return Poll::Ready(None);
-                }
-                Poll::Pending => return Poll::Pending,
-            }
-        }
+    /// The next logged event, `None` after `Completed`.
+    pub async fn next(&mut self) -> Option<Arc<Entry<BatchEvent>>> {
+        self.reader.next().await
     }
 }
 
 impl tokio_stream::Stream for BatchStream {
-    type Item = Event;
+    type Item = Arc<Entry<BatchEvent>>;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        self.poll_event(cx)
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.reader.poll_entry(cx)
     }
 }

@@ -23,22 +23,18 @@ use tokio_util::sync::CancellationToken;
 use super::call::{CallSlot, CallState, error_update};
 use super::events::{
     BatchEvent, BatchRequest, CallRequest, CancelRequest, CancelSummary, ConfirmRequest,
-    ConfirmationOutcome, Event, FunctionResponse, MAX_RESPONSES_BYTES, StateUpdate, fit_responses,
+    ConfirmationOutcome, FunctionResponse, MAX_RESPONSES_BYTES, StateUpdate, fit_responses,
 };
-use super::{CancelError, ConfirmError, HubCommand, Metrics, Shared};
+use super::{CancelError, ConfirmError, Confirmed, HubCommand, Metrics, Shared};
 use crate::policy::{
     AlwaysScope, ApprovalMode, Decision, DecisionSource, PolicyInput, SessionRules,
 };
+use crate::store::{BatchLog, LogWriter};
 use crate::tools::{
     ConfirmationDetails, ErrorKind, ExecContext, Invocation, Progress, TOPIC_TOOL_NAME, ToolError,
     ToolKind, ToolOutcome,
 };
 
-/// Calls of completed batches a session remembers (id and terminal state),
-/// so that a late Confirm (e.g. racing the confirmation timeout) is told the
-/// call ended (FAILED_PRECONDITION) rather than that it never existed
-/// (NOT_FOUND). About 100 bytes each.
-const RECENT_ENDED_CALLS: usize = 1024;
 /// Reason given to calls cancelled because an earlier call of their batch
 /// was rejected, as Gemini CLI does.
 const REJECTED_SIBLING_REASON: &str =
@@ -52,39 +48,59 @@ const CANCEL_GUARD: Duration = Duration::from_secs(5);
 /// tool that does not enforce its own timeout.
 const TIMEOUT_SLACK: Duration = Duration::from_secs(5);
 
-/// Sends a batch's events to its stream. The events of one step of the
+/// Appends a batch's events to its log. The events of one step of the
 /// session (e.g. Accepted, Started, Validating, Scheduled, Executing for an
-/// allowed call) are held and sent together when the step ends
-/// ([`EventSink::flush`], and on drop): the stream wakes once and encodes
-/// them into one HTTP/2 write instead of racing the session event by event.
-/// Each event keeps the time it was emitted. A gone client is not an error
-/// here (its stream's drop tells the session).
+/// allowed call) are appended as they happen and published together when
+/// the step ends ([`EventSink::flush`], and on drop): a waiting reader wakes
+/// once and encodes them into one HTTP/2 write instead of racing the
+/// session event by event. A call's consecutive progress reports merge
+/// while nobody has read them. `Completed` finishes the log.
 pub(crate) struct EventSink {
-    tx: mpsc::UnboundedSender<Vec<Event>>,
-    held: RefCell<Vec<Event>>,
+    writer: RefCell<Option<LogWriter<BatchEvent>>>,
+    log: Arc<BatchLog<BatchEvent>>,
 }
 
 impl EventSink {
-    pub fn new(tx: mpsc::UnboundedSender<Vec<Event>>) -> Self {
+    pub fn new(writer: LogWriter<BatchEvent>) -> Self {
         Self {
-            tx,
-            held: RefCell::new(Vec::new()),
+            log: writer.log().clone(),
+            writer: RefCell::new(Some(writer)),
         }
     }
 
     fn emit(&self, event: BatchEvent) {
-        self.held.borrow_mut().push(Event {
-            at: SystemTime::now(),
-            event,
-        });
+        let mut writer = self.writer.borrow_mut();
+        let Some(w) = writer.as_ref() else {
+            return; // the log is finished: nothing comes after Completed
+        };
+        match &event {
+            BatchEvent::Completed { .. } => {
+                if let Some(w) = writer.take() {
+                    w.finish(event);
+                }
+            }
+            BatchEvent::CallUpdate {
+                update: StateUpdate::Executing(_),
+                ..
+            } => {
+                w.append_merging(event, super::resume::merge_progress);
+            }
+            _ => {
+                w.append(event);
+            }
+        }
     }
 
-    /// Sends the held events, if any, in one message.
+    /// Wakes the readers for what the step appended.
     fn flush(&self) {
-        let held = std::mem::take(&mut *self.held.borrow_mut());
-        if !held.is_empty() {
-            let _ = self.tx.send(held);
+        if let Some(w) = self.writer.borrow().as_ref() {
+            w.publish();
         }
+    }
+
+    /// The batch's log.
+    fn log(&self) -> &Arc<BatchLog<BatchEvent>> {
+        &self.log
     }
 }
 
@@ -95,17 +111,21 @@ impl Drop for EventSink {
 }
 
 /// What a [`super::BatchStream`] holds of its session: a weak sender (a
-/// stream outliving its session keeps nothing alive) to report that it was
-/// dropped before its batch completed. A stream that ran to `Completed` says
-/// nothing, so the normal path costs no message and no task.
+/// stream outliving its session keeps nothing alive) to report that the
+/// batch's last reader went away before it completed. A stream that ran to
+/// `Completed` says nothing, so the normal path costs no message and no task.
 #[derive(Clone)]
 pub(crate) struct SessionLink(mpsc::WeakUnboundedSender<Internal>);
 
 impl SessionLink {
-    /// Tells the session that the client went away from `batch_id`.
-    pub fn batch_dropped(&self, batch_id: String) {
+    /// Tells the session that nobody reads `batch_id` any more, since the
+    /// detach that returned `generation`.
+    pub fn batch_detached(&self, batch_id: String, generation: u64) {
         if let Some(tx) = self.0.upgrade() {
-            let _ = tx.send(Internal::BatchDropped { batch_id });
+            let _ = tx.send(Internal::BatchDetached {
+                batch_id,
+                generation,
+            });
         }
     }
 }
@@ -133,7 +153,7 @@ pub(crate) enum SessionCommand {
     },
     Confirm {
         request: ConfirmRequest,
-        reply: oneshot::Sender<Result<(), ConfirmError>>,
+        reply: oneshot::Sender<Result<Confirmed, ConfirmError>>,
     },
     Cancel {
         request: CancelRequest,
@@ -159,10 +179,16 @@ pub(crate) enum Internal {
         index: usize,
         outcome: ToolOutcome,
     },
-    /// The batch's stream was dropped before it completed: the client went
-    /// away.
-    BatchDropped {
+    /// The batch's last reader went away before it completed: the client
+    /// went away.
+    BatchDetached {
         batch_id: String,
+        generation: u64,
+    },
+    /// The disconnect grace that started at detach `generation` is over.
+    GraceExpired {
+        batch_id: String,
+        generation: u64,
     },
     ConfirmTimeout {
         batch_id: String,
@@ -194,6 +220,8 @@ struct ActiveBatch {
     wave: Vec<usize>,
     wave_executing: bool,
     interactive: bool,
+    /// How long it runs on once its last reader went away.
+    grace: Duration,
     events: EventSink,
     token: CancellationToken,
     metrics: Arc<Metrics>,
@@ -266,9 +294,6 @@ pub(crate) struct Session {
     topic: Option<String>,
     queue: VecDeque<PendingBatch>,
     active: Option<ActiveBatch>,
-    /// The last [`RECENT_ENDED_CALLS`] calls of completed batches: call id
-    /// and terminal state name, oldest first.
-    ended: VecDeque<(String, &'static str)>,
     internal_tx: mpsc::UnboundedSender<Internal>,
     /// Commands processed, reported to the hub when idle so that it only
     /// retires a session that has no command in flight.
@@ -303,7 +328,6 @@ impl Session {
             topic: None,
             queue: VecDeque::new(),
             active: None,
-            ended: VecDeque::new(),
             internal_tx,
             processed: 0,
         };
@@ -386,11 +410,55 @@ impl Session {
                 });
             }
             SessionCommand::Confirm { request, reply } => {
-                let _ = reply.send(self.confirm(request));
+                let _ = reply.send(self.confirm_recorded(request));
             }
             SessionCommand::Cancel { request, reply } => {
                 let _ = reply.send(self.cancel(request));
             }
+        }
+    }
+
+    /// Answers a prompt; the first answer wins and is recorded. An answer
+    /// to a prompt that is no longer open is compared with the recorded
+    /// winner: the same is OK (already applied), a different one is refused
+    /// naming the winner.
+    fn confirm_recorded(&mut self, req: ConfirmRequest) -> Result<Confirmed, ConfirmError> {
+        let answer = crate::store::Answer {
+            outcome: req.outcome.name().to_string(),
+            new_content: req.new_content.clone(),
+        };
+        let (call_id, correlation_id) = (req.call_id.clone(), req.correlation_id.clone());
+        let batch_id = self.active.as_ref().map(|b| b.id.clone());
+        match self.confirm(req) {
+            Ok(()) => {
+                if let Some(batch_id) = batch_id {
+                    self.shared.store.record_answer(
+                        &self.id,
+                        &batch_id,
+                        &call_id,
+                        &correlation_id,
+                        answer,
+                    );
+                }
+                Ok(Confirmed {
+                    already_applied: false,
+                })
+            }
+            Err(e) => match self
+                .shared
+                .store
+                .answer(&self.id, &call_id, &correlation_id)
+            {
+                Some(winner) if winner == answer => Ok(Confirmed {
+                    already_applied: true,
+                }),
+                Some(winner) => Err(ConfirmError::AnsweredDifferently {
+                    call_id,
+                    with_content: winner.new_content.is_some(),
+                    winner: winner.outcome,
+                }),
+                None => Err(e),
+            },
         }
     }
 
@@ -549,7 +617,7 @@ impl Session {
             ConfirmError::NotAwaitingApproval {
                 call_id: call_id.to_string(),
             }
-        } else if let Some((_, state)) = self.ended.iter().rev().find(|(id, _)| id == call_id) {
+        } else if let Some(state) = self.shared.store.ended(&self.id, call_id) {
             ConfirmError::AlreadyEnded {
                 call_id: call_id.to_string(),
                 state,
@@ -641,9 +709,18 @@ impl Session {
     }
 
     fn cancel_pending(&mut self, pending: PendingBatch, reason: &str) {
-        for call in &pending.request.calls {
-            remember_ended(&mut self.ended, &call.id, "cancelled");
-        }
+        let ended = pending
+            .request
+            .calls
+            .iter()
+            .map(|c| crate::store::EndedCall {
+                call_id: c.id.clone(),
+                state: "cancelled",
+            })
+            .collect();
+        self.shared
+            .store
+            .complete_batch(&self.id, &pending.id, ended);
         cancel_pending(
             &self.shared.metrics,
             &self.shared.registry.load(),
@@ -656,7 +733,14 @@ impl Session {
 
     fn handle_internal(&mut self, msg: Internal) {
         match msg {
-            Internal::BatchDropped { batch_id } => self.batch_dropped(&batch_id),
+            Internal::BatchDetached {
+                batch_id,
+                generation,
+            } => self.batch_detached(batch_id, generation),
+            Internal::GraceExpired {
+                batch_id,
+                generation,
+            } => self.grace_expired(&batch_id, generation),
             Internal::PromptReady {
                 batch_id,
                 index,
@@ -747,8 +831,61 @@ impl Session {
         }
     }
 
+    /// The grace and log of a queued or running batch.
+    fn grace_of(&self, batch_id: &str) -> Option<(Duration, &Arc<BatchLog<BatchEvent>>)> {
+        if let Some(active) = self.active.as_ref().filter(|b| b.id == batch_id) {
+            return Some((active.grace, active.events.log()));
+        }
+        self.queue.iter().find(|b| b.id == batch_id).map(|b| {
+            (
+                b.request.disconnect_grace.unwrap_or_default(),
+                b.events.log(),
+            )
+        })
+    }
+
+    /// Nobody reads the batch any more: without a grace it is cancelled at
+    /// once (as a dropped stream always was); with one, a timer decides.
+    fn batch_detached(&mut self, batch_id: String, generation: u64) {
+        let Some((grace, _)) = self.grace_of(&batch_id) else {
+            return; // already completed
+        };
+        if grace.is_zero() {
+            self.batch_dropped(&batch_id);
+            return;
+        }
+        tracing::info!(session = %self.id, batch = %batch_id, grace_secs = grace.as_secs(), "batch detached; it runs on for its grace");
+        let tx = self.internal_tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            let _ = tx.send(Internal::GraceExpired {
+                batch_id,
+                generation,
+            });
+        });
+    }
+
+    /// The grace of detach `generation` is over: cancelled unless somebody
+    /// re-attached meanwhile (a later detach has its own timer).
+    fn grace_expired(&mut self, batch_id: &str, generation: u64) {
+        let Some((grace, log)) = self.grace_of(batch_id) else {
+            return;
+        };
+        if !log.still_detached(generation) {
+            return;
+        }
+        let reason = super::resume::grace_reason(grace);
+        tracing::info!(session = %self.id, batch = %batch_id, "disconnect grace over; cancelling the batch");
+        self.end_batch(batch_id, &reason);
+    }
+
     fn batch_dropped(&mut self, batch_id: &str) {
         let reason = self.drop_reason();
+        self.end_batch(batch_id, reason);
+    }
+
+    /// Cancels a queued or running batch with `reason`.
+    fn end_batch(&mut self, batch_id: &str, reason: &str) {
         if let Some(pos) = self.queue.iter().position(|b| b.id == batch_id) {
             if let Some(pending) = self.queue.remove(pos) {
                 self.shared.metrics.queued_batches.dec();
@@ -959,6 +1096,7 @@ impl Session {
             wave: Vec::new(),
             wave_executing: false,
             interactive: request.interactive,
+            grace: request.disconnect_grace.unwrap_or_default(),
             events,
             token,
             metrics: self.shared.metrics.clone(),
@@ -1269,27 +1407,20 @@ impl Session {
             .filter_map(|&i| batch.calls[i].response().cloned())
             .collect();
         fit_responses(&mut responses, MAX_RESPONSES_BYTES);
-        for slot in &batch.calls {
-            remember_ended(&mut self.ended, &slot.request.id, slot.state.name());
-        }
+        let ended = batch
+            .calls
+            .iter()
+            .map(|slot| crate::store::EndedCall {
+                call_id: slot.request.id.clone(),
+                state: slot.state.name(),
+            })
+            .collect();
+        self.shared.store.complete_batch(&self.id, &batch.id, ended);
         batch.events.emit(BatchEvent::Completed {
             batch_id: batch.id.clone(),
             responses,
         });
     }
-}
-
-/// Adds a call of a completed batch to `ended`, forgetting the oldest past
-/// [`RECENT_ENDED_CALLS`].
-fn remember_ended(
-    ended: &mut VecDeque<(String, &'static str)>,
-    call_id: &str,
-    state: &'static str,
-) {
-    if ended.len() == RECENT_ENDED_CALLS {
-        ended.pop_front();
-    }
-    ended.push_back((call_id.to_string(), state));
 }
 
 /// Ends a batch that never started: every call Cancelled, then Completed.

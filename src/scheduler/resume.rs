@@ -1,0 +1,350 @@
+//! What makes a batch outlive its connection, on the scheduler's side: the
+//! batch's events as a log entry type (sizes, merging of progress), the
+//! digest a request id is checked with, WatchBatch's request and errors,
+//! and the disconnect grace's reason.
+//!
+//! Owns the vocabulary; the log and its retention are in [`crate::store`],
+//! the session acts on a detach (`session.rs`), the hub hands out readers.
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::events::{BatchEvent, CallRequest, StateUpdate, approx_size};
+use crate::store::{CallsDigest, LogEvent, StoreError};
+use crate::tools::ConfirmationDetails;
+
+/// A WatchBatch request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchRequest {
+    pub session_id: String,
+    pub batch_id: String,
+    /// The last sequence the client has seen; 0 reads from the first event.
+    pub after_sequence: u64,
+}
+
+/// Why a WatchBatch was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum WatchError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("after_sequence {after} is beyond the last event of batch '{batch_id}' ({last})")]
+    BeyondEnd {
+        batch_id: String,
+        after: u64,
+        last: u64,
+    },
+    #[error("the scheduler is not running")]
+    Unavailable,
+}
+
+/// What a Confirm did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Confirmed {
+    /// This exact answer had been applied before: nothing changed.
+    pub already_applied: bool,
+}
+
+/// The reason a batch ends with when nobody re-attached within its grace.
+pub fn grace_reason(grace: Duration) -> String {
+    format!(
+        "the client went away and did not come back within {} s",
+        grace.as_secs()
+    )
+}
+
+/// SHA-256 of the calls in a canonical form (object keys sorted, so the
+/// order a client's JSON library emits them in does not matter): ids,
+/// names, arguments and `wait_for_previous`, in request order.
+pub fn calls_digest(calls: &[CallRequest]) -> CallsDigest {
+    let mut hasher = Sha256::new();
+    for call in calls {
+        field(&mut hasher, call.id.as_bytes());
+        field(&mut hasher, call.name.as_bytes());
+        hash_object(&mut hasher, &call.args);
+        hasher.update([u8::from(call.wait_for_previous)]);
+    }
+    hasher.finalize().into()
+}
+
+/// A length-prefixed field: no two different sequences hash the same bytes.
+fn field(hasher: &mut Sha256, bytes: &[u8]) {
+    hasher.update((bytes.len() as u64).to_le_bytes());
+    hasher.update(bytes);
+}
+
+fn hash_object(hasher: &mut Sha256, object: &serde_json::Map<String, serde_json::Value>) {
+    let mut keys: Vec<&String> = object.keys().collect();
+    keys.sort();
+    hasher.update([b'{']);
+    hasher.update((keys.len() as u64).to_le_bytes());
+    for key in keys {
+        field(hasher, key.as_bytes());
+        hash_value(hasher, &object[key.as_str()]);
+    }
+}
+
+fn hash_value(hasher: &mut Sha256, value: &serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Null => hasher.update([b'n']),
+        Value::Bool(b) => hasher.update([b'b', u8::from(*b)]),
+        Value::Number(n) => {
+            hasher.update([b'#']);
+            field(hasher, n.to_string().as_bytes());
+        }
+        Value::String(s) => {
+            hasher.update([b's']);
+            field(hasher, s.as_bytes());
+        }
+        Value::Array(items) => {
+            hasher.update([b'[']);
+            hasher.update((items.len() as u64).to_le_bytes());
+            items.iter().for_each(|v| hash_value(hasher, v));
+        }
+        Value::Object(o) => hash_object(hasher, o),
+    }
+}
+
+/// Fixed cost of an event beyond its strings (the entry, the enum, times).
+const EVENT_OVERHEAD_BYTES: usize = 96;
+
+impl LogEvent for BatchEvent {
+    fn approx_bytes(&self) -> usize {
+        EVENT_OVERHEAD_BYTES
+            + match self {
+                BatchEvent::Accepted { batch_id, .. } | BatchEvent::Started { batch_id } => {
+                    batch_id.len()
+                }
+                BatchEvent::CallUpdate {
+                    call_id,
+                    tool_name,
+                    update,
+                } => call_id.len() + tool_name.len() + update_bytes(update),
+                BatchEvent::Completed {
+                    batch_id,
+                    responses,
+                } => batch_id.len() + responses.iter().map(|r| r.approx_size()).sum::<usize>(),
+            }
+    }
+}
+
+fn update_bytes(update: &StateUpdate) -> usize {
+    let object = |o: &serde_json::Map<String, serde_json::Value>| {
+        o.iter()
+            .map(|(k, v)| k.len() + approx_size(v))
+            .sum::<usize>()
+    };
+    match update {
+        // Shared with the call (an `Arc`), but kept alive by the log too.
+        StateUpdate::Validating { args } => object(args),
+        StateUpdate::Scheduled => 0,
+        StateUpdate::AwaitingApproval {
+            correlation_id,
+            details,
+            reason,
+            ..
+        } => {
+            correlation_id.len()
+                + reason.len()
+                + match details {
+                    ConfirmationDetails::Edit {
+                        file_path,
+                        diff,
+                        new_content,
+                        ..
+                    } => file_path.len() + diff.len() + new_content.len(),
+                    ConfirmationDetails::Exec {
+                        command,
+                        root_commands,
+                        dir_path,
+                        write_targets,
+                    } => {
+                        command.len()
+                            + dir_path.len()
+                            + root_commands.iter().map(String::len).sum::<usize>()
+                            + write_targets.iter().map(String::len).sum::<usize>()
+                    }
+                    ConfirmationDetails::Mcp {
+                        server_name,
+                        tool_name,
+                        args,
+                        description,
+                    } => server_name.len() + tool_name.len() + description.len() + object(args),
+                    ConfirmationDetails::Info { prompt } => prompt.len(),
+                }
+        }
+        StateUpdate::Executing(p) => p.output_chunk.len() + p.message.len(),
+        StateUpdate::Success {
+            response, result, ..
+        } => response.approx_size() + object(result),
+        StateUpdate::Error {
+            message, response, ..
+        } => message.len() + response.approx_size(),
+        StateUpdate::Cancelled { reason, response } => reason.len() + response.approx_size(),
+    }
+}
+
+/// Folds a call's progress report into the previous one when both are
+/// reports only (no output, no pid) of the same call: the newer progress,
+/// total and message win. Used while nobody has read the previous one, so
+/// a tool flooding progress costs one entry per stalled reader.
+pub fn merge_progress(old: &BatchEvent, new: &BatchEvent) -> Option<BatchEvent> {
+    let (
+        BatchEvent::CallUpdate {
+            call_id: old_id,
+            update: StateUpdate::Executing(old),
+            ..
+        },
+        BatchEvent::CallUpdate {
+            call_id: new_id,
+            update: StateUpdate::Executing(new_p),
+            ..
+        },
+    ) = (old, new)
+    else {
+        return None;
+    };
+    let report_only = |p: &crate::tools::Progress| p.pid.is_none() && p.output_chunk.is_empty();
+    if old_id != new_id || !report_only(old) || !report_only(new_p) {
+        return None;
+    }
+    let mut merged = new_p.clone();
+    merged.progress = merged.progress.or(old.progress);
+    merged.total = merged.total.or(old.total);
+    merged.percent = merged.percent.or(old.percent);
+    if merged.message.is_empty() {
+        merged.message = old.message.clone();
+    }
+    let BatchEvent::CallUpdate {
+        call_id, tool_name, ..
+    } = new
+    else {
+        return None;
+    };
+    Some(BatchEvent::CallUpdate {
+        call_id: call_id.clone(),
+        tool_name: tool_name.clone(),
+        update: StateUpdate::Executing(merged),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::tools::Progress;
+
+    fn call(id: &str, args: serde_json::Value) -> CallRequest {
+        CallRequest {
+            id: id.into(),
+            name: "run_shell_command".into(),
+            args: Arc::new(args.as_object().cloned().unwrap_or_default()),
+            wait_for_previous: false,
+        }
+    }
+
+    #[test]
+    fn the_digest_ignores_key_order_and_sees_every_other_difference() {
+        let a = calls_digest(&[call("c", json!({"command": "ls", "dir_path": "."}))]);
+        let b = calls_digest(&[call("c", json!({"dir_path": ".", "command": "ls"}))]);
+        assert_eq!(a, b);
+        let other_value = calls_digest(&[call("c", json!({"command": "rm", "dir_path": "."}))]);
+        let other_id = calls_digest(&[call("d", json!({"command": "ls", "dir_path": "."}))]);
+        let mut waits = call("c", json!({"command": "ls", "dir_path": "."}));
+        waits.wait_for_previous = true;
+        let other_wait = calls_digest(&[waits]);
+        assert_ne!(a, other_value);
+        assert_ne!(a, other_id);
+        assert_ne!(a, other_wait);
+        // Field boundaries count: "ab"+"c" is not "a"+"bc".
+        let split1 = calls_digest(&[CallRequest {
+            name: "bc".into(),
+            ..call("a", json!({}))
+        }]);
+        let split2 = calls_digest(&[CallRequest {
+            name: "c".into(),
+            ..call("ab", json!({}))
+        }]);
+        assert_ne!(split1, split2);
+    }
+
+    fn progress(call_id: &str, p: Progress) -> BatchEvent {
+        BatchEvent::CallUpdate {
+            call_id: call_id.into(),
+            tool_name: "mcp_x_y".into(),
+            update: StateUpdate::Executing(p),
+        }
+    }
+
+    #[test]
+    fn reports_of_one_call_merge_and_output_or_another_call_does_not() {
+        let old = progress(
+            "c",
+            Progress {
+                progress: Some(1.0),
+                total: Some(10.0),
+                message: "one".into(),
+                ..Progress::default()
+            },
+        );
+        let new = progress(
+            "c",
+            Progress {
+                progress: Some(2.0),
+                ..Progress::default()
+            },
+        );
+        let merged = merge_progress(&old, &new).expect("merged");
+        assert_eq!(
+            merged,
+            progress(
+                "c",
+                Progress {
+                    progress: Some(2.0),
+                    total: Some(10.0),
+                    message: "one".into(),
+                    ..Progress::default()
+                }
+            )
+        );
+        assert_eq!(
+            merge_progress(&old, &progress("d", Progress::default())),
+            None
+        );
+        let output = progress(
+            "c",
+            Progress {
+                output_chunk: "x".into(),
+                ..Progress::default()
+            },
+        );
+        assert_eq!(merge_progress(&old, &output), None);
+        assert_eq!(merge_progress(&output, &new), None);
+    }
+
+    #[test]
+    fn an_event_counts_its_output() {
+        let small = progress("c", Progress::default()).approx_bytes();
+        let big = progress(
+            "c",
+            Progress {
+                output_chunk: "x".repeat(10_000),
+                ..Progress::default()
+            },
+        )
+        .approx_bytes();
+        assert_eq!(big - small, 10_000);
+    }
+
+    #[test]
+    fn the_grace_reason_names_the_grace() {
+        assert_eq!(
+            grace_reason(Duration::from_secs(30)),
+            "the client went away and did not come back within 30 s"
+        );
+    }
+}
