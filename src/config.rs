@@ -61,6 +61,10 @@ pub struct CallArgs {
     /// Bearer token, when the server requires one.
     #[arg(long, env = "TOOLSCHED_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
+    /// Seconds the batch keeps running if the connection drops; the client
+    /// re-attaches (WatchBatch) within them [default: the server's].
+    #[arg(long)]
+    pub disconnect_grace_secs: Option<u32>,
     /// Pairs of tool name and JSON arguments, e.g.
     /// `read_file '{"file_path":"README.md"}' list_directory '{"dir_path":"."}'`.
     #[arg(required = true, num_args = 2.., value_names = ["TOOL", "ARGS_JSON"])]
