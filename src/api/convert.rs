@@ -15,7 +15,7 @@ use crate::scheduler::{
     BatchEvent, BatchRequest, CallRequest, CancelRequest, CancelSummary, ConfirmRequest,
     ConfirmationOutcome, Event, FunctionResponse, StateUpdate,
 };
-use crate::tools::{ConfirmationDetails, Declaration, ErrorKind, ToolKind};
+use crate::tools::{ConfirmationDetails, Declaration, ErrorKind, Progress, ToolKind};
 
 // === JSON <-> google.protobuf.Struct ===
 
@@ -323,14 +323,7 @@ fn state(update: StateUpdate) -> pb::tool_call_update::State {
                 segment: s.segment.unwrap_or_default(),
             }),
         }),
-        StateUpdate::Executing(p) => State::Executing(pb::Executing {
-            pid: p.pid,
-            output_chunk: p.output_chunk,
-            progress: p.progress,
-            total: p.total,
-            percent: p.percent,
-            message: p.message,
-        }),
+        StateUpdate::Executing(p) => State::Executing(executing(p)),
         StateUpdate::Success {
             response,
             result,
@@ -354,6 +347,28 @@ fn state(update: StateUpdate) -> pb::tool_call_update::State {
             response: Some(response.into()),
         }),
     }
+}
+
+/// An Executing update: the call started (`None`) or one progress report.
+fn executing(p: Option<Progress>) -> pb::Executing {
+    let mut e = pb::Executing::default();
+    match p {
+        None => {}
+        Some(Progress::Started { pid }) => e.pid = Some(pid),
+        Some(Progress::Output(chunk)) => e.output_chunk = chunk,
+        Some(Progress::Report {
+            progress,
+            total,
+            percent,
+            message,
+        }) => {
+            e.progress = Some(progress);
+            e.total = total;
+            e.percent = percent;
+            e.message = message;
+        }
+    }
+    e
 }
 
 /// An event of a batch as the `sequence`-th message of its stream.

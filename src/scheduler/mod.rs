@@ -1,24 +1,30 @@
 //! The core scheduler: sessions, call states, waves, the per-session queue,
 //! approval and cancellation.
 //!
-//! A [`Scheduler`] is a cheap handle to the hub task, which owns the map of
-//! sessions; each session is its own actor task ([`session`]) owning its
-//! queue and calls. Handlers send commands and read a [`BatchStream`] of
-//! domain [`Event`]s. Cancellation is a `CancellationToken` tree: server →
-//! session → batch → call.
+//! A [`Scheduler`] is a cheap handle to the hub task ([`hub`]), which owns
+//! the map of sessions; each session is its own actor task ([`session`])
+//! owning its queue, mode and rules, and driving its running batch: a
+//! synchronous engine ([`batch`], with [`approval`]) whose effects the
+//! session performs (executions in [`exec`]). Handlers send commands and
+//! read a [`BatchStream`] of domain [`Event`]s ([`feed`]). Cancellation is
+//! a `CancellationToken` tree: server → session → batch → call.
+//!
+//! Layering: imports `policy`, `tools`, `sandbox`; never `api`.
 //!
 //! Not here: gRPC (see `api`), what a tool does (`tools`), whether it may
 //! (`policy`).
 
+mod approval;
+mod batch;
 mod call;
 pub mod events;
+mod exec;
+mod feed;
+mod hub;
 pub mod metrics;
 mod session;
 
-use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -28,8 +34,9 @@ pub use events::{
     BatchEvent, BatchRequest, CallRequest, CancelRequest, CancelSummary, ConfirmRequest,
     ConfirmationOutcome, Event, FunctionResponse, StateUpdate,
 };
+pub use hub::BatchStream;
+use hub::{Hub, HubCommand};
 pub use metrics::Metrics;
-use session::{EventSink, Session, SessionCommand, SessionLink};
 
 use crate::policy::{ApprovalMode, PolicyHandle};
 use crate::sandbox::{OutputLimits, Sandbox, SharedSandbox};
@@ -163,31 +170,9 @@ pub(crate) struct Shared {
     pub policy: PolicyHandle,
     /// Cancelled at server shutdown: every batch is cancelled with it.
     pub shutdown: CancellationToken,
-    pub hub: mpsc::Sender<HubCommand>,
     pub metrics: Arc<Metrics>,
     /// The sandbox of each level a session may choose.
     pub sandboxes: std::collections::BTreeMap<crate::sandbox::SandboxLevel, SharedSandbox>,
-}
-
-pub(crate) enum HubCommand {
-    Schedule {
-        request: BatchRequest,
-        reply: oneshot::Sender<Result<BatchStream, ScheduleError>>,
-    },
-    Confirm {
-        request: ConfirmRequest,
-        reply: oneshot::Sender<Result<(), ConfirmError>>,
-    },
-    Cancel {
-        request: CancelRequest,
-        reply: oneshot::Sender<Result<CancelSummary, CancelError>>,
-    },
-    /// A session has been idle for its TTL after `processed` commands.
-    SessionIdle {
-        session_id: String,
-        processed: u64,
-    },
-    StopAccepting,
 }
 
 /// Commands queued to the hub; handlers wait when it is this far behind.
@@ -240,16 +225,10 @@ impl Scheduler {
             registry: registry.clone(),
             policy,
             shutdown,
-            hub: hub_tx.clone(),
             metrics: metrics.clone(),
         });
-        let hub = Hub {
-            shared,
-            sessions: HashMap::new(),
-            accepting: true,
-            open_streams: Arc::new(open_tx),
-        };
-        tokio::spawn(hub.run(hub_rx));
+        let (hub, idle_rx) = Hub::new(shared, open_tx);
+        tokio::spawn(hub.run(hub_rx, idle_rx));
         Self {
             hub: hub_tx,
             registry,
@@ -329,220 +308,5 @@ impl Scheduler {
     pub async fn idle(&self) {
         let mut rx = self.open_streams.clone();
         let _ = rx.wait_for(|n| *n == 0).await;
-    }
-}
-
-struct SessionEntry {
-    tx: mpsc::UnboundedSender<SessionCommand>,
-    /// Given to each of the session's streams.
-    link: SessionLink,
-    token: CancellationToken,
-    /// Commands sent to the session; compared with what it processed.
-    forwarded: u64,
-}
-
-/// Owns the map of sessions.
-struct Hub {
-    shared: Arc<Shared>,
-    sessions: HashMap<String, SessionEntry>,
-    accepting: bool,
-    open_streams: Arc<watch::Sender<usize>>,
-}
-
-impl Hub {
-    async fn run(mut self, mut rx: mpsc::Receiver<HubCommand>) {
-        while let Some(cmd) = rx.recv().await {
-            match cmd {
-                HubCommand::Schedule { request, reply } => {
-                    let _ = reply.send(self.schedule(request));
-                }
-                HubCommand::Confirm { request, reply } => {
-                    let Some(entry) = self.sessions.get_mut(&request.session_id) else {
-                        let _ = reply.send(Err(ConfirmError::UnknownSession {
-                            session_id: request.session_id,
-                        }));
-                        continue;
-                    };
-                    entry.forwarded += 1;
-                    let _ = entry.tx.send(SessionCommand::Confirm { request, reply });
-                }
-                HubCommand::Cancel { request, reply } => {
-                    let Some(entry) = self.sessions.get_mut(&request.session_id) else {
-                        let _ = reply.send(Err(CancelError::UnknownSession {
-                            session_id: request.session_id,
-                        }));
-                        continue;
-                    };
-                    entry.forwarded += 1;
-                    let _ = entry.tx.send(SessionCommand::Cancel { request, reply });
-                }
-                HubCommand::SessionIdle {
-                    session_id,
-                    processed,
-                } => {
-                    // Retire only when no command is in flight to it; the
-                    // session drains and exits when its sender is dropped.
-                    if self
-                        .sessions
-                        .get(&session_id)
-                        .is_some_and(|e| e.forwarded == processed)
-                    {
-                        self.sessions.remove(&session_id);
-                        self.shared.metrics.sessions.dec();
-                    }
-                }
-                HubCommand::StopAccepting => self.accepting = false,
-            }
-        }
-    }
-
-    fn schedule(&mut self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
-        request.validate().map_err(ScheduleError::Invalid)?;
-        if let Some(requested) = request.sandbox_level
-            && !self.shared.sandboxes.contains_key(&requested)
-        {
-            return Err(ScheduleError::SandboxLevelNotAllowed {
-                requested,
-                server: self.shared.config.sandbox.config.level,
-            });
-        }
-        if !self.accepting || self.shared.shutdown.is_cancelled() {
-            return Err(ScheduleError::ShuttingDown);
-        }
-        let limit = self.shared.config.max_calls_per_batch;
-        if request.calls.len() > limit {
-            return Err(ScheduleError::TooManyCalls {
-                got: request.calls.len(),
-                limit,
-            });
-        }
-        if !self.sessions.contains_key(&request.session_id) {
-            let limit = self.shared.config.max_sessions;
-            if self.sessions.len() >= limit {
-                return Err(ScheduleError::TooManySessions { limit });
-            }
-            let (tx, rx) = mpsc::unbounded_channel();
-            let (link, internal) = session::internal_channel();
-            let token = self.shared.shutdown.child_token();
-            tokio::spawn(Session::run(
-                request.session_id.clone(),
-                self.shared.clone(),
-                rx,
-                internal,
-                token.clone(),
-            ));
-            self.shared.metrics.sessions.inc();
-            self.sessions.insert(
-                request.session_id.clone(),
-                SessionEntry {
-                    tx,
-                    link,
-                    token,
-                    forwarded: 0,
-                },
-            );
-        }
-        let entry = self
-            .sessions
-            .get_mut(&request.session_id)
-            .ok_or(ScheduleError::ShuttingDown)?;
-        let batch_id = uuid::Uuid::new_v4().to_string();
-        let token = entry.token.child_token();
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
-        entry.forwarded += 1;
-        self.shared.metrics.batch_accepted();
-        entry
-            .tx
-            .send(SessionCommand::Schedule {
-                batch_id: batch_id.clone(),
-                request,
-                events: EventSink::new(events_tx),
-                token: token.clone(),
-            })
-            .map_err(|_| ScheduleError::ShuttingDown)?;
-        self.open_streams.send_modify(|n| *n += 1);
-        Ok(BatchStream {
-            batch_id,
-            rx: events_rx,
-            burst: Vec::new().into_iter(),
-            token,
-            session: entry.link.clone(),
-            ended: false,
-            _open: OpenStream(self.open_streams.clone()),
-        })
-    }
-}
-
-/// Counts an open stream while alive.
-struct OpenStream(Arc<watch::Sender<usize>>);
-
-impl Drop for OpenStream {
-    fn drop(&mut self) {
-        self.0.send_modify(|n| *n = n.saturating_sub(1));
-    }
-}
-
-/// The events of one batch. Ends after `Completed`. Dropping it (the client
-/// went away) cancels the batch: queued, its calls end Cancelled; running,
-/// every non-terminal call is cancelled and running tools are stopped.
-pub struct BatchStream {
-    batch_id: String,
-    /// Events come in the bursts the session emitted them in.
-    rx: mpsc::UnboundedReceiver<Vec<Event>>,
-    /// The rest of the burst being read.
-    burst: std::vec::IntoIter<Event>,
-    /// The batch's token, cancelled on drop: stops its running tools.
-    token: CancellationToken,
-    /// Told when the stream is dropped before the end, so the session ends
-    /// the batch's calls Cancelled.
-    session: SessionLink,
-    /// The last event (`Completed`) was read.
-    ended: bool,
-    _open: OpenStream,
-}
-
-impl Drop for BatchStream {
-    fn drop(&mut self) {
-        self.token.cancel();
-        if !self.ended {
-            self.session
-                .batch_dropped(std::mem::take(&mut self.batch_id));
-        }
-    }
-}
-
-impl BatchStream {
-    /// The server-assigned batch id.
-    pub fn batch_id(&self) -> &str {
-        &self.batch_id
-    }
-
-    /// The next event, `None` after `Completed`.
-    pub async fn next(&mut self) -> Option<Event> {
-        std::future::poll_fn(|cx| self.poll_event(cx)).await
-    }
-
-    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        loop {
-            if let Some(event) = self.burst.next() {
-                return Poll::Ready(Some(event));
-            }
-            match self.rx.poll_recv(cx) {
-                Poll::Ready(Some(burst)) => self.burst = burst.into_iter(),
-                Poll::Ready(None) => {
-                    self.ended = true;
-                    return Poll::Ready(None);
-                }
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-    }
-}
-
-impl tokio_stream::Stream for BatchStream {
-    type Item = Event;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        self.poll_event(cx)
     }
 }
