@@ -4,7 +4,8 @@
 //! Owns: the execution guard (a tool that does not enforce its own timeout
 //! is given up on after the execution timeout plus [`TIMEOUT_SLACK`];
 //! progress restarts the guard), the one progress drain, which merges
-//! consecutive progress reports (a tool flooding reports costs one message
+//! consecutive progress reports once [`MERGE_BACKLOG`] are waiting (a tool
+//! flooding reports faster than the session takes them costs one message
 //! per drain, not one per report), and the shortcut for a tool that
 //! finishes at its first poll (no task, timer or message). Not here: the
 //! call's state (`batch.rs`), what the tool does (`tools`).
@@ -22,6 +23,11 @@ use crate::tools::{ErrorKind, ExecContext, Invocation, Progress, ToolError, Tool
 /// Slack over the execution timeout before the scheduler stops waiting for a
 /// tool that does not enforce its own timeout.
 pub(crate) const TIMEOUT_SLACK: Duration = Duration::from_secs(5);
+
+/// Progress reports waiting in one call's channel past which consecutive
+/// ones merge into the latest: a tool reporting at a normal pace has every
+/// report relayed; one outpacing the session is merged.
+pub(crate) const MERGE_BACKLOG: usize = 64;
 
 /// One call to run.
 pub(crate) struct ExecJob {
@@ -117,12 +123,16 @@ struct Relay {
 
 impl Relay {
     /// Forwards `first` and everything already queued behind it, merging
-    /// consecutive reports into the latest.
+    /// consecutive reports into the latest when [`MERGE_BACKLOG`] or more
+    /// are waiting.
     fn drain(&self, first: Option<Progress>, rx: &mut mpsc::UnboundedReceiver<Progress>) {
+        let merge = rx.len() >= MERGE_BACKLOG;
         let mut pending = first;
         while let Ok(next) = rx.try_recv() {
             pending = match (pending, next) {
-                (Some(Progress::Report { .. }), next @ Progress::Report { .. }) => Some(next),
+                (Some(Progress::Report { .. }), next @ Progress::Report { .. }) if merge => {
+                    Some(next)
+                }
                 (Some(earlier), next) => {
                     self.progress(earlier);
                     Some(next)
@@ -152,8 +162,7 @@ impl Relay {
     }
 }
 
-/// Merges consecutive progress reports, keeping order otherwise (what
-/// [`Relay::drain`] does), for the unit test.
+/// What [`Relay::drain`] forwards of `reports`, for the unit test.
 #[cfg(test)]
 fn merged(reports: Vec<Progress>) -> Vec<Progress> {
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -188,18 +197,22 @@ mod tests {
     }
 
     #[test]
-    fn consecutive_reports_merge_into_the_latest_and_output_keeps_its_place() {
+    fn a_backlog_of_reports_merges_into_the_latest_and_output_keeps_its_place() {
         let out = |s: &str| Progress::Output(s.into());
+        let backlog: Vec<Progress> = (0..MERGE_BACKLOG).map(|n| report(n as f64)).collect();
+        let mut flood = vec![out("a")];
+        flood.extend(backlog.clone());
+        flood.push(out("b"));
+        flood.extend(backlog.clone());
+        let last = report((MERGE_BACKLOG - 1) as f64);
         let table = vec![
+            // A tool at a normal pace: every report is relayed.
             (
-                vec![report(1.0), report(2.0), report(3.0)],
-                vec![report(3.0)],
+                vec![report(1.0), out("a"), report(2.0), report(3.0)],
+                vec![report(1.0), out("a"), report(2.0), report(3.0)],
             ),
-            (
-                vec![report(1.0), out("a"), report(2.0), report(3.0), out("b")],
-                vec![report(1.0), out("a"), report(3.0), out("b")],
-            ),
-            (vec![out("a"), out("b")], vec![out("a"), out("b")]),
+            (backlog.clone(), vec![last.clone()]),
+            (flood, vec![out("a"), last.clone(), out("b"), last]),
             (vec![], vec![]),
         ];
         for (input, want) in table {

@@ -6,10 +6,12 @@
 //! that stops reading must not make the queue grow without bound: every
 //! event but one is bounded by the batch itself (a few state changes per
 //! call, live output capped per call by `max_streamed_bytes`), and the one
-//! that is not, a progress report, replaces the same call's previous report
-//! while that report is still unread and nothing else of the call came
-//! after it (the latest progress, total and message are kept). So a tool
-//! flooding progress notifications costs one queued event per call.
+//! that is not, a progress report, is merged once the reader lags by
+//! [`LAG_EVENTS`]: a new report then replaces the same call's previous
+//! report while that one is unread and nothing else of the call came after
+//! it (the latest progress, total and message are kept). So a tool flooding
+//! progress notifications costs at most one queued report per call beyond
+//! the first [`LAG_EVENTS`]; a reader that keeps up sees every report.
 //!
 //! Not here: sequence numbers (the gRPC layer numbers what it reads), what
 //! the events mean (`events.rs`).
@@ -22,6 +24,11 @@ use std::time::SystemTime;
 
 use super::events::{BatchEvent, Event, StateUpdate};
 use crate::tools::Progress;
+
+/// Unread events past which a stream counts as lagging and progress
+/// reports merge: far more than one step of a batch emits (so a reader that
+/// keeps up sees every report), few enough to be a small bound.
+pub(crate) const LAG_EVENTS: usize = 256;
 
 #[derive(Default)]
 struct Queue {
@@ -47,7 +54,8 @@ impl Queue {
                 StateUpdate::Executing(Some(Progress::Report { .. }))
             );
             if is_report {
-                if let Some(&at) = self.last_report.get(call_id)
+                if self.events.len() >= LAG_EVENTS
+                    && let Some(&at) = self.last_report.get(call_id)
                     && at >= self.popped
                     && let Some(slot) = self.events.get_mut((at - self.popped) as usize)
                 {
@@ -199,7 +207,7 @@ mod tests {
     }
 
     #[test]
-    fn a_progress_flood_to_a_lagging_reader_costs_one_event_per_call() {
+    fn a_progress_flood_to_a_lagging_reader_costs_a_bounded_queue() {
         let (sink, mut reader) = feed();
         sink.emit(update("a", StateUpdate::Executing(None)));
         sink.emit(update("b", StateUpdate::Executing(None)));
@@ -213,21 +221,41 @@ mod tests {
             }
         }
         sink.flush();
-        assert_eq!(reader.queued(), 4);
+        assert!(reader.queued() <= LAG_EVENTS + 2, "{}", reader.queued());
         drop(sink);
-        assert_eq!(
-            read_all(&mut reader),
-            vec![
-                update("a", StateUpdate::Executing(None)),
-                update("b", StateUpdate::Executing(None)),
-                report("a", 999_999.0),
-                report("b", 999_999.0),
-            ]
-        );
+        let events = read_all(&mut reader);
+        // Each call's reports still arrive in order, ending with the latest.
+        for call in ["a", "b"] {
+            let seen: Vec<f64> = events
+                .iter()
+                .filter_map(|e| match e {
+                    BatchEvent::CallUpdate {
+                        call_id,
+                        update: StateUpdate::Executing(Some(Progress::Report { progress, .. })),
+                        ..
+                    } if call_id == call => Some(*progress),
+                    _ => None,
+                })
+                .collect();
+            assert!(seen.windows(2).all(|w| w[0] < w[1]), "{call}: in order");
+            assert_eq!(seen.last(), Some(&999_999.0), "{call}: the latest kept");
+        }
+        assert_eq!(events.last(), Some(&report("b", 999_999.0)));
     }
 
     #[test]
-    fn reports_merge_only_while_unread_and_never_across_other_events_of_the_call() {
+    fn a_reader_that_keeps_up_sees_every_report() {
+        let (sink, mut reader) = feed();
+        let sent: Vec<BatchEvent> = (0..LAG_EVENTS).map(|n| report("a", n as f64)).collect();
+        for e in &sent {
+            sink.emit(e.clone());
+        }
+        sink.flush();
+        assert_eq!(read_all(&mut reader), sent);
+    }
+
+    #[test]
+    fn reports_merge_only_while_lagging_unread_and_never_across_other_events_of_the_call() {
         let (sink, mut reader) = feed();
         let emit_all = |events: Vec<BatchEvent>| {
             for e in events {
@@ -235,6 +263,9 @@ mod tests {
             }
             sink.flush();
         };
+        // Another call's output puts the reader LAG_EVENTS behind.
+        let lag: Vec<BatchEvent> = (0..LAG_EVENTS).map(|_| output("z", "x")).collect();
+        emit_all(lag.clone());
         emit_all(vec![
             report("a", 1.0),
             report("a", 2.0),
@@ -242,18 +273,20 @@ mod tests {
             report("a", 3.0),
         ]);
         emit_all(vec![report("b", 1.0), report("a", 4.0)]);
+        let mut want = lag;
+        want.extend([
+            report("a", 2.0),
+            output("a", "x"),
+            report("a", 4.0),
+            report("b", 1.0),
+        ]);
+        assert_eq!(read_all(&mut reader), want);
+        // Read: a later report is a new event, not a rewrite of history.
+        emit_all(vec![report("a", 5.0), report("a", 6.0)]);
         assert_eq!(
             read_all(&mut reader),
-            vec![
-                report("a", 2.0),
-                output("a", "x"),
-                report("a", 4.0),
-                report("b", 1.0)
-            ]
+            vec![report("a", 5.0), report("a", 6.0)]
         );
-        // Read: a later report is a new event, not a rewrite of history.
-        emit_all(vec![report("a", 5.0)]);
-        assert_eq!(read_all(&mut reader), vec![report("a", 5.0)]);
     }
 
     #[test]
