@@ -16,7 +16,7 @@ use crate::scheduler::{
     ConfirmationOutcome, Confirmed, Event, FunctionResponse, StateUpdate, WatchRequest,
 };
 use crate::store::Entry;
-use crate::tools::{ConfirmationDetails, Declaration, ErrorKind, ToolKind};
+use crate::tools::{ConfirmationDetails, Declaration, ErrorKind, Progress, ToolKind};
 
 // === JSON <-> google.protobuf.Struct ===
 
@@ -348,14 +348,7 @@ fn state(update: StateUpdate) -> pb::tool_call_update::State {
                 segment: s.segment.unwrap_or_default(),
             }),
         }),
-        StateUpdate::Executing(p) => State::Executing(pb::Executing {
-            pid: p.pid,
-            output_chunk: p.output_chunk,
-            progress: p.progress,
-            total: p.total,
-            percent: p.percent,
-            message: p.message,
-        }),
+        StateUpdate::Executing(p) => State::Executing(executing(p)),
         StateUpdate::Success {
             response,
             result,
@@ -379,6 +372,28 @@ fn state(update: StateUpdate) -> pb::tool_call_update::State {
             response: Some(response.into()),
         }),
     }
+}
+
+/// An Executing update: the call started (`None`) or one progress report.
+fn executing(p: Option<Progress>) -> pb::Executing {
+    let mut e = pb::Executing::default();
+    match p {
+        None => {}
+        Some(Progress::Started { pid }) => e.pid = Some(pid),
+        Some(Progress::Output(chunk)) => e.output_chunk = chunk,
+        Some(Progress::Report {
+            progress,
+            total,
+            percent,
+            message,
+        }) => {
+            e.progress = Some(progress);
+            e.total = total;
+            e.percent = percent;
+            e.message = message;
+        }
+    }
+    e
 }
 
 /// An event of a batch as the `sequence`-th message of its stream.

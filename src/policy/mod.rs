@@ -16,6 +16,7 @@
 //! Not here: asking the person (the scheduler does), running the call.
 
 pub mod defaults;
+pub mod outcomes;
 pub mod reload;
 pub mod rules;
 pub mod shell;
@@ -31,6 +32,7 @@ use crate::tools::{Args, Declaration, Subject};
 use rules::{MatchInput, Rule, RuleDecision, Tier};
 use shell::{Segment, ShellAnalysis};
 
+pub use outcomes::ConfirmationOutcome;
 pub use reload::{ReloadStatus, watch_file};
 pub use rules::{PolicyError, load_file, parse_rules};
 

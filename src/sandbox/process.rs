@@ -170,6 +170,19 @@ pub enum ProcessEvent {
     Output(String),
 }
 
+/// Where a running process reports its [`ProcessEvent`]s: a channel, or a
+/// caller's own sink (the shell tool's progress, so it needs no relay task).
+/// Called from the process's reader; must not block.
+pub trait ProcessEvents: Send + Sync + 'static {
+    fn send_event(&self, event: ProcessEvent);
+}
+
+impl ProcessEvents for mpsc::UnboundedSender<ProcessEvent> {
+    fn send_event(&self, event: ProcessEvent) {
+        let _ = self.send(event);
+    }
+}
+
 /// Runs `spec` through the worker, sending [`ProcessEvent`]s to `events`,
 /// until it exits, times out or `token` is cancelled. Never hangs on pipes
 /// held open by background children: after the worker exits, the pipes are
@@ -177,7 +190,7 @@ pub enum ProcessEvent {
 pub async fn run_process(
     spec: ProcessSpec,
     token: CancellationToken,
-    events: mpsc::UnboundedSender<ProcessEvent>,
+    events: impl ProcessEvents,
 ) -> ProcessOutcome {
     let tmp = match tempfile::Builder::new().prefix("toolsched-tmp-").tempdir() {
         Ok(t) => t,
@@ -300,7 +313,7 @@ pub async fn run_process(
     drop(protected);
     let status_reader = tokio::spawn(read_status(status_r));
     let pid = child.id().unwrap_or_default();
-    let _ = events.send(ProcessEvent::Started { pid });
+    events.send_event(ProcessEvent::Started { pid });
     let worker = Pid::from_raw(pid as i32);
 
     let (chunk_tx, mut chunk_rx) = mpsc::channel::<Vec<u8>>(CHUNK_QUEUE);
@@ -312,7 +325,7 @@ pub async fn run_process(
     }
     drop(chunk_tx);
 
-    let mut sink = OutputSink::new(spec.limits, events);
+    let mut sink = OutputSink::new(spec.limits, Box::new(events));
     let deadline = tokio::time::sleep(spec.timeout);
     tokio::pin!(deadline);
 
@@ -619,11 +632,11 @@ struct OutputSink {
     streamed: usize,
     /// Bytes of an incomplete UTF-8 sequence held back from streaming.
     pending: Vec<u8>,
-    events: mpsc::UnboundedSender<ProcessEvent>,
+    events: Box<dyn ProcessEvents>,
 }
 
 impl OutputSink {
-    fn new(limits: OutputLimits, events: mpsc::UnboundedSender<ProcessEvent>) -> Self {
+    fn new(limits: OutputLimits, events: Box<dyn ProcessEvents>) -> Self {
         let head_cap = limits.max_bytes / 2;
         Self {
             limits,
@@ -659,7 +672,7 @@ impl OutputSink {
         };
         let text: Vec<u8> = self.pending.drain(..valid_up_to).collect();
         if !text.is_empty() {
-            let _ = self.events.send(ProcessEvent::Output(
+            self.events.send_event(ProcessEvent::Output(
                 String::from_utf8_lossy(&text).into_owned(),
             ));
         }
@@ -737,13 +750,13 @@ mod tests {
 
     #[test]
     fn sink_keeps_head_and_tail() {
-        let (tx, _rx) = mpsc::unbounded_channel();
+        let (tx, _rx) = mpsc::unbounded_channel::<ProcessEvent>();
         let mut sink = OutputSink::new(
             OutputLimits {
                 max_bytes: 10,
                 max_streamed_bytes: 0,
             },
-            tx,
+            Box::new(tx),
         );
         sink.push(b"0123456789");
         sink.push(b"abcdefghij");

@@ -1,49 +1,143 @@
 //! One call's state machine.
 //!
-//! Reported transitions (DESIGN §3): Validating → Scheduled | AwaitingApproval
-//! | Error | Cancelled; AwaitingApproval → Scheduled | AwaitingApproval |
-//! Cancelled; Scheduled → Executing | Cancelled; Executing → Success | Error |
-//! Cancelled. Terminal states never change: [`CallSlot::set`] is the only
-//! way to change a state and refuses any other transition. It also feeds the
-//! call's trace span: one event per transition, ended at the terminal state
-//! (see `crate::telemetry`).
+//! Owns: [`CallState`] and the transitions of DESIGN §3 (Validating →
+//! Scheduled | AwaitingApproval | Error | Cancelled; AwaitingApproval →
+//! Scheduled | AwaitingApproval | Cancelled; Scheduled → Executing |
+//! Cancelled; Executing → Success | Error | Cancelled). Each transition of a
+//! [`CallSlot`] returns the [`StateUpdate`] to send, so a state and what the
+//! client is told cannot drift apart; a refused transition returns `None`.
+//! Terminal states never change. The slot also keeps the call's trace span
+//! and the per-call metrics (terminal counters, open-prompt gauge) in step
+//! with its state.
+//!
+//! Not here: when a transition happens (the batch engine, `batch.rs`), what
+//! a tool does (`tools`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
+use super::Metrics;
 use super::events::{CallRequest, ConfirmationOutcome, FunctionResponse, StateUpdate};
-use crate::policy::Decision;
-use crate::telemetry::{BatchTrace, CallTrace, End};
-use crate::tools::{ErrorKind, Invocation, Tool};
+use crate::policy::{Decision, DecisionSource};
+use crate::tools::{Args, ConfirmationDetails, ErrorKind, Invocation, Progress, Tool};
+
+/// How a call ended: what the client was told, and nothing else.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Terminal {
+    Success {
+        response: FunctionResponse,
+        result: Args,
+        duration: Duration,
+    },
+    Error {
+        kind: ErrorKind,
+        message: String,
+        response: FunctionResponse,
+    },
+    Cancelled {
+        reason: String,
+        response: FunctionResponse,
+    },
+}
+
+impl Terminal {
+    /// A cancellation of `request` with `reason`, keeping partial output.
+    pub fn cancelled(request: &CallRequest, reason: &str, partial_output: Option<&str>) -> Self {
+        Self::Cancelled {
+            reason: reason.to_string(),
+            response: FunctionResponse::cancelled(
+                &request.id,
+                &request.name,
+                reason,
+                partial_output,
+            ),
+        }
+    }
+
+    /// An error of `request`.
+    pub fn error(
+        request: &CallRequest,
+        kind: ErrorKind,
+        message: &str,
+        partial_output: Option<&str>,
+    ) -> Self {
+        Self::Error {
+            kind,
+            message: message.to_string(),
+            response: FunctionResponse::error(&request.id, &request.name, message, partial_output),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Success { .. } => "success",
+            Self::Error { .. } => "error",
+            Self::Cancelled { .. } => "cancelled",
+        }
+    }
+
+    pub fn response(&self) -> &FunctionResponse {
+        match self {
+            Self::Success { response, .. }
+            | Self::Error { response, .. }
+            | Self::Cancelled { response, .. } => response,
+        }
+    }
+
+    /// The update that tells the client.
+    pub fn update(&self) -> StateUpdate {
+        match self.clone() {
+            Self::Success {
+                response,
+                result,
+                duration,
+            } => StateUpdate::Success {
+                response,
+                result,
+                duration,
+            },
+            Self::Error {
+                kind,
+                message,
+                response,
+            } => StateUpdate::Error {
+                kind,
+                message,
+                response,
+            },
+            Self::Cancelled { reason, response } => StateUpdate::Cancelled { reason, response },
+        }
+    }
+}
 
 /// A call's state; each variant carries only what is valid in it.
 pub(crate) enum CallState {
     /// Arguments passed the schema; the policy decides in the call's wave.
-    /// `preparing_prompt` is true while the approval prompt's details (a
-    /// diff, say) are being built off the runtime.
-    Validating {
-        invocation: Arc<dyn Invocation>,
-        preparing_prompt: bool,
-    },
-    /// Approved; waits for the rest of its wave.
-    Scheduled { invocation: Arc<dyn Invocation> },
+    Validating { invocation: Arc<dyn Invocation> },
+    /// The policy asked; the prompt's details (a diff, say) are being built
+    /// off the runtime. The client still sees Validating (or the previous
+    /// AwaitingApproval, for a re-prompt).
+    PreparingPrompt { invocation: Arc<dyn Invocation> },
     /// Waits for Confirm with this correlation id.
     AwaitingApproval {
         invocation: Arc<dyn Invocation>,
         correlation_id: String,
         outcomes: Vec<ConfirmationOutcome>,
     },
-    /// Running. `cancel_reason` is set once cancellation was asked for; the
-    /// call ends Cancelled with it when the tool has stopped.
+    /// Approved; waits for the rest of its wave.
+    Scheduled { invocation: Arc<dyn Invocation> },
+    /// Running; `token` stops the tool.
     Executing {
         started: Instant,
         token: CancellationToken,
-        cancel_reason: Option<String>,
     },
-    /// Terminal; the update is what the client was told.
-    Done(StateUpdate),
+    /// Running, and asked to stop: the call ends Cancelled with `reason`
+    /// when its tool has stopped (or the cancel guard fires).
+    Cancelling { reason: String },
+    /// Terminal.
+    Done(Terminal),
 }
 
 impl CallState {
@@ -51,12 +145,22 @@ impl CallState {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Self::Validating { .. } => "validating",
+            Self::PreparingPrompt { .. } => "preparing_prompt",
             Self::Scheduled { .. } => "scheduled",
             Self::AwaitingApproval { .. } => "awaiting_approval",
             Self::Executing { .. } => "executing",
-            Self::Done(StateUpdate::Success { .. }) => "success",
-            Self::Done(StateUpdate::Error { .. }) => "error",
-            Self::Done(_) => "cancelled",
+            Self::Cancelling { .. } => "cancelling",
+            Self::Done(t) => t.name(),
+        }
+    }
+
+    /// The state as the client sees it (and the trace records it): the
+    /// internal states show as the reported state they sit in.
+    fn reported_name(&self) -> &'static str {
+        match self {
+            Self::PreparingPrompt { .. } => "validating",
+            Self::Cancelling { .. } => "executing",
+            other => other.name(),
         }
     }
 
@@ -65,93 +169,235 @@ impl CallState {
     }
 }
 
-/// A call of the active batch.
+/// A call of a batch.
 pub(crate) struct CallSlot {
     pub request: CallRequest,
     pub tool: Option<Arc<dyn Tool>>,
     pub state: CallState,
     /// The call's span (empty when tracing is off).
-    pub trace: CallTrace,
+    pub trace: crate::telemetry::CallTrace,
+    metrics: Arc<Metrics>,
 }
 
 impl CallSlot {
-    /// A call of the batch traced by `batch`, created in `state` (Validating,
-    /// or already terminal when it could not be built).
+    /// A call created Validating (its invocation built) or, when it could
+    /// not be built, directly in Error. Returns the slot and its first
+    /// update.
     pub fn new(
         request: CallRequest,
         tool: Option<Arc<dyn Tool>>,
-        state: CallState,
-        batch: &BatchTrace,
-    ) -> Self {
-        let trace = batch.call(&request.id, &request.name);
+        built: Result<Arc<dyn Invocation>, (ErrorKind, String)>,
+        trace: crate::telemetry::CallTrace,
+        metrics: Arc<Metrics>,
+    ) -> (Self, StateUpdate) {
+        let (state, update) = match built {
+            Ok(invocation) => (
+                CallState::Validating { invocation },
+                StateUpdate::Validating {
+                    args: request.args.clone(),
+                },
+            ),
+            Err((kind, message)) => {
+                let t = Terminal::error(&request, kind, &message, None);
+                let update = t.update();
+                (CallState::Done(t), update)
+            }
+        };
         let slot = Self {
             request,
             tool,
             state,
             trace,
+            metrics,
         };
         slot.trace_state();
-        slot
+        if let CallState::Done(t) = &slot.state {
+            slot.count_terminal(t);
+        }
+        (slot, update)
     }
 
-    /// Moves to `next` if the transition is allowed; returns whether it was.
-    /// AwaitingApproval → Validating (a modified call whose new prompt is
-    /// being prepared) is internal: the client sees AwaitingApproval again.
-    pub fn set(&mut self, next: CallState) -> bool {
+    /// The tool's registered name, for metrics.
+    fn tool_name(&self) -> Option<&str> {
+        self.tool.as_ref().map(|t| t.declaration().name.as_str())
+    }
+
+    fn count_terminal(&self, t: &Terminal) {
+        self.metrics.call_finished(self.tool_name(), t);
+    }
+
+    /// Moves to `next` if DESIGN §3 (with the internal states) allows it;
+    /// returns whether it did.
+    fn set(&mut self, next: CallState) -> bool {
         use CallState as S;
-        use StateUpdate as U;
-        // DESIGN §3's table, and the internal re-prompt edge
-        // AwaitingApproval → Validating; nothing else, and never out of a
-        // terminal state.
+        use Terminal as T;
         let ok = matches!(
             (&self.state, &next),
             (
                 S::Validating { .. },
-                S::Validating { .. }
+                S::PreparingPrompt { .. }
                     | S::Scheduled { .. }
-                    | S::AwaitingApproval { .. }
-                    | S::Done(U::Error { .. } | U::Cancelled { .. })
+                    | S::Done(T::Error { .. } | T::Cancelled { .. })
+            ) | (
+                S::PreparingPrompt { .. },
+                S::AwaitingApproval { .. } | S::Done(T::Error { .. } | T::Cancelled { .. })
             ) | (
                 S::AwaitingApproval { .. },
-                S::Validating { .. } | S::Scheduled { .. } | S::Done(U::Cancelled { .. })
+                S::PreparingPrompt { .. } | S::Scheduled { .. } | S::Done(T::Cancelled { .. })
             ) | (
                 S::Scheduled { .. },
-                S::Executing { .. } | S::Done(U::Cancelled { .. })
-            ) | (
-                S::Executing { .. },
-                S::Executing { .. }
-                    | S::Done(U::Success { .. } | U::Error { .. } | U::Cancelled { .. })
-            )
+                S::Executing { .. } | S::Done(T::Cancelled { .. })
+            ) | (S::Executing { .. }, S::Cancelling { .. } | S::Done(_))
+                | (S::Cancelling { .. }, S::Done(T::Cancelled { .. }))
         );
-        if ok {
-            self.state = next;
-            self.trace_state();
-        } else {
+        if !ok {
             tracing::error!(
                 call_id = %self.request.id,
                 from = self.state.name(),
                 to = next.name(),
                 "refused an invalid call state transition"
             );
+            return false;
         }
-        ok
+        let was_prompt = matches!(self.state, S::AwaitingApproval { .. });
+        let is_prompt = matches!(next, S::AwaitingApproval { .. });
+        self.state = next;
+        tracing::debug!(
+            call_id = %self.request.id,
+            tool = %self.request.name,
+            state = self.state.name(),
+            "call state"
+        );
+        match (was_prompt, is_prompt) {
+            (true, false) => self.metrics.prompts_open.dec(),
+            (false, true) => self.metrics.prompts_open.inc(),
+            _ => {}
+        }
+        self.trace_state();
+        if let S::Done(t) = &self.state {
+            self.count_terminal(t);
+        }
+        true
+    }
+
+    /// Validating or AwaitingApproval → Scheduled with `invocation`.
+    pub fn schedule(&mut self, invocation: Arc<dyn Invocation>) -> Option<StateUpdate> {
+        self.set(CallState::Scheduled { invocation })
+            .then_some(StateUpdate::Scheduled)
+    }
+
+    /// Validating or AwaitingApproval → PreparingPrompt: nothing to tell
+    /// until the prompt is ready. Returns whether it moved.
+    pub fn prepare_prompt(&mut self, invocation: Arc<dyn Invocation>) -> bool {
+        self.set(CallState::PreparingPrompt { invocation })
+    }
+
+    /// PreparingPrompt → AwaitingApproval with a fresh `correlation_id`.
+    pub fn await_approval(&mut self, prompt: Prompt) -> Option<StateUpdate> {
+        let CallState::PreparingPrompt { invocation } = &self.state else {
+            return None;
+        };
+        let invocation = invocation.clone();
+        let Prompt {
+            correlation_id,
+            details,
+            outcomes,
+            deadline,
+            reason,
+            policy_rule,
+        } = prompt;
+        self.set(CallState::AwaitingApproval {
+            invocation,
+            correlation_id: correlation_id.clone(),
+            outcomes: outcomes.clone(),
+        })
+        .then_some(StateUpdate::AwaitingApproval {
+            correlation_id,
+            details,
+            outcomes,
+            deadline,
+            reason,
+            policy_rule: policy_rule.map(Box::new),
+        })
+    }
+
+    /// Scheduled → Executing under `token`; returns the invocation to run
+    /// and the update.
+    pub fn execute(
+        &mut self,
+        token: CancellationToken,
+    ) -> Option<(Arc<dyn Invocation>, StateUpdate)> {
+        let CallState::Scheduled { invocation } = &self.state else {
+            return None;
+        };
+        let invocation = invocation.clone();
+        self.set(CallState::Executing {
+            started: Instant::now(),
+            token,
+        })
+        .then_some((invocation, StateUpdate::Executing(None)))
+    }
+
+    /// Executing → Cancelling: stops the tool. Nothing is told until it has
+    /// stopped. Returns whether it moved (false when already cancelling).
+    pub fn cancelling(&mut self, reason: &str) -> bool {
+        let CallState::Executing { token, .. } = &self.state else {
+            return false;
+        };
+        let token = token.clone();
+        let moved = self.set(CallState::Cancelling {
+            reason: reason.to_string(),
+        });
+        token.cancel();
+        moved
+    }
+
+    /// A progress report while Executing (not while Cancelling: a call
+    /// being stopped reports nothing more).
+    pub fn progress(&self, progress: Progress) -> Option<StateUpdate> {
+        matches!(self.state, CallState::Executing { .. })
+            .then_some(StateUpdate::Executing(Some(progress)))
+    }
+
+    /// Ends the call in `terminal`, once.
+    pub fn finish(&mut self, terminal: Terminal) -> Option<StateUpdate> {
+        let update = terminal.update();
+        self.set(CallState::Done(terminal)).then_some(update)
+    }
+
+    /// Ends the call Cancelled with `reason`.
+    pub fn cancel(&mut self, reason: &str, partial_output: Option<&str>) -> Option<StateUpdate> {
+        let t = Terminal::cancelled(&self.request, reason, partial_output);
+        self.finish(t)
+    }
+
+    /// Ends the call in Error.
+    pub fn fail(
+        &mut self,
+        kind: ErrorKind,
+        message: &str,
+        partial_output: Option<&str>,
+    ) -> Option<StateUpdate> {
+        let t = Terminal::error(&self.request, kind, message, partial_output);
+        self.finish(t)
     }
 
     /// Records the current state on the call's span; a terminal one ends it.
     fn trace_state(&self) {
+        use crate::telemetry::End;
         match &self.state {
-            CallState::Done(StateUpdate::Success { .. }) => self.trace.end("success", End::Success),
-            CallState::Done(StateUpdate::Error { kind, message, .. }) => self.trace.end(
+            CallState::Done(Terminal::Success { .. }) => self.trace.end("success", End::Success),
+            CallState::Done(Terminal::Error { kind, message, .. }) => self.trace.end(
                 "error",
                 End::Error {
                     kind: kind.as_str(),
                     message,
                 },
             ),
-            CallState::Done(StateUpdate::Cancelled { reason, .. }) => {
+            CallState::Done(Terminal::Cancelled { reason, .. }) => {
                 self.trace.end("cancelled", End::Cancelled { reason })
             }
-            state => self.trace.state(state.name()),
+            state => self.trace.state(state.reported_name()),
         }
     }
 
@@ -170,37 +416,10 @@ impl CallSlot {
         self.trace.approval(outcome.name());
     }
 
-    /// The terminal update for a cancellation with `reason`.
-    pub fn cancelled(&self, reason: &str, partial_output: Option<&str>) -> StateUpdate {
-        StateUpdate::Cancelled {
-            reason: reason.to_string(),
-            response: FunctionResponse::cancelled(
-                &self.request.id,
-                &self.request.name,
-                reason,
-                partial_output,
-            ),
-        }
-    }
-
-    /// The terminal update for an error.
-    pub fn error(
-        &self,
-        kind: ErrorKind,
-        message: &str,
-        partial_output: Option<&str>,
-    ) -> StateUpdate {
-        error_update(&self.request, kind, message, partial_output)
-    }
-
     /// The function response of a terminal call.
     pub fn response(&self) -> Option<&FunctionResponse> {
         match &self.state {
-            CallState::Done(
-                StateUpdate::Success { response, .. }
-                | StateUpdate::Error { response, .. }
-                | StateUpdate::Cancelled { response, .. },
-            ) => Some(response),
+            CallState::Done(t) => Some(t.response()),
             _ => None,
         }
     }
@@ -215,26 +434,21 @@ impl CallSlot {
     }
 }
 
-/// The terminal Error update of `request`.
-pub(crate) fn error_update(
-    request: &CallRequest,
-    kind: ErrorKind,
-    message: &str,
-    partial_output: Option<&str>,
-) -> StateUpdate {
-    StateUpdate::Error {
-        kind,
-        message: message.to_string(),
-        response: FunctionResponse::error(&request.id, &request.name, message, partial_output),
-    }
+/// What an AwaitingApproval state shows.
+pub(crate) struct Prompt {
+    pub correlation_id: String,
+    pub details: ConfirmationDetails,
+    pub outcomes: Vec<ConfirmationOutcome>,
+    pub deadline: Option<SystemTime>,
+    pub reason: String,
+    /// The rule (and shell segment) that asked.
+    pub policy_rule: Option<DecisionSource>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::{
-        BoxFuture, ConfirmationDetails, ExecContext, Subject, ToolError, ToolOutcome,
-    };
+    use crate::tools::{BoxFuture, ExecContext, Subject, ToolError, ToolOutcome};
 
     struct Noop;
 
@@ -256,60 +470,61 @@ mod tests {
         }
     }
 
-    fn slot(state: CallState) -> CallSlot {
-        CallSlot {
-            request: CallRequest {
-                id: "c".into(),
-                name: "t".into(),
-                args: Default::default(),
-                wait_for_previous: false,
-            },
-            tool: None,
-            state,
-            trace: CallTrace::default(),
-        }
+    fn slot() -> CallSlot {
+        let request = CallRequest {
+            id: "c".into(),
+            name: "t".into(),
+            args: Default::default(),
+            wait_for_previous: false,
+        };
+        let metrics = Arc::new(Metrics::new().expect("metrics"));
+        CallSlot::new(
+            request,
+            None,
+            Ok(Arc::new(Noop)),
+            Default::default(),
+            metrics,
+        )
+        .0
     }
 
-    fn validating() -> CallState {
-        CallState::Validating {
-            invocation: Arc::new(Noop),
-            preparing_prompt: false,
-        }
-    }
-
-    fn success() -> CallState {
-        CallState::Done(StateUpdate::Success {
+    fn success() -> Terminal {
+        Terminal::Success {
             response: FunctionResponse::success("c", "t", serde_json::Value::Null),
             result: Default::default(),
-            duration: std::time::Duration::ZERO,
-        })
+            duration: Duration::ZERO,
+        }
     }
 
     #[test]
     fn only_the_designed_transitions_are_taken() {
         // Validating cannot jump to Executing or Success.
-        let mut s = slot(validating());
-        assert!(!s.set(CallState::Executing {
-            started: Instant::now(),
-            token: CancellationToken::new(),
-            cancel_reason: None,
-        }));
-        let done = success();
-        assert!(!s.set(done));
+        let mut s = slot();
+        assert!(s.execute(CancellationToken::new()).is_none());
+        assert!(s.finish(success()).is_none());
         assert_eq!(s.state.name(), "validating");
         // Validating → Scheduled → Executing → Success, then nothing.
-        assert!(s.set(CallState::Scheduled {
-            invocation: Arc::new(Noop)
-        }));
-        assert!(s.set(CallState::Executing {
-            started: Instant::now(),
-            token: CancellationToken::new(),
-            cancel_reason: None,
-        }));
-        let done = success();
-        assert!(s.set(done));
-        let cancelled = CallState::Done(s.cancelled("late", None));
-        assert!(!s.set(cancelled));
+        assert_eq!(s.schedule(Arc::new(Noop)), Some(StateUpdate::Scheduled));
+        let (_, update) = s.execute(CancellationToken::new()).expect("executes");
+        assert_eq!(update, StateUpdate::Executing(None));
+        assert_eq!(s.finish(success()), Some(success().update()));
+        assert!(s.cancel("late", None).is_none());
         assert_eq!(s.state.name(), "success");
+    }
+
+    #[test]
+    fn a_cancelling_call_reports_no_progress_and_ends_cancelled_only() {
+        let mut s = slot();
+        s.schedule(Arc::new(Noop));
+        let token = CancellationToken::new();
+        s.execute(token.clone());
+        assert!(s.progress(Progress::Output("x".into())).is_some());
+        assert!(s.cancelling("stop"));
+        assert!(token.is_cancelled());
+        assert!(!s.cancelling("again"));
+        assert!(s.progress(Progress::Output("y".into())).is_none());
+        assert!(s.finish(success()).is_none());
+        assert!(s.cancel("stop", None).is_some());
+        assert_eq!(s.state.name(), "cancelled");
     }
 }

@@ -101,32 +101,7 @@ impl BatchRequest {
     }
 }
 
-/// The answer to an approval prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConfirmationOutcome {
-    ProceedOnce,
-    ProceedAlways,
-    ProceedAlwaysTool,
-    ProceedAlwaysServer,
-    ModifyWithEditor,
-    Cancel,
-}
-
-impl ConfirmationOutcome {
-    /// The outcome's name: the wire value without its prefix, in snake case
-    /// (`CONFIRMATION_OUTCOME_PROCEED_ONCE` is `proceed_once`), for messages
-    /// and trace attributes.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::ProceedOnce => "proceed_once",
-            Self::ProceedAlways => "proceed_always",
-            Self::ProceedAlwaysTool => "proceed_always_tool",
-            Self::ProceedAlwaysServer => "proceed_always_server",
-            Self::ModifyWithEditor => "modify_with_editor",
-            Self::Cancel => "cancel",
-        }
-    }
-}
+pub use crate::policy::ConfirmationOutcome;
 
 /// A Confirm request.
 #[derive(Debug, Clone, PartialEq)]
@@ -299,7 +274,8 @@ pub enum StateUpdate {
         /// Boxed: keeps the update small for the other states.
         policy_rule: Option<Box<crate::policy::DecisionSource>>,
     },
-    Executing(Progress),
+    /// `None` when the call starts executing; then one per progress report.
+    Executing(Option<Progress>),
     Success {
         response: FunctionResponse,
         result: Args,

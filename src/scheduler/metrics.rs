@@ -8,7 +8,7 @@ use prometheus::{
     TextEncoder,
 };
 
-use super::events::StateUpdate;
+use super::call::Terminal;
 
 /// Label used for calls to names that are not registered, so that clients
 /// cannot grow the label set without bound.
@@ -84,18 +84,17 @@ impl Metrics {
     }
 
     /// Counts a terminal state of a call to `tool` (`None`: not registered).
-    pub(crate) fn call_finished(&self, tool: Option<&str>, update: &StateUpdate) {
+    pub(crate) fn call_finished(&self, tool: Option<&str>, terminal: &Terminal) {
         let tool = tool.unwrap_or(UNREGISTERED_TOOL);
-        let (outcome, error_type) = match update {
-            StateUpdate::Success { duration, .. } => {
+        let (outcome, error_type) = match terminal {
+            Terminal::Success { duration, .. } => {
                 self.duration
                     .with_label_values(&[tool])
                     .observe(duration.as_secs_f64());
                 ("success", "")
             }
-            StateUpdate::Error { kind, .. } => ("error", kind.as_str()),
-            StateUpdate::Cancelled { .. } => ("cancelled", ""),
-            _ => return,
+            Terminal::Error { kind, .. } => ("error", kind.as_str()),
+            Terminal::Cancelled { .. } => ("cancelled", ""),
         };
         self.calls
             .with_label_values(&[tool, outcome, error_type])

@@ -1,25 +1,33 @@
 //! The core scheduler: sessions, call states, waves, the per-session queue,
 //! approval and cancellation.
 //!
-//! A [`Scheduler`] is a cheap handle to the hub task, which owns the map of
-//! sessions; each session is its own actor task ([`session`]) owning its
-//! queue and calls. Handlers send commands and read a [`BatchStream`] of
-//! domain [`Event`]s. Cancellation is a `CancellationToken` tree: server →
-//! session → batch → call.
+//! A [`Scheduler`] is a cheap handle to the hub task ([`hub`]), which owns
+//! the map of sessions; each session is its own actor task ([`session`])
+//! owning its queue, mode and rules, and driving its running batch: a
+//! synchronous engine ([`batch`], with [`approval`]) whose effects the
+//! session performs (executions in [`exec`]). Handlers send commands and
+//! read a [`BatchStream`] of a batch's logged events ([`feed`] writes the
+//! log of [`crate::store`]; [`resume`] is what lets a batch outlive its
+//! stream). Cancellation is a `CancellationToken` tree: server → session →
+//! batch → call.
+//!
+//! Layering: imports `store`, `policy`, `tools`, `sandbox`; never `api`.
 //!
 //! Not here: gRPC (see `api`), what a tool does (`tools`), whether it may
 //! (`policy`).
 
+mod approval;
+mod batch;
 mod call;
 pub mod events;
+mod exec;
+mod feed;
+mod hub;
 pub mod metrics;
 pub mod resume;
 mod session;
 
-use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -29,13 +37,12 @@ pub use events::{
     BatchEvent, BatchRequest, CallRequest, CancelRequest, CancelSummary, ConfirmRequest,
     ConfirmationOutcome, Event, FunctionResponse, StateUpdate,
 };
+pub use hub::BatchStream;
+use hub::{Hub, HubCommand};
 pub use metrics::Metrics;
 pub use resume::{Confirmed, WatchError, WatchRequest};
-use session::{EventSink, Session, SessionCommand, SessionLink};
 
-use crate::store::{
-    BatchLog, Begun, Entry, LogReader, LogWriter, NewBatch, SharedStore, StoreError,
-};
+use crate::store::{BatchLog, Begun, NewBatch, SharedStore, StoreError};
 
 use crate::policy::{ApprovalMode, PolicyHandle};
 use crate::sandbox::{OutputLimits, Sandbox, SharedSandbox};
@@ -200,43 +207,9 @@ pub(crate) struct Shared {
     pub shutdown: CancellationToken,
     /// Batches, their logs, request ids and answers.
     pub store: SharedStore<BatchEvent>,
-    pub hub: mpsc::Sender<HubCommand>,
     pub metrics: Arc<Metrics>,
     /// The sandbox of each level a session may choose.
     pub sandboxes: std::collections::BTreeMap<crate::sandbox::SandboxLevel, SharedSandbox>,
-}
-
-pub(crate) enum HubCommand {
-    Schedule {
-        request: BatchRequest,
-        batch_id: String,
-        /// The log the store began for it.
-        writer: LogWriter<BatchEvent>,
-        reply: oneshot::Sender<Result<BatchStream, ScheduleError>>,
-    },
-    /// A new reader of a batch's log (WatchBatch, a replayed request id).
-    Attach {
-        session_id: String,
-        batch_id: String,
-        log: Arc<BatchLog<BatchEvent>>,
-        after: u64,
-        replayed: bool,
-        reply: oneshot::Sender<Result<BatchStream, WatchError>>,
-    },
-    Confirm {
-        request: ConfirmRequest,
-        reply: oneshot::Sender<Result<Confirmed, ConfirmError>>,
-    },
-    Cancel {
-        request: CancelRequest,
-        reply: oneshot::Sender<Result<CancelSummary, CancelError>>,
-    },
-    /// A session has been idle for its TTL after `processed` commands.
-    SessionIdle {
-        session_id: String,
-        processed: u64,
-    },
-    StopAccepting,
 }
 
 /// Commands queued to the hub; handlers wait when it is this far behind.
@@ -293,16 +266,10 @@ impl Scheduler {
             policy,
             shutdown,
             store: store.clone(),
-            hub: hub_tx.clone(),
             metrics: metrics.clone(),
         });
-        let hub = Hub {
-            shared,
-            sessions: HashMap::new(),
-            accepting: true,
-            open_streams: Arc::new(open_tx),
-        };
-        tokio::spawn(hub.run(hub_rx));
+        let (hub, idle_rx) = Hub::new(shared, open_tx);
+        tokio::spawn(hub.run(hub_rx, idle_rx));
         Self {
             hub: hub_tx,
             registry,
@@ -463,257 +430,5 @@ impl Scheduler {
     pub async fn idle(&self) {
         let mut rx = self.open_streams.clone();
         let _ = rx.wait_for(|n| *n == 0).await;
-    }
-}
-
-struct SessionEntry {
-    tx: mpsc::UnboundedSender<SessionCommand>,
-    /// Given to each of the session's streams.
-    link: SessionLink,
-    token: CancellationToken,
-    /// Commands sent to the session; compared with what it processed.
-    forwarded: u64,
-}
-
-/// Owns the map of sessions.
-struct Hub {
-    shared: Arc<Shared>,
-    sessions: HashMap<String, SessionEntry>,
-    accepting: bool,
-    open_streams: Arc<watch::Sender<usize>>,
-}
-
-impl Hub {
-    async fn run(mut self, mut rx: mpsc::Receiver<HubCommand>) {
-        while let Some(cmd) = rx.recv().await {
-            match cmd {
-                HubCommand::Schedule {
-                    request,
-                    batch_id,
-                    writer,
-                    reply,
-                } => {
-                    let _ = reply.send(self.schedule(request, batch_id, writer));
-                }
-                HubCommand::Attach {
-                    session_id,
-                    batch_id,
-                    log,
-                    after,
-                    replayed,
-                    reply,
-                } => {
-                    let link = self.sessions.get(&session_id).map(|e| e.link.clone());
-                    let stream = log
-                        .reader(after)
-                        .map(|reader| {
-                            self.open_streams.send_modify(|n| *n += 1);
-                            BatchStream {
-                                batch_id: batch_id.clone(),
-                                reader,
-                                session: link,
-                                replayed,
-                                _open: OpenStream(self.open_streams.clone()),
-                            }
-                        })
-                        .map_err(|e| WatchError::BeyondEnd {
-                            batch_id,
-                            after: e.after,
-                            last: e.last,
-                        });
-                    let _ = reply.send(stream);
-                }
-                HubCommand::Confirm { request, reply } => {
-                    let Some(entry) = self.sessions.get_mut(&request.session_id) else {
-                        let _ = reply.send(Err(ConfirmError::UnknownSession {
-                            session_id: request.session_id,
-                        }));
-                        continue;
-                    };
-                    entry.forwarded += 1;
-                    let _ = entry.tx.send(SessionCommand::Confirm { request, reply });
-                }
-                HubCommand::Cancel { request, reply } => {
-                    let Some(entry) = self.sessions.get_mut(&request.session_id) else {
-                        let _ = reply.send(Err(CancelError::UnknownSession {
-                            session_id: request.session_id,
-                        }));
-                        continue;
-                    };
-                    entry.forwarded += 1;
-                    let _ = entry.tx.send(SessionCommand::Cancel { request, reply });
-                }
-                HubCommand::SessionIdle {
-                    session_id,
-                    processed,
-                } => {
-                    // Retire only when no command is in flight to it; the
-                    // session drains and exits when its sender is dropped.
-                    if self
-                        .sessions
-                        .get(&session_id)
-                        .is_some_and(|e| e.forwarded == processed)
-                    {
-                        self.sessions.remove(&session_id);
-                        self.shared.metrics.sessions.dec();
-                    }
-                }
-                HubCommand::StopAccepting => self.accepting = false,
-            }
-        }
-    }
-
-    fn schedule(
-        &mut self,
-        mut request: BatchRequest,
-        batch_id: String,
-        writer: LogWriter<BatchEvent>,
-    ) -> Result<BatchStream, ScheduleError> {
-        request.validate().map_err(ScheduleError::Invalid)?;
-        let grace = request
-            .disconnect_grace
-            .unwrap_or(self.shared.config.disconnect_grace);
-        if grace > self.shared.config.max_disconnect_grace {
-            return Err(ScheduleError::GraceTooLong {
-                asked: grace.as_secs(),
-                limit: self.shared.config.max_disconnect_grace.as_secs(),
-            });
-        }
-        request.disconnect_grace = Some(grace);
-        if let Some(requested) = request.sandbox_level
-            && !self.shared.sandboxes.contains_key(&requested)
-        {
-            return Err(ScheduleError::SandboxLevelNotAllowed {
-                requested,
-                server: self.shared.config.sandbox.config.level,
-            });
-        }
-        if !self.accepting || self.shared.shutdown.is_cancelled() {
-            return Err(ScheduleError::ShuttingDown);
-        }
-        let limit = self.shared.config.max_calls_per_batch;
-        if request.calls.len() > limit {
-            return Err(ScheduleError::TooManyCalls {
-                got: request.calls.len(),
-                limit,
-            });
-        }
-        if !self.sessions.contains_key(&request.session_id) {
-            let limit = self.shared.config.max_sessions;
-            if self.sessions.len() >= limit {
-                return Err(ScheduleError::TooManySessions { limit });
-            }
-            let (tx, rx) = mpsc::unbounded_channel();
-            let (link, internal) = session::internal_channel();
-            let token = self.shared.shutdown.child_token();
-            tokio::spawn(Session::run(
-                request.session_id.clone(),
-                self.shared.clone(),
-                rx,
-                internal,
-                token.clone(),
-            ));
-            self.shared.metrics.sessions.inc();
-            self.sessions.insert(
-                request.session_id.clone(),
-                SessionEntry {
-                    tx,
-                    link,
-                    token,
-                    forwarded: 0,
-                },
-            );
-        }
-        let entry = self
-            .sessions
-            .get_mut(&request.session_id)
-            .ok_or(ScheduleError::ShuttingDown)?;
-        let token = entry.token.child_token();
-        // Read from the first event on: the stream sees Accepted.
-        let reader = writer
-            .log()
-            .reader(0)
-            .map_err(|_| ScheduleError::ShuttingDown)?;
-        entry.forwarded += 1;
-        self.shared.metrics.batch_accepted();
-        entry
-            .tx
-            .send(SessionCommand::Schedule {
-                batch_id: batch_id.clone(),
-                request,
-                events: EventSink::new(writer),
-                token,
-            })
-            .map_err(|_| ScheduleError::ShuttingDown)?;
-        self.open_streams.send_modify(|n| *n += 1);
-        Ok(BatchStream {
-            batch_id,
-            reader,
-            session: Some(entry.link.clone()),
-            replayed: false,
-            _open: OpenStream(self.open_streams.clone()),
-        })
-    }
-}
-
-/// Counts an open stream while alive.
-struct OpenStream(Arc<watch::Sender<usize>>);
-
-impl Drop for OpenStream {
-    fn drop(&mut self) {
-        self.0.send_modify(|n| *n = n.saturating_sub(1));
-    }
-}
-
-/// A reader of one batch's log, from where it attached to `Completed`. The
-/// batch's readers each read at their own pace; when the last one goes away
-/// before the end (the client went away), the session is told: it cancels
-/// the batch at once (queued: its calls end Cancelled; running: every
-/// non-terminal call is cancelled and running tools are stopped), or after
-/// the batch's disconnect grace if nobody re-attached.
-pub struct BatchStream {
-    batch_id: String,
-    reader: LogReader<BatchEvent>,
-    /// Told when the last reader goes away before the end; `None` when the
-    /// session is gone (its batches have all completed).
-    session: Option<SessionLink>,
-    /// Attached to an existing batch by a repeated request id.
-    replayed: bool,
-    _open: OpenStream,
-}
-
-impl Drop for BatchStream {
-    fn drop(&mut self) {
-        if let Some(generation) = self.reader.detach()
-            && let Some(session) = &self.session
-        {
-            session.batch_detached(std::mem::take(&mut self.batch_id), generation);
-        }
-    }
-}
-
-impl BatchStream {
-    /// The server-assigned batch id.
-    pub fn batch_id(&self) -> &str {
-        &self.batch_id
-    }
-
-    /// True when this stream re-attached to an existing batch (a repeated
-    /// request id) instead of scheduling one.
-    pub fn replayed(&self) -> bool {
-        self.replayed
-    }
-
-    /// The next logged event, `None` after `Completed`.
-    pub async fn next(&mut self) -> Option<Arc<Entry<BatchEvent>>> {
-        self.reader.next().await
-    }
-}
-
-impl tokio_stream::Stream for BatchStream {
-    type Item = Arc<Entry<BatchEvent>>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.reader.poll_entry(cx)
     }
 }

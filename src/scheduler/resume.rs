@@ -11,8 +11,8 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::events::{BatchEvent, CallRequest, StateUpdate, approx_size};
-use crate::store::{CallsDigest, LogEvent, StoreError};
-use crate::tools::ConfirmationDetails;
+use crate::store::{CallsDigest, LogEvent, MergeKey, StoreError};
+use crate::tools::{ConfirmationDetails, Progress};
 
 /// A WatchBatch request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +127,20 @@ impl LogEvent for BatchEvent {
                 } => batch_id.len() + responses.iter().map(|r| r.approx_size()).sum::<usize>(),
             }
     }
+
+    /// A call's progress report supersedes its previous one; any other
+    /// update of the call is not merged across.
+    fn merge_key(&self) -> MergeKey<'_> {
+        match self {
+            BatchEvent::CallUpdate {
+                call_id,
+                update: StateUpdate::Executing(Some(Progress::Report { .. })),
+                ..
+            } => MergeKey::Report(call_id),
+            BatchEvent::CallUpdate { call_id, .. } => MergeKey::Other(call_id),
+            _ => MergeKey::None,
+        }
+    }
 }
 
 fn update_bytes(update: &StateUpdate) -> usize {
@@ -174,7 +188,11 @@ fn update_bytes(update: &StateUpdate) -> usize {
                     ConfirmationDetails::Info { prompt } => prompt.len(),
                 }
         }
-        StateUpdate::Executing(p) => p.output_chunk.len() + p.message.len(),
+        StateUpdate::Executing(p) => match p {
+            None | Some(Progress::Started { .. }) => 0,
+            Some(Progress::Output(chunk)) => chunk.len(),
+            Some(Progress::Report { message, .. }) => message.len(),
+        },
         StateUpdate::Success {
             response, result, ..
         } => response.approx_size() + object(result),
@@ -185,50 +203,6 @@ fn update_bytes(update: &StateUpdate) -> usize {
     }
 }
 
-/// Folds a call's progress report into the previous one when both are
-/// reports only (no output, no pid) of the same call: the newer progress,
-/// total and message win. Used while nobody has read the previous one, so
-/// a tool flooding progress costs one entry per stalled reader.
-pub fn merge_progress(old: &BatchEvent, new: &BatchEvent) -> Option<BatchEvent> {
-    let (
-        BatchEvent::CallUpdate {
-            call_id: old_id,
-            update: StateUpdate::Executing(old),
-            ..
-        },
-        BatchEvent::CallUpdate {
-            call_id: new_id,
-            update: StateUpdate::Executing(new_p),
-            ..
-        },
-    ) = (old, new)
-    else {
-        return None;
-    };
-    let report_only = |p: &crate::tools::Progress| p.pid.is_none() && p.output_chunk.is_empty();
-    if old_id != new_id || !report_only(old) || !report_only(new_p) {
-        return None;
-    }
-    let mut merged = new_p.clone();
-    merged.progress = merged.progress.or(old.progress);
-    merged.total = merged.total.or(old.total);
-    merged.percent = merged.percent.or(old.percent);
-    if merged.message.is_empty() {
-        merged.message = old.message.clone();
-    }
-    let BatchEvent::CallUpdate {
-        call_id, tool_name, ..
-    } = new
-    else {
-        return None;
-    };
-    Some(BatchEvent::CallUpdate {
-        call_id: call_id.clone(),
-        tool_name: tool_name.clone(),
-        update: StateUpdate::Executing(merged),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -236,7 +210,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::tools::Progress;
 
     fn call(id: &str, args: serde_json::Value) -> CallRequest {
         CallRequest {
@@ -276,67 +249,39 @@ mod tests {
         BatchEvent::CallUpdate {
             call_id: call_id.into(),
             tool_name: "mcp_x_y".into(),
-            update: StateUpdate::Executing(p),
+            update: StateUpdate::Executing(Some(p)),
+        }
+    }
+
+    fn report(n: f64) -> Progress {
+        Progress::Report {
+            progress: n,
+            total: None,
+            percent: None,
+            message: String::new(),
         }
     }
 
     #[test]
-    fn reports_of_one_call_merge_and_output_or_another_call_does_not() {
-        let old = progress(
-            "c",
-            Progress {
-                progress: Some(1.0),
-                total: Some(10.0),
-                message: "one".into(),
-                ..Progress::default()
-            },
-        );
-        let new = progress(
-            "c",
-            Progress {
-                progress: Some(2.0),
-                ..Progress::default()
-            },
-        );
-        let merged = merge_progress(&old, &new).expect("merged");
+    fn reports_are_keyed_by_call_and_other_updates_block_merging() {
         assert_eq!(
-            merged,
-            progress(
-                "c",
-                Progress {
-                    progress: Some(2.0),
-                    total: Some(10.0),
-                    message: "one".into(),
-                    ..Progress::default()
-                }
-            )
+            progress("c", report(1.0)).merge_key(),
+            MergeKey::Report("c")
         );
         assert_eq!(
-            merge_progress(&old, &progress("d", Progress::default())),
-            None
+            progress("c", Progress::Output("x".into())).merge_key(),
+            MergeKey::Other("c")
         );
-        let output = progress(
-            "c",
-            Progress {
-                output_chunk: "x".into(),
-                ..Progress::default()
-            },
-        );
-        assert_eq!(merge_progress(&old, &output), None);
-        assert_eq!(merge_progress(&output, &new), None);
+        let started = BatchEvent::Started {
+            batch_id: "b".into(),
+        };
+        assert_eq!(started.merge_key(), MergeKey::None);
     }
 
     #[test]
     fn an_event_counts_its_output() {
-        let small = progress("c", Progress::default()).approx_bytes();
-        let big = progress(
-            "c",
-            Progress {
-                output_chunk: "x".repeat(10_000),
-                ..Progress::default()
-            },
-        )
-        .approx_bytes();
+        let small = progress("c", Progress::Output(String::new())).approx_bytes();
+        let big = progress("c", Progress::Output("x".repeat(10_000))).approx_bytes();
         assert_eq!(big - small, 10_000);
     }
 

@@ -1,114 +1,38 @@
-//! The session actor: one task per session owns its queue of batches, the
-//! active batch's calls, its approval mode and "always allow" rules. gRPC
-//! handlers only send it commands; tool tasks report back on an internal
-//! channel. Nothing here is shared or locked.
+//! The session actor: one task per session owns its queue of batches, its
+//! running batch, its approval mode, "always allow" rules and topic. gRPC
+//! handlers only send it commands (through the hub); tool tasks, timers and
+//! streams report back on its internal channel. Nothing here is shared or
+//! locked.
 //!
-//! The processing loop follows Gemini CLI's scheduler: take the next wave
-//! (the head call, and every following parallelizable call if the head is
-//! parallelizable); (1) decide policy for every member, prompting where asked;
-//! (2) once every member is Scheduled or terminal, execute the Scheduled ones
-//! concurrently; (3) when all are terminal, take the next wave. A batch ends
-//! with every call's function response in request order, then the next queued
-//! batch starts.
+//! Owns: the actor loop, the FIFO queue (batches of one session never
+//! interleave), mode and rules, routing of commands and internal reports to
+//! the running [`Batch`], and performing the [`Effect`]s it returns
+//! (spawning prompt builders, executions and timers; sending events). Not
+//! here: the wave rules and call states (`batch.rs`, `call.rs`), prompts
+//! (`approval.rs`), running a tool (`exec.rs`), the map of sessions
+//! (`hub.rs`).
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
-use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::call::{CallSlot, CallState, error_update};
-use super::events::{
-    BatchEvent, BatchRequest, CallRequest, CancelRequest, CancelSummary, ConfirmRequest,
-    ConfirmationOutcome, FunctionResponse, MAX_RESPONSES_BYTES, StateUpdate, fit_responses,
-};
-use super::{CancelError, ConfirmError, Confirmed, HubCommand, Metrics, Shared};
-use crate::policy::{
-    AlwaysScope, ApprovalMode, Decision, DecisionSource, PolicyInput, SessionRules,
-};
-use crate::store::{BatchLog, LogWriter};
-use crate::tools::{
-    ConfirmationDetails, ErrorKind, ExecContext, Invocation, Progress, TOPIC_TOOL_NAME, ToolError,
-    ToolKind, ToolOutcome,
-};
+use super::batch::{Batch, BatchStart, Decider, Effect};
+use super::call::Terminal;
+use super::events::{BatchEvent, BatchRequest, CancelRequest, CancelSummary, ConfirmRequest};
+use super::exec::{self, ExecJob};
+use super::feed::EventSink;
+use super::hub::IdleReport;
+use super::{CancelError, ConfirmError, Confirmed, Metrics, Shared};
+use crate::policy::{ApprovalMode, DecisionSource, SessionRules, outcomes};
+use crate::store::BatchLog;
+use crate::tools::{ConfirmationDetails, Progress, ToolError, ToolOutcome};
 
-/// Reason given to calls cancelled because an earlier call of their batch
-/// was rejected, as Gemini CLI does.
-const REJECTED_SIBLING_REASON: &str =
-    "Cancelled because an earlier call of the batch was rejected by the user.";
-/// Reason of a rejected prompt (Gemini CLI's wording).
-const USER_DENIED_REASON: &str = "User denied execution.";
 /// Time a tool gets to stop after its token was cancelled before the call is
 /// ended Cancelled regardless (covers a tool that ignores its token).
 const CANCEL_GUARD: Duration = Duration::from_secs(5);
-/// Slack over the execution timeout before the scheduler stops waiting for a
-/// tool that does not enforce its own timeout.
-const TIMEOUT_SLACK: Duration = Duration::from_secs(5);
-
-/// Appends a batch's events to its log. The events of one step of the
-/// session (e.g. Accepted, Started, Validating, Scheduled, Executing for an
-/// allowed call) are appended as they happen and published together when
-/// the step ends ([`EventSink::flush`], and on drop): a waiting reader wakes
-/// once and encodes them into one HTTP/2 write instead of racing the
-/// session event by event. A call's consecutive progress reports merge
-/// while nobody has read them. `Completed` finishes the log.
-pub(crate) struct EventSink {
-    writer: RefCell<Option<LogWriter<BatchEvent>>>,
-    log: Arc<BatchLog<BatchEvent>>,
-}
-
-impl EventSink {
-    pub fn new(writer: LogWriter<BatchEvent>) -> Self {
-        Self {
-            log: writer.log().clone(),
-            writer: RefCell::new(Some(writer)),
-        }
-    }
-
-    fn emit(&self, event: BatchEvent) {
-        let mut writer = self.writer.borrow_mut();
-        let Some(w) = writer.as_ref() else {
-            return; // the log is finished: nothing comes after Completed
-        };
-        match &event {
-            BatchEvent::Completed { .. } => {
-                if let Some(w) = writer.take() {
-                    w.finish(event);
-                }
-            }
-            BatchEvent::CallUpdate {
-                update: StateUpdate::Executing(_),
-                ..
-            } => {
-                w.append_merging(event, super::resume::merge_progress);
-            }
-            _ => {
-                w.append(event);
-            }
-        }
-    }
-
-    /// Wakes the readers for what the step appended.
-    fn flush(&self) {
-        if let Some(w) = self.writer.borrow().as_ref() {
-            w.publish();
-        }
-    }
-
-    /// The batch's log.
-    fn log(&self) -> &Arc<BatchLog<BatchEvent>> {
-        &self.log
-    }
-}
-
-impl Drop for EventSink {
-    fn drop(&mut self) {
-        self.flush();
-    }
-}
 
 /// What a [`super::BatchStream`] holds of its session: a weak sender (a
 /// stream outliving its session keeps nothing alive) to report that the
@@ -132,6 +56,12 @@ impl SessionLink {
 
 /// The channel a session's tasks and streams report on, made by the hub so
 /// that it can hand out [`SessionLink`]s before the session runs.
+///
+/// Unbounded, because its senders cannot wait (a stream's drop, a blocking
+/// prompt builder) and what they send is bounded elsewhere: one prompt
+/// report per prompt, one timer report per timer, one outcome per
+/// execution, and progress that [`exec`] merges and the tools cap (output
+/// by `max_streamed_bytes`); the session handles each without waiting.
 pub(crate) fn internal_channel() -> (SessionLink, InternalChannel) {
     let (tx, rx) = mpsc::unbounded_channel();
     (SessionLink(tx.downgrade()), InternalChannel { tx, rx })
@@ -208,78 +138,12 @@ struct PendingBatch {
     token: CancellationToken,
 }
 
+/// The running batch and where its events go.
 struct ActiveBatch {
-    id: String,
-    /// Calls in execution order (topic first).
-    calls: Vec<CallSlot>,
-    /// `request_order[i]` is the index in `calls` of the i-th requested call.
-    request_order: Vec<usize>,
-    /// Next call not yet part of a wave.
-    cursor: usize,
-    /// Indices of the current wave's members.
-    wave: Vec<usize>,
-    wave_executing: bool,
-    interactive: bool,
+    batch: Batch,
+    events: EventSink,
     /// How long it runs on once its last reader went away.
     grace: Duration,
-    events: EventSink,
-    token: CancellationToken,
-    metrics: Arc<Metrics>,
-    /// The batch's span, parent of the calls' spans; ends when dropped.
-    trace: crate::telemetry::BatchTrace,
-}
-
-impl ActiveBatch {
-    /// Moves call `index` to `next` (see [`CallSlot::set`]), keeping the
-    /// open-prompt gauge and the terminal-call counters.
-    fn set(&mut self, index: usize, next: CallState) -> bool {
-        let slot = &mut self.calls[index];
-        let was_prompt = matches!(slot.state, CallState::AwaitingApproval { .. });
-        let is_prompt = matches!(next, CallState::AwaitingApproval { .. });
-        if !slot.set(next) {
-            return false;
-        }
-        tracing::debug!(
-            batch = %self.id,
-            call_id = %slot.request.id,
-            tool = %slot.request.name,
-            state = slot.state.name(),
-            "call state"
-        );
-        match (was_prompt, is_prompt) {
-            (true, false) => self.metrics.prompts_open.dec(),
-            (false, true) => self.metrics.prompts_open.inc(),
-            _ => {}
-        }
-        if let CallState::Done(update) = &slot.state {
-            let tool = slot.tool.as_ref().map(|t| t.declaration().name.as_str());
-            self.metrics.call_finished(tool, update);
-        }
-        true
-    }
-
-    fn emit_update(&self, index: usize, update: StateUpdate) {
-        let slot = &self.calls[index];
-        self.events.emit(BatchEvent::CallUpdate {
-            call_id: slot.request.id.clone(),
-            tool_name: slot.request.name.clone(),
-            update,
-        });
-    }
-
-    /// Sets a terminal state and tells the client, once.
-    fn finish(&mut self, index: usize, update: StateUpdate) -> bool {
-        if self.set(index, CallState::Done(update.clone())) {
-            self.emit_update(index, update);
-            true
-        } else {
-            false
-        }
-    }
-
-    fn find(&self, call_id: &str) -> Option<usize> {
-        self.calls.iter().position(|c| c.request.id == call_id)
-    }
 }
 
 /// The session actor's state.
@@ -308,6 +172,7 @@ impl Session {
         shared: Arc<Shared>,
         mut commands: mpsc::UnboundedReceiver<SessionCommand>,
         internal: InternalChannel,
+        idle: mpsc::Sender<IdleReport>,
         token: CancellationToken,
     ) {
         let InternalChannel {
@@ -339,8 +204,8 @@ impl Session {
         let mut armed = false;
         let mut idle_reported = false;
         loop {
-            let idle = session.active.is_none() && session.queue.is_empty();
-            if !idle {
+            let is_idle = session.active.is_none() && session.queue.is_empty();
+            if !is_idle {
                 armed = false;
             } else if !armed {
                 idle_timer.as_mut().reset(tokio::time::Instant::now() + ttl);
@@ -361,12 +226,16 @@ impl Session {
                     shut_down = true;
                     session.drop_all();
                 }
-                () = &mut idle_timer, if idle && armed && !idle_reported => {
-                    idle_reported = true;
-                    let _ = session.shared.hub.try_send(HubCommand::SessionIdle {
+                () = &mut idle_timer, if is_idle && armed && !idle_reported => {
+                    let report = IdleReport {
                         session_id: session.id.clone(),
                         processed: session.processed,
-                    });
+                    };
+                    match idle.try_send(report) {
+                        Ok(()) => idle_reported = true,
+                        // The hub is behind: try again after another TTL.
+                        Err(_) => armed = false,
+                    }
                 }
             }
             session.process();
@@ -377,8 +246,8 @@ impl Session {
 
     /// Ends a step: what it emitted goes to the streams.
     fn flush_events(&self) {
-        if let Some(batch) = &self.active {
-            batch.events.flush();
+        if let Some(active) = &self.active {
+            active.events.flush();
         }
         for pending in &self.queue {
             pending.events.flush();
@@ -428,7 +297,7 @@ impl Session {
             new_content: req.new_content.clone(),
         };
         let (call_id, correlation_id) = (req.call_id.clone(), req.correlation_id.clone());
-        let batch_id = self.active.as_ref().map(|b| b.id.clone());
+        let batch_id = self.active.as_ref().map(|a| a.batch.id().to_string());
         match self.confirm(req) {
             Ok(()) => {
                 if let Some(batch_id) = batch_id {
@@ -463,149 +332,32 @@ impl Session {
     }
 
     fn confirm(&mut self, req: ConfirmRequest) -> Result<(), ConfirmError> {
-        let Some(batch) = self.active.as_mut() else {
+        let found = self
+            .active
+            .as_ref()
+            .and_then(|a| a.batch.find(&req.call_id));
+        let (Some(index), Some(active)) = (found, self.active.as_mut()) else {
             return Err(self.call_not_awaiting(&req.call_id));
         };
-        let Some(index) = batch.find(&req.call_id) else {
-            return Err(self.call_not_awaiting(&req.call_id));
-        };
-        let slot = &batch.calls[index];
-        let CallState::AwaitingApproval {
-            invocation,
-            correlation_id,
-            outcomes,
-        } = &slot.state
-        else {
-            return Err(ConfirmError::NotAwaitingApproval {
-                call_id: req.call_id,
-            });
-        };
-        if *correlation_id != req.correlation_id {
-            return Err(ConfirmError::StaleCorrelation {
-                call_id: req.call_id,
-                given: req.correlation_id,
-            });
-        }
-        if !outcomes.contains(&req.outcome) {
-            return Err(ConfirmError::OutcomeNotOffered {
-                outcome: req.outcome,
-                offered: outcomes.clone(),
-            });
-        }
-        if req.outcome == ConfirmationOutcome::Cancel {
-            slot.note_approval(req.outcome);
-            self.reject(index);
-            return Ok(());
-        }
-        // Apply inline new content first: on any error nothing changes.
-        let mut invocation = invocation.clone();
-        if let Some(content) = &req.new_content {
-            let tool = slot.tool.clone().ok_or(ConfirmError::CannotModify {
-                tool: slot.request.name.clone(),
-            })?;
-            let args = tool
-                .with_new_content(&slot.request.args, content)
-                .ok_or_else(|| ConfirmError::CannotModify {
-                    tool: slot.request.name.clone(),
-                })?;
-            invocation = self
-                .shared
-                .registry
-                .load()
-                .build(&slot.request.name, &args)
-                .map_err(|e| ConfirmError::InvalidNewContent { message: e.message })?;
-            batch.calls[index].request.args = Arc::new(args);
-        }
-        batch.calls[index].note_approval(req.outcome);
-        match req.outcome {
-            ConfirmationOutcome::ModifyWithEditor => {
-                batch.set(
-                    index,
-                    CallState::Validating {
-                        invocation: invocation.clone(),
-                        preparing_prompt: true,
-                    },
-                );
-                let batch_id = batch.id.clone();
-                self.prepare_prompt(batch_id, index, invocation, None);
-            }
-            outcome => {
-                let always = match outcome {
-                    ConfirmationOutcome::ProceedAlways | ConfirmationOutcome::ProceedAlwaysTool => {
-                        Some(AlwaysScope::Narrow)
-                    }
-                    ConfirmationOutcome::ProceedAlwaysServer => Some(AlwaysScope::Server),
-                    _ => None,
+        let registry = self.shared.registry.load();
+        let confirmed = active.batch.on_confirm(index, req, &registry)?;
+        self.perform(confirmed.effects);
+        if let Some(grant) = confirmed.always {
+            self.rules
+                .allow_always(&grant.tool_name, &grant.subject, grant.scope);
+            self.mode = outcomes::mode_after_always(self.mode, grant.kind);
+            if let Some(active) = self.active.as_mut() {
+                let decider = Decider {
+                    policy: &self.shared.policy,
+                    mode: self.mode,
+                    rules: &self.rules,
+                    interactive: active.batch.interactive(),
                 };
-                let slot = &batch.calls[index];
-                if let Some(scope) = always {
-                    self.rules
-                        .allow_always(&slot.request.name, &invocation.subject(), scope);
-                    let is_edit = slot
-                        .tool
-                        .as_ref()
-                        .is_some_and(|t| t.declaration().kind == ToolKind::Edit);
-                    if is_edit && self.mode == ApprovalMode::Default {
-                        self.mode = ApprovalMode::AutoEdit;
-                    }
-                }
-                if batch.set(index, CallState::Scheduled { invocation }) {
-                    batch.emit_update(index, StateUpdate::Scheduled);
-                }
-                if always.is_some() {
-                    self.approve_compatible_prompts();
-                }
+                let effects = active.batch.approve_open_prompts(&decider);
+                self.perform(effects);
             }
         }
         Ok(())
-    }
-
-    /// After an "always" answer, other open prompts of the batch that the
-    /// new rule (or mode) now allows proceed, as Gemini CLI does.
-    fn approve_compatible_prompts(&mut self) {
-        let Some(batch) = self.active.as_mut() else {
-            return;
-        };
-        for index in batch.wave.clone() {
-            let slot = &batch.calls[index];
-            let (CallState::AwaitingApproval { invocation, .. }, Some(tool)) =
-                (&slot.state, &slot.tool)
-            else {
-                continue;
-            };
-            let decision = decide(
-                &self.shared,
-                self.mode,
-                &self.rules,
-                batch.interactive,
-                slot,
-                tool,
-                invocation.as_ref(),
-            );
-            if decision == Decision::Allow {
-                let invocation = invocation.clone();
-                if batch.set(index, CallState::Scheduled { invocation }) {
-                    batch.emit_update(index, StateUpdate::Scheduled);
-                }
-            }
-        }
-    }
-
-    /// Rejects the prompt of call `index`: it ends "User denied execution."
-    /// and the calls still queued in its batch (not yet in a wave) are
-    /// cancelled; active siblings of the wave go on.
-    fn reject(&mut self, index: usize) {
-        let Some(batch) = self.active.as_mut() else {
-            return;
-        };
-        let update = batch.calls[index].cancelled(USER_DENIED_REASON, None);
-        batch.finish(index, update);
-        for i in batch.cursor..batch.calls.len() {
-            if !batch.calls[i].state.is_terminal() {
-                let update = batch.calls[i].cancelled(REJECTED_SIBLING_REASON, None);
-                batch.finish(i, update);
-            }
-        }
     }
 
     fn call_not_awaiting(&self, call_id: &str) -> ConfirmError {
@@ -637,7 +389,7 @@ impl Session {
             req.reason.clone()
         };
         let matches = |id: &str| req.batch_id.as_deref().is_none_or(|b| b == id);
-        let known = self.active.as_ref().is_some_and(|b| matches(&b.id))
+        let known = self.active.as_ref().is_some_and(|a| matches(a.batch.id()))
             || self.queue.iter().any(|b| matches(&b.id));
         if !known {
             return match req.batch_id {
@@ -662,49 +414,20 @@ impl Session {
             }
         }
         self.queue = kept;
-        if self.active.as_ref().is_some_and(|b| matches(&b.id)) {
+        if self.active.as_ref().is_some_and(|a| matches(a.batch.id())) {
             summary.cancelled_batches += 1;
             summary.cancelled_calls += self.cancel_active(&reason);
         }
         Ok(summary)
     }
 
-    /// Cancels every non-terminal call of the active batch. Executing calls
-    /// are stopped; they end Cancelled once their tool has stopped (the
-    /// shell kills its process group), or after [`CANCEL_GUARD`].
+    /// Cancels every non-terminal call of the running batch.
     fn cancel_active(&mut self, reason: &str) -> u32 {
-        let Some(batch) = self.active.as_mut() else {
+        let Some(active) = self.active.as_mut() else {
             return 0;
         };
-        let mut count = 0;
-        for index in 0..batch.calls.len() {
-            let slot = &mut batch.calls[index];
-            match &mut slot.state {
-                CallState::Done(_) => {}
-                CallState::Executing {
-                    token,
-                    cancel_reason,
-                    ..
-                } => {
-                    if cancel_reason.is_none() {
-                        count += 1;
-                        *cancel_reason = Some(reason.to_string());
-                        token.cancel();
-                        let tx = self.internal_tx.clone();
-                        let batch_id = batch.id.clone();
-                        tokio::spawn(async move {
-                            tokio::time::sleep(CANCEL_GUARD).await;
-                            let _ = tx.send(Internal::CancelGuard { batch_id, index });
-                        });
-                    }
-                }
-                _ => {
-                    count += 1;
-                    let update = slot.cancelled(reason, None);
-                    batch.finish(index, update);
-                }
-            }
-        }
+        let (count, effects) = active.batch.cancel(reason);
+        self.perform(effects);
         count
     }
 
@@ -732,81 +455,66 @@ impl Session {
     // === internal reports ===
 
     fn handle_internal(&mut self, msg: Internal) {
-        match msg {
+        let drop_reason = self.drop_reason();
+        let (batch_id, report) = match msg {
             Internal::BatchDetached {
                 batch_id,
                 generation,
-            } => self.batch_detached(batch_id, generation),
+            } => {
+                self.batch_detached(batch_id, generation);
+                return;
+            }
             Internal::GraceExpired {
                 batch_id,
                 generation,
-            } => self.grace_expired(&batch_id, generation),
+            } => {
+                self.grace_expired(&batch_id, generation);
+                return;
+            }
             Internal::PromptReady {
                 batch_id,
                 index,
                 result,
                 reason,
-            } => self.prompt_ready(&batch_id, index, result, reason),
+            } => (batch_id, Report::PromptReady(index, result, reason)),
             Internal::Progress {
                 batch_id,
                 index,
                 progress,
-            } => {
-                if let Some(batch) = self.active_batch(&batch_id)
-                    && matches!(
-                        batch.calls[index].state,
-                        CallState::Executing {
-                            cancel_reason: None,
-                            ..
-                        }
-                    )
-                {
-                    batch.emit_update(index, StateUpdate::Executing(progress));
-                }
-            }
+            } => (batch_id, Report::Progress(index, progress)),
             Internal::Executed {
                 batch_id,
                 index,
                 outcome,
-            } => self.executed(&batch_id, index, outcome),
+            } => (batch_id, Report::Executed(index, outcome)),
             Internal::ConfirmTimeout {
                 batch_id,
                 index,
                 correlation_id,
-            } => {
-                let secs = self
-                    .shared
-                    .config
-                    .confirmation_timeout
-                    .map_or(0.0, |d| d.as_secs_f64());
-                if let Some(batch) = self.active_batch(&batch_id)
-                    && matches!(&batch.calls[index].state,
-                        CallState::AwaitingApproval { correlation_id: c, .. } if *c == correlation_id)
-                {
-                    let reason = format!(
-                        "Confirmation timed out: no answer within {secs} s, so the call was cancelled."
-                    );
-                    let update = batch.calls[index].cancelled(&reason, None);
-                    batch.finish(index, update);
-                }
+            } => (batch_id, Report::ConfirmTimeout(index, correlation_id)),
+            Internal::CancelGuard { batch_id, index } => (batch_id, Report::CancelGuard(index)),
+        };
+        // A late report of a batch that is gone is dropped.
+        let Some(active) = self.active.as_mut().filter(|a| a.batch.id() == batch_id) else {
+            return;
+        };
+        let batch = &mut active.batch;
+        let effects = match report {
+            Report::PromptReady(index, result, reason) => {
+                let decider = Decider {
+                    policy: &self.shared.policy,
+                    mode: self.mode,
+                    rules: &self.rules,
+                    interactive: batch.interactive(),
+                };
+                batch.on_prompt_ready(&decider, index, result, reason)
             }
-            Internal::CancelGuard { batch_id, index } => {
-                if let Some(batch) = self.active_batch(&batch_id)
-                    && let CallState::Executing {
-                        cancel_reason: Some(reason),
-                        ..
-                    } = &batch.calls[index].state
-                {
-                    tracing::warn!(call_id = %batch.calls[index].request.id, "tool did not stop after cancellation; ending the call anyway");
-                    let update = batch.calls[index].cancelled(&reason.clone(), None);
-                    batch.finish(index, update);
-                }
-            }
-        }
-    }
-
-    fn active_batch(&mut self, batch_id: &str) -> Option<&mut ActiveBatch> {
-        self.active.as_mut().filter(|b| b.id == batch_id)
+            Report::Progress(index, progress) => batch.on_progress(index, progress),
+            Report::Executed(index, outcome) => batch.on_executed(index, outcome, drop_reason),
+            Report::ConfirmTimeout(index, id) => batch.on_confirm_timeout(index, &id),
+            Report::CancelGuard(index) => batch.on_cancel_guard(index),
+        };
+        self.perform(effects);
     }
 
     fn drop_reason(&self) -> &'static str {
@@ -824,7 +532,7 @@ impl Session {
             .queue
             .iter()
             .map(|b| b.id.clone())
-            .chain(self.active.as_ref().map(|b| b.id.clone()))
+            .chain(self.active.as_ref().map(|a| a.batch.id().to_string()))
             .collect();
         for id in ids {
             self.batch_dropped(&id);
@@ -833,7 +541,7 @@ impl Session {
 
     /// The grace and log of a queued or running batch.
     fn grace_of(&self, batch_id: &str) -> Option<(Duration, &Arc<BatchLog<BatchEvent>>)> {
-        if let Some(active) = self.active.as_ref().filter(|b| b.id == batch_id) {
+        if let Some(active) = self.active.as_ref().filter(|a| a.batch.id() == batch_id) {
             return Some((active.grace, active.events.log()));
         }
         self.queue.iter().find(|b| b.id == batch_id).map(|b| {
@@ -891,137 +599,12 @@ impl Session {
                 self.shared.metrics.queued_batches.dec();
                 self.cancel_pending(pending, reason);
             }
-        } else if self.active.as_ref().is_some_and(|b| b.id == batch_id) {
-            self.cancel_active(reason);
-        }
-    }
-
-    fn prompt_ready(
-        &mut self,
-        batch_id: &str,
-        index: usize,
-        result: Result<ConfirmationDetails, ToolError>,
-        reason: Option<(String, DecisionSource)>,
-    ) {
-        let timeout = self.shared.config.confirmation_timeout;
-        let internal_tx = self.internal_tx.clone();
-        let (reason, policy_rule) = match reason {
-            Some((reason, source)) => (reason, Some(Box::new(source))),
-            None => (
-                format!(
-                    "Approval required: '{}' has side effects and the session is in {} mode.",
-                    self.active
-                        .as_ref()
-                        .and_then(|b| b.calls.get(index))
-                        .map_or("", |c| c.request.name.as_str()),
-                    crate::policy::mode_name(self.mode)
-                ),
-                None,
-            ),
-        };
-        let Some(batch) = self.active_batch(batch_id) else {
-            return;
-        };
-        let slot = &mut batch.calls[index];
-        let CallState::Validating {
-            invocation,
-            preparing_prompt: true,
-        } = &slot.state
-        else {
-            return; // cancelled meanwhile
-        };
-        let invocation = invocation.clone();
-        let details = match result {
-            Ok(d) => d,
-            Err(e) => {
-                let update = slot.error(e.kind, &e.message, None);
-                batch.finish(index, update);
-                return;
-            }
-        };
-        let outcomes = offered_outcomes(&details, slot);
-        let correlation_id = uuid::Uuid::new_v4().to_string();
-        batch.set(
-            index,
-            CallState::AwaitingApproval {
-                invocation,
-                correlation_id: correlation_id.clone(),
-                outcomes: outcomes.clone(),
-            },
-        );
-        let deadline = timeout.map(|t| SystemTime::now() + t);
-        batch.emit_update(
-            index,
-            StateUpdate::AwaitingApproval {
-                correlation_id: correlation_id.clone(),
-                details,
-                outcomes,
-                deadline,
-                reason,
-                policy_rule,
-            },
-        );
-        if let Some(t) = timeout {
-            let batch_id = batch_id.to_string();
-            tokio::spawn(async move {
-                tokio::time::sleep(t).await;
-                let _ = internal_tx.send(Internal::ConfirmTimeout {
-                    batch_id,
-                    index,
-                    correlation_id,
-                });
-            });
-        }
-    }
-
-    fn executed(&mut self, batch_id: &str, index: usize, outcome: ToolOutcome) {
-        let drop_reason = self.drop_reason();
-        let Some(batch) = self.active_batch(batch_id) else {
-            return; // a late result of a batch that is gone
-        };
-        let slot = &batch.calls[index];
-        let CallState::Executing {
-            started,
-            cancel_reason,
-            ..
-        } = &slot.state
-        else {
-            return; // a late result of a call already ended: dropped
-        };
-        let duration = started.elapsed();
-        let update = match (cancel_reason, outcome) {
-            (Some(reason), outcome) => {
-                let partial = match &outcome {
-                    ToolOutcome::Cancelled { partial_output } => partial_output.clone(),
-                    _ => None,
-                };
-                slot.cancelled(reason, partial.as_deref())
-            }
-            (None, ToolOutcome::Success { output, result }) => {
-                let mut response =
-                    FunctionResponse::success(&slot.request.id, &slot.request.name, output);
-                fit_responses(std::slice::from_mut(&mut response), MAX_RESPONSES_BYTES);
-                StateUpdate::Success {
-                    response,
-                    result,
-                    duration,
-                }
-            }
-            (None, ToolOutcome::Error(e)) => {
-                slot.error(e.kind, &e.message, e.partial_output.as_deref())
-            }
-            (None, ToolOutcome::Cancelled { partial_output }) => {
-                slot.cancelled(drop_reason, partial_output.as_deref())
-            }
-        };
-        if let StateUpdate::Success { result, .. } = &update
-            && slot.request.name == TOPIC_TOOL_NAME
-            && let Some(topic) = result.get("topic").and_then(|t| t.as_str())
+        } else if self
+            .active
+            .as_ref()
+            .is_some_and(|a| a.batch.id() == batch_id)
         {
-            self.topic = Some(topic.to_string());
-        }
-        if let Some(batch) = self.active_batch(batch_id) {
-            batch.finish(index, update);
+            self.cancel_active(reason);
         }
     }
 
@@ -1030,39 +613,41 @@ impl Session {
     /// Advances the session as far as it can without waiting.
     fn process(&mut self) {
         loop {
-            if self.active.is_none() {
+            let Some(active) = self.active.as_mut() else {
                 let Some(pending) = self.queue.pop_front() else {
                     return;
                 };
                 self.shared.metrics.queued_batches.dec();
                 self.start_batch(pending);
                 continue;
-            }
-            if !self.advance() {
+            };
+            let decider = Decider {
+                policy: &self.shared.policy,
+                mode: self.mode,
+                rules: &self.rules,
+                interactive: active.batch.interactive(),
+            };
+            let effects = active.batch.step(&decider);
+            if effects.is_empty() {
                 return;
             }
+            self.perform(effects);
         }
     }
 
     fn start_batch(&mut self, pending: PendingBatch) {
+        if pending.token.is_cancelled() {
+            let reason = self.drop_reason();
+            self.cancel_pending(pending, reason);
+            return;
+        }
         let PendingBatch {
             id,
             request,
             events,
             token,
         } = pending;
-        if token.is_cancelled() {
-            self.cancel_pending(
-                PendingBatch {
-                    id,
-                    request,
-                    events,
-                    token,
-                },
-                self.drop_reason(),
-            );
-            return;
-        }
+        let request_grace = request.disconnect_grace.unwrap_or_default();
         if let Some(mode) = request.approval_mode {
             self.mode = mode;
         }
@@ -1077,350 +662,145 @@ impl Session {
             batch_id: id.clone(),
         });
         events.flush();
-        // Topic first, stable otherwise.
-        let mut order: Vec<usize> = (0..request.calls.len()).collect();
-        order.sort_by_key(|&i| request.calls[i].name != TOPIC_TOOL_NAME);
-        let mut calls = Vec::with_capacity(order.len());
-        let mut request_order = vec![0; order.len()];
-        let trace = crate::telemetry::BatchTrace::start(
-            &self.id,
-            &id,
-            request.calls.len(),
-            request.interactive,
-        );
-        let mut batch = ActiveBatch {
+        let registry = self.shared.registry.load();
+        let (batch, effects) = Batch::start(BatchStart {
             id,
-            calls: Vec::new(),
-            request_order: Vec::new(),
-            cursor: 0,
-            wave: Vec::new(),
-            wave_executing: false,
+            session_id: &self.id,
+            calls: request.calls,
             interactive: request.interactive,
-            grace: request.disconnect_grace.unwrap_or_default(),
-            events,
+            registry: &registry,
             token,
             metrics: self.shared.metrics.clone(),
-            trace,
-        };
-        let mut initial = Vec::with_capacity(order.len());
-        // One snapshot per batch: a registry swapped in meanwhile (MCP tool
-        // lists changed) applies to later batches.
-        let registry = self.shared.registry.load();
-        let mut requested: Vec<Option<CallRequest>> = request.calls.into_iter().map(Some).collect();
-        for (pos, &req_index) in order.iter().enumerate() {
-            request_order[req_index] = pos;
-            let Some(call) = requested[req_index].take() else {
-                continue; // `order` is a permutation: never taken twice
-            };
-            let tool = registry.get(&call.name).ok().cloned();
-            // An unknown tool or invalid arguments: created directly in Error.
-            let (state, update) = match registry.build(&call.name, &call.args) {
-                Ok(invocation) => (
-                    CallState::Validating {
-                        invocation,
-                        preparing_prompt: false,
-                    },
-                    StateUpdate::Validating {
-                        args: call.args.clone(),
-                    },
-                ),
-                Err(e) => {
-                    let update = error_update(&call, e.kind, &e.message, None);
-                    let name = tool.as_ref().map(|t| t.declaration().name.as_str());
-                    self.shared.metrics.call_finished(name, &update);
-                    (CallState::Done(update.clone()), update)
-                }
-            };
-            calls.push(CallSlot::new(call, tool, state, &batch.trace));
-            initial.push(update);
-        }
-        batch.calls = calls;
-        batch.request_order = request_order;
-        for (index, update) in initial.into_iter().enumerate() {
-            batch.emit_update(index, update);
-        }
-        self.active = Some(batch);
-    }
-
-    /// One step of the loop; returns whether anything changed.
-    fn advance(&mut self) -> bool {
-        let Some(batch) = self.active.as_mut() else {
-            return false;
-        };
-        if !batch.wave.is_empty() {
-            let all_terminal = batch
-                .wave
-                .iter()
-                .all(|&i| batch.calls[i].state.is_terminal());
-            if all_terminal {
-                batch.wave.clear();
-                batch.wave_executing = false;
-                return true;
-            }
-            let ready = batch.wave.iter().all(|&i| {
-                matches!(
-                    batch.calls[i].state,
-                    CallState::Scheduled { .. } | CallState::Done(_)
-                )
-            });
-            if ready && !batch.wave_executing {
-                batch.wave_executing = true;
-                self.execute_wave();
-                return true;
-            }
-            return false;
-        }
-        // Take the next wave: skip terminal calls, then the head and, if it
-        // is parallelizable, every following parallelizable call.
-        while batch.cursor < batch.calls.len() && batch.calls[batch.cursor].state.is_terminal() {
-            batch.cursor += 1;
-        }
-        if batch.cursor == batch.calls.len() {
-            self.complete_batch();
-            return true;
-        }
-        let head = batch.cursor;
-        let mut wave = vec![head];
-        let mut next = head + 1;
-        if batch.calls[head].parallelizable() {
-            while next < batch.calls.len() {
-                let slot = &batch.calls[next];
-                if slot.state.is_terminal() {
-                    next += 1;
-                    continue;
-                }
-                if !slot.parallelizable() {
-                    break;
-                }
-                wave.push(next);
-                next += 1;
-            }
-        }
-        batch.cursor = next;
-        batch.wave = wave;
-        self.decide_wave();
-        true
-    }
-
-    /// Phase 1: the policy decision for every member of the wave.
-    fn decide_wave(&mut self) {
-        let Some(batch) = self.active.as_mut() else {
-            return;
-        };
-        let mut prompts = Vec::new();
-        for index in batch.wave.clone() {
-            let slot = &batch.calls[index];
-            let (
-                CallState::Validating {
-                    invocation,
-                    preparing_prompt: false,
-                },
-                Some(tool),
-            ) = (&slot.state, &slot.tool)
-            else {
-                continue;
-            };
-            let invocation = invocation.clone();
-            let decision = decide(
-                &self.shared,
-                self.mode,
-                &self.rules,
-                batch.interactive,
-                slot,
-                tool,
-                invocation.as_ref(),
-            );
-            match decision {
-                Decision::Allow => {
-                    if batch.set(index, CallState::Scheduled { invocation }) {
-                        batch.emit_update(index, StateUpdate::Scheduled);
-                    }
-                }
-                Decision::Deny { message, .. } => {
-                    let update = slot.error(ErrorKind::PolicyViolation, &message, None);
-                    batch.finish(index, update);
-                }
-                Decision::AskUser { reason, .. } if !batch.interactive => {
-                    let message = format!(
-                        "Approval required but the batch is non-interactive, so nobody can approve it: {reason}"
-                    );
-                    let update = slot.error(ErrorKind::PolicyViolation, &message, None);
-                    batch.finish(index, update);
-                }
-                Decision::AskUser { reason, source } => {
-                    batch.set(
-                        index,
-                        CallState::Validating {
-                            invocation: invocation.clone(),
-                            preparing_prompt: true,
-                        },
-                    );
-                    prompts.push((index, invocation, (reason, source)));
-                }
-            }
-        }
-        let batch_id = batch.id.clone();
-        for (index, invocation, reason) in prompts {
-            self.prepare_prompt(batch_id.clone(), index, invocation, Some(reason));
-        }
-    }
-
-    /// Builds the prompt's details off the runtime (an edit reads the file
-    /// to diff it) and reports back.
-    /// `reason` is the policy's (naming the deciding rule); `None` keeps a
-    /// generic one (a re-prompt after a modification).
-    fn prepare_prompt(
-        &self,
-        batch_id: String,
-        index: usize,
-        invocation: Arc<dyn Invocation>,
-        reason: Option<(String, DecisionSource)>,
-    ) {
-        let tx = self.internal_tx.clone();
-        tokio::task::spawn_blocking(move || {
-            let result = invocation.confirmation();
-            let _ = tx.send(Internal::PromptReady {
-                batch_id,
-                index,
-                result,
-                reason,
-            });
+            confirmation_timeout: self.shared.config.confirmation_timeout,
         });
+        self.active = Some(ActiveBatch {
+            batch,
+            events,
+            grace: request_grace,
+        });
+        self.perform(effects);
     }
 
-    /// Phase 2: execute every Scheduled member of the wave concurrently.
-    fn execute_wave(&mut self) {
-        // Copied out: the tasks below outlive this borrow of the session.
-        let execution_timeout = self.shared.config.execution_timeout;
-        let output = self.shared.config.output;
-        let sandbox = self.sandbox.clone();
-        let Some(batch) = self.active.as_mut() else {
-            return;
-        };
-        // Calls whose tool finished without waiting, ended after the loop.
+    /// Performs the running batch's effects in order. Executions that end at
+    /// their first poll are applied after the rest, as one step.
+    fn perform(&mut self, effects: Vec<Effect>) {
         let mut finished = Vec::new();
-        for index in batch.wave.clone() {
-            let CallState::Scheduled { invocation } = &batch.calls[index].state else {
-                continue;
+        for effect in effects {
+            let Some(active) = self.active.as_mut() else {
+                return;
             };
-            let invocation = invocation.clone();
-            let token = batch.token.child_token();
-            if !batch.set(
-                index,
-                CallState::Executing {
-                    started: Instant::now(),
-                    token: token.clone(),
-                    cancel_reason: None,
-                },
-            ) {
-                continue;
-            }
-            batch.emit_update(index, StateUpdate::Executing(Progress::default()));
-            let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
-            let ctx = ExecContext {
-                token,
-                progress: progress_tx,
-                timeout: execution_timeout,
-                output,
-                sandbox: sandbox.clone(),
-            };
-            let mut run = invocation.execute(ctx);
-            // A tool that finishes at its first poll (a small read) ends
-            // within this step: no task, timer or message. Anything it
-            // reported as progress keeps its order through the channel.
-            if let Some(outcome) = (&mut run).now_or_never() {
-                if progress_rx.is_empty() {
-                    finished.push((index, outcome));
-                } else {
-                    while let Ok(progress) = progress_rx.try_recv() {
-                        let _ = self.internal_tx.send(Internal::Progress {
-                            batch_id: batch.id.clone(),
-                            index,
-                            progress,
-                        });
-                    }
-                    let _ = self.internal_tx.send(Internal::Executed {
-                        batch_id: batch.id.clone(),
-                        index,
-                        outcome,
-                    });
-                }
-                continue;
-            }
-            let tx = self.internal_tx.clone();
-            let batch_id = batch.id.clone();
-            tokio::spawn(async move {
-                let limit = tokio::time::sleep(execution_timeout + TIMEOUT_SLACK);
-                tokio::pin!(limit);
-                let mut progress_open = true;
-                let outcome = loop {
-                    tokio::select! {
-                        biased;
-                        p = progress_rx.recv(), if progress_open => match p {
-                            Some(progress) => {
-                                // A tool reporting progress is alive: the
-                                // guard restarts (MCP calls outlive it while
-                                // progress flows; the tool enforces its own
-                                // inactivity and total limits).
-                                limit.as_mut().reset(tokio::time::Instant::now() + execution_timeout + TIMEOUT_SLACK);
-                                let _ = tx.send(Internal::Progress { batch_id: batch_id.clone(), index, progress });
-                            }
-                            None => progress_open = false,
-                        },
-                        outcome = &mut run => break outcome,
-                        () = &mut limit => break ToolError::new(
-                            ErrorKind::ExecutionTimeout,
-                            format!("The tool did not finish within the execution timeout of {} s.", execution_timeout.as_secs_f64()),
-                        ).into(),
-                    }
-                };
-                // Progress sent just before the end still goes first.
-                while let Ok(progress) = progress_rx.try_recv() {
-                    let _ = tx.send(Internal::Progress {
-                        batch_id: batch_id.clone(),
-                        index,
-                        progress,
-                    });
-                }
-                let _ = tx.send(Internal::Executed {
-                    batch_id,
+            let batch_id = active.batch.id();
+            match effect {
+                Effect::Emit(event) => active.events.emit(event),
+                Effect::PreparePrompt {
                     index,
-                    outcome,
-                });
-            });
+                    invocation,
+                    reason,
+                } => {
+                    let tx = self.internal_tx.clone();
+                    let batch_id = batch_id.to_string();
+                    // An edit's prompt reads the file to diff it.
+                    tokio::task::spawn_blocking(move || {
+                        let result = invocation.confirmation();
+                        let _ = tx.send(Internal::PromptReady {
+                            batch_id,
+                            index,
+                            result,
+                            reason,
+                        });
+                    });
+                }
+                Effect::Execute {
+                    index,
+                    invocation,
+                    token,
+                } => {
+                    let job = ExecJob {
+                        batch_id: batch_id.to_string(),
+                        index,
+                        invocation,
+                        token,
+                        timeout: self.shared.config.execution_timeout,
+                        output: self.shared.config.output,
+                        sandbox: self.sandbox.clone(),
+                    };
+                    if let Some(outcome) = exec::start(job, &self.internal_tx) {
+                        finished.push((index, outcome));
+                    }
+                }
+                Effect::ArmConfirmTimeout {
+                    index,
+                    correlation_id,
+                    after,
+                } => {
+                    let tx = self.internal_tx.clone();
+                    let batch_id = batch_id.to_string();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(after).await;
+                        let _ = tx.send(Internal::ConfirmTimeout {
+                            batch_id,
+                            index,
+                            correlation_id,
+                        });
+                    });
+                }
+                Effect::ArmCancelGuard { index } => {
+                    let tx = self.internal_tx.clone();
+                    let batch_id = batch_id.to_string();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(CANCEL_GUARD).await;
+                        let _ = tx.send(Internal::CancelGuard { batch_id, index });
+                    });
+                }
+                Effect::Topic(topic) => self.topic = Some(topic),
+                Effect::Completed { responses } => self.complete(responses),
+            }
         }
-        let batch_id = batch.id.clone();
+        let drop_reason = self.drop_reason();
         for (index, outcome) in finished {
-            self.executed(&batch_id, index, outcome);
+            let Some(active) = self.active.as_mut() else {
+                return;
+            };
+            let effects = active.batch.on_executed(index, outcome, drop_reason);
+            self.perform(effects);
         }
     }
 
-    /// Phase 3 for the whole batch: every call is terminal; send the function
-    /// responses in request order and start the next batch.
-    fn complete_batch(&mut self) {
-        let Some(batch) = self.active.take() else {
+    /// The running batch completed: its responses go out and the next queued
+    /// batch may start.
+    fn complete(&mut self, responses: Vec<super::FunctionResponse>) {
+        let Some(active) = self.active.take() else {
             return;
         };
-        let mut responses: Vec<FunctionResponse> = batch
-            .request_order
-            .iter()
-            .filter_map(|&i| batch.calls[i].response().cloned())
-            .collect();
-        fit_responses(&mut responses, MAX_RESPONSES_BYTES);
-        let ended = batch
-            .calls
-            .iter()
-            .map(|slot| crate::store::EndedCall {
-                call_id: slot.request.id.clone(),
-                state: slot.state.name(),
+        let ended = active
+            .batch
+            .states()
+            .map(|(id, state)| crate::store::EndedCall {
+                call_id: id.to_string(),
+                state,
             })
             .collect();
-        self.shared.store.complete_batch(&self.id, &batch.id, ended);
-        batch.events.emit(BatchEvent::Completed {
-            batch_id: batch.id.clone(),
+        self.shared
+            .store
+            .complete_batch(&self.id, active.batch.id(), ended);
+        active.events.emit(BatchEvent::Completed {
+            batch_id: active.batch.id().to_string(),
             responses,
         });
     }
+}
+
+/// An internal report addressed to the running batch.
+enum Report {
+    PromptReady(
+        usize,
+        Result<ConfirmationDetails, ToolError>,
+        Option<(String, DecisionSource)>,
+    ),
+    Progress(usize, Progress),
+    Executed(usize, ToolOutcome),
+    ConfirmTimeout(usize, String),
+    CancelGuard(usize),
 }
 
 /// Ends a batch that never started: every call Cancelled, then Completed.
@@ -1439,78 +819,21 @@ fn cancel_pending(
     );
     for call in &pending.request.calls {
         trace.call(&call.id, &call.name).cancelled(reason);
-        let response = FunctionResponse::cancelled(&call.id, &call.name, reason, None);
-        let update = StateUpdate::Cancelled {
-            reason: reason.to_string(),
-            response: response.clone(),
-        };
+        let terminal = Terminal::cancelled(call, reason, None);
         let tool = registry
             .get(&call.name)
             .ok()
             .map(|t| t.declaration().name.clone());
-        metrics.call_finished(tool.as_deref(), &update);
+        metrics.call_finished(tool.as_deref(), &terminal);
+        responses.push(terminal.response().clone());
         pending.events.emit(BatchEvent::CallUpdate {
             call_id: call.id.clone(),
             tool_name: call.name.clone(),
-            update,
+            update: terminal.update(),
         });
-        responses.push(response);
     }
     pending.events.emit(BatchEvent::Completed {
         batch_id: pending.id,
         responses,
     });
-}
-
-/// The policy decision for `slot`'s call to `tool` in the session's mode,
-/// with its "always allow" rules.
-fn decide(
-    shared: &Shared,
-    mode: ApprovalMode,
-    rules: &SessionRules,
-    interactive: bool,
-    slot: &CallSlot,
-    tool: &Arc<dyn crate::tools::Tool>,
-    invocation: &dyn Invocation,
-) -> Decision {
-    let subject = invocation.subject();
-    let decision = shared.policy.decide(PolicyInput {
-        decl: tool.declaration(),
-        subject: &subject,
-        args: &slot.request.args,
-        mode,
-        interactive,
-        rules,
-    });
-    slot.note_decision(&decision);
-    decision
-}
-
-/// The outcomes a prompt offers, by what it asks about.
-fn offered_outcomes(details: &ConfirmationDetails, slot: &CallSlot) -> Vec<ConfirmationOutcome> {
-    use ConfirmationOutcome as O;
-    let modifiable = slot
-        .tool
-        .as_ref()
-        .is_some_and(|t| t.with_new_content(&slot.request.args, "").is_some());
-    let mut outcomes = vec![O::ProceedOnce];
-    match details {
-        ConfirmationDetails::Mcp { .. } => {
-            outcomes.extend([O::ProceedAlwaysTool, O::ProceedAlwaysServer]);
-        }
-        ConfirmationDetails::Exec { root_commands, .. } => {
-            if root_commands
-                .iter()
-                .any(|r| crate::policy::can_always_allow(r))
-            {
-                outcomes.push(O::ProceedAlways);
-            }
-        }
-        _ => outcomes.push(O::ProceedAlways),
-    }
-    if modifiable {
-        outcomes.push(O::ModifyWithEditor);
-    }
-    outcomes.push(O::Cancel);
-    outcomes
 }

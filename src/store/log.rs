@@ -5,8 +5,14 @@
 //! A reader holds only a cursor and a waker: a slow reader (a client that
 //! stopped reading, an HTTP/2 window that is full) costs nothing but the log
 //! itself, which every reader shares. The log is bounded by what is appended
-//! to it: the per-call output cap, the calls per batch, and progress that is
-//! merged while nobody has read it ([`LogWriter::append_merging`]).
+//! to it: every event but one is bounded by the batch itself (a few state
+//! changes per call, live output capped per call by `max_streamed_bytes`),
+//! and the one that is not, a progress report, is merged once the slowest
+//! reader lags by [`LAG_EVENTS`] (or nobody reads): a new report then
+//! replaces the same key's (call's) previous report while no reader has
+//! read it and nothing else of the key came after it. So a tool flooding
+//! progress notifications costs at most one entry per call beyond the first
+//! [`LAG_EVENTS`]; a reader that keeps up sees every report.
 //!
 //! Owns: the entries, their sequence numbers, the readers' count (for the
 //! disconnect grace) and their wake-ups. Not here: what an event means (the
@@ -17,18 +23,41 @@
 //! held across an await, and each critical section is a push or a copy of
 //! `Arc`s.
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::SystemTime;
 
+/// Unread entries past which the slowest reader counts as lagging and
+/// reports merge: far more than one step of a batch appends (so a reader
+/// that keeps up sees every report), few enough to be a small bound.
+pub const LAG_EVENTS: u64 = 256;
+
 /// What a log can hold: anything that can say about how many bytes it keeps
-/// in memory (for the retention bounds).
+/// in memory (for the retention bounds) and whether it may be merged.
 pub trait LogEvent: Send + Sync + 'static {
     /// Estimated bytes held by the event (strings and payloads; a small
     /// constant for the rest).
     fn approx_bytes(&self) -> usize;
+
+    /// How the event takes part in merging under backpressure.
+    fn merge_key(&self) -> MergeKey<'_> {
+        MergeKey::None
+    }
+}
+
+/// How an event takes part in merging (see the module's backpressure rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeKey<'a> {
+    /// Never merged, and does not affect merging.
+    None,
+    /// An event of this key that is not a report: a later report of the key
+    /// never merges across it.
+    Other(&'a str),
+    /// A report that supersedes the key's previous report.
+    Report(&'a str),
 }
 
 /// One logged event.
@@ -60,6 +89,9 @@ struct LogState<E> {
     finished: bool,
     /// Open readers: (id, cursor = sequences read so far, waker).
     readers: Vec<ReaderSlot>,
+    /// Per key, the sequence of its latest entry when that entry is a
+    /// report (which a newer report of the key may replace).
+    last_report: HashMap<String, u64>,
     /// Bumped whenever a reader attaches or the last one detaches, so that a
     /// grace timer armed at one detach does not fire for a later one.
     generation: u64,
@@ -90,6 +122,7 @@ impl<E: LogEvent> BatchLog<E> {
                 closed: false,
                 finished: false,
                 readers: Vec::new(),
+                last_report: HashMap::new(),
                 generation: 0,
             }),
             next_reader: AtomicU64::new(1),
@@ -173,39 +206,46 @@ impl<E: LogEvent> LogWriter<E> {
         &self.log
     }
 
-    /// Appends `event` now, returning its sequence. Readers are woken by
-    /// [`LogWriter::publish`], so that the events of one step reach a
-    /// reader together (one wake-up, one HTTP/2 write).
+    /// Appends `event` now, returning its sequence: a new one, or, for a
+    /// report while the readers lag, the sequence of the same key's unread
+    /// report it replaced (no reader ever sees a sequence change under it).
+    /// Readers are woken by [`LogWriter::publish`], so that the events of
+    /// one step reach a reader together (one wake-up, one HTTP/2 write).
     pub fn append(&self, event: E) -> u64 {
         let mut state = self.log.lock();
-        push(&mut state, event)
-    }
-
-    /// Appends `event`, or folds it into the last entry when `merge`
-    /// returns the merged event and no reader has read that entry yet (so
-    /// no reader sees a sequence change under it). A call's consecutive
-    /// progress reports take one entry while nobody reads: the log stays
-    /// bounded under a tool flooding progress and a reader that stopped.
-    pub fn append_merging(&self, event: E, merge: impl FnOnce(&E, &E) -> Option<E>) -> u64 {
-        let mut state = self.log.lock();
-        let last = state.entries.len() as u64;
-        let unread = last > 0 && state.readers.iter().all(|r| r.cursor < last);
-        if unread
-            && let Some(tail) = state.entries.last()
-            && let Some(merged) = merge(&tail.event, &event)
-        {
-            let before = tail.event.approx_bytes();
-            let entry = Arc::new(Entry {
-                sequence: last,
-                at: SystemTime::now(),
-                event: merged,
-            });
-            state.bytes = state.bytes - before + entry.event.approx_bytes();
-            let i = state.entries.len() - 1;
-            state.entries[i] = entry;
-            return last;
+        match event.merge_key() {
+            MergeKey::None => push(&mut state, event),
+            MergeKey::Other(key) => {
+                if !state.last_report.is_empty() {
+                    state.last_report.remove(key);
+                }
+                push(&mut state, event)
+            }
+            MergeKey::Report(key) => {
+                let last = state.entries.len() as u64;
+                let slowest = state.readers.iter().map(|r| r.cursor).min();
+                let lagging = slowest.is_none_or(|c| last - c >= LAG_EVENTS);
+                if lagging
+                    && let Some(&sequence) = state.last_report.get(key)
+                    && slowest.is_none_or(|c| c < sequence)
+                {
+                    let i = (sequence - 1) as usize;
+                    let before = state.entries[i].event.approx_bytes();
+                    let after = event.approx_bytes();
+                    state.entries[i] = Arc::new(Entry {
+                        sequence,
+                        at: SystemTime::now(),
+                        event,
+                    });
+                    state.bytes = state.bytes - before + after;
+                    return sequence;
+                }
+                let key = key.to_string();
+                let sequence = push(&mut state, event);
+                state.last_report.insert(key, sequence);
+                sequence
+            }
         }
-        push(&mut state, event)
     }
 
     /// Wakes the readers waiting for new entries.
@@ -368,12 +408,23 @@ mod tests {
                 _ => 8,
             }
         }
+
+        /// Progress of key "p" is a report; output is the same key's other
+        /// event.
+        fn merge_key(&self) -> MergeKey<'_> {
+            match self {
+                Ev::Progress(_) => MergeKey::Report("p"),
+                Ev::Output(_) => MergeKey::Other("p"),
+                _ => MergeKey::None,
+            }
+        }
     }
 
-    fn merge_progress(old: &Ev, new: &Ev) -> Option<Ev> {
-        match (old, new) {
-            (Ev::Progress(_), Ev::Progress(n)) => Some(Ev::Progress(*n)),
-            _ => None,
+    /// Appends events of another key until the log is `LAG_EVENTS` ahead of
+    /// every reader.
+    fn lag(writer: &LogWriter<Ev>) {
+        for _ in 0..LAG_EVENTS {
+            writer.append(Ev::Step("other"));
         }
     }
 
@@ -457,39 +508,88 @@ mod tests {
     }
 
     #[test]
-    fn progress_merges_only_while_nobody_has_read_the_tail() {
+    fn a_reader_that_keeps_up_sees_every_report() {
         let (log, writer) = BatchLog::new();
         let mut reader = log.reader(0).unwrap();
-        writer.append(Ev::Step("executing"));
-        assert_eq!(writer.append_merging(Ev::Progress(1), merge_progress), 2);
-        assert_eq!(writer.append_merging(Ev::Progress(2), merge_progress), 2);
+        for n in 0..LAG_EVENTS as u32 {
+            writer.append(Ev::Progress(n));
+        }
+        let seen = drain(&mut reader);
+        assert_eq!(seen.len() as u64, LAG_EVENTS);
         assert_eq!(
-            drain(&mut reader),
-            [(1, Ev::Step("executing")), (2, Ev::Progress(2))]
-        );
-        // The reader has seen sequence 2: the next report is a new entry.
-        assert_eq!(writer.append_merging(Ev::Progress(3), merge_progress), 3);
-        // A different kind of event never merges.
-        assert_eq!(
-            writer.append_merging(Ev::Output("x".into()), merge_progress),
-            4
-        );
-        assert_eq!(
-            drain(&mut reader),
-            [(3, Ev::Progress(3)), (4, Ev::Output("x".into()))]
+            seen.last(),
+            Some(&(LAG_EVENTS, Ev::Progress(LAG_EVENTS as u32 - 1)))
         );
     }
 
     #[test]
-    fn a_flood_of_progress_with_a_stopped_reader_stays_one_entry() {
+    fn reports_merge_only_while_lagging_unread_and_never_across_other_events_of_the_key() {
+        let (log, writer) = BatchLog::new();
+        let mut reader = log.reader(0).unwrap();
+        lag(&writer);
+        let first = writer.append(Ev::Progress(1));
+        assert_eq!(
+            writer.append(Ev::Progress(2)),
+            first,
+            "merged while lagging"
+        );
+        writer.append(Ev::Output("x".into()));
+        let after_output = writer.append(Ev::Progress(3));
+        assert_eq!(after_output, first + 2, "not merged across the output");
+        writer.append(Ev::Step("another key"));
+        assert_eq!(
+            writer.append(Ev::Progress(4)),
+            after_output,
+            "other keys do not matter"
+        );
+        let seen: Vec<Ev> = drain(&mut reader)
+            .into_iter()
+            .skip(LAG_EVENTS as usize)
+            .map(|(_, e)| e)
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                Ev::Progress(2),
+                Ev::Output("x".into()),
+                Ev::Progress(4),
+                Ev::Step("another key")
+            ]
+        );
+        // Read (and no longer lagging): a later report is a new entry, not
+        // a rewrite of what was read.
+        let next = writer.append(Ev::Progress(5));
+        assert_eq!(next, log.last_sequence());
+        assert_eq!(writer.append(Ev::Progress(6)), next + 1);
+    }
+
+    #[test]
+    fn a_flood_of_progress_with_a_stopped_reader_costs_a_bounded_log() {
         let (log, writer) = BatchLog::new();
         let _stopped = log.reader(0).unwrap();
         writer.append(Ev::Step("executing"));
         for n in 0..100_000 {
-            writer.append_merging(Ev::Progress(n), merge_progress);
+            writer.append(Ev::Progress(n));
         }
-        assert_eq!(log.last_sequence(), 2);
-        assert_eq!(log.bytes(), 16);
+        assert!(
+            log.last_sequence() <= LAG_EVENTS + 2,
+            "{}",
+            log.last_sequence()
+        );
+        assert_eq!(
+            log.entries().last().map(|e| e.event.clone()),
+            Some(Ev::Progress(99_999)),
+            "the latest report is kept"
+        );
+    }
+
+    #[test]
+    fn with_nobody_reading_reports_merge_at_once() {
+        let (log, writer) = BatchLog::new();
+        writer.append(Ev::Progress(1));
+        writer.append(Ev::Progress(2));
+        assert_eq!(log.last_sequence(), 1);
+        drop(writer);
     }
 
     #[test]

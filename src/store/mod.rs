@@ -32,7 +32,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use log::{BatchLog, BeyondEnd, Entry, LogEvent, LogReader, LogWriter};
+pub use log::{BatchLog, BeyondEnd, Entry, LAG_EVENTS, LogEvent, LogReader, LogWriter, MergeKey};
 pub use memory::MemoryStore;
 
 /// A future returned by a store call that may need a round trip.

@@ -243,15 +243,34 @@ pub enum Subject {
     Tool,
 }
 
-/// Live progress of an executing call.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Progress {
-    pub pid: Option<u32>,
-    pub output_chunk: String,
-    pub progress: Option<f64>,
-    pub total: Option<f64>,
-    pub percent: Option<f64>,
-    pub message: String,
+/// Live progress of an executing call, one report at a time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// The call's process started (the shell's worker pid).
+    Started { pid: u32 },
+    /// A chunk of live output (bounded per call by
+    /// [`OutputLimits::max_streamed_bytes`]).
+    Output(String),
+    /// A progress report (MCP `notifications/progress`): the latest values
+    /// so far. A later report supersedes an earlier one, so reports may be
+    /// merged while a reader lags.
+    Report {
+        progress: f64,
+        total: Option<f64>,
+        /// `progress / total` in percent, when total is positive.
+        percent: Option<f64>,
+        message: String,
+    },
+}
+
+impl From<crate::sandbox::process::ProcessEvent> for Progress {
+    fn from(event: crate::sandbox::process::ProcessEvent) -> Self {
+        use crate::sandbox::process::ProcessEvent;
+        match event {
+            ProcessEvent::Started { pid } => Self::Started { pid },
+            ProcessEvent::Output(chunk) => Self::Output(chunk),
+        }
+    }
 }
 
 /// What an invocation gets to run with.
@@ -261,6 +280,9 @@ pub struct ExecContext {
     /// returns [`ToolOutcome::Cancelled`].
     pub token: CancellationToken,
     /// Live progress; the scheduler turns each into an Executing update.
+    /// Unbounded: shell output is capped per call
+    /// (`max_streamed_bytes`), and the scheduler drains it without waiting
+    /// and merges consecutive reports (see `scheduler::exec`).
     pub progress: mpsc::UnboundedSender<Progress>,
     /// The execution timeout for this call.
     pub timeout: Duration,

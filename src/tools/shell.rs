@@ -12,7 +12,8 @@ use super::{
     Progress, Subject, Tool, ToolError, ToolKind, ToolOutcome, opt_str_arg, opt_u64_arg, str_arg,
 };
 use crate::policy::shell::analyze;
-use crate::sandbox::{ProcessOutcome, ProcessSpec, Workspace, process::ProcessEvent, run_process};
+use crate::sandbox::process::{ProcessEvent, ProcessEvents};
+use crate::sandbox::{ProcessOutcome, ProcessSpec, Workspace, run_process};
 
 /// The tool's wire name.
 pub const SHELL_TOOL_NAME: &str = "run_shell_command";
@@ -79,6 +80,13 @@ impl Tool for ShellTool {
     }
 }
 
+/// The process's events go straight to the call's progress: no relay task.
+impl ProcessEvents for mpsc::UnboundedSender<Progress> {
+    fn send_event(&self, event: ProcessEvent) {
+        let _ = self.send(event.into());
+    }
+}
+
 struct ShellInvocation {
     command: String,
     workspace: std::path::PathBuf,
@@ -120,25 +128,7 @@ impl Invocation for ShellInvocation {
                 sandbox: ctx.sandbox.clone(),
                 workspace: self.workspace.clone(),
             };
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            let progress = ctx.progress.clone();
-            let relay = tokio::spawn(async move {
-                while let Some(ev) = rx.recv().await {
-                    let p = match ev {
-                        ProcessEvent::Started { pid } => Progress {
-                            pid: Some(pid),
-                            ..Progress::default()
-                        },
-                        ProcessEvent::Output(chunk) => Progress {
-                            output_chunk: chunk,
-                            ..Progress::default()
-                        },
-                    };
-                    let _ = progress.send(p);
-                }
-            });
-            let outcome = run_process(spec, ctx.token.clone(), tx).await;
-            let _ = relay.await;
+            let outcome = run_process(spec, ctx.token.clone(), ctx.progress.clone()).await;
             match outcome {
                 ProcessOutcome::Exited {
                     exit_code,

@@ -9,6 +9,8 @@ Tools:
   out fields so the client must keep their earlier values
 - slow_with_progress: runs for `seconds`, reporting progress every
   `interval` seconds (outlives a short inactivity timeout)
+- flood_progress: sends `count` progress notifications as fast as it can
+  (the backpressure test)
 - silent: sleeps without progress (hits the inactivity timeout)
 - block_until_cancelled: blocks until the client cancels the request, then
   writes "cancelled" to `marker` (proof it saw notifications/cancelled)
@@ -62,6 +64,14 @@ async def slow_with_progress(seconds: float, interval: float, ctx: Context) -> s
         await ctx.report_progress(step, message=f"tick {step}")
         await asyncio.sleep(interval)
     return f"slow done after {step} ticks"
+
+
+@mcp.tool()
+async def flood_progress(count: int, ctx: Context) -> str:
+    """Sends `count` progress notifications as fast as it can."""
+    for step in range(1, count + 1):
+        await ctx.report_progress(step, total=count, message=f"flood {step}")
+    return f"flooded {count}"
 
 
 @mcp.tool()

@@ -343,12 +343,11 @@ impl Merged {
         if let Some(message) = p.message {
             self.message = Some(message);
         }
-        Progress {
-            progress: self.progress,
+        Progress::Report {
+            progress: p.progress,
             total: self.total,
             percent: percent(self.progress, self.total),
             message: self.message.clone().unwrap_or_default(),
-            ..Progress::default()
         }
     }
 

@@ -1,0 +1,205 @@
+//! Approval prompts of a running batch: opening a prompt once its details
+//! are ready, answering it (Confirm), and re-deciding the other open prompts
+//! of the wave after an "always" answer.
+//!
+//! Owns: the AwaitingApproval side of [`Batch`] (synchronous, like the rest
+//! of the engine: inputs in, [`Effect`]s out). Not here: which outcomes a
+//! prompt offers and what an "always" answer does to the session's mode
+//! (policy rules: `policy::outcomes`), recording the session rule and mode
+//! (`session.rs`, from [`Confirmed::always`]), building the prompt's
+//! details (off the runtime, by the session).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::ConfirmError;
+use super::batch::{Batch, Decider, Effect};
+use super::call::{CallState, Prompt};
+use super::events::{ConfirmRequest, ConfirmationOutcome};
+use crate::policy::{AlwaysScope, Decision, DecisionSource, outcomes};
+use crate::tools::{ConfirmationDetails, Registry, Subject, ToolError, ToolKind};
+
+/// What an accepted answer did.
+pub(crate) struct Confirmed {
+    pub effects: Vec<Effect>,
+    /// An "always" answer: the session records this rule, may switch mode
+    /// ([`outcomes::mode_after_always`]), then calls
+    /// [`Batch::approve_open_prompts`].
+    pub always: Option<AlwaysGrant>,
+}
+
+/// The session rule an "always" answer asks for.
+pub(crate) struct AlwaysGrant {
+    pub tool_name: String,
+    pub subject: Subject,
+    pub scope: AlwaysScope,
+    /// The kind of the approved call's tool.
+    pub kind: ToolKind,
+}
+
+impl Batch {
+    /// Answers the prompt of call `index`. On an error nothing changed.
+    pub fn on_confirm(
+        &mut self,
+        index: usize,
+        req: ConfirmRequest,
+        registry: &Registry,
+    ) -> Result<Confirmed, ConfirmError> {
+        let slot = &self.calls[index];
+        let CallState::AwaitingApproval {
+            invocation,
+            correlation_id,
+            outcomes,
+        } = &slot.state
+        else {
+            return Err(ConfirmError::NotAwaitingApproval {
+                call_id: req.call_id,
+            });
+        };
+        if *correlation_id != req.correlation_id {
+            return Err(ConfirmError::StaleCorrelation {
+                call_id: req.call_id,
+                given: req.correlation_id,
+            });
+        }
+        if !outcomes.contains(&req.outcome) {
+            return Err(ConfirmError::OutcomeNotOffered {
+                outcome: req.outcome,
+                offered: outcomes.clone(),
+            });
+        }
+        if req.outcome == ConfirmationOutcome::Cancel {
+            slot.note_approval(req.outcome);
+            return Ok(Confirmed {
+                effects: self.reject(index),
+                always: None,
+            });
+        }
+        // Apply inline new content first: on any error nothing changes.
+        let mut invocation = invocation.clone();
+        if let Some(content) = &req.new_content {
+            let cannot = || ConfirmError::CannotModify {
+                tool: slot.request.name.clone(),
+            };
+            let tool = slot.tool.clone().ok_or_else(cannot)?;
+            let args = tool
+                .with_new_content(&slot.request.args, content)
+                .ok_or_else(cannot)?;
+            invocation = registry
+                .build(&slot.request.name, &args)
+                .map_err(|e| ConfirmError::InvalidNewContent { message: e.message })?;
+            self.calls[index].request.args = Arc::new(args);
+        }
+        let slot = &mut self.calls[index];
+        slot.note_approval(req.outcome);
+        let mut effects = Vec::new();
+        if req.outcome == ConfirmationOutcome::ModifyWithEditor {
+            // Re-prompt with the (possibly modified) call: a new
+            // correlation id once its details are ready.
+            if slot.prepare_prompt(invocation.clone()) {
+                effects.push(Effect::PreparePrompt {
+                    index,
+                    invocation,
+                    reason: None,
+                });
+            }
+            return Ok(Confirmed {
+                effects,
+                always: None,
+            });
+        }
+        let always = req.outcome.always_scope().map(|scope| AlwaysGrant {
+            tool_name: slot.request.name.clone(),
+            subject: invocation.subject(),
+            scope,
+            kind: slot
+                .tool
+                .as_ref()
+                .map_or(ToolKind::Other, |t| t.declaration().kind),
+        });
+        let update = slot.schedule(invocation);
+        self.emit(index, update, &mut effects);
+        Ok(Confirmed { effects, always })
+    }
+
+    /// After an "always" answer, the other open prompts of the wave that the
+    /// new rule (or mode) now allows proceed, as Gemini CLI does.
+    pub fn approve_open_prompts(&mut self, decider: &Decider<'_>) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        for index in self.phase.members().to_vec() {
+            let slot = &self.calls[index];
+            let CallState::AwaitingApproval { invocation, .. } = &slot.state else {
+                continue;
+            };
+            let invocation = invocation.clone();
+            if decider.decide(slot, invocation.as_ref()) == Some(Decision::Allow) {
+                let update = self.calls[index].schedule(invocation);
+                self.emit(index, update, &mut effects);
+            }
+        }
+        effects
+    }
+
+    /// Call `index`'s prompt details are built: the call awaits approval
+    /// under a fresh correlation id, with the outcomes policy offers and the
+    /// confirmation deadline. `reason` is the policy's; `None` (a re-prompt)
+    /// gives a generic one. A call cancelled meanwhile stays as it is.
+    pub fn on_prompt_ready(
+        &mut self,
+        decider: &Decider<'_>,
+        index: usize,
+        result: Result<ConfirmationDetails, ToolError>,
+        reason: Option<(String, DecisionSource)>,
+    ) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        let timeout = self.confirmation_timeout;
+        let Some(slot) = self.calls.get_mut(index) else {
+            return effects;
+        };
+        if !matches!(slot.state, CallState::PreparingPrompt { .. }) {
+            return effects; // cancelled meanwhile
+        }
+        let details = match result {
+            Ok(d) => d,
+            Err(e) => {
+                let update = slot.fail(e.kind, &e.message, None);
+                self.emit(index, update, &mut effects);
+                return effects;
+            }
+        };
+        let (reason, policy_rule) = match reason {
+            Some((reason, source)) => (reason, Some(source)),
+            None => (
+                format!(
+                    "Approval required: '{}' has side effects and the session is in {} mode.",
+                    slot.request.name,
+                    crate::policy::mode_name(decider.mode)
+                ),
+                None,
+            ),
+        };
+        let modifiable = slot
+            .tool
+            .as_ref()
+            .is_some_and(|t| t.with_new_content(&slot.request.args, "").is_some());
+        let correlation_id = uuid::Uuid::new_v4().to_string();
+        let update = slot.await_approval(Prompt {
+            correlation_id: correlation_id.clone(),
+            outcomes: outcomes::offered(&details, modifiable),
+            details,
+            deadline: timeout.map(|t| SystemTime::now() + t),
+            reason,
+            policy_rule,
+        });
+        let opened = update.is_some();
+        self.emit(index, update, &mut effects);
+        if let (true, Some(after)) = (opened, timeout) {
+            effects.push(Effect::ArmConfirmTimeout {
+                index,
+                correlation_id,
+                after,
+            });
+        }
+        effects
+    }
+}

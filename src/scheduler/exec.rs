@@ -1,0 +1,222 @@
+//! The execution of one call: the task that runs a tool, relays its
+//! progress and reports its outcome to the session.
+//!
+//! Owns: the execution guard (a tool that does not enforce its own timeout
+//! is given up on after the execution timeout plus [`TIMEOUT_SLACK`];
+//! progress restarts the guard), the one progress drain, which merges
+//! consecutive progress reports once [`MERGE_BACKLOG`] are waiting (a tool
+//! flooding reports faster than the session takes them costs one message
+//! per drain, not one per report), and the shortcut for a tool that
+//! finishes at its first poll (no task, timer or message). Not here: the
+//! call's state (`batch.rs`), what the tool does (`tools`).
+
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::session::Internal;
+use crate::sandbox::{OutputLimits, SharedSandbox};
+use crate::tools::{ErrorKind, ExecContext, Invocation, Progress, ToolError, ToolOutcome};
+
+/// Slack over the execution timeout before the scheduler stops waiting for a
+/// tool that does not enforce its own timeout.
+pub(crate) const TIMEOUT_SLACK: Duration = Duration::from_secs(5);
+
+/// Progress reports waiting in one call's channel past which consecutive
+/// ones merge into the latest: a tool reporting at a normal pace has every
+/// report relayed; one outpacing the session is merged.
+pub(crate) const MERGE_BACKLOG: usize = 64;
+
+/// One call to run.
+pub(crate) struct ExecJob {
+    pub batch_id: String,
+    pub index: usize,
+    pub invocation: std::sync::Arc<dyn Invocation>,
+    pub token: CancellationToken,
+    pub timeout: Duration,
+    pub output: OutputLimits,
+    pub sandbox: SharedSandbox,
+}
+
+/// Starts `job`. A tool that finishes at its first poll without reporting
+/// progress (a small read) returns its outcome here, to be applied within
+/// the caller's step; otherwise its progress and outcome arrive on
+/// `reports`, progress first.
+pub(crate) fn start(
+    job: ExecJob,
+    reports: &mpsc::UnboundedSender<Internal>,
+) -> Option<ToolOutcome> {
+    let ExecJob {
+        batch_id,
+        index,
+        invocation,
+        token,
+        timeout,
+        output,
+        sandbox,
+    } = job;
+    // Drained without waiting by the task below (or right here); see
+    // `ExecContext::progress` for what bounds the producers.
+    let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
+    let ctx = ExecContext {
+        token,
+        progress: progress_tx,
+        timeout,
+        output,
+        sandbox,
+    };
+    let mut run = invocation.execute(ctx);
+    let relay = Relay {
+        batch_id,
+        index,
+        reports: reports.clone(),
+    };
+    if let Some(outcome) = (&mut run).now_or_never() {
+        if progress_rx.is_empty() {
+            return Some(outcome);
+        }
+        relay.drain(None, &mut progress_rx);
+        relay.executed(outcome);
+        return None;
+    }
+    tokio::spawn(async move {
+        let guard = timeout + TIMEOUT_SLACK;
+        let limit = tokio::time::sleep(guard);
+        tokio::pin!(limit);
+        let mut progress_open = true;
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                p = progress_rx.recv(), if progress_open => match p {
+                    Some(first) => {
+                        // A tool reporting progress is alive: the guard
+                        // restarts (MCP calls outlive it while progress
+                        // flows; the tool enforces its own inactivity and
+                        // total limits).
+                        limit.as_mut().reset(tokio::time::Instant::now() + guard);
+                        relay.drain(Some(first), &mut progress_rx);
+                    }
+                    None => progress_open = false,
+                },
+                outcome = &mut run => break outcome,
+                () = &mut limit => break ToolError::new(
+                    ErrorKind::ExecutionTimeout,
+                    format!("The tool did not finish within the execution timeout of {} s.", timeout.as_secs_f64()),
+                ).into(),
+            }
+        };
+        // Progress sent just before the end still goes first.
+        relay.drain(None, &mut progress_rx);
+        relay.executed(outcome);
+    });
+    None
+}
+
+/// Where one call's reports go.
+struct Relay {
+    batch_id: String,
+    index: usize,
+    reports: mpsc::UnboundedSender<Internal>,
+}
+
+impl Relay {
+    /// Forwards `first` and everything already queued behind it, merging
+    /// consecutive reports into the latest when [`MERGE_BACKLOG`] or more
+    /// are waiting.
+    fn drain(&self, first: Option<Progress>, rx: &mut mpsc::UnboundedReceiver<Progress>) {
+        let merge = rx.len() >= MERGE_BACKLOG;
+        let mut pending = first;
+        while let Ok(next) = rx.try_recv() {
+            pending = match (pending, next) {
+                (Some(Progress::Report { .. }), next @ Progress::Report { .. }) if merge => {
+                    Some(next)
+                }
+                (Some(earlier), next) => {
+                    self.progress(earlier);
+                    Some(next)
+                }
+                (None, next) => Some(next),
+            };
+        }
+        if let Some(last) = pending {
+            self.progress(last);
+        }
+    }
+
+    fn progress(&self, progress: Progress) {
+        let _ = self.reports.send(Internal::Progress {
+            batch_id: self.batch_id.clone(),
+            index: self.index,
+            progress,
+        });
+    }
+
+    fn executed(self, outcome: ToolOutcome) {
+        let _ = self.reports.send(Internal::Executed {
+            batch_id: self.batch_id,
+            index: self.index,
+            outcome,
+        });
+    }
+}
+
+/// What [`Relay::drain`] forwards of `reports`, for the unit test.
+#[cfg(test)]
+fn merged(reports: Vec<Progress>) -> Vec<Progress> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel();
+    for r in reports {
+        let _ = tx.send(r);
+    }
+    let relay = Relay {
+        batch_id: "b".into(),
+        index: 0,
+        reports: out_tx,
+    };
+    relay.drain(None, &mut rx);
+    let mut out = Vec::new();
+    while let Ok(Internal::Progress { progress, .. }) = out_rx.try_recv() {
+        out.push(progress);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(progress: f64) -> Progress {
+        Progress::Report {
+            progress,
+            total: Some(10.0),
+            percent: Some(progress * 10.0),
+            message: format!("step {progress}"),
+        }
+    }
+
+    #[test]
+    fn a_backlog_of_reports_merges_into_the_latest_and_output_keeps_its_place() {
+        let out = |s: &str| Progress::Output(s.into());
+        let backlog: Vec<Progress> = (0..MERGE_BACKLOG).map(|n| report(n as f64)).collect();
+        let mut flood = vec![out("a")];
+        flood.extend(backlog.clone());
+        flood.push(out("b"));
+        flood.extend(backlog.clone());
+        let last = report((MERGE_BACKLOG - 1) as f64);
+        let table = vec![
+            // A tool at a normal pace: every report is relayed.
+            (
+                vec![report(1.0), out("a"), report(2.0), report(3.0)],
+                vec![report(1.0), out("a"), report(2.0), report(3.0)],
+            ),
+            (backlog.clone(), vec![last.clone()]),
+            (flood, vec![out("a"), last.clone(), out("b"), last]),
+            (vec![], vec![]),
+        ];
+        for (input, want) in table {
+            assert_eq!(merged(input.clone()), want, "{input:?}");
+        }
+    }
+}

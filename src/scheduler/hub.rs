@@ -1,0 +1,356 @@
+//! The hub: the map of live sessions, and the streams of their batches.
+//!
+//! Owns: [`Hub`] (one task; creates a session actor on first use, routes
+//! Schedule / Confirm / Cancel to it, retires it when it reports idleness
+//! on its own [`IdleReport`] channel, hands out readers of a batch's log)
+//! and [`BatchStream`] (a batch's log as read by one client; the last one
+//! going away detaches the batch). Not here: what a session does with a
+//! command (`session.rs`), batch validation rules (`events.rs`), the log
+//! and its retention (`crate::store`).
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::feed::EventSink;
+use super::session::{self, Session, SessionCommand, SessionLink};
+use super::{
+    BatchEvent, BatchRequest, CancelError, CancelRequest, CancelSummary, ConfirmError,
+    ConfirmRequest, Confirmed, ScheduleError, Shared, WatchError,
+};
+use crate::store::{BatchLog, Entry, LogReader, LogWriter};
+
+pub(crate) enum HubCommand {
+    Schedule {
+        request: BatchRequest,
+        batch_id: String,
+        /// The log the store began for it.
+        writer: LogWriter<BatchEvent>,
+        reply: oneshot::Sender<Result<BatchStream, ScheduleError>>,
+    },
+    /// A new reader of a batch's log (WatchBatch, a replayed request id).
+    Attach {
+        session_id: String,
+        batch_id: String,
+        log: Arc<BatchLog<BatchEvent>>,
+        after: u64,
+        replayed: bool,
+        reply: oneshot::Sender<Result<BatchStream, WatchError>>,
+    },
+    Confirm {
+        request: ConfirmRequest,
+        reply: oneshot::Sender<Result<Confirmed, ConfirmError>>,
+    },
+    Cancel {
+        request: CancelRequest,
+        reply: oneshot::Sender<Result<CancelSummary, CancelError>>,
+    },
+    StopAccepting,
+}
+
+/// A session has been idle for its TTL after `processed` commands.
+pub(crate) struct IdleReport {
+    pub session_id: String,
+    pub processed: u64,
+}
+
+/// Idle reports waiting for the hub. A session whose report does not fit
+/// (thousands of sessions went idle at once) tries again after another TTL.
+pub(crate) const IDLE_CHANNEL_CAPACITY: usize = 1024;
+
+struct SessionEntry {
+    /// Unbounded: the hub must not wait on one session (that would stall
+    /// every other), and a session handles each command without waiting, so
+    /// its backlog is bounded by what the hub's own bounded channel
+    /// (`HUB_CHANNEL_CAPACITY`) lets through.
+    tx: mpsc::UnboundedSender<SessionCommand>,
+    /// Given to each of the session's streams.
+    link: SessionLink,
+    token: CancellationToken,
+    /// Commands sent to the session; compared with what it processed.
+    forwarded: u64,
+}
+
+/// Owns the map of sessions.
+pub(crate) struct Hub {
+    shared: Arc<Shared>,
+    sessions: HashMap<String, SessionEntry>,
+    accepting: bool,
+    open_streams: Arc<watch::Sender<usize>>,
+    idle_tx: mpsc::Sender<IdleReport>,
+}
+
+impl Hub {
+    pub fn new(
+        shared: Arc<Shared>,
+        open_streams: watch::Sender<usize>,
+    ) -> (Self, mpsc::Receiver<IdleReport>) {
+        let (idle_tx, idle_rx) = mpsc::channel(IDLE_CHANNEL_CAPACITY);
+        let hub = Self {
+            shared,
+            sessions: HashMap::new(),
+            accepting: true,
+            open_streams: Arc::new(open_streams),
+            idle_tx,
+        };
+        (hub, idle_rx)
+    }
+
+    /// Runs until every [`super::Scheduler`] handle is gone.
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<HubCommand>,
+        mut idle: mpsc::Receiver<IdleReport>,
+    ) {
+        loop {
+            tokio::select! {
+                cmd = rx.recv() => match cmd {
+                    Some(cmd) => self.handle(cmd),
+                    None => break,
+                },
+                Some(report) = idle.recv() => self.idle(report),
+            }
+        }
+    }
+
+    fn handle(&mut self, cmd: HubCommand) {
+        match cmd {
+            HubCommand::Schedule {
+                request,
+                batch_id,
+                writer,
+                reply,
+            } => {
+                let _ = reply.send(self.schedule(request, batch_id, writer));
+            }
+            HubCommand::Attach {
+                session_id,
+                batch_id,
+                log,
+                after,
+                replayed,
+                reply,
+            } => {
+                let _ = reply.send(self.attach(&session_id, batch_id, &log, after, replayed));
+            }
+            HubCommand::Confirm { request, reply } => {
+                let Some(entry) = self.sessions.get_mut(&request.session_id) else {
+                    let _ = reply.send(Err(ConfirmError::UnknownSession {
+                        session_id: request.session_id,
+                    }));
+                    return;
+                };
+                entry.forwarded += 1;
+                let _ = entry.tx.send(SessionCommand::Confirm { request, reply });
+            }
+            HubCommand::Cancel { request, reply } => {
+                let Some(entry) = self.sessions.get_mut(&request.session_id) else {
+                    let _ = reply.send(Err(CancelError::UnknownSession {
+                        session_id: request.session_id,
+                    }));
+                    return;
+                };
+                entry.forwarded += 1;
+                let _ = entry.tx.send(SessionCommand::Cancel { request, reply });
+            }
+            HubCommand::StopAccepting => self.accepting = false,
+        }
+    }
+
+    /// Retires an idle session, only when no command is in flight to it;
+    /// the session drains and exits when its sender is dropped.
+    fn idle(&mut self, report: IdleReport) {
+        if self
+            .sessions
+            .get(&report.session_id)
+            .is_some_and(|e| e.forwarded == report.processed)
+        {
+            self.sessions.remove(&report.session_id);
+            self.shared.metrics.sessions.dec();
+        }
+    }
+
+    /// A reader of `log` after sequence `after`; the session (if it still
+    /// runs) is told when the batch's last reader goes away.
+    fn attach(
+        &self,
+        session_id: &str,
+        batch_id: String,
+        log: &Arc<BatchLog<BatchEvent>>,
+        after: u64,
+        replayed: bool,
+    ) -> Result<BatchStream, WatchError> {
+        let reader = log.reader(after).map_err(|e| WatchError::BeyondEnd {
+            batch_id: batch_id.clone(),
+            after: e.after,
+            last: e.last,
+        })?;
+        self.open_streams.send_modify(|n| *n += 1);
+        Ok(BatchStream {
+            batch_id,
+            reader,
+            session: self.sessions.get(session_id).map(|e| e.link.clone()),
+            replayed,
+            _open: OpenStream(self.open_streams.clone()),
+        })
+    }
+
+    fn schedule(
+        &mut self,
+        mut request: BatchRequest,
+        batch_id: String,
+        writer: LogWriter<BatchEvent>,
+    ) -> Result<BatchStream, ScheduleError> {
+        request.validate().map_err(ScheduleError::Invalid)?;
+        let grace = request
+            .disconnect_grace
+            .unwrap_or(self.shared.config.disconnect_grace);
+        if grace > self.shared.config.max_disconnect_grace {
+            return Err(ScheduleError::GraceTooLong {
+                asked: grace.as_secs(),
+                limit: self.shared.config.max_disconnect_grace.as_secs(),
+            });
+        }
+        request.disconnect_grace = Some(grace);
+        if let Some(requested) = request.sandbox_level
+            && !self.shared.sandboxes.contains_key(&requested)
+        {
+            return Err(ScheduleError::SandboxLevelNotAllowed {
+                requested,
+                server: self.shared.config.sandbox.config.level,
+            });
+        }
+        if !self.accepting || self.shared.shutdown.is_cancelled() {
+            return Err(ScheduleError::ShuttingDown);
+        }
+        let limit = self.shared.config.max_calls_per_batch;
+        if request.calls.len() > limit {
+            return Err(ScheduleError::TooManyCalls {
+                got: request.calls.len(),
+                limit,
+            });
+        }
+        if !self.sessions.contains_key(&request.session_id) {
+            let limit = self.shared.config.max_sessions;
+            if self.sessions.len() >= limit {
+                return Err(ScheduleError::TooManySessions { limit });
+            }
+            let (tx, rx) = mpsc::unbounded_channel();
+            let (link, internal) = session::internal_channel();
+            let token = self.shared.shutdown.child_token();
+            tokio::spawn(Session::run(
+                request.session_id.clone(),
+                self.shared.clone(),
+                rx,
+                internal,
+                self.idle_tx.clone(),
+                token.clone(),
+            ));
+            self.shared.metrics.sessions.inc();
+            self.sessions.insert(
+                request.session_id.clone(),
+                SessionEntry {
+                    tx,
+                    link,
+                    token,
+                    forwarded: 0,
+                },
+            );
+        }
+        let entry = self
+            .sessions
+            .get_mut(&request.session_id)
+            .ok_or(ScheduleError::ShuttingDown)?;
+        let token = entry.token.child_token();
+        // Read from the first event on: the stream sees Accepted.
+        let reader = writer
+            .log()
+            .reader(0)
+            .map_err(|_| ScheduleError::ShuttingDown)?;
+        entry.forwarded += 1;
+        self.shared.metrics.batch_accepted();
+        entry
+            .tx
+            .send(SessionCommand::Schedule {
+                batch_id: batch_id.clone(),
+                request,
+                events: EventSink::new(writer),
+                token,
+            })
+            .map_err(|_| ScheduleError::ShuttingDown)?;
+        self.open_streams.send_modify(|n| *n += 1);
+        Ok(BatchStream {
+            batch_id,
+            reader,
+            session: Some(entry.link.clone()),
+            replayed: false,
+            _open: OpenStream(self.open_streams.clone()),
+        })
+    }
+}
+
+/// Counts an open stream while alive.
+struct OpenStream(Arc<watch::Sender<usize>>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// A reader of one batch's log, from where it attached to `Completed`. The
+/// batch's readers each read at their own pace; when the last one goes away
+/// before the end (the client went away), the session is told: it cancels
+/// the batch at once (queued: its calls end Cancelled; running: every
+/// non-terminal call is cancelled and running tools are stopped), or after
+/// the batch's disconnect grace if nobody re-attached.
+pub struct BatchStream {
+    batch_id: String,
+    reader: LogReader<BatchEvent>,
+    /// Told when the last reader goes away before the end; `None` when the
+    /// session is gone (its batches have all completed).
+    session: Option<SessionLink>,
+    /// Attached to an existing batch by a repeated request id.
+    replayed: bool,
+    _open: OpenStream,
+}
+
+impl Drop for BatchStream {
+    fn drop(&mut self) {
+        if let Some(generation) = self.reader.detach()
+            && let Some(session) = &self.session
+        {
+            session.batch_detached(std::mem::take(&mut self.batch_id), generation);
+        }
+    }
+}
+
+impl BatchStream {
+    /// The server-assigned batch id.
+    pub fn batch_id(&self) -> &str {
+        &self.batch_id
+    }
+
+    /// True when this stream re-attached to an existing batch (a repeated
+    /// request id) instead of scheduling one.
+    pub fn replayed(&self) -> bool {
+        self.replayed
+    }
+
+    /// The next logged event, `None` after `Completed`.
+    pub async fn next(&mut self) -> Option<Arc<Entry<BatchEvent>>> {
+        self.reader.next().await
+    }
+}
+
+impl tokio_stream::Stream for BatchStream {
+    type Item = Arc<Entry<BatchEvent>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.reader.poll_entry(cx)
+    }
+}
