@@ -106,7 +106,8 @@ async fn measure_process(
             sandbox: sandbox.clone(),
             workspace: workspace.path().to_path_buf(),
         };
-        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, _rx) =
+            tokio::sync::mpsc::unbounded_channel::<toolsched::sandbox::process::ProcessEvent>();
         let started = Instant::now();
         let outcome =
             toolsched::sandbox::run_process(spec, tokio_util::sync::CancellationToken::new(), tx)
