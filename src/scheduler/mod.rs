@@ -32,7 +32,7 @@ pub use metrics::Metrics;
 use session::{EventSink, Session, SessionCommand, SessionLink};
 
 use crate::policy::{ApprovalMode, PolicyHandle};
-use crate::sandbox::{OutputLimits, Sandbox, SharedSandbox};
+use crate::sandbox::{OutputLimits, SandboxConfig, SharedSandbox};
 use crate::tools::{Registry, SharedRegistry};
 
 /// Limits and timeouts of the scheduler. Every field is a documented limit.
@@ -54,8 +54,9 @@ pub struct SchedulerConfig {
     /// A session with nothing to do is forgotten (rules, mode, topic) after
     /// this.
     pub session_idle_ttl: Duration,
-    /// The sandbox commands run in (level, limits, what the kernel enforces).
-    pub sandbox: SharedSandbox,
+    /// The sandbox commands run in (level, limits); what the kernel
+    /// enforces of it is probed once, by `crate::build_scheduler`.
+    pub sandbox: SandboxConfig,
     /// All file I/O of tools on the blocking pool, small reads included
     /// (a workspace on a network filesystem); see
     /// [`crate::sandbox::Workspace::with_blocking_io`].
@@ -72,7 +73,7 @@ impl Default for SchedulerConfig {
             max_calls_per_batch: 128,
             max_sessions: 100_000,
             session_idle_ttl: Duration::from_secs(3600),
-            sandbox: Arc::new(Sandbox::default()),
+            sandbox: SandboxConfig::default(),
             blocking_file_io: false,
         }
     }
@@ -165,6 +166,9 @@ pub(crate) struct Shared {
     pub shutdown: CancellationToken,
     pub hub: mpsc::Sender<HubCommand>,
     pub metrics: Arc<Metrics>,
+    /// The server's sandbox (its level is the most permissive a session may
+    /// choose).
+    pub sandbox: SharedSandbox,
     /// The sandbox of each level a session may choose.
     pub sandboxes: std::collections::BTreeMap<crate::sandbox::SandboxLevel, SharedSandbox>,
 }
@@ -206,11 +210,14 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Starts the hub. `shutdown` cancels every session, batch and call.
-    /// `registry` is an `Arc<Registry>` or a [`SharedRegistry`] that MCP
-    /// servers update.
+    /// Starts the hub. `sandbox` is `config.sandbox` probed (see
+    /// [`crate::sandbox::Sandbox::new`]); the other levels a session may
+    /// choose reuse that probe. `shutdown` cancels every session, batch and
+    /// call. `registry` is an `Arc<Registry>` or a [`SharedRegistry`] that
+    /// MCP servers update.
     pub fn start(
         config: SchedulerConfig,
+        sandbox: SharedSandbox,
         registry: impl Into<SharedRegistry>,
         policy: PolicyHandle,
         shutdown: CancellationToken,
@@ -219,9 +226,8 @@ impl Scheduler {
         let registry = registry.into();
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
-        let sandbox = config.sandbox.clone();
         // The levels a session may switch to: those at most as permissive as
-        // the server's, each probed once here.
+        // the server's, each judged from the one probe of the kernel.
         let sandboxes = crate::sandbox::SandboxLevel::ALL
             .into_iter()
             .filter(|l| l.at_most(sandbox.config.level))
@@ -235,6 +241,7 @@ impl Scheduler {
             })
             .collect();
         let shared = Arc::new(Shared {
+            sandbox: sandbox.clone(),
             sandboxes,
             config,
             registry: registry.clone(),
@@ -403,7 +410,7 @@ impl Hub {
         {
             return Err(ScheduleError::SandboxLevelNotAllowed {
                 requested,
-                server: self.shared.config.sandbox.config.level,
+                server: self.shared.config.sandbox.level,
             });
         }
         if !self.accepting || self.shared.shutdown.is_cancelled() {
