@@ -16,7 +16,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use crate::scheduler::{BatchRequest, CancelRequest, ConfirmRequest, Scheduler};
-use error::ApiError;
+use error::{ApiError, AuthError};
 
 /// Generated proto types and service stubs.
 #[allow(clippy::all, missing_docs)]
@@ -205,10 +205,8 @@ pub async fn serve(
             .and_then(|v| v.strip_prefix("Bearer "));
         match given {
             Some(g) if constant_time_eq(g.as_bytes(), expected.as_bytes()) => Ok(req),
-            Some(_) => Err(Status::unauthenticated("invalid bearer token")),
-            None => Err(Status::unauthenticated(
-                "missing 'authorization: Bearer <token>' metadata",
-            )),
+            Some(_) => Err(ApiError::from(AuthError::Invalid).into()),
+            None => Err(ApiError::from(AuthError::Missing).into()),
         }
     };
     let service = ToolSchedulerServer::new(Service::new(scheduler.clone()))

@@ -14,6 +14,7 @@ mod call;
 pub mod events;
 pub mod metrics;
 mod session;
+pub mod validate;
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -30,6 +31,7 @@ pub use events::{
 };
 pub use metrics::Metrics;
 use session::{EventSink, Session, SessionCommand, SessionLink};
+pub use validate::{InvalidBatch, InvalidRequest, Shown};
 
 use crate::policy::{ApprovalMode, PolicyHandle};
 use crate::sandbox::{OutputLimits, SandboxConfig, SharedSandbox};
@@ -83,7 +85,7 @@ impl Default for SchedulerConfig {
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ScheduleError {
     #[error("invalid batch: {0}")]
-    Invalid(String),
+    Invalid(#[from] InvalidBatch),
     #[error("batch has {got} calls; the limit is max_calls_per_batch = {limit}")]
     TooManyCalls { got: usize, limit: usize },
     #[error("{limit} sessions are live; the limit is max_sessions = {limit}")]
@@ -102,17 +104,20 @@ pub enum ScheduleError {
 /// Why a Confirm was refused. Nothing changed.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ConfirmError {
-    #[error("no session '{session_id}'")]
+    #[error("invalid Confirm: {0}")]
+    Invalid(#[from] InvalidRequest),
+    #[error("no session '{}'", Shown(session_id))]
     UnknownSession { session_id: String },
-    #[error("no call '{call_id}' in session '{session_id}'")]
+    #[error("no call '{}' in session '{}'", Shown(call_id), Shown(session_id))]
     UnknownCall { session_id: String, call_id: String },
-    #[error("call '{call_id}' is not awaiting approval")]
+    #[error("call '{}' is not awaiting approval", Shown(call_id))]
     NotAwaitingApproval { call_id: String },
     /// The call's batch has completed; its prompt (if it had one) can no
     /// longer be answered. Remembered for the session's last
     /// `RECENT_ENDED_CALLS` calls; older ids are [`ConfirmError::UnknownCall`].
     #[error(
-        "call '{call_id}' already ended ({state}) and its batch has completed; there is no prompt to answer"
+        "call '{}' already ended ({state}) and its batch has completed; there is no prompt to answer",
+        Shown(call_id)
     )]
     AlreadyEnded {
         call_id: String,
@@ -121,7 +126,9 @@ pub enum ConfirmError {
     /// The current prompt's id is deliberately not named: knowing it would
     /// let an answer to an old prompt approve the new one.
     #[error(
-        "correlation id '{given}' is not the current prompt of call '{call_id}' (the prompt was replaced or answered); answer the latest AwaitingApproval event"
+        "correlation id '{}' is not the current prompt of call '{}' (the prompt was replaced or answered); answer the latest AwaitingApproval event",
+        Shown(given),
+        Shown(call_id)
     )]
     StaleCorrelation { call_id: String, given: String },
     #[error(
@@ -144,9 +151,15 @@ pub enum ConfirmError {
 /// Why a Cancel was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum CancelError {
-    #[error("no session '{session_id}'")]
+    #[error("invalid Cancel: {0}")]
+    Invalid(#[from] InvalidRequest),
+    #[error("no session '{}'", Shown(session_id))]
     UnknownSession { session_id: String },
-    #[error("no batch '{batch_id}' running or queued in session '{session_id}'")]
+    #[error(
+        "no batch '{}' running or queued in session '{}'",
+        Shown(batch_id),
+        Shown(session_id)
+    )]
     UnknownBatch {
         session_id: String,
         batch_id: String,
@@ -299,6 +312,7 @@ impl Scheduler {
     /// Accepts a batch. The stream starts with `Accepted` and ends after
     /// `Completed`; dropping it cancels the batch.
     pub async fn schedule(&self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
+        request.validate()?;
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Schedule { request, reply })
@@ -309,6 +323,7 @@ impl Scheduler {
 
     /// Answers an approval prompt.
     pub async fn confirm(&self, request: ConfirmRequest) -> Result<(), ConfirmError> {
+        request.validate()?;
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Confirm { request, reply })
@@ -319,6 +334,7 @@ impl Scheduler {
 
     /// Cancels a session's batches (or one of them).
     pub async fn cancel(&self, request: CancelRequest) -> Result<CancelSummary, CancelError> {
+        request.validate()?;
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Cancel { request, reply })
@@ -404,7 +420,6 @@ impl Hub {
     }
 
     fn schedule(&mut self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
-        request.validate().map_err(ScheduleError::Invalid)?;
         if let Some(requested) = request.sandbox_level
             && !self.shared.sandboxes.contains_key(&requested)
         {
