@@ -163,6 +163,11 @@ settings! {
     /// Largest request message in bytes [default: 4194304].
     #[arg(long, env = "TOOLSCHED_MAX_REQUEST_BYTES")]
     max_request_bytes: usize = ServerOptions::default().max_request_bytes,
+    /// Largest message sent, in bytes: an event over it has its largest
+    /// strings cut, with a note (a default gRPC client receives at most
+    /// 4 MiB) [default: 4194304].
+    #[arg(long, env = "TOOLSCHED_MAX_EVENT_BYTES")]
+    max_event_bytes: usize = ServerOptions::default().max_event_bytes,
     /// Seconds running batches get after SIGTERM before they are cancelled
     /// [default: 10].
     #[arg(long, env = "TOOLSCHED_SHUTDOWN_GRACE_SECS")]
@@ -265,7 +270,20 @@ pub enum ConfigError {
     Zero { field: &'static str },
     #[error("mcp_servers.{name}: {message}")]
     McpServer { name: String, message: String },
+    #[error(
+        "output_cap_bytes = {output_cap} does not fit in one event: at most max_event_bytes - {headroom} = {limit} (raise max_event_bytes too, for clients that receive larger messages)"
+    )]
+    OutputCapOverEvent {
+        output_cap: usize,
+        headroom: usize,
+        limit: usize,
+    },
 }
+
+/// Room an event needs besides a call's output (the command, the
+/// directory, ids, the structured result): `output_cap_bytes` may be at
+/// most `max_event_bytes` minus this.
+pub const EVENT_HEADROOM_BYTES: usize = 256 * 1024;
 
 /// The resolved settings.
 #[derive(Debug, Clone)]
@@ -304,6 +322,7 @@ impl Settings {
             ("output_cap_bytes", v.output_cap_bytes as u64),
             ("max_calls_per_batch", v.max_calls_per_batch as u64),
             ("max_sessions", v.max_sessions as u64),
+            ("max_event_bytes", v.max_event_bytes as u64),
             ("sandbox_cpu_secs", v.sandbox_cpu_secs),
             ("sandbox_address_space_bytes", v.sandbox_address_space_bytes),
             ("sandbox_file_size_bytes", v.sandbox_file_size_bytes),
@@ -313,6 +332,14 @@ impl Settings {
             if value == 0 {
                 return Err(ConfigError::Zero { field });
             }
+        }
+        let limit = v.max_event_bytes.saturating_sub(EVENT_HEADROOM_BYTES);
+        if v.output_cap_bytes > limit {
+            return Err(ConfigError::OutputCapOverEvent {
+                output_cap: v.output_cap_bytes,
+                headroom: EVENT_HEADROOM_BYTES,
+                limit,
+            });
         }
         for (name, server) in &v.mcp_servers {
             server
@@ -364,6 +391,7 @@ impl Settings {
             auth_token,
             max_concurrent_streams: v.max_concurrent_streams,
             max_request_bytes: v.max_request_bytes,
+            max_event_bytes: v.max_event_bytes,
             shutdown_grace: Duration::from_secs(v.shutdown_grace_secs),
             shutdown_close: Duration::from_secs(v.shutdown_close_secs),
         };
@@ -546,5 +574,24 @@ mod tests {
         );
         assert_eq!(s.listen, DEFAULT_LISTEN);
         assert!(!s.scheduler.blocking_file_io);
+
+        // A raised output cap must still fit one event.
+        let cli = Cli::try_parse_from(["toolsched", "--output-cap-bytes", "4194304"]).unwrap();
+        let err = Settings::resolve(cli.serve).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "output_cap_bytes = 4194304 does not fit in one event: at most max_event_bytes - 262144 = 3932160 (raise max_event_bytes too, for clients that receive larger messages)"
+        );
+        let cli = Cli::try_parse_from([
+            "toolsched",
+            "--output-cap-bytes",
+            "4194304",
+            "--max-event-bytes",
+            "8388608",
+        ])
+        .unwrap();
+        let s = Settings::resolve(cli.serve).unwrap();
+        assert_eq!(s.server.max_event_bytes, 8 << 20);
+        assert_eq!(s.scheduler.output.max_bytes, 4 << 20);
     }
 }
