@@ -16,6 +16,7 @@ pub mod policy;
 pub mod sandbox;
 pub mod scheduler;
 pub mod telemetry;
+pub mod text;
 pub mod tools;
 
 use std::path::{Path, PathBuf};

@@ -11,8 +11,6 @@
 //! client sent. Not here: the tool arguments (each tool's JSON Schema and
 //! the request size limit bound them).
 
-use std::fmt;
-
 use super::events::{BatchRequest, CancelRequest, ConfirmRequest};
 
 /// Longest accepted session id, in bytes: it keys the session map and is in
@@ -37,28 +35,7 @@ pub const MAX_CANCEL_REASON_BYTES: usize = 1024;
 /// content a call's arguments carry under the default request limit; the
 /// events that show it are bounded separately.
 pub const MAX_NEW_CONTENT_BYTES: usize = 4 * 1024 * 1024;
-/// Bytes of a client string an error message repeats (the rest is elided
-/// with its length).
-pub const ECHO_PREFIX_BYTES: usize = 64;
-
-/// A client string as an error message shows it: at most
-/// [`ECHO_PREFIX_BYTES`] (cut on a character boundary), then `…` and the
-/// full length.
-pub struct Shown<'a>(pub &'a str);
-
-impl fmt::Display for Shown<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = self.0;
-        if s.len() <= ECHO_PREFIX_BYTES {
-            return f.write_str(s);
-        }
-        let mut end = ECHO_PREFIX_BYTES;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        write!(f, "{}… ({} bytes)", &s[..end], s.len())
-    }
-}
+pub use crate::text::{ECHO_PREFIX_BYTES, Shown};
 
 /// Why a batch was refused (INVALID_ARGUMENT). Nothing started.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -200,18 +177,5 @@ impl CancelRequest {
             bounded("batch_id", batch_id, MAX_BATCH_ID_BYTES)?;
         }
         bounded("reason", &self.reason, MAX_CANCEL_REASON_BYTES)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shown_keeps_a_short_prefix_on_a_char_boundary() {
-        assert_eq!(Shown("abc").to_string(), "abc");
-        let long = "é".repeat(100);
-        let shown = Shown(&long).to_string();
-        assert_eq!(shown, format!("{}… (200 bytes)", "é".repeat(32)));
     }
 }
