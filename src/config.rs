@@ -151,10 +151,11 @@ settings! {
     /// Calls in one batch [default: 128].
     #[arg(long, env = "TOOLSCHED_MAX_CALLS_PER_BATCH")]
     max_calls_per_batch: usize = SchedulerConfig::default().max_calls_per_batch,
-    /// Live sessions [default: 100000].
+    /// Live sessions; at the cap a new one evicts the least recently used
+    /// idle session (one with no open stream) [default: 10000].
     #[arg(long, env = "TOOLSCHED_MAX_SESSIONS")]
     max_sessions: usize = SchedulerConfig::default().max_sessions,
-    /// Seconds an idle session is kept (mode, rules, topic) [default: 3600].
+    /// Seconds an idle session is kept (mode, rules, topic) [default: 1800].
     #[arg(long, env = "TOOLSCHED_SESSION_IDLE_TTL_SECS")]
     session_idle_ttl_secs: u64 = SchedulerConfig::default().session_idle_ttl.as_secs(),
     /// HTTP/2 streams per connection [default: 1024].

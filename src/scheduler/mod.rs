@@ -51,7 +51,9 @@ pub struct SchedulerConfig {
     pub output: OutputLimits,
     /// Calls in one batch; more is RESOURCE_EXHAUSTED.
     pub max_calls_per_batch: usize,
-    /// Live sessions; a new one beyond this is RESOURCE_EXHAUSTED.
+    /// Live sessions. A new one at the cap evicts the least recently used
+    /// idle session (no open stream); when every session is busy it is
+    /// RESOURCE_EXHAUSTED.
     pub max_sessions: usize,
     /// A session with nothing to do is forgotten (rules, mode, topic) after
     /// this.
@@ -73,8 +75,9 @@ impl Default for SchedulerConfig {
             execution_timeout: Duration::from_secs(300),
             output: OutputLimits::default(),
             max_calls_per_batch: 128,
-            max_sessions: 100_000,
-            session_idle_ttl: Duration::from_secs(3600),
+            // About 15 KB each when idle: ~150 MB at the cap.
+            max_sessions: 10_000,
+            session_idle_ttl: Duration::from_secs(1800),
             sandbox: SandboxConfig::default(),
             blocking_file_io: false,
         }
@@ -88,7 +91,9 @@ pub enum ScheduleError {
     Invalid(#[from] InvalidBatch),
     #[error("batch has {got} calls; the limit is max_calls_per_batch = {limit}")]
     TooManyCalls { got: usize, limit: usize },
-    #[error("{limit} sessions are live; the limit is max_sessions = {limit}")]
+    #[error(
+        "{limit} sessions are live, each with an open batch stream; the limit is max_sessions = {limit}"
+    )]
     TooManySessions { limit: usize },
     #[error("the server is shutting down and accepts no new batches")]
     ShuttingDown,
@@ -362,6 +367,18 @@ struct SessionEntry {
     token: CancellationToken,
     /// Commands sent to the session; compared with what it processed.
     forwarded: u64,
+    /// When the hub last sent it a command: the oldest idle session is
+    /// evicted first when `max_sessions` is reached.
+    last_used: tokio::time::Instant,
+    /// One clone per open [`BatchStream`] of the session: a session with
+    /// more than this one is busy and never evicted.
+    streams: Arc<()>,
+}
+
+impl SessionEntry {
+    fn idle(&self) -> bool {
+        Arc::strong_count(&self.streams) == 1
+    }
 }
 
 /// Owns the map of sessions.
@@ -387,6 +404,7 @@ impl Hub {
                         continue;
                     };
                     entry.forwarded += 1;
+                    entry.last_used = tokio::time::Instant::now();
                     let _ = entry.tx.send(SessionCommand::Confirm { request, reply });
                 }
                 HubCommand::Cancel { request, reply } => {
@@ -397,6 +415,7 @@ impl Hub {
                         continue;
                     };
                     entry.forwarded += 1;
+                    entry.last_used = tokio::time::Instant::now();
                     let _ = entry.tx.send(SessionCommand::Cancel { request, reply });
                 }
                 HubCommand::SessionIdle {
@@ -408,7 +427,7 @@ impl Hub {
                     if self
                         .sessions
                         .get(&session_id)
-                        .is_some_and(|e| e.forwarded == processed)
+                        .is_some_and(|e| e.forwarded == processed && e.idle())
                     {
                         self.sessions.remove(&session_id);
                         self.shared.metrics.sessions.dec();
@@ -440,7 +459,7 @@ impl Hub {
         }
         if !self.sessions.contains_key(&request.session_id) {
             let limit = self.shared.config.max_sessions;
-            if self.sessions.len() >= limit {
+            if self.sessions.len() >= limit && !self.evict_oldest_idle() {
                 return Err(ScheduleError::TooManySessions { limit });
             }
             let (tx, rx) = mpsc::unbounded_channel();
@@ -461,6 +480,8 @@ impl Hub {
                     link,
                     token,
                     forwarded: 0,
+                    last_used: tokio::time::Instant::now(),
+                    streams: Arc::new(()),
                 },
             );
         }
@@ -472,6 +493,7 @@ impl Hub {
         let token = entry.token.child_token();
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         entry.forwarded += 1;
+        entry.last_used = tokio::time::Instant::now();
         self.shared.metrics.batch_accepted();
         entry
             .tx
@@ -491,7 +513,29 @@ impl Hub {
             session: entry.link.clone(),
             ended: false,
             _open: OpenStream(self.open_streams.clone()),
+            _session_open: entry.streams.clone(),
         })
+    }
+
+    /// At `max_sessions`: forgets the idle session (no open stream) the hub
+    /// used least recently, as its idle TTL would; false when every session
+    /// is busy. One scan of the map, only when the cap is reached.
+    fn evict_oldest_idle(&mut self) -> bool {
+        let Some(oldest) = self
+            .sessions
+            .iter()
+            .filter(|(_, e)| e.idle())
+            .min_by_key(|(_, e)| e.last_used)
+            .map(|(id, _)| id.clone())
+        else {
+            return false;
+        };
+        // The session drains what was already sent to it and exits when
+        // its sender is dropped.
+        self.sessions.remove(&oldest);
+        self.shared.metrics.sessions.dec();
+        tracing::debug!(session = %oldest, "max_sessions reached: evicted the least recently used idle session");
+        true
     }
 }
 
@@ -521,6 +565,9 @@ pub struct BatchStream {
     /// The last event (`Completed`) was read.
     ended: bool,
     _open: OpenStream,
+    /// Marks the session busy while the stream is open (see
+    /// `Hub::evict_oldest_idle`).
+    _session_open: Arc<()>,
 }
 
 impl Drop for BatchStream {
