@@ -169,6 +169,14 @@ settings! {
     /// 4 MiB) [default: 4194304].
     #[arg(long, env = "TOOLSCHED_MAX_EVENT_BYTES")]
     max_event_bytes: usize = ServerOptions::default().max_event_bytes,
+    /// Seconds without anything from a client before the server pings its
+    /// connection (HTTP/2 PING) [default: 30].
+    #[arg(long, env = "TOOLSCHED_HTTP2_KEEPALIVE_INTERVAL_SECS")]
+    http2_keepalive_interval_secs: u64 = ServerOptions::default().http2_keepalive_interval.as_secs(),
+    /// Seconds a ping may go unanswered before the connection is closed and
+    /// its batches are cancelled as disconnected [default: 20].
+    #[arg(long, env = "TOOLSCHED_HTTP2_KEEPALIVE_TIMEOUT_SECS")]
+    http2_keepalive_timeout_secs: u64 = ServerOptions::default().http2_keepalive_timeout.as_secs(),
     /// Seconds running batches get after SIGTERM before they are cancelled
     /// [default: 10].
     #[arg(long, env = "TOOLSCHED_SHUTDOWN_GRACE_SECS")]
@@ -324,6 +332,14 @@ impl Settings {
             ("max_calls_per_batch", v.max_calls_per_batch as u64),
             ("max_sessions", v.max_sessions as u64),
             ("max_event_bytes", v.max_event_bytes as u64),
+            (
+                "http2_keepalive_interval_secs",
+                v.http2_keepalive_interval_secs,
+            ),
+            (
+                "http2_keepalive_timeout_secs",
+                v.http2_keepalive_timeout_secs,
+            ),
             ("sandbox_cpu_secs", v.sandbox_cpu_secs),
             ("sandbox_address_space_bytes", v.sandbox_address_space_bytes),
             ("sandbox_file_size_bytes", v.sandbox_file_size_bytes),
@@ -393,6 +409,8 @@ impl Settings {
             max_concurrent_streams: v.max_concurrent_streams,
             max_request_bytes: v.max_request_bytes,
             max_event_bytes: v.max_event_bytes,
+            http2_keepalive_interval: Duration::from_secs(v.http2_keepalive_interval_secs),
+            http2_keepalive_timeout: Duration::from_secs(v.http2_keepalive_timeout_secs),
             shutdown_grace: Duration::from_secs(v.shutdown_grace_secs),
             shutdown_close: Duration::from_secs(v.shutdown_close_secs),
         };

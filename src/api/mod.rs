@@ -158,6 +158,15 @@ pub struct ServerOptions {
     /// strings cut (with a note) so that a client with this receive limit
     /// gets every event. Default: gRPC's default receive limit, 4 MiB.
     pub max_event_bytes: usize,
+    /// An HTTP/2 PING is sent on a connection from which nothing arrived
+    /// for this long...
+    pub http2_keepalive_interval: Duration,
+    /// ...and a connection that does not answer it within this is closed:
+    /// its streams end and their batches are cancelled as if the client had
+    /// gone ("The client went away (stream closed)."). A frozen client
+    /// (SIGSTOP, a dead NAT) is thus dropped within interval + timeout;
+    /// TCP keepalive alone never notices one whose kernel still ACKs.
+    pub http2_keepalive_timeout: Duration,
     /// After SIGTERM: how long running batches may go on before they are
     /// cancelled.
     pub shutdown_grace: Duration,
@@ -175,6 +184,8 @@ impl Default for ServerOptions {
             max_concurrent_streams: 1024,
             max_request_bytes: 4 * 1024 * 1024,
             max_event_bytes: bound::DEFAULT_MAX_EVENT_BYTES,
+            http2_keepalive_interval: Duration::from_secs(30),
+            http2_keepalive_timeout: Duration::from_secs(20),
             shutdown_grace: Duration::from_secs(10),
             shutdown_close: Duration::from_secs(5),
         }
@@ -278,6 +289,8 @@ pub async fn serve(
     let max_request_bytes = options.max_request_bytes;
     let server = tonic::transport::Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
+        .http2_keepalive_interval(Some(options.http2_keepalive_interval))
+        .http2_keepalive_timeout(Some(options.http2_keepalive_timeout))
         .layer(tower::util::MapResponseLayer::new(
             move |response: http::Response<tonic::body::Body>| {
                 request_errors_as_client_errors(response, max_request_bytes)
