@@ -14,6 +14,7 @@ mod call;
 pub mod events;
 pub mod metrics;
 mod session;
+pub mod validate;
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -30,9 +31,10 @@ pub use events::{
 };
 pub use metrics::Metrics;
 use session::{EventSink, Session, SessionCommand, SessionLink};
+pub use validate::{InvalidBatch, InvalidRequest, Shown};
 
 use crate::policy::{ApprovalMode, PolicyHandle};
-use crate::sandbox::{OutputLimits, Sandbox, SharedSandbox};
+use crate::sandbox::{OutputLimits, SandboxConfig, SharedSandbox};
 use crate::tools::{Registry, SharedRegistry};
 
 /// Limits and timeouts of the scheduler. Every field is a documented limit.
@@ -49,13 +51,16 @@ pub struct SchedulerConfig {
     pub output: OutputLimits,
     /// Calls in one batch; more is RESOURCE_EXHAUSTED.
     pub max_calls_per_batch: usize,
-    /// Live sessions; a new one beyond this is RESOURCE_EXHAUSTED.
+    /// Live sessions. A new one at the cap evicts the least recently used
+    /// idle session (no open stream); when every session is busy it is
+    /// RESOURCE_EXHAUSTED.
     pub max_sessions: usize,
     /// A session with nothing to do is forgotten (rules, mode, topic) after
     /// this.
     pub session_idle_ttl: Duration,
-    /// The sandbox commands run in (level, limits, what the kernel enforces).
-    pub sandbox: SharedSandbox,
+    /// The sandbox commands run in (level, limits); what the kernel
+    /// enforces of it is probed once, by `crate::build_scheduler`.
+    pub sandbox: SandboxConfig,
     /// All file I/O of tools on the blocking pool, small reads included
     /// (a workspace on a network filesystem); see
     /// [`crate::sandbox::Workspace::with_blocking_io`].
@@ -70,9 +75,10 @@ impl Default for SchedulerConfig {
             execution_timeout: Duration::from_secs(300),
             output: OutputLimits::default(),
             max_calls_per_batch: 128,
-            max_sessions: 100_000,
-            session_idle_ttl: Duration::from_secs(3600),
-            sandbox: Arc::new(Sandbox::default()),
+            // About 15 KB each when idle: ~150 MB at the cap.
+            max_sessions: 10_000,
+            session_idle_ttl: Duration::from_secs(1800),
+            sandbox: SandboxConfig::default(),
             blocking_file_io: false,
         }
     }
@@ -82,10 +88,12 @@ impl Default for SchedulerConfig {
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ScheduleError {
     #[error("invalid batch: {0}")]
-    Invalid(String),
+    Invalid(#[from] InvalidBatch),
     #[error("batch has {got} calls; the limit is max_calls_per_batch = {limit}")]
     TooManyCalls { got: usize, limit: usize },
-    #[error("{limit} sessions are live; the limit is max_sessions = {limit}")]
+    #[error(
+        "{limit} sessions are live, each with an open batch stream; the limit is max_sessions = {limit}"
+    )]
     TooManySessions { limit: usize },
     #[error("the server is shutting down and accepts no new batches")]
     ShuttingDown,
@@ -101,17 +109,20 @@ pub enum ScheduleError {
 /// Why a Confirm was refused. Nothing changed.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ConfirmError {
-    #[error("no session '{session_id}'")]
+    #[error("invalid Confirm: {0}")]
+    Invalid(#[from] InvalidRequest),
+    #[error("no session '{}'", Shown(session_id))]
     UnknownSession { session_id: String },
-    #[error("no call '{call_id}' in session '{session_id}'")]
+    #[error("no call '{}' in session '{}'", Shown(call_id), Shown(session_id))]
     UnknownCall { session_id: String, call_id: String },
-    #[error("call '{call_id}' is not awaiting approval")]
+    #[error("call '{}' is not awaiting approval", Shown(call_id))]
     NotAwaitingApproval { call_id: String },
     /// The call's batch has completed; its prompt (if it had one) can no
     /// longer be answered. Remembered for the session's last
     /// `RECENT_ENDED_CALLS` calls; older ids are [`ConfirmError::UnknownCall`].
     #[error(
-        "call '{call_id}' already ended ({state}) and its batch has completed; there is no prompt to answer"
+        "call '{}' already ended ({state}) and its batch has completed; there is no prompt to answer",
+        Shown(call_id)
     )]
     AlreadyEnded {
         call_id: String,
@@ -120,7 +131,9 @@ pub enum ConfirmError {
     /// The current prompt's id is deliberately not named: knowing it would
     /// let an answer to an old prompt approve the new one.
     #[error(
-        "correlation id '{given}' is not the current prompt of call '{call_id}' (the prompt was replaced or answered); answer the latest AwaitingApproval event"
+        "correlation id '{}' is not the current prompt of call '{}' (the prompt was replaced or answered); answer the latest AwaitingApproval event",
+        Shown(given),
+        Shown(call_id)
     )]
     StaleCorrelation { call_id: String, given: String },
     #[error(
@@ -143,9 +156,15 @@ pub enum ConfirmError {
 /// Why a Cancel was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum CancelError {
-    #[error("no session '{session_id}'")]
+    #[error("invalid Cancel: {0}")]
+    Invalid(#[from] InvalidRequest),
+    #[error("no session '{}'", Shown(session_id))]
     UnknownSession { session_id: String },
-    #[error("no batch '{batch_id}' running or queued in session '{session_id}'")]
+    #[error(
+        "no batch '{}' running or queued in session '{}'",
+        Shown(batch_id),
+        Shown(session_id)
+    )]
     UnknownBatch {
         session_id: String,
         batch_id: String,
@@ -165,6 +184,9 @@ pub(crate) struct Shared {
     pub shutdown: CancellationToken,
     pub hub: mpsc::Sender<HubCommand>,
     pub metrics: Arc<Metrics>,
+    /// The server's sandbox (its level is the most permissive a session may
+    /// choose).
+    pub sandbox: SharedSandbox,
     /// The sandbox of each level a session may choose.
     pub sandboxes: std::collections::BTreeMap<crate::sandbox::SandboxLevel, SharedSandbox>,
 }
@@ -206,11 +228,14 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Starts the hub. `shutdown` cancels every session, batch and call.
-    /// `registry` is an `Arc<Registry>` or a [`SharedRegistry`] that MCP
-    /// servers update.
+    /// Starts the hub. `sandbox` is `config.sandbox` probed (see
+    /// [`crate::sandbox::Sandbox::new`]); the other levels a session may
+    /// choose reuse that probe. `shutdown` cancels every session, batch and
+    /// call. `registry` is an `Arc<Registry>` or a [`SharedRegistry`] that
+    /// MCP servers update.
     pub fn start(
         config: SchedulerConfig,
+        sandbox: SharedSandbox,
         registry: impl Into<SharedRegistry>,
         policy: PolicyHandle,
         shutdown: CancellationToken,
@@ -219,9 +244,8 @@ impl Scheduler {
         let registry = registry.into();
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
-        let sandbox = config.sandbox.clone();
         // The levels a session may switch to: those at most as permissive as
-        // the server's, each probed once here.
+        // the server's, each judged from the one probe of the kernel.
         let sandboxes = crate::sandbox::SandboxLevel::ALL
             .into_iter()
             .filter(|l| l.at_most(sandbox.config.level))
@@ -235,6 +259,7 @@ impl Scheduler {
             })
             .collect();
         let shared = Arc::new(Shared {
+            sandbox: sandbox.clone(),
             sandboxes,
             config,
             registry: registry.clone(),
@@ -292,6 +317,7 @@ impl Scheduler {
     /// Accepts a batch. The stream starts with `Accepted` and ends after
     /// `Completed`; dropping it cancels the batch.
     pub async fn schedule(&self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
+        request.validate()?;
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Schedule { request, reply })
@@ -302,6 +328,7 @@ impl Scheduler {
 
     /// Answers an approval prompt.
     pub async fn confirm(&self, request: ConfirmRequest) -> Result<(), ConfirmError> {
+        request.validate()?;
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Confirm { request, reply })
@@ -312,6 +339,7 @@ impl Scheduler {
 
     /// Cancels a session's batches (or one of them).
     pub async fn cancel(&self, request: CancelRequest) -> Result<CancelSummary, CancelError> {
+        request.validate()?;
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Cancel { request, reply })
@@ -339,6 +367,18 @@ struct SessionEntry {
     token: CancellationToken,
     /// Commands sent to the session; compared with what it processed.
     forwarded: u64,
+    /// When the hub last sent it a command: the oldest idle session is
+    /// evicted first when `max_sessions` is reached.
+    last_used: tokio::time::Instant,
+    /// One clone per open [`BatchStream`] of the session: a session with
+    /// more than this one is busy and never evicted.
+    streams: Arc<()>,
+}
+
+impl SessionEntry {
+    fn idle(&self) -> bool {
+        Arc::strong_count(&self.streams) == 1
+    }
 }
 
 /// Owns the map of sessions.
@@ -364,6 +404,7 @@ impl Hub {
                         continue;
                     };
                     entry.forwarded += 1;
+                    entry.last_used = tokio::time::Instant::now();
                     let _ = entry.tx.send(SessionCommand::Confirm { request, reply });
                 }
                 HubCommand::Cancel { request, reply } => {
@@ -374,6 +415,7 @@ impl Hub {
                         continue;
                     };
                     entry.forwarded += 1;
+                    entry.last_used = tokio::time::Instant::now();
                     let _ = entry.tx.send(SessionCommand::Cancel { request, reply });
                 }
                 HubCommand::SessionIdle {
@@ -385,7 +427,7 @@ impl Hub {
                     if self
                         .sessions
                         .get(&session_id)
-                        .is_some_and(|e| e.forwarded == processed)
+                        .is_some_and(|e| e.forwarded == processed && e.idle())
                     {
                         self.sessions.remove(&session_id);
                         self.shared.metrics.sessions.dec();
@@ -397,13 +439,12 @@ impl Hub {
     }
 
     fn schedule(&mut self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
-        request.validate().map_err(ScheduleError::Invalid)?;
         if let Some(requested) = request.sandbox_level
             && !self.shared.sandboxes.contains_key(&requested)
         {
             return Err(ScheduleError::SandboxLevelNotAllowed {
                 requested,
-                server: self.shared.config.sandbox.config.level,
+                server: self.shared.config.sandbox.level,
             });
         }
         if !self.accepting || self.shared.shutdown.is_cancelled() {
@@ -418,7 +459,7 @@ impl Hub {
         }
         if !self.sessions.contains_key(&request.session_id) {
             let limit = self.shared.config.max_sessions;
-            if self.sessions.len() >= limit {
+            if self.sessions.len() >= limit && !self.evict_oldest_idle() {
                 return Err(ScheduleError::TooManySessions { limit });
             }
             let (tx, rx) = mpsc::unbounded_channel();
@@ -439,6 +480,8 @@ impl Hub {
                     link,
                     token,
                     forwarded: 0,
+                    last_used: tokio::time::Instant::now(),
+                    streams: Arc::new(()),
                 },
             );
         }
@@ -450,6 +493,7 @@ impl Hub {
         let token = entry.token.child_token();
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         entry.forwarded += 1;
+        entry.last_used = tokio::time::Instant::now();
         self.shared.metrics.batch_accepted();
         entry
             .tx
@@ -469,7 +513,29 @@ impl Hub {
             session: entry.link.clone(),
             ended: false,
             _open: OpenStream(self.open_streams.clone()),
+            _session_open: entry.streams.clone(),
         })
+    }
+
+    /// At `max_sessions`: forgets the idle session (no open stream) the hub
+    /// used least recently, as its idle TTL would; false when every session
+    /// is busy. One scan of the map, only when the cap is reached.
+    fn evict_oldest_idle(&mut self) -> bool {
+        let Some(oldest) = self
+            .sessions
+            .iter()
+            .filter(|(_, e)| e.idle())
+            .min_by_key(|(_, e)| e.last_used)
+            .map(|(id, _)| id.clone())
+        else {
+            return false;
+        };
+        // The session drains what was already sent to it and exits when
+        // its sender is dropped.
+        self.sessions.remove(&oldest);
+        self.shared.metrics.sessions.dec();
+        tracing::debug!(session = %oldest, "max_sessions reached: evicted the least recently used idle session");
+        true
     }
 }
 
@@ -499,6 +565,9 @@ pub struct BatchStream {
     /// The last event (`Completed`) was read.
     ended: bool,
     _open: OpenStream,
+    /// Marks the session busy while the stream is open (see
+    /// `Hub::evict_oldest_idle`).
+    _session_open: Arc<()>,
 }
 
 impl Drop for BatchStream {
