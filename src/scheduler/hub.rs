@@ -73,6 +73,18 @@ struct SessionEntry {
     token: CancellationToken,
     /// Commands sent to the session; compared with what it processed.
     forwarded: u64,
+    /// When the hub last sent it a command: the oldest idle session is
+    /// evicted first when `max_sessions` is reached.
+    last_used: tokio::time::Instant,
+    /// One clone per open [`BatchStream`] of the session: a session with
+    /// more than this one is busy and never evicted.
+    streams: Arc<()>,
+}
+
+impl SessionEntry {
+    fn idle(&self) -> bool {
+        Arc::strong_count(&self.streams) == 1
+    }
 }
 
 /// Owns the map of sessions.
@@ -145,6 +157,7 @@ impl Hub {
                     return;
                 };
                 entry.forwarded += 1;
+                entry.last_used = tokio::time::Instant::now();
                 let _ = entry.tx.send(SessionCommand::Confirm { request, reply });
             }
             HubCommand::Cancel { request, reply } => {
@@ -155,6 +168,7 @@ impl Hub {
                     return;
                 };
                 entry.forwarded += 1;
+                entry.last_used = tokio::time::Instant::now();
                 let _ = entry.tx.send(SessionCommand::Cancel { request, reply });
             }
             HubCommand::StopAccepting => self.accepting = false,
@@ -167,7 +181,7 @@ impl Hub {
         if self
             .sessions
             .get(&report.session_id)
-            .is_some_and(|e| e.forwarded == report.processed)
+            .is_some_and(|e| e.forwarded == report.processed && e.idle())
         {
             self.sessions.remove(&report.session_id);
             self.shared.metrics.sessions.dec();
@@ -190,12 +204,14 @@ impl Hub {
             last: e.last,
         })?;
         self.open_streams.send_modify(|n| *n += 1);
+        let entry = self.sessions.get(session_id);
         Ok(BatchStream {
             batch_id,
             reader,
-            session: self.sessions.get(session_id).map(|e| e.link.clone()),
+            session: entry.map(|e| e.link.clone()),
             replayed,
             _open: OpenStream(self.open_streams.clone()),
+            _session_open: entry.map(|e| e.streams.clone()),
         })
     }
 
@@ -205,7 +221,6 @@ impl Hub {
         batch_id: String,
         writer: LogWriter<BatchEvent>,
     ) -> Result<BatchStream, ScheduleError> {
-        request.validate().map_err(ScheduleError::Invalid)?;
         let grace = request
             .disconnect_grace
             .unwrap_or(self.shared.config.disconnect_grace);
@@ -221,7 +236,7 @@ impl Hub {
         {
             return Err(ScheduleError::SandboxLevelNotAllowed {
                 requested,
-                server: self.shared.config.sandbox.config.level,
+                server: self.shared.config.sandbox.level,
             });
         }
         if !self.accepting || self.shared.shutdown.is_cancelled() {
@@ -236,7 +251,7 @@ impl Hub {
         }
         if !self.sessions.contains_key(&request.session_id) {
             let limit = self.shared.config.max_sessions;
-            if self.sessions.len() >= limit {
+            if self.sessions.len() >= limit && !self.evict_oldest_idle() {
                 return Err(ScheduleError::TooManySessions { limit });
             }
             let (tx, rx) = mpsc::unbounded_channel();
@@ -258,6 +273,8 @@ impl Hub {
                     link,
                     token,
                     forwarded: 0,
+                    last_used: tokio::time::Instant::now(),
+                    streams: Arc::new(()),
                 },
             );
         }
@@ -272,6 +289,7 @@ impl Hub {
             .reader(0)
             .map_err(|_| ScheduleError::ShuttingDown)?;
         entry.forwarded += 1;
+        entry.last_used = tokio::time::Instant::now();
         self.shared.metrics.batch_accepted();
         entry
             .tx
@@ -289,7 +307,31 @@ impl Hub {
             session: Some(entry.link.clone()),
             replayed: false,
             _open: OpenStream(self.open_streams.clone()),
+            _session_open: Some(entry.streams.clone()),
         })
+    }
+}
+
+impl Hub {
+    /// At `max_sessions`: forgets the idle session (no open stream) the hub
+    /// used least recently, as its idle TTL would; false when every session
+    /// is busy. One scan of the map, only when the cap is reached.
+    fn evict_oldest_idle(&mut self) -> bool {
+        let Some(oldest) = self
+            .sessions
+            .iter()
+            .filter(|(_, e)| e.idle())
+            .min_by_key(|(_, e)| e.last_used)
+            .map(|(id, _)| id.clone())
+        else {
+            return false;
+        };
+        // The session drains what was already sent to it and exits when
+        // its sender is dropped.
+        self.sessions.remove(&oldest);
+        self.shared.metrics.sessions.dec();
+        tracing::debug!(session = %oldest, "max_sessions reached: evicted the least recently used idle session");
+        true
     }
 }
 
@@ -317,6 +359,9 @@ pub struct BatchStream {
     /// Attached to an existing batch by a repeated request id.
     replayed: bool,
     _open: OpenStream,
+    /// Marks the session busy while the stream is open (see
+    /// `Hub::evict_oldest_idle`).
+    _session_open: Option<Arc<()>>,
 }
 
 impl Drop for BatchStream {

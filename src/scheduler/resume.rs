@@ -26,6 +26,8 @@ pub struct WatchRequest {
 /// Why a WatchBatch was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum WatchError {
+    #[error("invalid WatchBatch: {0}")]
+    Invalid(#[from] super::InvalidRequest),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("after_sequence {after} is beyond the last event of batch '{batch_id}' ({last})")]

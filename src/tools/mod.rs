@@ -16,6 +16,7 @@ mod glob;
 mod grep;
 mod list;
 pub mod mcp;
+pub mod pattern;
 mod read;
 mod shell;
 mod topic;
