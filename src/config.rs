@@ -238,6 +238,10 @@ settings! {
           require_equals = true, default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new())]
     blocking_file_io: bool = false,
+    /// `[[auth_tokens]]` tables: static bearer tokens by SHA-256 hash, each
+    /// with its `tenant` and `principal` (file only: no flag).
+    #[arg(skip)]
+    auth_tokens: Vec<crate::api::auth::StaticToken> = Vec::new(),
     /// `[mcp_servers.<name>]` tables: MCP servers whose tools are registered
     /// as `mcp_<name>_<tool>` (file only: no flag).
     #[arg(skip)]
@@ -301,6 +305,8 @@ pub enum ConfigError {
         "listen address {addr} is not loopback: set --auth-token (TOOLSCHED_AUTH_TOKEN) or, where the network is already private, --insecure-no-auth"
     )]
     NeedsAuth { addr: SocketAddr },
+    #[error("auth_tokens: {0}")]
+    AuthTokens(crate::api::auth::TokenConfigError),
     #[error("{field} must be greater than 0")]
     Zero { field: &'static str },
     #[error("mcp_servers.{name}: {message}")]
@@ -349,7 +355,13 @@ impl Settings {
         };
         let v = args.over(file).values();
         let auth_token = v.auth_token.filter(|t| !t.is_empty());
-        if !v.listen.ip().is_loopback() && auth_token.is_none() && !v.insecure_no_auth {
+        crate::api::auth::Authenticator::new(auth_token.as_deref(), &v.auth_tokens)
+            .map_err(ConfigError::AuthTokens)?;
+        if !v.listen.ip().is_loopback()
+            && auth_token.is_none()
+            && v.auth_tokens.is_empty()
+            && !v.insecure_no_auth
+        {
             return Err(ConfigError::NeedsAuth { addr: v.listen });
         }
         for (field, value) in [
@@ -439,6 +451,7 @@ impl Settings {
         };
         let server = ServerOptions {
             auth_token,
+            auth_tokens: v.auth_tokens,
             max_concurrent_streams: v.max_concurrent_streams,
             max_request_bytes: v.max_request_bytes,
             max_event_bytes: v.max_event_bytes,

@@ -17,6 +17,7 @@ pub mod sandbox;
 pub mod scheduler;
 pub mod store;
 pub mod telemetry;
+pub mod tenant;
 pub mod text;
 pub mod tools;
 

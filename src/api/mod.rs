@@ -3,6 +3,7 @@
 //! graceful shutdown. Handlers convert requests to domain types on their first
 //! line ([`convert`]) and only talk to the [`Scheduler`].
 
+pub mod auth;
 pub mod bound;
 pub mod convert;
 pub mod error;
@@ -17,7 +18,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use crate::scheduler::{BatchRequest, CancelRequest, ConfirmRequest, Scheduler, WatchRequest};
-use error::{ApiError, AuthError};
+use error::ApiError;
 
 /// Generated proto types and service stubs.
 #[allow(clippy::all, missing_docs)]
@@ -80,14 +81,22 @@ impl ToolScheduler for Service {
         &self,
         request: Request<pb::ScheduleCallsRequest>,
     ) -> Result<Response<EventStream>, Status> {
+        let principal = auth::principal(&request);
         let batch = BatchRequest::try_from(request.into_inner())?;
         let session = batch.session_id.clone();
         let stream = self
             .scheduler
-            .schedule(batch)
+            .schedule_as(&principal.tenant, batch)
             .await
             .map_err(ApiError::from)?;
-        tracing::debug!(%session, batch = stream.batch_id(), replayed = stream.replayed(), "batch accepted");
+        tracing::debug!(
+            tenant = %principal.tenant,
+            principal = &*principal.name,
+            %session,
+            batch = stream.batch_id(),
+            replayed = stream.replayed(),
+            "batch accepted"
+        );
         let replayed = stream.replayed();
         Ok(Response::new(bounded_events(
             stream,
@@ -102,8 +111,13 @@ impl ToolScheduler for Service {
         &self,
         request: Request<pb::WatchBatchRequest>,
     ) -> Result<Response<EventStream>, Status> {
+        let principal = auth::principal(&request);
         let watch = WatchRequest::try_from(request.into_inner())?;
-        let stream = self.scheduler.watch(watch).await.map_err(ApiError::from)?;
+        let stream = self
+            .scheduler
+            .watch_as(&principal.tenant, watch)
+            .await
+            .map_err(ApiError::from)?;
         Ok(Response::new(bounded_events(
             stream,
             false,
@@ -115,10 +129,11 @@ impl ToolScheduler for Service {
         &self,
         request: Request<pb::ConfirmRequest>,
     ) -> Result<Response<pb::ConfirmResponse>, Status> {
+        let principal = auth::principal(&request);
         let confirm = ConfirmRequest::try_from(request.into_inner())?;
         let confirmed = self
             .scheduler
-            .confirm(confirm)
+            .confirm_as(&principal.tenant, confirm)
             .await
             .map_err(ApiError::from)?;
         Ok(Response::new(confirmed.into()))
@@ -128,10 +143,11 @@ impl ToolScheduler for Service {
         &self,
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelResponse>, Status> {
+        let principal = auth::principal(&request);
         let cancel = CancelRequest::try_from(request.into_inner())?;
         let summary = self
             .scheduler
-            .cancel(cancel)
+            .cancel_as(&principal.tenant, cancel)
             .await
             .map_err(ApiError::from)?;
         Ok(Response::new(summary.into()))
@@ -177,6 +193,10 @@ pub struct ServerOptions {
     /// When set, every ToolScheduler RPC needs `authorization: Bearer <token>`
     /// (health and reflection stay open for probes and grpcurl).
     pub auth_token: Option<String>,
+    /// Static tokens by SHA-256 hash, each of a tenant and principal (see
+    /// [`auth`]); with `auth_token`, every ToolScheduler RPC needs one of
+    /// them.
+    pub auth_tokens: Vec<auth::StaticToken>,
     /// HTTP/2 streams per connection (tonic's default is unlimited).
     pub max_concurrent_streams: u32,
     /// Largest request message, in bytes.
@@ -208,6 +228,7 @@ impl Default for ServerOptions {
     fn default() -> Self {
         Self {
             auth_token: None,
+            auth_tokens: Vec::new(),
             max_concurrent_streams: 1024,
             max_request_bytes: 4 * 1024 * 1024,
             max_event_bytes: bound::DEFAULT_MAX_EVENT_BYTES,
@@ -224,6 +245,8 @@ impl Default for ServerOptions {
 pub enum ServeError {
     #[error("reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    #[error("auth_tokens: {0}")]
+    Auth(#[from] auth::TokenConfigError),
     #[error("transport: {0}")]
     Transport(#[from] tonic::transport::Error),
 }
@@ -253,22 +276,8 @@ pub async fn serve(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
 
-    let token = options.auth_token.clone();
-    let check_auth = move |req: Request<()>| -> Result<Request<()>, Status> {
-        let Some(expected) = &token else {
-            return Ok(req);
-        };
-        let given = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        match given {
-            Some(g) if constant_time_eq(g.as_bytes(), expected.as_bytes()) => Ok(req),
-            Some(_) => Err(ApiError::from(AuthError::Invalid).into()),
-            None => Err(ApiError::from(AuthError::Missing).into()),
-        }
-    };
+    let check_auth = auth::Authenticator::new(options.auth_token.as_deref(), &options.auth_tokens)?
+        .interceptor();
     let service =
         ToolSchedulerServer::new(Service::new(scheduler.clone(), options.max_event_bytes))
             .max_decoding_message_size(options.max_request_bytes);
@@ -377,10 +386,4 @@ fn request_errors_as_client_errors<B>(
         tracing::warn!("could not rewrite a request decoding status");
     }
     response
-}
-
-/// Compares secrets without an early exit that would leak their prefix
-/// through timing.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

@@ -48,6 +48,7 @@ pub use validate::{InvalidBatch, InvalidRequest, Shown};
 
 use crate::policy::{ApprovalMode, PolicyHandle};
 use crate::sandbox::{OutputLimits, SandboxConfig, SharedSandbox};
+use crate::tenant::TenantId;
 use crate::tools::{Registry, SharedRegistry};
 
 /// Limits and timeouts of the scheduler. Every field is a documented limit.
@@ -215,6 +216,64 @@ pub enum CancelError {
     Unavailable,
 }
 
+// === impl for_client: errors name the client's session id ===
+//
+// The hub and the store key a session by `<tenant>/<id>`; what goes back to
+// the client names its own id, so another tenant's session and one that
+// never existed read the same.
+
+fn unkey(session_id: &mut String) {
+    *session_id = TenantId::client_session_id(session_id).to_string();
+}
+
+impl ScheduleError {
+    fn for_client(mut self) -> Self {
+        if let ScheduleError::Store(e) = &mut self {
+            e.for_client();
+        }
+        self
+    }
+}
+
+impl WatchError {
+    fn for_client(mut self) -> Self {
+        if let WatchError::Store(e) = &mut self {
+            e.for_client();
+        }
+        self
+    }
+}
+
+impl ConfirmError {
+    fn for_client(mut self) -> Self {
+        if let ConfirmError::UnknownSession { session_id }
+        | ConfirmError::UnknownCall { session_id, .. } = &mut self
+        {
+            unkey(session_id);
+        }
+        self
+    }
+}
+
+impl CancelError {
+    fn for_client(mut self) -> Self {
+        if let CancelError::UnknownSession { session_id }
+        | CancelError::UnknownBatch { session_id, .. } = &mut self
+        {
+            unkey(session_id);
+        }
+        self
+    }
+}
+
+impl StoreError {
+    fn for_client(&mut self) {
+        if let StoreError::UnknownBatch { session_id, .. } = self {
+            unkey(session_id);
+        }
+    }
+}
+
 /// What every session shares (read-only).
 pub(crate) struct Shared {
     pub config: SchedulerConfig,
@@ -341,8 +400,24 @@ impl Scheduler {
     /// A request id known with the same calls schedules nothing: the stream
     /// reads the original batch's log from the start ([`BatchStream::replayed`]).
     pub async fn schedule(&self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
-        // Validated before anything is claimed in the store.
+        self.schedule_as(&TenantId::default(), request).await
+    }
+
+    /// [`Scheduler::schedule`] in `tenant`'s namespace: its `session_id` is
+    /// a different session from the same id of any other tenant.
+    pub async fn schedule_as(
+        &self,
+        tenant: &TenantId,
+        mut request: BatchRequest,
+    ) -> Result<BatchStream, ScheduleError> {
+        // Validated (on the client's id) before anything is claimed in the
+        // store.
         request.validate()?;
+        request.session_id = tenant.session_key(&request.session_id);
+        self.schedule_key(request).await.map_err(|e| e.for_client())
+    }
+
+    async fn schedule_key(&self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
         let batch_id = uuid::Uuid::new_v4().to_string();
         // Only a request id needs the digest: the hot path hashes nothing.
         let digest = match request.request_id {
@@ -390,7 +465,22 @@ impl Scheduler {
 
     /// Re-attaches to a batch's log after `after_sequence`.
     pub async fn watch(&self, request: WatchRequest) -> Result<BatchStream, WatchError> {
+        self.watch_as(&TenantId::default(), request).await
+    }
+
+    /// [`Scheduler::watch`] in `tenant`'s namespace: another tenant's batch
+    /// is NOT_FOUND exactly as a batch that never existed.
+    pub async fn watch_as(
+        &self,
+        tenant: &TenantId,
+        mut request: WatchRequest,
+    ) -> Result<BatchStream, WatchError> {
         request.validate()?;
+        request.session_id = tenant.session_key(&request.session_id);
+        self.watch_key(request).await.map_err(|e| e.for_client())
+    }
+
+    async fn watch_key(&self, request: WatchRequest) -> Result<BatchStream, WatchError> {
         let log = self
             .store
             .batch(&request.session_id, &request.batch_id)
@@ -430,7 +520,22 @@ impl Scheduler {
 
     /// Answers an approval prompt.
     pub async fn confirm(&self, request: ConfirmRequest) -> Result<Confirmed, ConfirmError> {
+        self.confirm_as(&TenantId::default(), request).await
+    }
+
+    /// [`Scheduler::confirm`] in `tenant`'s namespace: another tenant's
+    /// session or call is NOT_FOUND exactly as one that never existed.
+    pub async fn confirm_as(
+        &self,
+        tenant: &TenantId,
+        mut request: ConfirmRequest,
+    ) -> Result<Confirmed, ConfirmError> {
         request.validate()?;
+        request.session_id = tenant.session_key(&request.session_id);
+        self.confirm_key(request).await.map_err(|e| e.for_client())
+    }
+
+    async fn confirm_key(&self, request: ConfirmRequest) -> Result<Confirmed, ConfirmError> {
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Confirm { request, reply })
@@ -441,7 +546,22 @@ impl Scheduler {
 
     /// Cancels a session's batches (or one of them).
     pub async fn cancel(&self, request: CancelRequest) -> Result<CancelSummary, CancelError> {
+        self.cancel_as(&TenantId::default(), request).await
+    }
+
+    /// [`Scheduler::cancel`] in `tenant`'s namespace: another tenant's
+    /// session or batch is NOT_FOUND exactly as one that never existed.
+    pub async fn cancel_as(
+        &self,
+        tenant: &TenantId,
+        mut request: CancelRequest,
+    ) -> Result<CancelSummary, CancelError> {
         request.validate()?;
+        request.session_id = tenant.session_key(&request.session_id);
+        self.cancel_key(request).await.map_err(|e| e.for_client())
+    }
+
+    async fn cancel_key(&self, request: CancelRequest) -> Result<CancelSummary, CancelError> {
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Cancel { request, reply })
