@@ -232,6 +232,9 @@ impl BatchTrace {
         let Some(tracer) = TRACER.get() else {
             return Self(None);
         };
+        // The scheduler keys sessions `<tenant>/<id>`; the span names the
+        // client's id.
+        let session_id = crate::tenant::TenantId::client_session_id(session_id);
         let span = tracer
             .span_builder("batch")
             .with_kind(SpanKind::Internal)

@@ -164,13 +164,11 @@ async fn another_tenants_session_behaves_as_if_it_did_not_exist() {
     let foreign = client
         .watch_batch(with_token(A, watch("b-only", &b2_batch)))
         .await
-        .err()
-        .expect("A cannot watch B's batch");
+        .expect_err("A cannot watch B's batch");
     let never = client
         .watch_batch(with_token(A, watch("b-only", "no-such-batch")))
         .await
-        .err()
-        .expect("no such batch");
+        .expect_err("no such batch");
     assert_eq!(foreign.code(), tonic::Code::NotFound);
     assert_eq!(
         foreign.message(),
@@ -223,8 +221,7 @@ async fn a_missing_or_unknown_token_is_unauthenticated_without_echoing_it() {
     let err = client
         .schedule_calls(request("main", vec![write("w1", "a.txt")]))
         .await
-        .err()
-        .expect("no token");
+        .expect_err("no token");
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
     assert_eq!(
         err.message(),
@@ -236,8 +233,7 @@ async fn a_missing_or_unknown_token_is_unauthenticated_without_echoing_it() {
             request("main", vec![write("w1", "a.txt")]),
         ))
         .await
-        .err()
-        .expect("unknown token");
+        .expect_err("unknown token");
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
     assert_eq!(err.message(), "invalid bearer token");
     // The hash of a token is not a token.
@@ -247,8 +243,7 @@ async fn a_missing_or_unknown_token_is_unauthenticated_without_echoing_it() {
             request("main", vec![write("w1", "a.txt")]),
         ))
         .await
-        .err()
-        .expect("a hash is no credential");
+        .expect_err("a hash is no credential");
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
     assert!(!server.path("a.txt").exists());
 }
