@@ -130,15 +130,14 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
                 )));
             }
         };
-        let request = BatchRequest {
+        // Checked by the scheduler's one gate (`BatchRequest::validate`).
+        Ok(BatchRequest {
             session_id: r.session_id,
             calls,
             approval_mode,
             interactive: r.interactive.unwrap_or(true),
             sandbox_level,
-        };
-        request.validate().map_err(ApiError::InvalidArgument)?;
-        Ok(request)
+        })
     }
 }
 
@@ -172,22 +171,15 @@ fn outcome_to_pb(o: ConfirmationOutcome) -> pb::ConfirmationOutcome {
     }
 }
 
-fn required(field: &str, value: String) -> Result<String, ApiError> {
-    if value.is_empty() {
-        Err(ApiError::InvalidArgument(format!("{field} is empty")))
-    } else {
-        Ok(value)
-    }
-}
-
 impl TryFrom<pb::ConfirmRequest> for ConfirmRequest {
     type Error = ApiError;
 
     fn try_from(r: pb::ConfirmRequest) -> Result<Self, ApiError> {
         Ok(ConfirmRequest {
-            session_id: required("session_id", r.session_id)?,
-            call_id: required("call_id", r.call_id)?,
-            correlation_id: required("correlation_id", r.correlation_id)?,
+            // Presence and lengths: `ConfirmRequest::validate`.
+            session_id: r.session_id,
+            call_id: r.call_id,
+            correlation_id: r.correlation_id,
             outcome: outcome(r.outcome)?,
             new_content: r.new_content,
         })
@@ -199,7 +191,8 @@ impl TryFrom<pb::CancelRequest> for CancelRequest {
 
     fn try_from(r: pb::CancelRequest) -> Result<Self, ApiError> {
         Ok(CancelRequest {
-            session_id: required("session_id", r.session_id)?,
+            // Presence and lengths: `CancelRequest::validate`.
+            session_id: r.session_id,
             batch_id: r.batch_id.filter(|b| !b.is_empty()),
             reason: r.reason,
         })
@@ -362,7 +355,7 @@ fn executing(p: Option<Progress>) -> pb::Executing {
             percent,
             message,
         }) => {
-            e.progress = Some(progress);
+            e.progress = progress;
             e.total = total;
             e.percent = percent;
             e.message = message;

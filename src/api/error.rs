@@ -10,6 +10,8 @@ pub enum ApiError {
     #[error("{0}")]
     InvalidArgument(String),
     #[error(transparent)]
+    Unauthenticated(#[from] AuthError),
+    #[error(transparent)]
     Schedule(#[from] ScheduleError),
     #[error(transparent)]
     Confirm(#[from] ConfirmError),
@@ -17,11 +19,22 @@ pub enum ApiError {
     Cancel(#[from] CancelError),
 }
 
+/// Why a request carries no valid credentials (UNAUTHENTICATED). What was
+/// sent is never repeated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("missing 'authorization: Bearer <token>' metadata")]
+    Missing,
+    #[error("invalid bearer token")]
+    Invalid,
+}
+
 impl From<ApiError> for Status {
     fn from(e: ApiError) -> Self {
         let message = e.to_string();
         match e {
             ApiError::InvalidArgument(_) => Status::invalid_argument(message),
+            ApiError::Unauthenticated(_) => Status::unauthenticated(message),
             ApiError::Schedule(s) => match s {
                 ScheduleError::Invalid(_) => Status::invalid_argument(message),
                 ScheduleError::TooManyCalls { .. } | ScheduleError::TooManySessions { .. } => {
@@ -31,6 +44,7 @@ impl From<ApiError> for Status {
                 ScheduleError::SandboxLevelNotAllowed { .. } => Status::permission_denied(message),
             },
             ApiError::Confirm(c) => match c {
+                ConfirmError::Invalid(_) => Status::invalid_argument(message),
                 ConfirmError::UnknownSession { .. } | ConfirmError::UnknownCall { .. } => {
                     Status::not_found(message)
                 }
@@ -43,6 +57,7 @@ impl From<ApiError> for Status {
                 ConfirmError::Unavailable => Status::unavailable(message),
             },
             ApiError::Cancel(c) => match c {
+                CancelError::Invalid(_) => Status::invalid_argument(message),
                 CancelError::UnknownSession { .. } | CancelError::UnknownBatch { .. } => {
                     Status::not_found(message)
                 }

@@ -182,7 +182,7 @@ mod tests {
         update(
             call,
             StateUpdate::Executing(Some(Progress::Report {
-                progress: n,
+                progress: Some(n),
                 total: Some(1e6),
                 percent: None,
                 message: format!("at {n}"),
@@ -233,7 +233,7 @@ mod tests {
                         call_id,
                         update: StateUpdate::Executing(Some(Progress::Report { progress, .. })),
                         ..
-                    } if call_id == call => Some(*progress),
+                    } if call_id == call => *progress,
                     _ => None,
                 })
                 .collect();

@@ -4,8 +4,8 @@
 //! Schedule / Confirm / Cancel to it, retires it when it reports idleness
 //! on its own [`IdleReport`] channel) and [`BatchStream`] (a batch's events
 //! as read by one client; dropping it cancels the batch). Not here: what a
-//! session does with a command (`session.rs`), batch validation rules
-//! (`events.rs`).
+//! session does with a command (`session.rs`), request validation
+//! (`validate.rs`, run by the `Scheduler` handle before a command is sent).
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -59,6 +59,24 @@ struct SessionEntry {
     token: CancellationToken,
     /// Commands sent to the session; compared with what it processed.
     forwarded: u64,
+    /// When the hub last sent it a command: the oldest idle session is
+    /// evicted first when `max_sessions` is reached.
+    last_used: tokio::time::Instant,
+    /// One clone per open [`BatchStream`] of the session: a session with
+    /// more than this one is busy and never evicted.
+    streams: Arc<()>,
+}
+
+impl SessionEntry {
+    fn idle(&self) -> bool {
+        Arc::strong_count(&self.streams) == 1
+    }
+
+    /// Counts a command sent to the session.
+    fn sent(&mut self) {
+        self.forwarded += 1;
+        self.last_used = tokio::time::Instant::now();
+    }
 }
 
 /// Owns the map of sessions.
@@ -115,7 +133,7 @@ impl Hub {
                     }));
                     return;
                 };
-                entry.forwarded += 1;
+                entry.sent();
                 let _ = entry.tx.send(SessionCommand::Confirm { request, reply });
             }
             HubCommand::Cancel { request, reply } => {
@@ -125,20 +143,21 @@ impl Hub {
                     }));
                     return;
                 };
-                entry.forwarded += 1;
+                entry.sent();
                 let _ = entry.tx.send(SessionCommand::Cancel { request, reply });
             }
             HubCommand::StopAccepting => self.accepting = false,
         }
     }
 
-    /// Retires an idle session, only when no command is in flight to it;
-    /// the session drains and exits when its sender is dropped.
+    /// Retires an idle session, only when no command is in flight to it
+    /// and no stream of it is open; the session drains and exits when its
+    /// sender is dropped.
     fn idle(&mut self, report: IdleReport) {
         if self
             .sessions
             .get(&report.session_id)
-            .is_some_and(|e| e.forwarded == report.processed)
+            .is_some_and(|e| e.forwarded == report.processed && e.idle())
         {
             self.sessions.remove(&report.session_id);
             self.shared.metrics.sessions.dec();
@@ -146,13 +165,12 @@ impl Hub {
     }
 
     fn schedule(&mut self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
-        request.validate().map_err(ScheduleError::Invalid)?;
         if let Some(requested) = request.sandbox_level
             && !self.shared.sandboxes.contains_key(&requested)
         {
             return Err(ScheduleError::SandboxLevelNotAllowed {
                 requested,
-                server: self.shared.config.sandbox.config.level,
+                server: self.shared.config.sandbox.level,
             });
         }
         if !self.accepting || self.shared.shutdown.is_cancelled() {
@@ -167,7 +185,7 @@ impl Hub {
         }
         if !self.sessions.contains_key(&request.session_id) {
             let limit = self.shared.config.max_sessions;
-            if self.sessions.len() >= limit {
+            if self.sessions.len() >= limit && !self.evict_oldest_idle() {
                 return Err(ScheduleError::TooManySessions { limit });
             }
             let (tx, rx) = mpsc::unbounded_channel();
@@ -189,6 +207,8 @@ impl Hub {
                     link,
                     token,
                     forwarded: 0,
+                    last_used: tokio::time::Instant::now(),
+                    streams: Arc::new(()),
                 },
             );
         }
@@ -199,7 +219,7 @@ impl Hub {
         let batch_id = uuid::Uuid::new_v4().to_string();
         let token = entry.token.child_token();
         let (events, reader) = feed::feed();
-        entry.forwarded += 1;
+        entry.sent();
         self.shared.metrics.batch_accepted();
         entry
             .tx
@@ -218,7 +238,29 @@ impl Hub {
             session: entry.link.clone(),
             ended: false,
             _open: OpenStream(self.open_streams.clone()),
+            _session_open: entry.streams.clone(),
         })
+    }
+
+    /// At `max_sessions`: forgets the idle session (no open stream) the hub
+    /// used least recently, as its idle TTL would; false when every session
+    /// is busy. One scan of the map, only when the cap is reached.
+    fn evict_oldest_idle(&mut self) -> bool {
+        let Some(oldest) = self
+            .sessions
+            .iter()
+            .filter(|(_, e)| e.idle())
+            .min_by_key(|(_, e)| e.last_used)
+            .map(|(id, _)| id.clone())
+        else {
+            return false;
+        };
+        // The session drains what was already sent to it and exits when
+        // its sender is dropped.
+        self.sessions.remove(&oldest);
+        self.shared.metrics.sessions.dec();
+        tracing::debug!(session = %oldest, "max_sessions reached: evicted the least recently used idle session");
+        true
     }
 }
 
@@ -247,6 +289,9 @@ pub struct BatchStream {
     /// The last event (`Completed`) was read.
     ended: bool,
     _open: OpenStream,
+    /// Marks the session busy while the stream is open (see
+    /// `Hub::evict_oldest_idle`).
+    _session_open: Arc<()>,
 }
 
 impl Drop for BatchStream {

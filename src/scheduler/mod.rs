@@ -23,6 +23,7 @@ mod feed;
 mod hub;
 pub mod metrics;
 mod session;
+pub mod validate;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,9 +38,10 @@ pub use events::{
 pub use hub::BatchStream;
 use hub::{Hub, HubCommand};
 pub use metrics::Metrics;
+pub use validate::{InvalidBatch, InvalidRequest, Shown};
 
 use crate::policy::{ApprovalMode, PolicyHandle};
-use crate::sandbox::{OutputLimits, Sandbox, SharedSandbox};
+use crate::sandbox::{OutputLimits, SandboxConfig, SharedSandbox};
 use crate::tools::{Registry, SharedRegistry};
 
 /// Limits and timeouts of the scheduler. Every field is a documented limit.
@@ -56,13 +58,16 @@ pub struct SchedulerConfig {
     pub output: OutputLimits,
     /// Calls in one batch; more is RESOURCE_EXHAUSTED.
     pub max_calls_per_batch: usize,
-    /// Live sessions; a new one beyond this is RESOURCE_EXHAUSTED.
+    /// Live sessions. A new one at the cap evicts the least recently used
+    /// idle session (no open stream); when every session is busy it is
+    /// RESOURCE_EXHAUSTED.
     pub max_sessions: usize,
     /// A session with nothing to do is forgotten (rules, mode, topic) after
     /// this.
     pub session_idle_ttl: Duration,
-    /// The sandbox commands run in (level, limits, what the kernel enforces).
-    pub sandbox: SharedSandbox,
+    /// The sandbox commands run in (level, limits); what the kernel
+    /// enforces of it is probed once, by `crate::build_scheduler`.
+    pub sandbox: SandboxConfig,
     /// All file I/O of tools on the blocking pool, small reads included
     /// (a workspace on a network filesystem); see
     /// [`crate::sandbox::Workspace::with_blocking_io`].
@@ -77,9 +82,10 @@ impl Default for SchedulerConfig {
             execution_timeout: Duration::from_secs(300),
             output: OutputLimits::default(),
             max_calls_per_batch: 128,
-            max_sessions: 100_000,
-            session_idle_ttl: Duration::from_secs(3600),
-            sandbox: Arc::new(Sandbox::default()),
+            // About 15 KB each when idle: ~150 MB at the cap.
+            max_sessions: 10_000,
+            session_idle_ttl: Duration::from_secs(1800),
+            sandbox: SandboxConfig::default(),
             blocking_file_io: false,
         }
     }
@@ -89,10 +95,12 @@ impl Default for SchedulerConfig {
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ScheduleError {
     #[error("invalid batch: {0}")]
-    Invalid(String),
+    Invalid(#[from] InvalidBatch),
     #[error("batch has {got} calls; the limit is max_calls_per_batch = {limit}")]
     TooManyCalls { got: usize, limit: usize },
-    #[error("{limit} sessions are live; the limit is max_sessions = {limit}")]
+    #[error(
+        "{limit} sessions are live, each with an open batch stream; the limit is max_sessions = {limit}"
+    )]
     TooManySessions { limit: usize },
     #[error("the server is shutting down and accepts no new batches")]
     ShuttingDown,
@@ -108,17 +116,20 @@ pub enum ScheduleError {
 /// Why a Confirm was refused. Nothing changed.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ConfirmError {
-    #[error("no session '{session_id}'")]
+    #[error("invalid Confirm: {0}")]
+    Invalid(#[from] InvalidRequest),
+    #[error("no session '{}'", Shown(session_id))]
     UnknownSession { session_id: String },
-    #[error("no call '{call_id}' in session '{session_id}'")]
+    #[error("no call '{}' in session '{}'", Shown(call_id), Shown(session_id))]
     UnknownCall { session_id: String, call_id: String },
-    #[error("call '{call_id}' is not awaiting approval")]
+    #[error("call '{}' is not awaiting approval", Shown(call_id))]
     NotAwaitingApproval { call_id: String },
     /// The call's batch has completed; its prompt (if it had one) can no
     /// longer be answered. Remembered for the session's last
     /// `RECENT_ENDED_CALLS` calls; older ids are [`ConfirmError::UnknownCall`].
     #[error(
-        "call '{call_id}' already ended ({state}) and its batch has completed; there is no prompt to answer"
+        "call '{}' already ended ({state}) and its batch has completed; there is no prompt to answer",
+        Shown(call_id)
     )]
     AlreadyEnded {
         call_id: String,
@@ -127,7 +138,9 @@ pub enum ConfirmError {
     /// The current prompt's id is deliberately not named: knowing it would
     /// let an answer to an old prompt approve the new one.
     #[error(
-        "correlation id '{given}' is not the current prompt of call '{call_id}' (the prompt was replaced or answered); answer the latest AwaitingApproval event"
+        "correlation id '{}' is not the current prompt of call '{}' (the prompt was replaced or answered); answer the latest AwaitingApproval event",
+        Shown(given),
+        Shown(call_id)
     )]
     StaleCorrelation { call_id: String, given: String },
     #[error(
@@ -150,9 +163,15 @@ pub enum ConfirmError {
 /// Why a Cancel was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum CancelError {
-    #[error("no session '{session_id}'")]
+    #[error("invalid Cancel: {0}")]
+    Invalid(#[from] InvalidRequest),
+    #[error("no session '{}'", Shown(session_id))]
     UnknownSession { session_id: String },
-    #[error("no batch '{batch_id}' running or queued in session '{session_id}'")]
+    #[error(
+        "no batch '{}' running or queued in session '{}'",
+        Shown(batch_id),
+        Shown(session_id)
+    )]
     UnknownBatch {
         session_id: String,
         batch_id: String,
@@ -171,6 +190,9 @@ pub(crate) struct Shared {
     /// Cancelled at server shutdown: every batch is cancelled with it.
     pub shutdown: CancellationToken,
     pub metrics: Arc<Metrics>,
+    /// The server's sandbox (its level is the most permissive a session may
+    /// choose).
+    pub sandbox: SharedSandbox,
     /// The sandbox of each level a session may choose.
     pub sandboxes: std::collections::BTreeMap<crate::sandbox::SandboxLevel, SharedSandbox>,
 }
@@ -191,11 +213,14 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Starts the hub. `shutdown` cancels every session, batch and call.
-    /// `registry` is an `Arc<Registry>` or a [`SharedRegistry`] that MCP
-    /// servers update.
+    /// Starts the hub. `sandbox` is `config.sandbox` probed (see
+    /// [`crate::sandbox::Sandbox::new`]); the other levels a session may
+    /// choose reuse that probe. `shutdown` cancels every session, batch and
+    /// call. `registry` is an `Arc<Registry>` or a [`SharedRegistry`] that
+    /// MCP servers update.
     pub fn start(
         config: SchedulerConfig,
+        sandbox: SharedSandbox,
         registry: impl Into<SharedRegistry>,
         policy: PolicyHandle,
         shutdown: CancellationToken,
@@ -204,9 +229,8 @@ impl Scheduler {
         let registry = registry.into();
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
-        let sandbox = config.sandbox.clone();
         // The levels a session may switch to: those at most as permissive as
-        // the server's, each probed once here.
+        // the server's, each judged from the one probe of the kernel.
         let sandboxes = crate::sandbox::SandboxLevel::ALL
             .into_iter()
             .filter(|l| l.at_most(sandbox.config.level))
@@ -220,6 +244,7 @@ impl Scheduler {
             })
             .collect();
         let shared = Arc::new(Shared {
+            sandbox: sandbox.clone(),
             sandboxes,
             config,
             registry: registry.clone(),
@@ -271,6 +296,7 @@ impl Scheduler {
     /// Accepts a batch. The stream starts with `Accepted` and ends after
     /// `Completed`; dropping it cancels the batch.
     pub async fn schedule(&self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
+        request.validate()?;
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Schedule { request, reply })
@@ -281,6 +307,7 @@ impl Scheduler {
 
     /// Answers an approval prompt.
     pub async fn confirm(&self, request: ConfirmRequest) -> Result<(), ConfirmError> {
+        request.validate()?;
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Confirm { request, reply })
@@ -291,6 +318,7 @@ impl Scheduler {
 
     /// Cancels a session's batches (or one of them).
     pub async fn cancel(&self, request: CancelRequest) -> Result<CancelSummary, CancelError> {
+        request.validate()?;
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Cancel { request, reply })
