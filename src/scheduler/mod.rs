@@ -65,7 +65,8 @@ pub struct SchedulerConfig {
     /// Calls in one batch; more is RESOURCE_EXHAUSTED.
     pub max_calls_per_batch: usize,
     /// Live sessions. A new one at the cap evicts the least recently used
-    /// idle session (no open stream); when every session is busy it is
+    /// idle session (no open stream, no batch queued or running); when
+    /// every session is busy it is
     /// RESOURCE_EXHAUSTED.
     pub max_sessions: usize,
     /// A session with nothing to do is forgotten (rules, mode, topic) after
