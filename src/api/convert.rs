@@ -381,7 +381,7 @@ fn executing(p: Option<Progress>) -> pb::Executing {
             percent,
             message,
         }) => {
-            e.progress = Some(progress);
+            e.progress = progress;
             e.total = total;
             e.percent = percent;
             e.message = message;

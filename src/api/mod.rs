@@ -51,28 +51,6 @@ impl Service {
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::ScheduleCallsResponse, Status>> + Send>>;
 
-/// A batch's logged events as sent: each cut to fit `max_event_bytes` (see
-/// [`bound`]).
-fn bounded_events(
-    stream: crate::scheduler::BatchStream,
-    replayed: bool,
-    max_event_bytes: usize,
-) -> EventStream {
-    Box::pin(stream.map(move |entry| {
-        let mut message = convert::entry_to_pb(&entry, replayed);
-        let omitted = bound::fit(&mut message, max_event_bytes);
-        if omitted > 0 {
-            tracing::debug!(
-                sequence = entry.sequence,
-                omitted,
-                max_event_bytes,
-                "event cut to fit max_event_bytes"
-            );
-        }
-        Ok(message)
-    }))
-}
-
 #[tonic::async_trait]
 impl ToolScheduler for Service {
     type ScheduleCallsStream = EventStream;
@@ -98,11 +76,9 @@ impl ToolScheduler for Service {
             "batch accepted"
         );
         let replayed = stream.replayed();
-        Ok(Response::new(bounded_events(
-            stream,
-            replayed,
-            self.max_event_bytes,
-        )))
+        let max_event_bytes = self.max_event_bytes;
+        let events = stream.map(move |entry| Ok(wire_event(&entry, replayed, max_event_bytes)));
+        Ok(Response::new(Box::pin(events)))
     }
 
     type WatchBatchStream = EventStream;
@@ -118,11 +94,9 @@ impl ToolScheduler for Service {
             .watch_as(&principal.tenant, watch)
             .await
             .map_err(ApiError::from)?;
-        Ok(Response::new(bounded_events(
-            stream,
-            false,
-            self.max_event_bytes,
-        )))
+        let max_event_bytes = self.max_event_bytes;
+        let events = stream.map(move |entry| Ok(wire_event(&entry, false, max_event_bytes)));
+        Ok(Response::new(Box::pin(events)))
     }
 
     async fn confirm(
@@ -181,6 +155,25 @@ impl ToolScheduler for Service {
                 .collect(),
         }))
     }
+}
+
+/// A logged event as a stream message, cut to `max_event_bytes`.
+fn wire_event(
+    entry: &crate::store::Entry<crate::scheduler::BatchEvent>,
+    replayed: bool,
+    max_event_bytes: usize,
+) -> pb::ScheduleCallsResponse {
+    let mut message = convert::entry_to_pb(entry, replayed);
+    let omitted = bound::fit(&mut message, max_event_bytes);
+    if omitted > 0 {
+        tracing::debug!(
+            sequence = entry.sequence,
+            omitted,
+            max_event_bytes,
+            "event cut to fit max_event_bytes"
+        );
+    }
+    message
 }
 
 /// TCP keepalive on accepted connections: finds clients that vanished

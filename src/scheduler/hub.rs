@@ -5,8 +5,9 @@
 //! on its own [`IdleReport`] channel, hands out readers of a batch's log)
 //! and [`BatchStream`] (a batch's log as read by one client; the last one
 //! going away detaches the batch). Not here: what a session does with a
-//! command (`session.rs`), batch validation rules (`events.rs`), the log
-//! and its retention (`crate::store`).
+//! command (`session.rs`), request validation (`validate.rs`, run by the
+//! `Scheduler` handle before a command is sent), the log and its retention
+//! (`crate::store`).
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -85,6 +86,12 @@ impl SessionEntry {
     fn idle(&self) -> bool {
         Arc::strong_count(&self.streams) == 1
     }
+
+    /// Counts a command sent to the session.
+    fn sent(&mut self) {
+        self.forwarded += 1;
+        self.last_used = tokio::time::Instant::now();
+    }
 }
 
 /// Owns the map of sessions.
@@ -156,8 +163,7 @@ impl Hub {
                     }));
                     return;
                 };
-                entry.forwarded += 1;
-                entry.last_used = tokio::time::Instant::now();
+                entry.sent();
                 let _ = entry.tx.send(SessionCommand::Confirm { request, reply });
             }
             HubCommand::Cancel { request, reply } => {
@@ -167,16 +173,16 @@ impl Hub {
                     }));
                     return;
                 };
-                entry.forwarded += 1;
-                entry.last_used = tokio::time::Instant::now();
+                entry.sent();
                 let _ = entry.tx.send(SessionCommand::Cancel { request, reply });
             }
             HubCommand::StopAccepting => self.accepting = false,
         }
     }
 
-    /// Retires an idle session, only when no command is in flight to it;
-    /// the session drains and exits when its sender is dropped.
+    /// Retires an idle session, only when no command is in flight to it
+    /// and no stream of it is open; the session drains and exits when its
+    /// sender is dropped.
     fn idle(&mut self, report: IdleReport) {
         if self
             .sessions
@@ -203,8 +209,8 @@ impl Hub {
             after: e.after,
             last: e.last,
         })?;
-        self.open_streams.send_modify(|n| *n += 1);
         let entry = self.sessions.get(session_id);
+        self.open_streams.send_modify(|n| *n += 1);
         Ok(BatchStream {
             batch_id,
             reader,
@@ -288,15 +294,17 @@ impl Hub {
             .log()
             .reader(0)
             .map_err(|_| ScheduleError::ShuttingDown)?;
-        entry.forwarded += 1;
-        entry.last_used = tokio::time::Instant::now();
+        // The batch keeps its session busy until it completes, streams or
+        // not: a detached batch in its grace is not evicted.
+        let events = EventSink::new(writer, entry.streams.clone());
+        entry.sent();
         self.shared.metrics.batch_accepted();
         entry
             .tx
             .send(SessionCommand::Schedule {
                 batch_id: batch_id.clone(),
                 request,
-                events: EventSink::new(writer),
+                events,
                 token,
             })
             .map_err(|_| ScheduleError::ShuttingDown)?;
@@ -310,9 +318,7 @@ impl Hub {
             _session_open: Some(entry.streams.clone()),
         })
     }
-}
 
-impl Hub {
     /// At `max_sessions`: forgets the idle session (no open stream) the hub
     /// used least recently, as its idle TTL would; false when every session
     /// is busy. One scan of the map, only when the cap is reached.

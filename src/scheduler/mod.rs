@@ -8,8 +8,8 @@
 //! session performs (executions in [`exec`]). Handlers send commands and
 //! read a [`BatchStream`] of a batch's logged events ([`feed`] writes the
 //! log of [`crate::store`]; [`resume`] is what lets a batch outlive its
-//! stream). Cancellation is a `CancellationToken` tree: server → session →
-//! batch → call.
+//! stream). Cancellation is
+//! a `CancellationToken` tree: server → session → batch → call.
 //!
 //! Layering: imports `store`, `policy`, `tools`, `sandbox`; never `api`.
 //!
@@ -42,9 +42,9 @@ pub use hub::BatchStream;
 use hub::{Hub, HubCommand};
 pub use metrics::Metrics;
 pub use resume::{Confirmed, WatchError, WatchRequest};
+pub use validate::{InvalidBatch, InvalidRequest, Shown};
 
 use crate::store::{BatchLog, Begun, NewBatch, SharedStore, StoreError};
-pub use validate::{InvalidBatch, InvalidRequest, Shown};
 
 use crate::policy::{ApprovalMode, PolicyHandle};
 use crate::sandbox::{OutputLimits, SandboxConfig, SharedSandbox};
@@ -66,7 +66,8 @@ pub struct SchedulerConfig {
     /// Calls in one batch; more is RESOURCE_EXHAUSTED.
     pub max_calls_per_batch: usize,
     /// Live sessions. A new one at the cap evicts the least recently used
-    /// idle session (no open stream); when every session is busy it is
+    /// idle session (no open stream, no batch queued or running); when
+    /// every session is busy it is
     /// RESOURCE_EXHAUSTED.
     pub max_sessions: usize,
     /// A session with nothing to do is forgotten (rules, mode, topic) after
@@ -184,7 +185,8 @@ pub enum ConfirmError {
     InvalidNewContent { message: String },
     /// The first answer to a prompt wins; this one differs from it.
     #[error(
-        "the prompt of call '{call_id}' was already answered with {winner}{}; the first answer wins and this different one changed nothing",
+        "the prompt of call '{}' was already answered with {winner}{}; the first answer wins and this different one changed nothing",
+        Shown(call_id),
         if *with_content { " (with new_content)" } else { "" }
     )]
     AnsweredDifferently {
@@ -458,6 +460,7 @@ impl Scheduler {
             Err(_) => Err(ScheduleError::ShuttingDown),
         };
         if result.is_err() {
+            // Refused after the claim: the request id is free again.
             self.store.abandon_batch(&session_id, &batch_id);
         }
         result

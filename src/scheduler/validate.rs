@@ -63,6 +63,8 @@ pub enum InvalidBatch {
         len: usize,
         limit: usize,
     },
+    #[error("request_id is {len} bytes; at most {limit}")]
+    RequestIdTooLong { len: usize, limit: usize },
     #[error(
         "calls[{index}].id '{}' is a duplicate of calls[{first}].id; call ids must be unique within a batch",
         Shown(id)

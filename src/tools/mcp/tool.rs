@@ -359,8 +359,7 @@ impl Merged {
             self.message = Some(message);
         }
         Progress::Report {
-            // A non-finite first value reports 0 (nothing known yet).
-            progress: self.progress.unwrap_or_default(),
+            progress: self.progress,
             total: self.total,
             percent: percent(self.progress, self.total),
             message: self.message.clone().unwrap_or_default(),
@@ -551,17 +550,14 @@ mod tests {
             note(f64::INFINITY, Some(-1.0)),
         ]
         .into_iter()
-        .map(|p| {
-            let Progress::Report {
+        .map(|p| match m.merge(p) {
+            Progress::Report {
                 progress,
                 total,
                 percent,
                 ..
-            } = m.merge(p)
-            else {
-                panic!("a report");
-            };
-            (Some(progress), total, percent)
+            } => (progress, total, percent),
+            other => panic!("a report: {other:?}"),
         })
         .collect();
         assert_eq!(
