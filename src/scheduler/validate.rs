@@ -12,7 +12,6 @@
 //! the request size limit bound them).
 
 use super::events::{BatchRequest, CancelRequest, ConfirmRequest};
-use super::resume::WatchRequest;
 
 /// Longest accepted session id, in bytes: it keys the session map and is in
 /// every log line and error about the session.
@@ -47,8 +46,6 @@ pub enum InvalidBatch {
     SessionIdTooLong { len: usize, limit: usize },
     #[error("calls is empty; send at least one function call")]
     NoCalls,
-    #[error("request_id is {len} bytes; at most {limit}")]
-    RequestIdTooLong { len: usize, limit: usize },
     #[error("calls[{index}].id is empty; every call needs an id")]
     EmptyCallId { index: usize },
     #[error("calls[{index}].id is {len} bytes; at most {limit}")]
@@ -190,13 +187,5 @@ impl CancelRequest {
             bounded("batch_id", batch_id, MAX_BATCH_ID_BYTES)?;
         }
         bounded("reason", &self.reason, MAX_CANCEL_REASON_BYTES)
-    }
-}
-
-impl WatchRequest {
-    /// The session and batch ids present and within their limits.
-    pub fn validate(&self) -> Result<(), InvalidRequest> {
-        required("session_id", &self.session_id, MAX_SESSION_ID_BYTES)?;
-        required("batch_id", &self.batch_id, MAX_BATCH_ID_BYTES)
     }
 }
