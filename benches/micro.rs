@@ -8,10 +8,10 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use toolsched::policy::shell::analyze;
 use toolsched::policy::{ApprovalMode, Policy, PolicyInput, SessionRules};
 use toolsched::sandbox::Workspace;
 use toolsched::scheduler::{BatchEvent, BatchRequest, CallRequest, SchedulerConfig};
+use toolsched::shell::analyze;
 use toolsched::tools::Registry;
 
 fn policy(c: &mut Criterion) {

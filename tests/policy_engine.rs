@@ -35,11 +35,9 @@ fn policy(toml: &str) -> Policy {
 }
 
 fn shell_subject(command: &str) -> Subject {
-    let a = toolsched::policy::shell::analyze(command);
     Subject::Shell {
         command: command.into(),
-        root_commands: a.root_commands(),
-        redirects: a.redirects(),
+        analysis: std::sync::Arc::new(toolsched::shell::analyze(command)),
         dir_path: ".".into(),
     }
 }

@@ -17,8 +17,9 @@
 use std::sync::Arc;
 
 use super::ApprovalMode;
-use super::rules::{BuiltinMatch, NameMatch, Rule, RuleDecision, RuleOrigin, SHELL_TOOL, Tier};
-use super::shell::Segment;
+use super::rules::{BuiltinMatch, NameMatch, Rule, RuleDecision, RuleOrigin, Tier};
+use crate::shell::Segment;
+use crate::tools::SHELL_TOOL_NAME;
 
 /// How built-in rules are named in messages.
 pub const BUILTIN_FILE: &str = "<built-in>";
@@ -83,7 +84,7 @@ pub fn builtin_rules() -> Vec<Rule> {
             50,
             RuleDecision::Allow,
             Some(vec![M::Default, M::AutoEdit]),
-            vec![NameMatch::Exact(SHELL_TOOL.into())],
+            vec![NameMatch::Exact(SHELL_TOOL_NAME.into())],
             Some(BuiltinMatch::ReadOnlyShell),
             None,
         ),

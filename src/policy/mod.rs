@@ -5,7 +5,7 @@
 //! approval mode and whether a person can answer.
 //!
 //! A shell command is decided per simple command ("segment", found by
-//! [`shell::analyze`] with a real bash parser) and the strictest decision
+//! [`crate::shell::analyze`] with a real bash parser) and the strictest decision
 //! wins, so an allow rule for `ls` never lets `ls && rm -rf ~` through. Every
 //! decision names the rule that made it and, for the shell, the segment.
 //!
@@ -18,7 +18,6 @@
 pub mod defaults;
 pub mod reload;
 pub mod rules;
-pub mod shell;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -27,9 +26,9 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::shell::{self, Segment, ShellAnalysis};
 use crate::tools::{Args, Declaration, Subject};
 use rules::{MatchInput, Rule, RuleDecision, Tier};
-use shell::{Segment, ShellAnalysis};
 
 pub use reload::{ReloadStatus, watch_file};
 pub use rules::{PolicyError, load_file, parse_rules};
@@ -155,8 +154,8 @@ impl SessionRules {
     /// Records "always allow" for what `subject` does with `tool`.
     pub fn allow_always(&mut self, tool: &str, subject: &Subject, scope: AlwaysScope) {
         match (subject, scope) {
-            (Subject::Shell { root_commands, .. }, _) => {
-                for root in root_commands.iter().flatten() {
+            (Subject::Shell { analysis, .. }, _) => {
+                for root in analysis.root_commands().iter().flatten() {
                     if can_always_allow(root) {
                         self.shell_roots.insert(root.clone());
                     }
@@ -294,11 +293,8 @@ impl Policy {
         let args_text = rules::serialize_args(input.args);
         let verdict = match input.subject {
             Subject::Shell {
-                command, dir_path, ..
-            } => {
-                let analysis = shell::analyze(command);
-                self.shell_verdict(&input, &analysis, dir_path, workspace)
-            }
+                analysis, dir_path, ..
+            } => self.shell_verdict(&input, analysis, dir_path, workspace),
             _ => self.call_verdict(&input, &args_text),
         };
         into_decision(verdict, input.decl)

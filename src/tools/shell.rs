@@ -11,8 +11,8 @@ use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation,
     Progress, Subject, Tool, ToolError, ToolKind, ToolOutcome, opt_str_arg, opt_u64_arg, str_arg,
 };
-use crate::policy::shell::analyze;
 use crate::sandbox::{ProcessOutcome, ProcessSpec, Workspace, process::ProcessEvent, run_process};
+use crate::shell::{ShellAnalysis, analyze};
 
 /// The tool's wire name.
 pub const SHELL_TOOL_NAME: &str = "run_shell_command";
@@ -69,7 +69,10 @@ impl Tool for ShellTool {
                 "argument 'dir_path': {dir_given} is not an existing directory"
             )));
         }
+        // Parsed once here; the policy and the prompt read this analysis.
+        let analysis = Arc::new(analyze(&command));
         Ok(Arc::new(ShellInvocation {
+            analysis,
             workspace: self.ws.root().to_path_buf(),
             dir_display: self.ws.display(&dir),
             dir,
@@ -81,6 +84,7 @@ impl Tool for ShellTool {
 
 struct ShellInvocation {
     command: String,
+    analysis: Arc<ShellAnalysis>,
     workspace: std::path::PathBuf,
     dir: std::path::PathBuf,
     dir_display: String,
@@ -89,22 +93,19 @@ struct ShellInvocation {
 
 impl Invocation for ShellInvocation {
     fn subject(&self) -> Subject {
-        let analysis = analyze(&self.command);
         Subject::Shell {
             command: self.command.clone(),
-            root_commands: analysis.root_commands(),
-            redirects: analysis.redirects(),
+            analysis: self.analysis.clone(),
             dir_path: self.dir_display.clone(),
         }
     }
 
     fn confirmation(&self) -> Result<ConfirmationDetails, ToolError> {
-        let analysis = analyze(&self.command);
         Ok(ConfirmationDetails::Exec {
             command: self.command.clone(),
-            root_commands: analysis.root_commands().unwrap_or_default(),
+            root_commands: self.analysis.root_commands().unwrap_or_default(),
             dir_path: self.dir_display.clone(),
-            write_targets: analysis.write_targets(),
+            write_targets: self.analysis.write_targets(),
         })
     }
 

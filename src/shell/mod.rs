@@ -15,6 +15,11 @@
 //! from a variable) is reported in [`ShellAnalysis::unresolved`], and policy
 //! asks for it.
 //!
+//! A leaf module: it imports nothing of `policy`, `tools` or `scheduler`.
+//! The shell tool analyses a command once, when it builds the invocation,
+//! and carries the result (`Arc<ShellAnalysis>` in `Subject::Shell`) to the
+//! policy and the approval prompt, so a command is parsed once per call.
+//!
 //! Not here: deciding anything (see `policy`), running the command.
 
 use tree_sitter::{Node, Parser};
