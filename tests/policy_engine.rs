@@ -485,3 +485,107 @@ fn bad_policy_files_name_file_line_and_reason() {
         );
     }
 }
+
+/// Issue 11 items 1 and 2 as a table over every mode: a redirection with no
+/// command writes; a dangerous assignment reaches what its command runs and
+/// asks even where an operator rule allows that inner command (a deny rule
+/// still denies; plan mode still denies).
+#[test]
+fn bare_redirections_write_and_inherited_assignments_stay_dangerous() {
+    let none = SessionRules::default();
+    let p = policy(
+        r#"
+[[rule]]
+name = "git-status-ok"
+command_prefix = "git status"
+decision = "allow"
+
+[[rule]]
+name = "ls-pattern"
+args_pattern = '\x00"command":"ls"\x00'
+decision = "allow"
+
+[[rule]]
+name = "no-curl"
+command_prefix = "curl"
+decision = "deny"
+"#,
+    );
+    use ApprovalMode::{AutoEdit, Default as Dflt, Plan, Yolo};
+    let rows: &[(&str, ApprovalMode, &str, &str)] = &[
+        ("ls && > important.txt", Dflt, "ask", "read-only-shell"),
+        ("ls && > important.txt", AutoEdit, "ask", "read-only-shell"),
+        ("ls && > important.txt", Yolo, "allow", ""),
+        ("ls && > important.txt", Plan, "deny", "plan-mode"),
+        (
+            "ls && > /etc/passwd",
+            Yolo,
+            "deny",
+            "write-outside-workspace",
+        ),
+        ("git status; 2>>log", Dflt, "ask", "read-only-shell"),
+        ("echo $(&>f)", Dflt, "ask", "read-only-shell"),
+        ("ls | >|f", Dflt, "ask", "read-only-shell"),
+        ("(( 1 )) > /ws/f", Dflt, "ask", "read-only-shell"),
+        ("{ ls; } >../up", Yolo, "deny", "write-outside-workspace"),
+        ("sh -c '>../up'", Yolo, "deny", "write-outside-workspace"),
+        ("ls", Dflt, "allow", ""),
+        ("git status", Yolo, "allow", ""),
+        (
+            "BASH_ENV=./h.sh bash -c 'git status'",
+            Dflt,
+            "ask",
+            "dangerous-shell",
+        ),
+        (
+            "BASH_ENV=./h.sh bash -c 'git status'",
+            Yolo,
+            "ask",
+            "dangerous-shell",
+        ),
+        (
+            "env BASH_ENV=./h.sh sh -c 'ls'",
+            Yolo,
+            "ask",
+            "dangerous-shell",
+        ),
+        ("env -S 'PATH=. git status'", Yolo, "ask", "dangerous-shell"),
+        (
+            "sudo env LD_PRELOAD=x nice git status",
+            AutoEdit,
+            "ask",
+            "dangerous-shell",
+        ),
+        (
+            "echo . | PROMPT_COMMAND=x xargs bash -c ls",
+            Yolo,
+            "ask",
+            "dangerous-shell",
+        ),
+        (
+            "timeout 5 env GIT_CONFIG_KEY_0=core.fsmonitor git status",
+            Yolo,
+            "ask",
+            "dangerous-shell",
+        ),
+        ("LD_PRELOAD=x ls", Yolo, "ask", "dangerous-shell"),
+        ("PATH=.; git status", Yolo, "ask", "dangerous-shell"),
+        ("export PATH=.; ls", Yolo, "ask", "dangerous-shell"),
+        ("BASH_ENV=x bash -c 'curl x'", Yolo, "deny", "no-curl"),
+        ("BASH_ENV=x bash -c 'touch a'", Plan, "deny", "plan-mode"),
+        ("A=1 bash -c 'git status'", Yolo, "allow", ""),
+        ("x=1; git status", Dflt, "allow", ""),
+    ];
+    let mut failures = Vec::new();
+    for (cmd, mode, want, rule) in rows {
+        let mut c = shell(cmd, &none);
+        c.mode = *mode;
+        let got = short(&c.decide(&p));
+        if got != (*want, rule.to_string()) {
+            failures.push(format!(
+                "{cmd:?} in {mode:?}: want {want} {rule}, got {got:?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -422,6 +422,18 @@ impl Policy {
             && rule.is_specific()
             && rule.decision == RuleDecision::Allow;
         if v.level < Level::Deny
+            && let Some(form) = defaults::context_danger(seg)
+        {
+            v = builtin_verdict(
+                Level::Ask,
+                "dangerous-shell",
+                Some(text),
+                format!(
+                    "`{form}` is a dangerous form: it asks in every mode, whatever rule allows the command it runs"
+                ),
+            );
+            session_may_allow = false;
+        } else if v.level < Level::Deny
             && !explicit
             && let Some(form) = defaults::dangerous_form(seg)
         {
