@@ -589,3 +589,109 @@ decision = "deny"
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Issue 11 item 3: a writing file tool on a path inside a `.git` (any
+/// depth, any case) asks in every mode; a deny rule or plan mode denies;
+/// read-only tools and other paths are unaffected; "always allow" of the
+/// path does not lift it.
+#[test]
+fn protected_paths_ask_for_file_writes_in_every_mode() {
+    let p = policy(
+        r#"
+[[rule]]
+name = "edits-ok"
+tool_name = "write_file"
+args_pattern = 'file_path'
+decision = "allow"
+
+[[rule]]
+name = "no-hooks"
+tool_name = "replace"
+args_pattern = 'hooks'
+decision = "deny"
+"#,
+    );
+    let mut rules = SessionRules::default();
+    let case =
+        |tool: &str, kind: ToolKind, path: &str, mode: ApprovalMode, rules: &SessionRules| {
+            Case {
+                decl: decl(tool, kind, kind == ToolKind::Read),
+                subject: Subject::File { path: path.into() },
+                args: args(json!({"file_path": path})),
+                mode,
+                interactive: true,
+                rules,
+            }
+            .decide(&p)
+        };
+    use ApprovalMode::{AutoEdit, Default as Dflt, Plan, Yolo};
+    for path in [
+        ".git/config",
+        ".git/hooks/pre-commit",
+        "a/b/.git/config",
+        "x/.GIT/HEAD",
+        ".git",
+    ] {
+        for mode in [Dflt, AutoEdit, Yolo] {
+            assert_eq!(
+                short(&case("write_file", ToolKind::Edit, path, mode, &rules)),
+                ("ask", "protected-path".into()),
+                "{path} {mode:?}"
+            );
+        }
+        // (An operator allow rule applies in plan mode too, so plan's deny
+        // is seen on a tool no operator rule allows.)
+        let plan_rule = if path.contains("hooks") {
+            "no-hooks"
+        } else {
+            "plan-mode"
+        };
+        assert_eq!(
+            short(&case("replace", ToolKind::Edit, path, Plan, &rules)),
+            ("deny", plan_rule.into())
+        );
+        assert_eq!(
+            case("read_file", ToolKind::Read, path, Dflt, &rules),
+            Decision::Allow
+        );
+    }
+    assert_eq!(
+        short(&case(
+            "replace",
+            ToolKind::Edit,
+            ".git/hooks/x",
+            Yolo,
+            &rules
+        )),
+        ("deny", "no-hooks".into())
+    );
+    for path in [
+        ".gitignore",
+        ".github/workflows/ci.yml",
+        "src/git/a.rs",
+        "a.git/b",
+    ] {
+        assert_eq!(
+            case("write_file", ToolKind::Edit, path, Yolo, &rules),
+            Decision::Allow,
+            "{path}"
+        );
+    }
+    rules.allow_always(
+        "write_file",
+        &Subject::File {
+            path: ".git/config".into(),
+        },
+        AlwaysScope::Narrow,
+    );
+    assert_eq!(
+        short(&case(
+            "write_file",
+            ToolKind::Edit,
+            ".git/config",
+            Dflt,
+            &rules
+        )),
+        ("ask", "protected-path".into())
+    );
+}

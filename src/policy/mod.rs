@@ -326,6 +326,21 @@ impl Policy {
             read_only_segment: false,
         });
         let mut v = rule_verdict(rule, None);
+        if v.level < Level::Deny
+            && let Some(path) = protected_write(input)
+        {
+            // A hook or config planted in `.git` runs at the next git
+            // command, outside any sandbox: a dangerous form that no allow
+            // rule, mode or "always allow" lifts (a deny still denies).
+            return builtin_verdict(
+                Level::Ask,
+                "protected-path",
+                None,
+                format!(
+                    "it writes {path}, inside a .git directory (the sandbox's protected paths): it asks in every mode"
+                ),
+            );
+        }
         if v.level == Level::Ask && input.rules.allows(&input.decl.name, input.subject) {
             v = session_verdict(
                 None,
@@ -501,6 +516,20 @@ impl Policy {
             );
         }
         v
+    }
+}
+
+/// The path a writing file tool's call writes, when it is protected (a
+/// `.git` at any depth, as the sandbox protects it from commands).
+fn protected_write<'a>(input: &PolicyInput<'a>) -> Option<&'a str> {
+    match input.subject {
+        Subject::File { path }
+            if !input.decl.read_only
+                && crate::sandbox::protected::is_protected_path(Path::new(path)) =>
+        {
+            Some(path.as_str())
+        }
+        _ => None,
     }
 }
 
