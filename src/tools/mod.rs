@@ -16,6 +16,7 @@ mod glob;
 mod grep;
 mod list;
 pub mod mcp;
+mod omission;
 mod read;
 mod shell;
 mod topic;

@@ -54,6 +54,13 @@ impl Tool for ShellTool {
 
     fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
         let command = str_arg(args, "command")?.to_string();
+        // The schema's minLength lets "   " through; bash would run nothing
+        // (Gemini CLI refuses it too).
+        if command.trim().is_empty() {
+            return Err(ToolError::invalid_params(
+                "argument 'command' is empty or only whitespace; send the bash command to run.",
+            ));
+        }
         let dir_given = opt_str_arg(args, "dir_path").unwrap_or(".");
         let dir = self.ws.resolve(dir_given).map_err(|e| match e {
             crate::sandbox::PathError::OutsideWorkspace { .. } => {
