@@ -41,6 +41,7 @@ fn policy(c: &mut Criterion) {
                 mode: ApprovalMode::Default,
                 interactive: true,
                 rules: &rules,
+                client_initiated: false,
             })
         })
     });
@@ -88,6 +89,7 @@ fn scheduler(c: &mut Criterion) {
                             name: "update_topic".into(),
                             args: std::sync::Arc::new(args.clone()),
                             wait_for_previous: false,
+                            client_initiated: false,
                         }],
                         approval_mode: None,
                         interactive: false,

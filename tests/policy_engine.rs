@@ -53,6 +53,11 @@ struct Case<'a> {
 
 impl Case<'_> {
     fn decide(&self, p: &Policy) -> Decision {
+        self.decide_as(p, false)
+    }
+
+    /// The decision for the call sent with `client_initiated`.
+    fn decide_as(&self, p: &Policy, client_initiated: bool) -> Decision {
         p.decide_in(
             PolicyInput {
                 decl: &self.decl,
@@ -61,6 +66,7 @@ impl Case<'_> {
                 mode: self.mode,
                 interactive: self.interactive,
                 rules: self.rules,
+                client_initiated,
             },
             Some(Path::new("/ws")),
         )
@@ -694,4 +700,62 @@ decision = "deny"
         )),
         ("ask", "protected-path".into())
     );
+}
+
+/// Issue 11 item 19: `client_initiated` turns every ask into allow (rules,
+/// dangerous forms, unresolved commands, protected paths, non-interactive
+/// batches) and leaves every deny a deny.
+#[test]
+fn client_initiated_skips_asks_but_never_denies() {
+    let none = SessionRules::default();
+    let p = policy(
+        r#"
+[[rule]]
+name = "no-curl"
+command_prefix = "curl"
+decision = "deny"
+"#,
+    );
+    let shell_in = |cmd: &str, mode: ApprovalMode, interactive: bool| {
+        let mut c = shell(cmd, &none);
+        c.mode = mode;
+        c.interactive = interactive;
+        (short(&c.decide(&p)), short(&c.decide_as(&p, true)))
+    };
+    use ApprovalMode::{AutoEdit, Default as Dflt, Plan, Yolo};
+    let ask_then_allow = [
+        ("touch a", Dflt, true),
+        ("touch a", AutoEdit, false),
+        ("rm -rf build", Yolo, true),
+        ("BASH_ENV=x bash -c ls", Yolo, true),
+        ("$CMD x", Dflt, true),
+        ("ls && > f", Dflt, false),
+    ];
+    for (cmd, mode, interactive) in ask_then_allow {
+        let (model, user) = shell_in(cmd, mode, interactive);
+        assert_eq!(model.0, "ask", "{cmd}");
+        assert_eq!(user, ("allow", String::new()), "{cmd}");
+    }
+    let denied = [
+        ("curl x", Yolo, "no-curl"),
+        ("touch a", Plan, "plan-mode"),
+        ("echo > /etc/x", Yolo, "write-outside-workspace"),
+    ];
+    for (cmd, mode, rule) in denied {
+        let (model, user) = shell_in(cmd, mode, true);
+        assert_eq!(model, ("deny", rule.to_string()), "{cmd}");
+        assert_eq!(user, model, "{cmd}");
+    }
+    let protected = Case {
+        decl: decl("write_file", ToolKind::Edit, false),
+        subject: Subject::File {
+            path: ".git/config".into(),
+        },
+        args: args(json!({"file_path": ".git/config"})),
+        mode: Yolo,
+        interactive: true,
+        rules: &none,
+    };
+    assert_eq!(short(&protected.decide(&p)).1, "protected-path");
+    assert_eq!(protected.decide_as(&p, true), Decision::Allow);
 }

@@ -65,6 +65,7 @@ fn decide(
             mode,
             interactive,
             rules,
+            client_initiated: false,
         },
         Some(Path::new("/ws")),
     )

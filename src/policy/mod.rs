@@ -210,6 +210,10 @@ pub struct PolicyInput<'a> {
     pub interactive: bool,
     /// The session's "always allow" rules.
     pub rules: &'a SessionRules,
+    /// The user asked for the call directly (a frontend's `!ls`): what
+    /// would ask is allowed, in every mode, but a deny stays a deny (a deny
+    /// rule, plan mode, a write outside the workspace), as in Gemini CLI.
+    pub client_initiated: bool,
 }
 
 /// How strict a verdict is; the strictest over segments wins.
@@ -297,6 +301,10 @@ impl Policy {
             } => self.shell_verdict(&input, analysis, dir_path, workspace),
             _ => self.call_verdict(&input, &args_text),
         };
+        if input.client_initiated && verdict.level == Level::Ask {
+            // The person asking is the one a prompt would ask.
+            return Decision::Allow;
+        }
         into_decision(verdict, input.decl)
     }
 
