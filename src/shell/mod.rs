@@ -1156,10 +1156,9 @@ fn env_split_string(words: &[Word], i: usize) -> Result<Option<(usize, Vec<Word>
         }
     } else if let Some(v) = w.strip_prefix("--split-string=") {
         (1, v)
-    } else if let Some(v) = w.strip_prefix("-S") {
-        if v.is_empty() || !w.starts_with("-S") {
-            return Ok(None);
-        }
+    } else if let Some(v) = w.strip_prefix("-S")
+        && !v.is_empty()
+    {
         (1, v)
     } else {
         return Ok(None);
