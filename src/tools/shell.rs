@@ -213,3 +213,30 @@ impl Invocation for ShellInvocation {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The command is parsed once, when the invocation is built: the policy
+    /// and every later `subject()` read that one analysis.
+    #[test]
+    fn the_analysis_is_made_once_per_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let tool = ShellTool::new(Arc::new(Workspace::new(dir.path()).unwrap()));
+        let mut args = Args::new();
+        args.insert("command".into(), json!("ls && > f"));
+        let invocation = tool.build(&args).unwrap();
+        let (Subject::Shell { analysis: a, .. }, Subject::Shell { analysis: b, .. }) =
+            (invocation.subject(), invocation.subject())
+        else {
+            panic!("not a shell subject");
+        };
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.write_targets(), ["f"]);
+        let Ok(ConfirmationDetails::Exec { write_targets, .. }) = invocation.confirmation() else {
+            panic!("not an exec prompt");
+        };
+        assert_eq!(write_targets, ["f"]);
+    }
+}
