@@ -263,6 +263,7 @@ mod tests {
                 name: "t".into(),
                 args: Default::default(),
                 wait_for_previous: false,
+                client_initiated: false,
             },
             tool: None,
             state,

@@ -1350,6 +1350,7 @@ fn decide(
         mode,
         interactive,
         rules,
+        client_initiated: slot.request.client_initiated,
     });
     slot.note_decision(&decision);
     decision
