@@ -113,6 +113,7 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
                 name: c.name,
                 args: std::sync::Arc::new(c.args.map(struct_to_json).unwrap_or_default()),
                 wait_for_previous: c.wait_for_previous,
+                client_initiated: c.client_initiated,
             })
             .collect();
         let sandbox_level = match pb::SandboxLevel::try_from(r.sandbox_level) {

@@ -362,6 +362,7 @@ fn fcall(id: &str, name: &str, args: Value, wait: bool) -> pb::FunctionCall {
         name: name.into(),
         args: Some(json_to_struct(&map)),
         wait_for_previous: wait,
+        client_initiated: false,
     }
 }
 

@@ -62,6 +62,7 @@ impl Decider<'_> {
             mode: self.mode,
             interactive: self.interactive,
             rules: self.rules,
+            client_initiated: slot.request.client_initiated,
         });
         slot.note_decision(&decision);
         Some(decision)
@@ -652,6 +653,7 @@ mod tests {
             name: name.into(),
             args: Arc::new(args),
             wait_for_previous: wait,
+            client_initiated: false,
         }
     }
 

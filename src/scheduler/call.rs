@@ -476,6 +476,7 @@ mod tests {
             name: "t".into(),
             args: Default::default(),
             wait_for_previous: false,
+            client_initiated: false,
         };
         let metrics = Arc::new(Metrics::new().expect("metrics"));
         CallSlot::new(

@@ -18,6 +18,9 @@ pub struct CallRequest {
     pub args: Arc<Args>,
     /// Never join a parallel wave: wait for every earlier call.
     pub wait_for_previous: bool,
+    /// The user asked for it directly: no prompt, but denies still apply
+    /// (see [`crate::policy::PolicyInput::client_initiated`]).
+    pub client_initiated: bool,
 }
 
 /// A batch of function calls for one session.

@@ -240,6 +240,7 @@ pub fn call(id: &str, name: &str, args: Value) -> pb::FunctionCall {
         name: name.into(),
         args: Some(json_to_struct(&map)),
         wait_for_previous: false,
+        ..Default::default()
     }
 }
 
