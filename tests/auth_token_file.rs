@@ -28,23 +28,20 @@ fn serve_on_all_addresses(workspace: &std::path::Path, token_file: &std::path::P
     command
 }
 
-/// A log line's message, wherever the JSON format puts the fields.
-fn message(v: &Value) -> &Value {
-    if v["message"].is_null() {
-        &v["fields"]["message"]
-    } else {
-        &v["message"]
-    }
-}
-
 #[test]
 fn placeholder_and_short_tokens_stop_start_up_with_the_reason() {
     let ws = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     for (token, reason) in [
-        ("change-me\n", "it contains the placeholder word 'change-me'"),
-        ("Zq81-short-but-random\n", "it is 21 bytes; at least 32 are needed"),
+        (
+            "change-me\n",
+            "it contains the placeholder word 'change-me'",
+        ),
+        (
+            "Zq81-short-but-random\n",
+            "it is 21 bytes; at least 32 are needed",
+        ),
     ] {
         std::fs::write(&token_file, token).unwrap();
         let mut child = serve_on_all_addresses(ws.path(), &token_file)
@@ -67,7 +64,10 @@ fn placeholder_and_short_tokens_stop_start_up_with_the_reason() {
         // A real (if short) token is never echoed; a placeholder word is
         // named, as it is no secret.
         if !token.starts_with("change-me") {
-            assert!(!stderr.contains(token.trim()), "the token was echoed: {stderr}");
+            assert!(
+                !stderr.contains(token.trim()),
+                "the token was echoed: {stderr}"
+            );
         }
         assert!(!stderr.contains("toolsched serving"), "{stderr}");
     }
@@ -89,7 +89,10 @@ async fn a_token_from_a_file_guards_a_network_listener() {
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
             if tx.send(line).is_err() {
                 break;
             }
@@ -102,9 +105,8 @@ async fn a_token_from_a_file_guards_a_network_listener() {
         let Ok(v) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
-        if message(&v) == "toolsched serving" {
-            let fields = if v["listen"].is_null() { &v["fields"] } else { &v };
-            let addr: std::net::SocketAddr = fields["listen"].as_str().unwrap().parse().unwrap();
+        if v["message"] == "toolsched serving" {
+            let addr: std::net::SocketAddr = v["listen"].as_str().unwrap().parse().unwrap();
             assert!(addr.ip().is_unspecified(), "{addr}");
             break addr.port();
         }
@@ -125,10 +127,11 @@ async fn a_token_from_a_file_guards_a_network_listener() {
     assert_eq!(refused.code(), tonic::Code::Unauthenticated);
 
     let bearer: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
-    let mut client = ToolSchedulerClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
-        r.metadata_mut().insert("authorization", bearer.clone());
-        Ok(r)
-    });
+    let mut client =
+        ToolSchedulerClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", bearer.clone());
+            Ok(r)
+        });
     let events = collect(
         client
             .schedule_calls(request(

@@ -136,6 +136,7 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
             approval_mode,
             interactive: r.interactive.unwrap_or(true),
             sandbox_level,
+            trace_parent: Default::default(),
         };
         request.validate().map_err(ApiError::InvalidArgument)?;
         Ok(request)

@@ -52,7 +52,15 @@ impl ToolScheduler for Service {
         &self,
         request: Request<pb::ScheduleCallsRequest>,
     ) -> Result<Response<EventStream>, Status> {
-        let batch = BatchRequest::try_from(request.into_inner())?;
+        // W3C Trace Context in the metadata: the batch's span joins the
+        // caller's trace.
+        let header = |name| request.metadata().get(name).and_then(|v| v.to_str().ok());
+        let parent = crate::telemetry::TraceParent::from_headers(
+            header("traceparent"),
+            header("tracestate"),
+        );
+        let mut batch = BatchRequest::try_from(request.into_inner())?;
+        batch.trace_parent = parent;
         let session = batch.session_id.clone();
         let stream = self
             .scheduler

@@ -79,6 +79,12 @@ impl Metrics {
         String::from_utf8_lossy(&buf).into_owned()
     }
 
+    /// A prompt closed after `wait`: answered with `outcome`, or
+    /// `unanswered`.
+    pub(crate) fn approval_answered(&self, outcome: &str, wait: std::time::Duration) {
+        let _ = (outcome, wait);
+    }
+
     pub(crate) fn batch_accepted(&self) {
         self.batches.inc();
     }
