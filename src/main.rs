@@ -87,10 +87,10 @@ async fn spawn_metrics(
         .await
         .with_context(|| format!("cannot listen on {addr} for metrics"))?;
     tracing::info!(listen = %listener.local_addr()?, "metrics at /metrics");
-    let metrics = scheduler.metrics().clone();
+    let scheduler = scheduler.clone();
     tokio::spawn(async move {
         let stop = async move { shutdown.cancelled().await };
-        if let Err(e) = toolsched::api::metrics::serve_metrics(listener, metrics, stop).await {
+        if let Err(e) = toolsched::api::metrics::serve_metrics(listener, scheduler, stop).await {
             tracing::error!(error = %e, "metrics endpoint failed");
         }
     });

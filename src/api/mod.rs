@@ -223,6 +223,7 @@ pub async fn serve(
         .max_decoding_message_size(options.max_request_bytes);
     let service = tonic::service::interceptor::InterceptedService::new(service, check_auth);
 
+    let grpc_metrics = metrics::GrpcMetricsLayer::new(scheduler.metrics().clone());
     let grace = options.shutdown_grace;
     let close = options.shutdown_close;
     let (cancelled_tx, cancelled_rx) = tokio::sync::oneshot::channel::<()>();
@@ -265,6 +266,8 @@ pub async fn serve(
     let max_request_bytes = options.max_request_bytes;
     let server = tonic::transport::Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
+        // Outermost: it sees the status as the client gets it.
+        .layer(grpc_metrics)
         .layer(tower::util::MapResponseLayer::new(
             move |response: http::Response<tonic::body::Body>| {
                 request_errors_as_client_errors(response, max_request_bytes)
