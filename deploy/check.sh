@@ -43,6 +43,39 @@ for dir in kubernetes/base kubernetes/overlays/*/; do
   echo "deploy check: $dir builds and validates ($(grep -c '^kind:' "$out/$name.yaml") objects)"
 done
 
+# The init container's clone script, run for real against a local
+# repository (paths moved into a temp dir): it clones, keeps the token out of
+# the clone, skips a populated workspace, and leaves an empty one without a
+# url.
+"$tools/.venv/bin/python" - "$out/production.yaml" > "$out/clone.sh" <<'PY'
+import sys, yaml
+for doc in yaml.safe_load_all(open(sys.argv[1])):
+    if doc and doc.get("kind") == "Deployment":
+        print(doc["spec"]["template"]["spec"]["initContainers"][0]["args"][0])
+PY
+t=$out/clone
+mkdir -p "$t/secrets" "$t/ws"
+git init -q "$t/src"
+echo hello > "$t/src/README"
+git -C "$t/src" add README
+git -C "$t/src" -c user.name=ci -c user.email=ci@localhost commit -qm init
+printf 'not-a-real-token-%s\n' "$$" > "$t/secrets/token"
+sed -e "s#/workspace#$t/ws#g" -e "s#/var/run/secrets/toolsched/git#$t/secrets#g" \
+  "$out/clone.sh" > "$t/run.sh"
+run_clone() { REPO_URL=$1 REPO_REF=${2:-} HOME=$t GIT_TERMINAL_PROMPT=0 bash -ceu "$(cat "$t/run.sh")"; }
+fail() { echo "deploy check: clone script: $*" >&2; exit 1; }
+run_clone "file://$t/src" > "$t/log1" 2>&1 || { cat "$t/log1" >&2; fail "the clone failed"; }
+[ "$(cat "$t/ws/repo/README")" = hello ] || fail "README not cloned"
+! grep -rq "not-a-real-token" "$t/ws/repo/.git" || fail "the token landed in the clone"
+echo agent-work > "$t/ws/repo/work"
+run_clone "file://$t/src" > "$t/log2" 2>&1 || fail "the second start failed"
+grep -q "already populated; skipping" "$t/log2" || fail "a populated workspace was not skipped"
+[ -f "$t/ws/repo/work" ] || fail "the agents' work was lost"
+rm -rf "$t/ws/repo"
+run_clone "" > "$t/log3" 2>&1 || fail "an empty url failed"
+[ -d "$t/ws/repo" ] && [ -z "$(ls -A "$t/ws/repo")" ] || fail "no empty workspace without a url"
+echo "deploy check: the init container clones, skips a populated workspace, starts empty without a url"
+
 # checkov asks its vendor's API for guidelines unless told not to; CI has no
 # network beyond the package registries.
 export BC_SKIP_MAPPING=TRUE
