@@ -137,9 +137,10 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
     #[arg(long, env = "TOOLSCHED_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
-    /// Export traces over OTLP/gRPC to this collector, e.g.
-    /// http://127.0.0.1:4317 [default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
-    /// OTEL_EXPORTER_OTLP_ENDPOINT; off when none is set].
+    /// Export traces over OTLP to this collector, e.g.
+    /// http://127.0.0.1:4317 (gRPC, or http/protobuf with
+    /// OTEL_EXPORTER_OTLP_PROTOCOL) [default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+    /// or OTEL_EXPORTER_OTLP_ENDPOINT; off when none is set].
     #[arg(long, env = "TOOLSCHED_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
     /// Do all file I/O of tools on the blocking thread pool, small reads
