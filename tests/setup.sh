@@ -18,4 +18,5 @@ if [ -f tests/mcp/package.json ]; then
   fi
   (cd tests/mcp && npm ci --no-audit --no-fund --loglevel=error)
 fi
+bash deploy/tools/setup.sh  # kustomize, kubernetes-validate, checkov, hadolint for deploy/check.sh
 echo "setup: test dependencies installed"

@@ -138,6 +138,7 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
             approval_mode,
             interactive: r.interactive.unwrap_or(true),
             sandbox_level,
+            trace_parent: Default::default(),
         })
     }
 }

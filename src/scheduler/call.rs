@@ -83,7 +83,7 @@ impl CallSlot {
         state: CallState,
         batch: &BatchTrace,
     ) -> Self {
-        let trace = batch.call(&request.id, &request.name);
+        let trace = batch.call(&request, tool.as_ref().map(|t| t.declaration()));
         let slot = Self {
             request,
             tool,

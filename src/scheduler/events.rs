@@ -35,6 +35,8 @@ pub struct BatchRequest {
     /// Switch the session to this sandbox level first (at most as
     /// permissive as the server's).
     pub sandbox_level: Option<crate::sandbox::SandboxLevel>,
+    /// The caller's span (W3C `traceparent`), parent of the batch's span.
+    pub trace_parent: crate::telemetry::TraceParent,
 }
 
 /// The answer to an approval prompt.

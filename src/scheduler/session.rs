@@ -211,13 +211,6 @@ impl ActiveBatch {
         if !slot.set(next) {
             return false;
         }
-        tracing::debug!(
-            batch = %self.id,
-            call_id = %slot.request.id,
-            tool = %slot.request.name,
-            state = slot.state.name(),
-            "call state"
-        );
         match (was_prompt, is_prompt) {
             (true, false) => self.metrics.prompts_open.dec(),
             (false, true) => self.metrics.prompts_open.inc(),
@@ -950,7 +943,9 @@ impl Session {
             &id,
             request.calls.len(),
             request.interactive,
-        );
+            &request.trace_parent,
+        )
+        .observed_by(self.shared.metrics.clone());
         let mut batch = ActiveBatch {
             id,
             calls: Vec::new(),
@@ -1305,9 +1300,11 @@ fn cancel_pending(
         &pending.id,
         pending.request.calls.len(),
         pending.request.interactive,
+        &pending.request.trace_parent,
     );
     for call in &pending.request.calls {
-        trace.call(&call.id, &call.name).cancelled(reason);
+        let declaration = registry.get(&call.name).ok().map(|t| t.declaration());
+        trace.call(call, declaration).cancelled(reason);
         let response = FunctionResponse::cancelled(&call.id, &call.name, reason, None);
         let update = StateUpdate::Cancelled {
             reason: reason.to_string(),
