@@ -7,10 +7,14 @@
 
 #![allow(unsafe_code)]
 
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 use super::landlock::{apply_landlock, fs_rules, landlock_ruleset};
+use super::metadata::install_notify;
 use super::seccomp::apply_seccomp;
 use super::{ResourceLimits, WorkerArgs, errno};
 
@@ -19,6 +23,7 @@ pub(super) fn confine_and_exec(
     args: &WorkerArgs,
     protected: Option<&[PathBuf]>,
     worker_pid: libc::pid_t,
+    handoff: Option<(RawFd, RawFd)>,
 ) -> String {
     // SAFETY: plain syscalls on our own (single-threaded) process.
     unsafe {
@@ -74,6 +79,11 @@ pub(super) fn confine_and_exec(
         if let Err(e) = apply_seccomp(args.level.allows_network()) {
             return e;
         }
+        if let Some((ready, go)) = handoff
+            && let Err(e) = hand_over_listener(ready, go)
+        {
+            return e;
+        }
     }
     // Last: building the Landlock rules holds an fd per grant, which a low
     // RLIMIT_NOFILE would refuse.
@@ -123,7 +133,7 @@ fn set_rlimits(l: &ResourceLimits) -> Result<(), String> {
 /// CAP_SYS_MODULE, CAP_SYS_ADMIN, … which Landlock does not restrict. For a
 /// non-root server there is nothing to drop and the calls that need
 /// CAP_SETPCAP are skipped.
-fn drop_capabilities() -> Result<(), String> {
+pub(super) fn drop_capabilities() -> Result<(), String> {
     // SAFETY: prctl and capset with valid arguments on our own process.
     unsafe {
         libc::prctl(
@@ -172,5 +182,24 @@ fn drop_capabilities() -> Result<(), String> {
             return Err(errno("capset"));
         }
     }
+    Ok(())
+}
+
+/// Installs the metadata filter ([`super::metadata`]), tells the worker the
+/// listener's fd number on `ready`, waits until it took a copy (`go`), then
+/// closes ours: the command must never answer its own notifications.
+fn hand_over_listener(ready: RawFd, go: RawFd) -> Result<(), String> {
+    let listener = install_notify()?;
+    // SAFETY: both pipe ends were made by the worker for this hand-over and
+    // are owned by nothing else in this process.
+    let (mut ready, mut go) = unsafe { (File::from_raw_fd(ready), File::from_raw_fd(go)) };
+    use std::os::fd::AsRawFd;
+    ready
+        .write_all(&listener.as_raw_fd().to_ne_bytes())
+        .map_err(|e| format!("handing over the metadata listener: {e}"))?;
+    let mut byte = [0u8; 1];
+    go.read_exact(&mut byte)
+        .map_err(|e| format!("waiting for the worker to take the metadata listener: {e}"))?;
+    drop(listener);
     Ok(())
 }

@@ -12,7 +12,9 @@
 //! - [`confine`]: the forked command process up to `exec` (fds, signal mask,
 //!   capabilities, resource limits, then Landlock and seccomp);
 //! - [`landlock`]: the filesystem and network grants of each level;
-//! - [`seccomp`]: the system-call filters.
+//! - [`seccomp`]: the system-call filters;
+//! - [`metadata`]: mode, owner, times and xattrs, which Landlock does not
+//!   govern: trapped to the worker, performed only beneath writable roots.
 //!
 //! Not here: spawning the worker and reading its output (`super::process`),
 //! finding the protected paths between commands (`super::protected`).
@@ -65,6 +67,7 @@
 
 mod confine;
 mod landlock;
+mod metadata;
 mod seccomp;
 mod supervise;
 

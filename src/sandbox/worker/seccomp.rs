@@ -110,6 +110,77 @@ fn seccomp_program(network: bool) -> Result<BpfProgram, String> {
         );
     }
     rules.insert(libc::SYS_clone, clone_rules);
+    // Set-id bits, everywhere (see [`super::metadata`]): a root-owned
+    // setuid file in the workspace would be a root shell for every local
+    // user. Each rule: the mode argument has S_ISUID, or has S_ISGID.
+    let set_id = |mode_arg: u8, extra: Option<(u8, u64)>| -> Result<Vec<SeccompRule>, String> {
+        let mut out = Vec::new();
+        for bit in [libc::S_ISUID, libc::S_ISGID] {
+            let bit = u64::from(bit);
+            let mut conds = vec![
+                SeccompCondition::new(
+                    mode_arg,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::MaskedEq(bit),
+                    bit,
+                )
+                .map_err(err)?,
+            ];
+            if let Some((arg, flag)) = extra {
+                conds.push(
+                    SeccompCondition::new(
+                        arg,
+                        SeccompCmpArgLen::Dword,
+                        SeccompCmpOp::MaskedEq(flag),
+                        flag,
+                    )
+                    .map_err(err)?,
+                );
+            }
+            out.push(SeccompRule::new(conds).map_err(err)?);
+        }
+        Ok(out)
+    };
+    const O_TMPFILE_BIT: u64 = 0x40_0000; // __O_TMPFILE
+    for (nr, mode_arg, flags_arg) in [
+        (libc::SYS_chmod, 1, None),
+        (libc::SYS_fchmod, 1, None),
+        (libc::SYS_fchmodat, 2, None),
+        (libc::SYS_fchmodat2, 2, None),
+        (libc::SYS_creat, 1, None),
+        (libc::SYS_mknod, 1, None),
+        (libc::SYS_mknodat, 2, None),
+        (libc::SYS_open, 2, Some(1)),
+        (libc::SYS_openat, 3, Some(2)),
+    ] {
+        let mut r = Vec::new();
+        match flags_arg {
+            // The mode only counts when the call creates a file.
+            Some(f) => {
+                for flag in [libc::O_CREAT as u64, O_TMPFILE_BIT] {
+                    r.extend(set_id(mode_arg, Some((f, flag)))?);
+                }
+            }
+            None => r.extend(set_id(mode_arg, None)?),
+        }
+        rules.insert(nr, r);
+    }
+    // `chattr` (inode flags, project ids): no path check is possible on an
+    // ioctl, and nothing a command needs.
+    const FS_IOC_SETFLAGS: u64 = 0x4008_6602;
+    const FS_IOC32_SETFLAGS: u64 = 0x4004_6602;
+    const FS_IOC_FSSETXATTR: u64 = 0x401c_5820;
+    let mut ioctl_rules = Vec::new();
+    for cmd in [FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_FSSETXATTR] {
+        ioctl_rules.push(
+            SeccompRule::new(vec![
+                SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, cmd)
+                    .map_err(err)?,
+            ])
+            .map_err(err)?,
+        );
+    }
+    rules.insert(libc::SYS_ioctl, ioctl_rules);
     let arch = std::env::consts::ARCH
         .try_into()
         .map_err(|e: seccompiler::BackendError| format!("seccomp: {e}"))?;
@@ -123,13 +194,30 @@ fn seccomp_program(network: bool) -> Result<BpfProgram, String> {
     filter.try_into().map_err(err)
 }
 
+/// `setxattrat` (Linux 6.13): the path-and-fd form of `setxattr`.
+const SYS_SETXATTRAT: i64 = 463;
+/// `removexattrat` (Linux 6.13).
+const SYS_REMOVEXATTRAT: i64 = 466;
+/// `file_setattr` (Linux 6.17): inode flags through a path.
+const SYS_FILE_SETATTR: i64 = 469;
+
 /// `clone3` passes its flags in memory a filter cannot read: refuse it with
 /// ENOSYS so libc falls back to `clone`, whose flags the first filter sees.
+/// The same for the newest metadata calls, so that libc falls back to the
+/// ones [`super::metadata`] traps.
 fn clone3_program() -> Result<BpfProgram, String> {
     let err = |e: seccompiler::BackendError| format!("seccomp: {e}");
     let arch = std::env::consts::ARCH.try_into().map_err(err)?;
     let filter = SeccompFilter::new(
-        [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
+        [
+            libc::SYS_clone3,
+            SYS_SETXATTRAT,
+            SYS_REMOVEXATTRAT,
+            SYS_FILE_SETATTR,
+        ]
+        .into_iter()
+        .map(|nr| (nr, Vec::new()))
+        .collect(),
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch,

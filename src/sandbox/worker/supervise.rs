@@ -7,12 +7,16 @@
 
 #![allow(unsafe_code)]
 
+use std::collections::BTreeSet;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::confine::confine_and_exec;
+use super::confine::{confine_and_exec, drop_capabilities};
+use super::metadata::MetadataGuard;
+use super::protected_in;
 use super::{Ended, SETUP_FAILED_EXIT, WorkerArgs, errno};
 
 /// Steps 1 and 3 of the module doc; the fork in between.
@@ -68,6 +72,15 @@ pub(super) fn supervise(
         set
     };
 
+    // The metadata listener's hand-over (see [`super::metadata`]): the
+    // command process installs the notifying filter, says which fd its
+    // listener is on `ready`, and waits on `go` until we hold a copy.
+    let handoff = if args.level.is_confined() {
+        Some((pipe()?, pipe()?))
+    } else {
+        None
+    };
+
     // SAFETY: the worker is single-threaded (no async runtime, no threads
     // spawned), so the child may allocate and run ordinary Rust code.
     let child = unsafe { libc::fork() };
@@ -75,21 +88,53 @@ pub(super) fn supervise(
         return Err(errno("fork"));
     }
     if child == 0 {
-        let err = confine_and_exec(args, protected, worker_pid);
+        let ends = handoff
+            .as_ref()
+            .map(|((_, ready_w), (go_r, _))| (ready_w.as_raw_fd(), go_r.as_raw_fd()));
+        let err = confine_and_exec(args, protected, worker_pid, ends);
         let _ = writeln!(status, "{}", serde_json::json!({ "setup_error": err }));
         // SAFETY: leaving the forked child without running the parent's
         // destructors or atexit handlers.
         unsafe { libc::_exit(SETUP_FAILED_EXIT) }
     }
 
+    let mut listener = match handoff {
+        Some(((ready_r, ready_w), (go_r, go_w))) => {
+            drop((ready_w, go_r));
+            match take_listener(child, ready_r, go_w) {
+                Ok(l) => l,
+                Err(e) => {
+                    // SAFETY: killing and reaping our own child.
+                    unsafe {
+                        libc::kill(child, libc::SIGKILL);
+                        libc::waitpid(child, std::ptr::null_mut(), 0);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        None => None,
+    };
+    let guard = metadata_guard(args, protected);
+    // From here on the worker only waits, signals, reads /proc and performs
+    // the command's allowed metadata calls: with no capability, it can never
+    // do more for the command than the command's uid could itself.
+    if args.level.is_confined() {
+        drop_capabilities()?;
+    }
+    // SAFETY: a signalfd for the signals blocked above.
+    let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
+    if sfd < 0 {
+        return Err(errno("signalfd"));
+    }
+    // SAFETY: just created, owned by nobody else.
+    let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
+
     let grace = Duration::from_millis(args.kill_grace_ms);
     let mut ended: Option<Ended> = None;
     let mut deadline: Option<Instant> = None;
     while ended.is_none() {
-        let sig = wait_signal(
-            &set,
-            deadline.map(|d| d.saturating_duration_since(Instant::now())),
-        );
+        let sig = wait_event(&sfd, &mut listener, &guard, deadline);
         match sig {
             Some(libc::SIGCHLD) => {
                 reap(child, &mut ended, false);
@@ -115,30 +160,130 @@ pub(super) fn supervise(
     Ok(ended.unwrap_or(Ended::Signal(libc::SIGKILL)))
 }
 
-/// Waits for one of the blocked signals, or the timeout. `None` on timeout.
-fn wait_signal(set: &libc::sigset_t, timeout: Option<Duration>) -> Option<i32> {
+/// Waits for one of the blocked signals (read from `sfd`), serving the
+/// metadata listener meanwhile, until `deadline`. `None` on timeout.
+fn wait_event(
+    sfd: &OwnedFd,
+    listener: &mut Option<OwnedFd>,
+    guard: &MetadataGuard,
+    deadline: Option<Instant>,
+) -> Option<i32> {
     loop {
-        // SAFETY: `set` is a valid signal set; a null/valid timespec pointer.
-        let r = unsafe {
-            match timeout {
-                None => libc::sigwaitinfo(set, std::ptr::null_mut()),
-                Some(t) => {
-                    let ts = libc::timespec {
-                        tv_sec: t.as_secs() as libc::time_t,
-                        tv_nsec: t.subsec_nanos() as libc::c_long,
-                    };
-                    libc::sigtimedwait(set, std::ptr::null_mut(), &ts)
+        let timeout_ms = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return None;
                 }
+                left.as_millis().clamp(1, i32::MAX as u128) as i32
             }
         };
-        if r >= 0 {
-            return Some(r);
+        let mut fds = [
+            libc::pollfd {
+                fd: sfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: listener.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfd entries (a negative fd is ignored).
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        if r < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return None;
         }
-        match std::io::Error::last_os_error().raw_os_error() {
-            Some(libc::EINTR) => continue,
-            _ => return None,
+        if let Some(l) = listener.as_ref() {
+            if fds[1].revents & libc::POLLIN != 0 {
+                guard.serve_one(l.as_raw_fd());
+            } else if fds[1].revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+                // No process under the filter is left.
+                *listener = None;
+            }
+        }
+        if fds[0].revents & libc::POLLIN != 0 {
+            // SAFETY: signalfd_siginfo is plain data the kernel fills.
+            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+            let size = std::mem::size_of::<libc::signalfd_siginfo>();
+            // SAFETY: reading one record into a buffer of its size.
+            let n = unsafe {
+                libc::read(
+                    sfd.as_raw_fd(),
+                    (&mut info as *mut libc::signalfd_siginfo).cast(),
+                    size,
+                )
+            };
+            if n as usize == size {
+                return Some(info.ssi_signo as i32);
+            }
         }
     }
+}
+
+/// A close-on-exec pipe: (read end, write end).
+fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two fds into a valid array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(errno("pipe2"));
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Takes a copy of the command process's seccomp listener (its fd number
+/// arrives on `ready`), then lets it go on (`go`). `None` when the process
+/// failed before installing it (it reports why itself).
+fn take_listener(
+    child: libc::pid_t,
+    ready: OwnedFd,
+    go: OwnedFd,
+) -> Result<Option<OwnedFd>, String> {
+    let mut ready = File::from(ready);
+    let mut num = [0u8; 4];
+    if ready.read_exact(&mut num).is_err() {
+        return Ok(None);
+    }
+    let num = i32::from_ne_bytes(num);
+    // SAFETY: pidfd_open/pidfd_getfd on our own child; fds owned below.
+    let listener = unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, child, 0);
+        if pidfd < 0 {
+            return Err(errno("pidfd_open"));
+        }
+        let pidfd = OwnedFd::from_raw_fd(pidfd as RawFd);
+        let l = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), num, 0);
+        if l < 0 {
+            return Err(errno("pidfd_getfd of the metadata listener"));
+        }
+        OwnedFd::from_raw_fd(l as RawFd)
+    };
+    File::from(go)
+        .write_all(&[1])
+        .map_err(|e| format!("releasing the command: {e}"))?;
+    Ok(Some(listener))
+}
+
+/// Where the command may change metadata: the roots it may write, minus
+/// the protected paths (as [`super::landlock`] grants them).
+fn metadata_guard(args: &WorkerArgs, protected: Option<&[PathBuf]>) -> MetadataGuard {
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut roots = vec![canonical(&args.tmp)];
+    let mut excluded: BTreeSet<PathBuf> = args.protect.iter().map(|p| canonical(p)).collect();
+    if args.level.writes_workspace() {
+        roots.push(canonical(&args.workspace));
+        match protected {
+            Some(p) => excluded.extend(p.iter().cloned()),
+            None => excluded.extend(protected_in(&args.workspace)),
+        }
+    }
+    MetadataGuard { roots, excluded }
 }
 
 /// Reaps children. With `block`, waits for one child and returns true when
