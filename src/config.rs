@@ -327,11 +327,15 @@ impl Settings {
                 .unwrap_or(limit_defaults.open_files),
         };
         // The service's own config is never writable by a command (it
-        // could grant itself more on the next start) nor readable outside
-        // the workspace (it may hold the auth token).
+        // could grant itself more on the next start) nor readable, inside
+        // the workspace or out (it may hold the auth token).
+        // The policy file likewise (a command must not rewrite the rules
+        // that judge it, nor read them).
+        let policy_file = args.policy_file.clone().or(file.policy_file.clone());
         let protected_paths = args
             .config
             .iter()
+            .chain(policy_file.iter())
             .filter_map(|p| std::fs::canonicalize(p).ok())
             .collect();
         let sandbox = SandboxConfig {

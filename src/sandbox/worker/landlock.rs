@@ -122,6 +122,15 @@ fn grant_except(
     if !any_at_or_beneath(excluded, dir) {
         return grants.add(dirfd, access);
     }
+    // On the way to an excluded path: listing stays allowed (a directory
+    // right, it reads no file's content), nothing else is granted here.
+    let listing_right = access & AccessFs::ReadDir;
+    if !listing_right.is_empty() {
+        grants.add(
+            dirfd.try_clone().map_err(|e| format!("dup: {e}"))?,
+            listing_right,
+        )?;
+    }
     let listing = File::from(
         open_nofollow(Some(&dirfd), Path::new("."), true)
             .map_err(|e| format!("open {}: {e}", dir.display()))?,
@@ -169,8 +178,10 @@ pub(super) fn fs_rules(
             Err(_) => Ok(()),
         }
     };
+    // The service's own files (config, policy; they may hold the auth
+    // token) are left out of every read grant, wherever they live.
     for dir in SYSTEM_READ_DIRS {
-        add_tree(grants, Path::new(dir), read, &none)?;
+        add_tree(grants, Path::new(dir), read, &config_protected)?;
     }
     for dir in &args.read {
         add_tree(grants, dir, read, &config_protected)?;
@@ -193,7 +204,7 @@ pub(super) fn fs_rules(
     add_tree(grants, Path::new("/etc"), read, &etc_excluded)?;
     // Resolver config is often a symlink into /run.
     for dir in ["/run/systemd/resolve", "/run/resolvconf"] {
-        add_tree(grants, Path::new(dir), read, &none)?;
+        add_tree(grants, Path::new(dir), read, &config_protected)?;
     }
     // /proc: the command's own view (ps, /proc/self/fd for `<(…)`); other
     // processes' secrets (environ, mem, fds) stay behind Landlock's ptrace
@@ -223,10 +234,11 @@ pub(super) fn fs_rules(
             None => protected_in(&args.workspace).into_iter().collect(),
         };
         protected.extend(args.protect.iter().cloned());
-        grants.add(ws.try_clone().map_err(|e| format!("dup: {e}"))?, read)?;
+        let ws_read = ws.try_clone().map_err(|e| format!("dup: {e}"))?;
+        grant_except(grants, ws_read, &args.workspace, read, &config_protected)?;
         grant_except(grants, ws, &args.workspace, all, &protected)?;
     } else {
-        grants.add(ws, read)?;
+        grant_except(grants, ws, &args.workspace, read, &config_protected)?;
     }
     let tmp = open_nofollow(None, &args.tmp, true)
         .map_err(|e| format!("open private tmp {}: {e}", args.tmp.display()))?;
