@@ -611,6 +611,12 @@ impl Drop for CommandCgroup {
 /// was dropped in between, and streams live chunks up to
 /// `max_streamed_bytes`. Memory stays flat however much a command prints:
 /// the tail is a fixed ring written with slice copies.
+///
+/// Binary output (a NUL byte, or bytes that are not UTF-8) is detected as it
+/// arrives, as Gemini CLI's shell tool does: from the first such byte on
+/// nothing more is streamed or kept, only counted; the result keeps the
+/// text before it and says how many bytes of binary output followed, rather
+/// than tens of thousands of U+FFFD.
 struct OutputSink {
     limits: OutputLimits,
     head: Vec<u8>,
@@ -619,7 +625,56 @@ struct OutputSink {
     streamed: usize,
     /// Bytes of an incomplete UTF-8 sequence held back from streaming.
     pending: Vec<u8>,
+    /// The incomplete UTF-8 sequence that ended the previous chunk (at most
+    /// 3 bytes), so a character split across reads is not taken for binary.
+    carry: Vec<u8>,
+    /// Bytes seen so far.
+    seen: u64,
+    /// Once binary output began: where (byte offset) and how many bytes.
+    binary: Option<BinaryOutput>,
     events: mpsc::UnboundedSender<ProcessEvent>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct BinaryOutput {
+    offset: u64,
+    bytes: u64,
+}
+
+/// Where binary output begins in `carry ++ chunk`, if it does: the first
+/// NUL byte or invalid UTF-8 sequence. An incomplete sequence at the very
+/// end is not binary (yet).
+fn binary_start(carry: &[u8], chunk: &[u8]) -> Option<usize> {
+    let mut buf = Vec::with_capacity(carry.len() + chunk.len());
+    buf.extend_from_slice(carry);
+    buf.extend_from_slice(chunk);
+    let nul = buf.iter().position(|b| *b == 0);
+    let invalid = match std::str::from_utf8(&buf) {
+        Err(e) if e.error_len().is_some() => Some(e.valid_up_to()),
+        _ => None,
+    };
+    match (nul, invalid) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The incomplete UTF-8 sequence ending `carry ++ chunk` (empty when it
+/// ends on a character boundary).
+fn incomplete_tail(carry: &[u8], chunk: &[u8]) -> Vec<u8> {
+    let mut buf = carry.to_vec();
+    buf.extend_from_slice(chunk);
+    let start = buf.len().saturating_sub(3);
+    let tail = &buf[start..];
+    for i in 0..tail.len() {
+        if let Err(e) = std::str::from_utf8(&tail[i..])
+            && e.error_len().is_none()
+            && e.valid_up_to() == 0
+        {
+            return tail[i..].to_vec();
+        }
+    }
+    Vec::new()
 }
 
 impl OutputSink {
@@ -632,11 +687,42 @@ impl OutputSink {
             omitted: 0,
             streamed: 0,
             pending: Vec::new(),
+            carry: Vec::new(),
+            seen: 0,
+            binary: None,
             events,
         }
     }
 
     fn push(&mut self, chunk: &[u8]) {
+        if let Some(b) = &mut self.binary {
+            b.bytes += chunk.len() as u64;
+            return;
+        }
+        let chunk = match binary_start(&self.carry, chunk) {
+            Some(at) => {
+                // Bytes of the carry were kept with the previous chunk.
+                let text = at.saturating_sub(self.carry.len()).min(chunk.len());
+                let offset = self.seen + text as u64;
+                self.binary = Some(BinaryOutput {
+                    offset,
+                    bytes: (chunk.len() - text) as u64,
+                });
+                self.keep(&chunk[..text]);
+                let _ = self.events.send(ProcessEvent::Output(format!(
+                    "\n[binary output detected at byte {offset}: not streamed]\n"
+                )));
+                return;
+            }
+            None => chunk,
+        };
+        self.carry = incomplete_tail(&self.carry, chunk);
+        self.keep(chunk);
+    }
+
+    /// Streams and keeps (head and tail) a chunk of text.
+    fn keep(&mut self, chunk: &[u8]) {
+        self.seen += chunk.len() as u64;
         self.stream(chunk);
         let head_cap = self.limits.max_bytes / 2;
         let take = head_cap.saturating_sub(self.head.len()).min(chunk.len());
@@ -674,6 +760,12 @@ impl OutputSink {
             ));
         }
         out.push_str(&String::from_utf8_lossy(&self.tail.contents()));
+        if let Some(b) = self.binary {
+            out.push_str(&format!(
+                "\n[binary output: {} bytes from byte {} on, not shown]",
+                b.bytes, b.offset
+            ));
+        }
         out
     }
 }
@@ -751,6 +843,40 @@ mod tests {
             sink.finish(),
             "01234\n... [10 bytes of output omitted] ...\nfghij"
         );
+    }
+
+    #[test]
+    fn binary_output_stops_the_text_and_is_counted() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut sink = OutputSink::new(OutputLimits::default(), tx);
+        // "é" split across two reads is text, not binary.
+        sink.push(b"caf\xc3");
+        sink.push(b"\xa9\n");
+        sink.push(b"more\x00\x01\xff");
+        sink.push(&[0xffu8; 1000]);
+        assert_eq!(
+            sink.finish(),
+            "caf\u{e9}\nmore\n[binary output: 1003 bytes from byte 10 on, not shown]"
+        );
+        let mut streamed = String::new();
+        while let Ok(ProcessEvent::Output(c)) = rx.try_recv() {
+            streamed.push_str(&c);
+        }
+        assert_eq!(
+            streamed,
+            "caf\u{e9}\nmore\n[binary output detected at byte 10: not streamed]\n"
+        );
+        for (carry, chunk, start) in [
+            (&b""[..], &b"abc"[..], None),
+            (b"", b"ab\xe2\x82", None),
+            (b"\xe2\x82", b"\xac!", None),
+            (b"", b"a\x00", Some(1)),
+            (b"", b"ab\x80", Some(2)),
+        ] {
+            assert_eq!(binary_start(carry, chunk), start, "{chunk:?}");
+        }
+        assert_eq!(incomplete_tail(b"", b"ab\xe2\x82"), b"\xe2\x82");
+        assert_eq!(incomplete_tail(b"", b"ab"), b"");
     }
 
     #[test]
