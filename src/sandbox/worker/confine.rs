@@ -62,10 +62,6 @@ pub(super) fn confine_and_exec(
         }
     }
     if args.level.is_confined() {
-        // Before the grants are opened: the /proc they name is the new one.
-        if let Err(e) = private_proc() {
-            return e;
-        }
         let mut ruleset = match landlock_ruleset(args) {
             Ok(r) => r,
             Err(e) => return e,
@@ -205,52 +201,5 @@ fn hand_over_listener(ready: RawFd, go: RawFd) -> Result<(), String> {
     go.read_exact(&mut byte)
         .map_err(|e| format!("waiting for the worker to take the metadata listener: {e}"))?;
     drop(listener);
-    Ok(())
-}
-
-/// A private `/proc` showing only the command's own processes: a mount
-/// namespace of its own and a new procfs instance with
-/// `hidepid=ptraceable`, which hides every process the caller may not
-/// ptrace-read (`invisible` would let members of its `gid=` group, root's
-/// group 0 by default, see everything); Landlock refuses that for every process outside the
-/// command's domain (the server, the worker, other commands). Threat: other
-/// processes' `/proc/<pid>/cmdline` (a token passed as a flag) and `status`,
-/// which are readable without ptrace rights on the host's `/proc`.
-///
-/// Needs CAP_SYS_ADMIN, so only a root server does it (a non-root server
-/// reports the gap at start-up); when the kernel refuses the namespace
-/// anyway, the command keeps the host's `/proc` (as a non-root one does).
-fn private_proc() -> Result<(), String> {
-    // SAFETY: plain syscalls on our own (single-threaded) process with
-    // valid NUL-terminated strings.
-    unsafe {
-        if libc::geteuid() != 0 {
-            return Ok(());
-        }
-        if libc::unshare(libc::CLONE_NEWNS) != 0 {
-            return Ok(());
-        }
-        // Nothing mounted here may reach the server's namespace.
-        if libc::mount(
-            std::ptr::null(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        ) != 0
-        {
-            return Err(errno("making the command's mounts private"));
-        }
-        if libc::mount(
-            c"proc".as_ptr(),
-            c"/proc".as_ptr(),
-            c"proc".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            c"hidepid=ptraceable".as_ptr().cast(),
-        ) != 0
-        {
-            return Err(errno("mounting the command's private /proc"));
-        }
-    }
     Ok(())
 }
