@@ -641,40 +641,51 @@ struct BinaryOutput {
     bytes: u64,
 }
 
-/// Where binary output begins in `carry ++ chunk`, if it does: the first
-/// NUL byte or invalid UTF-8 sequence. An incomplete sequence at the very
-/// end is not binary (yet).
-fn binary_start(carry: &[u8], chunk: &[u8]) -> Option<usize> {
-    let mut buf = Vec::with_capacity(carry.len() + chunk.len());
-    buf.extend_from_slice(carry);
-    buf.extend_from_slice(chunk);
-    let nul = buf.iter().position(|b| *b == 0);
-    let invalid = match std::str::from_utf8(&buf) {
-        Err(e) if e.error_len().is_some() => Some(e.valid_up_to()),
-        _ => None,
-    };
-    match (nul, invalid) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// The incomplete UTF-8 sequence ending `carry ++ chunk` (empty when it
-/// ends on a character boundary).
-fn incomplete_tail(carry: &[u8], chunk: &[u8]) -> Vec<u8> {
-    let mut buf = carry.to_vec();
-    buf.extend_from_slice(chunk);
-    let start = buf.len().saturating_sub(3);
-    let tail = &buf[start..];
-    for i in 0..tail.len() {
-        if let Err(e) = std::str::from_utf8(&tail[i..])
-            && e.error_len().is_none()
-            && e.valid_up_to() == 0
-        {
-            return tail[i..].to_vec();
+/// How a chunk reads as text, given the incomplete UTF-8 sequence that
+/// ended the previous one (`carry`): where binary output begins in `chunk`
+/// (the first NUL byte or invalid UTF-8 sequence; 0 when the carried
+/// character does not complete), else the incomplete sequence it ends with.
+/// No copy of the chunk: this runs on every 64 KiB read.
+fn scan_text(carry: &[u8], chunk: &[u8]) -> Result<Vec<u8>, usize> {
+    let mut skip = 0;
+    if !carry.is_empty() {
+        // Complete the carried character with the chunk's first bytes.
+        let mut small = carry.to_vec();
+        for (i, b) in chunk.iter().take(4 - carry.len()).enumerate() {
+            small.push(*b);
+            match std::str::from_utf8(&small) {
+                Ok(_) => {
+                    skip = i + 1;
+                    break;
+                }
+                Err(e) if e.error_len().is_some() => return Err(0),
+                Err(_) => {}
+            }
+        }
+        if skip == 0 {
+            return if small.len() < 4 && chunk.len() < 4 - carry.len() {
+                Ok(small)
+            } else {
+                Err(0)
+            };
         }
     }
-    Vec::new()
+    let rest = &chunk[skip..];
+    let nul = if rest.contains(&0) {
+        rest.iter().position(|b| *b == 0)
+    } else {
+        None
+    };
+    let (invalid, tail) = match std::str::from_utf8(rest) {
+        Ok(_) => (None, Vec::new()),
+        Err(e) if e.error_len().is_some() => (Some(e.valid_up_to()), Vec::new()),
+        Err(e) => (None, rest[e.valid_up_to()..].to_vec()),
+    };
+    match (nul, invalid) {
+        (Some(a), Some(b)) => Err(skip + a.min(b)),
+        (Some(a), None) | (None, Some(a)) => Err(skip + a),
+        (None, None) => Ok(tail),
+    }
 }
 
 impl OutputSink {
@@ -699,10 +710,8 @@ impl OutputSink {
             b.bytes += chunk.len() as u64;
             return;
         }
-        let chunk = match binary_start(&self.carry, chunk) {
-            Some(at) => {
-                // Bytes of the carry were kept with the previous chunk.
-                let text = at.saturating_sub(self.carry.len()).min(chunk.len());
+        match scan_text(&self.carry, chunk) {
+            Err(text) => {
                 let offset = self.seen + text as u64;
                 self.binary = Some(BinaryOutput {
                     offset,
@@ -712,12 +721,12 @@ impl OutputSink {
                 let _ = self.events.send(ProcessEvent::Output(format!(
                     "\n[binary output detected at byte {offset}: not streamed]\n"
                 )));
-                return;
             }
-            None => chunk,
-        };
-        self.carry = incomplete_tail(&self.carry, chunk);
-        self.keep(chunk);
+            Ok(tail) => {
+                self.carry = tail;
+                self.keep(chunk);
+            }
+        }
     }
 
     /// Streams and keeps (head and tail) a chunk of text.
@@ -866,17 +875,18 @@ mod tests {
             streamed,
             "caf\u{e9}\nmore\n[binary output detected at byte 10: not streamed]\n"
         );
-        for (carry, chunk, start) in [
-            (&b""[..], &b"abc"[..], None),
-            (b"", b"ab\xe2\x82", None),
-            (b"\xe2\x82", b"\xac!", None),
-            (b"", b"a\x00", Some(1)),
-            (b"", b"ab\x80", Some(2)),
+        for (carry, chunk, expected) in [
+            (&b""[..], &b"abc"[..], Ok(vec![])),
+            (b"", b"ab\xe2\x82", Ok(b"\xe2\x82".to_vec())),
+            (b"\xe2\x82", b"\xac!", Ok(vec![])),
+            (b"\xe2", b"\x82", Ok(b"\xe2\x82".to_vec())),
+            (b"\xe2", b"!", Err(0)),
+            (b"", b"a\x00", Err(1)),
+            (b"", b"ab\x80", Err(2)),
+            (b"\xc3", b"\xa9\x00", Err(1)),
         ] {
-            assert_eq!(binary_start(carry, chunk), start, "{chunk:?}");
+            assert_eq!(scan_text(carry, chunk), expected, "{carry:?} {chunk:?}");
         }
-        assert_eq!(incomplete_tail(b"", b"ab\xe2\x82"), b"\xe2\x82");
-        assert_eq!(incomplete_tail(b"", b"ab"), b"");
     }
 
     #[test]
