@@ -399,12 +399,15 @@ impl Settings {
                 })?;
         }
         // The service's own config is never writable by a command (it
-        // could grant itself more on the next start) nor readable outside
-        // the workspace (it may hold the auth token).
+        // could grant itself more on the next start) nor readable, inside
+        // the workspace or out (it may hold the auth token); the token file
+        // likewise, and the policy file (a command must not rewrite the
+        // rules that judge it, nor read them).
         let protected_paths = v
             .config
             .iter()
             .chain(token_file.iter())
+            .chain(v.policy_file.iter())
             .filter_map(|p| std::fs::canonicalize(p).ok())
             .collect();
         let sandbox = SandboxConfig {
