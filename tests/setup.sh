@@ -18,4 +18,5 @@ if [ -f tests/mcp/package.json ]; then
   fi
   (cd tests/mcp && npm ci --no-audit --no-fund --loglevel=error)
 fi
+bash tests/setup_clients.sh
 echo "setup: test dependencies installed"
