@@ -1,4 +1,5 @@
-//! The client libraries' own test suites (clients/python with pytest),
+//! The client libraries' own test suites (clients/python with pytest,
+//! clients/typescript with Node's test runner),
 //! run against this build's server binary: each suite starts the binary on a
 //! free loopback port and drives it through the library, as a frontend
 //! would. `bash tests/setup.sh` installs the libraries and their test tools;
@@ -42,4 +43,18 @@ fn python_client_suite() {
         "clients/python/tests",
     ]);
     run_suite("python client", cmd);
+}
+
+#[test]
+fn typescript_client_suite() {
+    let pkg = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/typescript");
+    assert!(
+        pkg.join("node_modules/.bin/tsc").exists(),
+        "clients/typescript/node_modules is missing: run `bash tests/setup.sh` first (npm ci)"
+    );
+    // `npm test`: builds (so the suite never runs a stale dist/), then
+    // `node --test tests/*.test.mjs`.
+    let mut cmd = Command::new("npm");
+    cmd.args(["test", "--silent", "--prefix"]).arg(&pkg);
+    run_suite("typescript client", cmd);
 }

@@ -12,7 +12,8 @@ import pytest
 from toolsched import Call, CompletedCall, ErrorType, FinalState, FunctionResponse, Tool, ToolKind
 from toolsched.adapters import Provider, declarations, function_calls, responses
 
-FIXTURES = Path(__file__).parent / "fixtures"
+# Shared with the TypeScript client's tests.
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "providers"
 
 READ_FILE = Tool(
     name="read_file",
