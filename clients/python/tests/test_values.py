@@ -121,3 +121,15 @@ def test_the_generated_code_matches_the_proto():
 
 def test_the_package_is_typed():
     assert (Path(toolsched.__file__).parent / "py.typed").is_file()
+
+
+def test_the_package_type_checks(tmp_path):
+    # mypy --strict over the package (settings in pyproject.toml).
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "mypy")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -34,9 +34,14 @@ def _enum_from_pb(cls: type[E], pb_enum: object, prefix: str, value: int, defaul
         return default
 
 
-def _enum_to_pb(pb_enum: object, prefix: str, member: enum.Enum | str) -> int:
+def _enum_to_pb(pb_enum: Any, prefix: str, member: enum.Enum | str) -> Any:
+    """The generated enum value named `member` (``Any``: the generated
+    stubs type each enum field by its own wrapper class)."""
     value = member.value if isinstance(member, enum.Enum) else member
-    return pb_enum.Value(prefix + str(value).upper())  # type: ignore[attr-defined,no-any-return]
+    try:
+        return pb_enum.Value(prefix + str(value).upper())
+    except ValueError:
+        raise ValueError(f"unknown {prefix.rstrip('_').lower()} {value!r}") from None
 
 
 def _time(ts: object) -> datetime:
@@ -54,9 +59,12 @@ def call_to_pb(call: t.Call | Mapping[str, object]) -> pb.FunctionCall:
     else:
         cid = str(call["id"])
         name = str(call["name"])
-        args = call.get("args") or {}  # type: ignore[assignment]
+        raw = call.get("args") or {}
+        if not isinstance(raw, Mapping):
+            raise TypeError(f"call {cid!r}: args must be a mapping, not {type(raw).__name__}")
+        args = raw
         wait = bool(call.get("wait_for_previous", False))
-    return pb.FunctionCall(id=cid, name=name, args=to_struct(args), wait_for_previous=wait)  # type: ignore[arg-type]
+    return pb.FunctionCall(id=cid, name=name, args=to_struct(args), wait_for_previous=wait)
 
 
 def schedule_request(

@@ -42,7 +42,7 @@ class Batch(Iterator[t.Event]):
 
     def __init__(self, call: grpc.Call, session: str) -> None:
         self._call = call
-        self._it: Iterator[pb.ScheduleCallsResponse] = iter(call)  # type: ignore[call-overload]
+        self._it: Iterator[pb.ScheduleCallsResponse] = iter(call)
         self.session_id = session
         self.batch_id: str | None = None
         """Set by the first event (``BatchAccepted``)."""
