@@ -9,11 +9,13 @@
 //! (see `crate::telemetry`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::events::{CallRequest, ConfirmationOutcome, FunctionResponse, StateUpdate};
+use super::events::{
+    CallEnd, CallRequest, CallSummary, ConfirmationOutcome, FunctionResponse, StateUpdate,
+};
 use crate::policy::Decision;
 use crate::telemetry::{BatchTrace, CallTrace, End};
 use crate::tools::{ErrorKind, Invocation, Tool};
@@ -72,6 +74,9 @@ pub(crate) struct CallSlot {
     pub state: CallState,
     /// The call's span (empty when tracing is off).
     pub trace: CallTrace,
+    /// How long it was Executing, set when it left that state (zero until
+    /// then, and for a call that never executed).
+    pub ran_for: Duration,
 }
 
 impl CallSlot {
@@ -89,6 +94,7 @@ impl CallSlot {
             tool,
             state,
             trace,
+            ran_for: Duration::ZERO,
         };
         slot.trace_state();
         slot
@@ -124,6 +130,9 @@ impl CallSlot {
             )
         );
         if ok {
+            if let (S::Executing { started, .. }, S::Done(_)) = (&self.state, &next) {
+                self.ran_for = started.elapsed();
+            }
             self.state = next;
             self.trace_state();
         } else {
@@ -205,6 +214,23 @@ impl CallSlot {
         }
     }
 
+    /// The final state of a terminal call, for `BatchEvent::Completed`.
+    pub fn summary(&self) -> Option<CallSummary> {
+        let CallState::Done(update) = &self.state else {
+            return None;
+        };
+        let duration = match update {
+            StateUpdate::Success { duration, .. } => *duration,
+            _ => self.ran_for,
+        };
+        Some(CallSummary {
+            call_id: self.request.id.clone(),
+            tool_name: self.request.name.clone(),
+            end: CallEnd::of(update)?,
+            duration,
+        })
+    }
+
     /// Whether this call may join a parallel wave.
     pub fn parallelizable(&self) -> bool {
         !self.request.wait_for_previous
@@ -268,6 +294,7 @@ mod tests {
             tool: None,
             state,
             trace: CallTrace::default(),
+            ran_for: Duration::ZERO,
         }
     }
 

@@ -22,8 +22,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::call::{CallSlot, CallState, error_update};
 use super::events::{
-    BatchEvent, BatchRequest, CallRequest, CancelRequest, CancelSummary, ConfirmRequest,
-    ConfirmationOutcome, Event, FunctionResponse, MAX_RESPONSES_BYTES, StateUpdate, fit_responses,
+    BatchEvent, BatchRequest, CallEnd, CallRequest, CallSummary, CancelRequest, CancelSummary,
+    ConfirmRequest, ConfirmationOutcome, Event, FunctionResponse, MAX_RESPONSES_BYTES, StateUpdate,
+    fit_responses,
 };
 use super::{CancelError, ConfirmError, HubCommand, Metrics, Shared};
 use crate::policy::{
@@ -1264,12 +1265,18 @@ impl Session {
             .filter_map(|&i| batch.calls[i].response().cloned())
             .collect();
         fit_responses(&mut responses, MAX_RESPONSES_BYTES);
+        let calls = batch
+            .request_order
+            .iter()
+            .filter_map(|&i| batch.calls[i].summary())
+            .collect();
         for slot in &batch.calls {
             remember_ended(&mut self.ended, &slot.request.id, slot.state.name());
         }
         batch.events.emit(BatchEvent::Completed {
             batch_id: batch.id.clone(),
             responses,
+            calls,
         });
     }
 }
@@ -1295,6 +1302,7 @@ fn cancel_pending(
     reason: &str,
 ) {
     let mut responses = Vec::with_capacity(pending.request.calls.len());
+    let mut calls = Vec::with_capacity(pending.request.calls.len());
     let trace = crate::telemetry::BatchTrace::start(
         &pending.request.session_id,
         &pending.id,
@@ -1321,10 +1329,19 @@ fn cancel_pending(
             update,
         });
         responses.push(response);
+        calls.push(CallSummary {
+            call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            end: CallEnd::Cancelled {
+                reason: reason.to_string(),
+            },
+            duration: Duration::ZERO,
+        });
     }
     pending.events.emit(BatchEvent::Completed {
         batch_id: pending.id,
         responses,
+        calls,
     });
 }
 
