@@ -94,6 +94,7 @@ fn scheduler(c: &mut Criterion) {
                         approval_mode: None,
                         interactive: false,
                         sandbox_level: None,
+                        trace_parent: Default::default(),
                     })
                     .await
                     .unwrap();

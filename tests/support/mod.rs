@@ -500,11 +500,12 @@ impl Binary {
             let Ok(v) = serde_json::from_str::<Value>(&line) else {
                 continue;
             };
-            if v["fields"]["message"] == "metrics at /metrics" {
-                metrics_addr = v["fields"]["listen"].as_str().and_then(|a| a.parse().ok());
+            // `--log-format json` puts the fields at the top level.
+            if v["message"] == "metrics at /metrics" {
+                metrics_addr = v["listen"].as_str().and_then(|a| a.parse().ok());
             }
-            if v["fields"]["message"] == "toolsched serving" {
-                break v["fields"]["listen"]
+            if v["message"] == "toolsched serving" {
+                break v["listen"]
                     .as_str()
                     .expect("listen field")
                     .parse()
