@@ -95,6 +95,8 @@ fn scheduler(c: &mut Criterion) {
                         interactive: false,
                         sandbox_level: None,
                         trace_parent: Default::default(),
+                        request_id: None,
+                        disconnect_grace: None,
                     })
                     .await
                     .unwrap();

@@ -4,6 +4,7 @@
 //! responses as JSON at the end.
 
 use std::io::{BufRead, Write};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
@@ -38,28 +39,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
         Some(ApprovalMode::Yolo) => pb::ApprovalMode::Yolo,
         Some(ApprovalMode::Plan) => pb::ApprovalMode::Plan,
     };
-    let channel = tonic::transport::Endpoint::from_shared(args.addr.clone())?
-        .connect()
-        .await
-        .with_context(|| {
-            format!(
-                "cannot connect to {}: is `toolsched serve` running there? (set --addr)",
-                args.addr
-            )
-        })?;
-    let token = args.auth_token.clone();
-    let mut client = pb::tool_scheduler_client::ToolSchedulerClient::with_interceptor(
-        channel,
-        move |mut req: tonic::Request<()>| {
-            if let Some(t) = &token {
-                let value = format!("Bearer {t}")
-                    .parse()
-                    .map_err(|_| tonic::Status::invalid_argument("token is not valid metadata"))?;
-                req.metadata_mut().insert("authorization", value);
-            }
-            Ok(req)
-        },
-    );
+    let mut client = connect(&args).await?;
     let mut stream = client
         .schedule_calls(pb::ScheduleCallsRequest {
             session_id: args.session.clone(),
@@ -67,15 +47,47 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
             approval_mode: mode as i32,
             interactive: Some(true),
             sandbox_level: 0,
+            disconnect_grace_secs: args.disconnect_grace_secs,
+            ..Default::default()
         })
         .await?
         .into_inner();
+    // Where to re-attach from if the connection drops: the batch and the
+    // last sequence printed.
+    let mut batch_id: Option<String> = None;
+    let mut last_sequence = 0u64;
+    let mut completed = false;
     let mut failed = 0usize;
     let mut total = 0usize;
-    while let Some(event) = stream.message().await? {
+    loop {
+        let event = match stream.message().await {
+            Ok(Some(event)) => event,
+            Ok(None) if completed => break,
+            // The connection dropped (or a proxy ended the stream early):
+            // the batch may still run on the server; read on from where we
+            // were.
+            lost => {
+                let Some(batch) = batch_id.clone() else {
+                    lost?;
+                    bail!("the stream ended before the batch was accepted");
+                };
+                let why = lost
+                    .err()
+                    .map_or("stream ended early".into(), |e| e.to_string());
+                let (c, s) = reattach(&args, &batch, last_sequence, &why).await?;
+                client = c;
+                stream = s;
+                continue;
+            }
+        };
+        if event.sequence <= last_sequence {
+            continue; // already printed before a re-attach
+        }
+        last_sequence = event.sequence;
         use pb::schedule_calls_response::Event;
         match event.event {
             Some(Event::BatchAccepted(a)) => {
+                batch_id = Some(a.batch_id.clone());
                 println!(
                     "batch {} accepted{}",
                     a.batch_id,
@@ -122,6 +134,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
                 }
             }
             Some(Event::BatchCompleted(done)) => {
+                completed = true;
                 total = done.responses.len();
                 let responses: Vec<Value> = done
                     .responses
@@ -145,6 +158,86 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
         bail!("{failed} of {total} calls did not succeed");
     }
     Ok(())
+}
+
+/// Adds the bearer token to each request.
+type Auth = Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>;
+type Client = pb::tool_scheduler_client::ToolSchedulerClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Auth>,
+>;
+
+/// How long the client keeps trying to re-attach after its connection
+/// dropped, at least: the batch's grace may be longer (then that).
+const REATTACH_WINDOW: Duration = Duration::from_secs(10);
+/// Wait between two re-attach attempts.
+const REATTACH_BACKOFF: Duration = Duration::from_millis(250);
+
+async fn connect(args: &CallArgs) -> anyhow::Result<Client> {
+    let channel = tonic::transport::Endpoint::from_shared(args.addr.clone())?
+        .connect()
+        .await
+        .with_context(|| {
+            format!(
+                "cannot connect to {}: is `toolsched serve` running there? (set --addr)",
+                args.addr
+            )
+        })?;
+    let token = args.auth_token.clone();
+    let auth: Auth = Box::new(move |mut req: tonic::Request<()>| {
+        if let Some(t) = &token {
+            let value = format!("Bearer {t}")
+                .parse()
+                .map_err(|_| tonic::Status::invalid_argument("token is not valid metadata"))?;
+            req.metadata_mut().insert("authorization", value);
+        }
+        Ok(req)
+    });
+    Ok(pb::tool_scheduler_client::ToolSchedulerClient::with_interceptor(channel, auth))
+}
+
+/// Re-attaches to `batch` after `after` on a new connection, retrying for
+/// the batch's grace (at least [`REATTACH_WINDOW`]).
+async fn reattach(
+    args: &CallArgs,
+    batch: &str,
+    after: u64,
+    why: &str,
+) -> anyhow::Result<(Client, tonic::Streaming<pb::ScheduleCallsResponse>)> {
+    println!("connection lost ({why}); re-attaching to batch {batch} after sequence {after}");
+    let window = REATTACH_WINDOW.max(Duration::from_secs(
+        args.disconnect_grace_secs.unwrap_or(0).into(),
+    ));
+    let deadline = tokio::time::Instant::now() + window;
+    loop {
+        let attempt = async {
+            let mut client = connect(args).await?;
+            let stream = client
+                .watch_batch(pb::WatchBatchRequest {
+                    session_id: args.session.clone(),
+                    batch_id: batch.to_string(),
+                    after_sequence: after,
+                })
+                .await?
+                .into_inner();
+            anyhow::Ok((client, stream))
+        };
+        match attempt.await {
+            Ok(attached) => {
+                println!("re-attached to batch {batch}");
+                return Ok(attached);
+            }
+            Err(e) if tokio::time::Instant::now() + REATTACH_BACKOFF < deadline => {
+                tracing::debug!(error = %e, "re-attach failed; retrying");
+                tokio::time::sleep(REATTACH_BACKOFF).await;
+            }
+            Err(e) => {
+                return Err(e.context(format!(
+                    "could not re-attach to batch {batch} within {} s",
+                    window.as_secs()
+                )));
+            }
+        }
+    }
 }
 
 fn state_name(s: &State) -> &'static str {

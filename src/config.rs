@@ -70,6 +70,10 @@ pub struct CallArgs {
     /// Bearer token, when the server requires one.
     #[arg(long, env = "TOOLSCHED_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
+    /// Seconds the batch keeps running if the connection drops; the client
+    /// re-attaches (WatchBatch) within them [default: the server's].
+    #[arg(long)]
+    pub disconnect_grace_secs: Option<u32>,
     /// Pairs of tool name and JSON arguments, e.g.
     /// `read_file '{"file_path":"README.md"}' list_directory '{"dir_path":"."}'`.
     #[arg(required = true, num_args = 2.., value_names = ["TOOL", "ARGS_JSON"])]
@@ -188,6 +192,28 @@ settings! {
     /// [default: 5].
     #[arg(long, env = "TOOLSCHED_SHUTDOWN_CLOSE_SECS")]
     shutdown_close_secs: u64 = ServerOptions::default().shutdown_close.as_secs(),
+    // -- batches that outlive their connection (issue 13) --
+    /// Seconds a batch runs on after its last stream went away, when its
+    /// request sets no disconnect_grace_secs; 0 cancels it at once
+    /// [default: 0].
+    #[arg(long, env = "TOOLSCHED_DISCONNECT_GRACE_SECS")]
+    disconnect_grace_secs: u64 = SchedulerConfig::default().disconnect_grace.as_secs(),
+    /// Longest disconnect grace a request may ask for, in seconds: a
+    /// detached batch holds its processes that long [default: 600].
+    #[arg(long, env = "TOOLSCHED_MAX_DISCONNECT_GRACE_SECS")]
+    max_disconnect_grace_secs: u64 = SchedulerConfig::default().max_disconnect_grace.as_secs(),
+    /// Seconds a completed batch stays watchable and its request_id
+    /// replayable [default: 300].
+    #[arg(long, env = "TOOLSCHED_BATCH_RETENTION_SECS")]
+    batch_retention_secs: u64 = crate::store::Retention::default().completed_for.as_secs(),
+    /// Batches retained per session, oldest completed dropped first
+    /// [default: 64].
+    #[arg(long, env = "TOOLSCHED_MAX_RETAINED_BATCHES")]
+    max_retained_batches: usize = crate::store::Retention::default().max_batches_per_session,
+    /// Estimated log bytes retained per session, oldest completed batch
+    /// dropped first [default: 67108864].
+    #[arg(long, env = "TOOLSCHED_MAX_RETAINED_BYTES")]
+    max_retained_bytes: usize = crate::store::Retention::default().max_bytes_per_session,
     /// Bearer token every ToolScheduler RPC must carry.
     #[arg(long, env = "TOOLSCHED_AUTH_TOKEN", hide_env_values = true)]
     auth_token: String,
@@ -439,6 +465,13 @@ impl Settings {
             session_idle_ttl: Duration::from_secs(v.session_idle_ttl_secs),
             sandbox,
             blocking_file_io: v.blocking_file_io,
+            disconnect_grace: Duration::from_secs(v.disconnect_grace_secs),
+            max_disconnect_grace: Duration::from_secs(v.max_disconnect_grace_secs),
+            retention: crate::store::Retention {
+                completed_for: Duration::from_secs(v.batch_retention_secs),
+                max_batches_per_session: v.max_retained_batches,
+                max_bytes_per_session: v.max_retained_bytes,
+            },
         };
         let server = ServerOptions {
             auth_token,
@@ -580,6 +613,36 @@ fn read_file(path: &Path) -> Result<ServeArgs, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grace_and_retention_from_the_file_and_the_flag_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "disconnect_grace_secs = 30\nbatch_retention_secs = 60\nmax_retained_batches = 5\nmax_retained_bytes = 1000\nmax_disconnect_grace_secs = 90\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(file),
+            disconnect_grace_secs: Some(7),
+            ..ServeArgs::default()
+        };
+        let s = Settings::resolve(args).unwrap().scheduler;
+        assert_eq!(s.disconnect_grace, Duration::from_secs(7));
+        assert_eq!(s.max_disconnect_grace, Duration::from_secs(90));
+        assert_eq!(
+            s.retention,
+            crate::store::Retention {
+                completed_for: Duration::from_secs(60),
+                max_batches_per_session: 5,
+                max_bytes_per_session: 1000,
+            }
+        );
+        let defaults = Settings::resolve(ServeArgs::default()).unwrap().scheduler;
+        assert_eq!(defaults.disconnect_grace, Duration::ZERO);
+        assert_eq!(defaults.retention, crate::store::Retention::default());
+    }
 
     #[test]
     fn flags_beat_file_and_non_loopback_needs_auth() {

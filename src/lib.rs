@@ -17,6 +17,7 @@ pub mod policy;
 pub mod sandbox;
 pub mod scheduler;
 pub mod shell;
+pub mod store;
 pub mod telemetry;
 pub mod text;
 pub mod tools;

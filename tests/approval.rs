@@ -63,12 +63,18 @@ async fn proceed_once_runs_the_write_with_a_diff_in_the_prompt() {
         ]
     );
     assert_eq!(std::fs::read_to_string(srv.path("f.txt")).unwrap(), "new\n");
-    // The same prompt cannot be answered twice.
+    // The same prompt cannot be answered twice: since issue 13 the first
+    // answer wins, a repeat of it is OK (changes nothing; tests/resume.rs
+    // checks already_applied) and a different one is refused.
+    srv.confirm("s", "w", &prompt.correlation_id, O::ProceedOnce, None)
+        .await
+        .expect("repeating the winning answer is OK");
     let again = srv
-        .confirm("s", "w", &prompt.correlation_id, O::ProceedOnce, None)
+        .confirm("s", "w", &prompt.correlation_id, O::Cancel, None)
         .await
         .unwrap_err();
     assert_eq!(again.code(), tonic::Code::FailedPrecondition, "{again:?}");
+    assert_eq!(std::fs::read_to_string(srv.path("f.txt")).unwrap(), "new\n");
 }
 
 #[tokio::test]

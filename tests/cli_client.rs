@@ -85,3 +85,99 @@ fn call_approves_from_stdin_and_rejects_on_no() {
         "{out}"
     );
 }
+
+/// A TCP forwarder to `upstream` whose open connections can be cut (as a
+/// proxy recycling its connections does); new connections go through.
+struct CutProxy {
+    addr: std::net::SocketAddr,
+    cut: tokio::sync::watch::Sender<u64>,
+}
+
+impl CutProxy {
+    async fn start(upstream: std::net::SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (cut, _) = tokio::sync::watch::channel(0u64);
+        let cuts = cut.clone();
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let mut cut = cuts.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut.changed() => {} // both sockets are dropped: cut
+                    }
+                });
+            }
+        });
+        Self { addr, cut }
+    }
+
+    /// Drops every connection open now.
+    fn cut(&self) {
+        self.cut.send_modify(|n| *n += 1);
+    }
+}
+
+// Multi-threaded: the test blocks on the child's output while the proxy's
+// tasks forward.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_re_attaches_when_the_connection_drops_and_the_batch_has_a_grace() {
+    use std::io::BufRead;
+    let ws = tempfile::tempdir().unwrap();
+    let bin = Binary::start(ws.path(), &["--approval-mode", "yolo"]);
+    let proxy = CutProxy::start(bin.addr).await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolsched"))
+        .args(["call", "--addr", &format!("http://{}", proxy.addr)])
+        .args(["--disconnect-grace-secs", "60", "run_shell_command"])
+        .arg(r#"{"command":"echo begun; while [ ! -e go ]; do sleep 0.05; done; echo finished"}"#)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("run toolsched call");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut out = Vec::new();
+    let wait_line = |want: &str, out: &mut Vec<String>| loop {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no line with {want:?} within 60 s; so far: {out:?}"));
+        out.push(line.clone());
+        if line.contains(want) {
+            return;
+        }
+    };
+    wait_line("begun", &mut out);
+    proxy.cut();
+    wait_line("re-attached to batch", &mut out);
+    std::fs::write(ws.path().join("go"), "").unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    out.extend(rx.try_iter());
+    let text = out.join("\n");
+    assert!(status.success(), "{text}");
+    assert!(text.contains("connection lost"), "{text}");
+    assert!(text.contains("call-1 run_shell_command: success"), "{text}");
+    assert_eq!(
+        out.iter().filter(|l| l.as_str() == "begun").count(),
+        1,
+        "nothing printed twice: {text}"
+    );
+    assert!(text.contains("finished"), "{text}");
+}

@@ -26,6 +26,7 @@ fn batch(
         approval_mode: 0,
         interactive: Some(interactive),
         sandbox_level: 0,
+        ..Default::default()
     }
 }
 
@@ -233,6 +234,7 @@ async fn plan_mode_denies_with_a_message_and_reads_still_run() {
             approval_mode: pb::ApprovalMode::Plan as i32,
             interactive: Some(true),
             sandbox_level: 0,
+            ..Default::default()
         })
         .await,
     )

@@ -95,6 +95,7 @@ async fn touch(srv: &TestServer, id: &str) -> Vec<Event> {
             approval_mode: 0,
             interactive: Some(false),
             sandbox_level: 0,
+            ..Default::default()
         })
         .await,
     )

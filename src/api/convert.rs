@@ -13,8 +13,10 @@ use crate::policy::ApprovalMode;
 use crate::sandbox::{Sandbox, SandboxLevel};
 use crate::scheduler::{
     BatchEvent, BatchRequest, CallEnd, CallRequest, CallSummary, CancelRequest, CancelSummary,
-    ConfirmRequest, ConfirmationOutcome, Event, FunctionResponse, StateUpdate,
+    ConfirmRequest, ConfirmationOutcome, Confirmed, Event, FunctionResponse, StateUpdate,
+    WatchRequest,
 };
+use crate::store::Entry;
 use crate::tools::{ConfirmationDetails, Declaration, ErrorKind, Progress, ToolKind};
 
 // === JSON <-> google.protobuf.Struct ===
@@ -139,6 +141,10 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
             interactive: r.interactive.unwrap_or(true),
             sandbox_level,
             trace_parent: Default::default(),
+            request_id: Some(r.request_id).filter(|id| !id.is_empty()),
+            disconnect_grace: r
+                .disconnect_grace_secs
+                .map(|secs| std::time::Duration::from_secs(secs.into())),
         })
     }
 }
@@ -185,6 +191,27 @@ impl TryFrom<pb::ConfirmRequest> for ConfirmRequest {
             outcome: outcome(r.outcome)?,
             new_content: r.new_content,
         })
+    }
+}
+
+impl TryFrom<pb::WatchBatchRequest> for WatchRequest {
+    type Error = ApiError;
+
+    fn try_from(r: pb::WatchBatchRequest) -> Result<Self, ApiError> {
+        Ok(WatchRequest {
+            // Presence and lengths: `WatchRequest::validate`.
+            session_id: r.session_id,
+            batch_id: r.batch_id,
+            after_sequence: r.after_sequence,
+        })
+    }
+}
+
+impl From<Confirmed> for pb::ConfirmResponse {
+    fn from(c: Confirmed) -> Self {
+        pb::ConfirmResponse {
+            already_applied: c.already_applied,
+        }
     }
 }
 
@@ -415,6 +442,7 @@ pub fn event_to_pb(e: Event, sequence: u64) -> pb::ScheduleCallsResponse {
             batch_id,
             queued,
             batches_ahead,
+            replayed: false,
         }),
         BatchEvent::Started { batch_id } => E::BatchStarted(pb::BatchStarted { batch_id }),
         BatchEvent::CallUpdate {
@@ -441,6 +469,23 @@ pub fn event_to_pb(e: Event, sequence: u64) -> pb::ScheduleCallsResponse {
         time: Some(timestamp(e.at)),
         event: Some(event),
     }
+}
+
+/// A logged event as a stream message. On a stream that re-attached by a
+/// repeated request id (`replayed`), its BatchAccepted says so.
+pub fn entry_to_pb(entry: &Entry<BatchEvent>, replayed: bool) -> pb::ScheduleCallsResponse {
+    let event = Event {
+        at: entry.at,
+        event: entry.event.clone(),
+    };
+    let mut message = event_to_pb(event, entry.sequence);
+    if replayed
+        && let Some(pb::schedule_calls_response::Event::BatchAccepted(accepted)) =
+            &mut message.event
+    {
+        accepted.replayed = true;
+    }
+    message
 }
 
 fn kind_to_pb(kind: ToolKind) -> pb::ToolKind {

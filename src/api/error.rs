@@ -2,7 +2,8 @@
 
 use tonic::Status;
 
-use crate::scheduler::{CancelError, ConfirmError, ScheduleError};
+use crate::scheduler::{CancelError, ConfirmError, ScheduleError, WatchError};
+use crate::store::StoreError;
 
 /// Why a request could not be processed.
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +18,18 @@ pub enum ApiError {
     Confirm(#[from] ConfirmError),
     #[error(transparent)]
     Cancel(#[from] CancelError),
+    #[error(transparent)]
+    Watch(#[from] WatchError),
+}
+
+/// A store failure's status: the store's errors are the same whichever RPC
+/// met them.
+fn store_status(e: &StoreError, message: String) -> Status {
+    match e {
+        StoreError::RequestIdConflict { .. } => Status::already_exists(message),
+        StoreError::UnknownBatch { .. } => Status::not_found(message),
+        StoreError::Unavailable { .. } => Status::unavailable(message),
+    }
 }
 
 /// Why a request carries no valid credentials (UNAUTHENTICATED). What was
@@ -42,6 +55,8 @@ impl From<ApiError> for Status {
                 }
                 ScheduleError::ShuttingDown => Status::unavailable(message),
                 ScheduleError::SandboxLevelNotAllowed { .. } => Status::permission_denied(message),
+                ScheduleError::GraceTooLong { .. } => Status::resource_exhausted(message),
+                ScheduleError::Store(e) => store_status(&e, message),
             },
             ApiError::Confirm(c) => match c {
                 ConfirmError::Invalid(_) => Status::invalid_argument(message),
@@ -52,7 +67,8 @@ impl From<ApiError> for Status {
                 | ConfirmError::AlreadyEnded { .. }
                 | ConfirmError::StaleCorrelation { .. }
                 | ConfirmError::OutcomeNotOffered { .. }
-                | ConfirmError::CannotModify { .. } => Status::failed_precondition(message),
+                | ConfirmError::CannotModify { .. }
+                | ConfirmError::AnsweredDifferently { .. } => Status::failed_precondition(message),
                 ConfirmError::InvalidNewContent { .. } => Status::invalid_argument(message),
                 ConfirmError::Unavailable => Status::unavailable(message),
             },
@@ -62,6 +78,12 @@ impl From<ApiError> for Status {
                     Status::not_found(message)
                 }
                 CancelError::Unavailable => Status::unavailable(message),
+            },
+            ApiError::Watch(w) => match w {
+                WatchError::Invalid(_) => Status::invalid_argument(message),
+                WatchError::Store(e) => store_status(&e, message),
+                WatchError::BeyondEnd { .. } => Status::out_of_range(message),
+                WatchError::Unavailable => Status::unavailable(message),
             },
         }
     }

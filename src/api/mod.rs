@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
-use crate::scheduler::{BatchRequest, CancelRequest, ConfirmRequest, Scheduler};
+use crate::scheduler::{BatchRequest, CancelRequest, ConfirmRequest, Scheduler, WatchRequest};
 use error::{ApiError, AuthError};
 
 /// Generated proto types and service stubs.
@@ -73,23 +73,23 @@ impl ToolScheduler for Service {
             .schedule(batch)
             .await
             .map_err(ApiError::from)?;
-        tracing::debug!(%session, batch = stream.batch_id(), "batch accepted");
-        let mut sequence = 0u64;
+        tracing::debug!(%session, batch = stream.batch_id(), replayed = stream.replayed(), "batch accepted");
+        let replayed = stream.replayed();
         let max_event_bytes = self.max_event_bytes;
-        let events = stream.map(move |event| {
-            sequence += 1;
-            let mut message = convert::event_to_pb(event, sequence);
-            let omitted = bound::fit(&mut message, max_event_bytes);
-            if omitted > 0 {
-                tracing::debug!(
-                    sequence,
-                    omitted,
-                    max_event_bytes,
-                    "event cut to fit max_event_bytes"
-                );
-            }
-            Ok(message)
-        });
+        let events = stream.map(move |entry| Ok(wire_event(&entry, replayed, max_event_bytes)));
+        Ok(Response::new(Box::pin(events)))
+    }
+
+    type WatchBatchStream = EventStream;
+
+    async fn watch_batch(
+        &self,
+        request: Request<pb::WatchBatchRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        let watch = WatchRequest::try_from(request.into_inner())?;
+        let stream = self.scheduler.watch(watch).await.map_err(ApiError::from)?;
+        let max_event_bytes = self.max_event_bytes;
+        let events = stream.map(move |entry| Ok(wire_event(&entry, false, max_event_bytes)));
         Ok(Response::new(Box::pin(events)))
     }
 
@@ -98,11 +98,12 @@ impl ToolScheduler for Service {
         request: Request<pb::ConfirmRequest>,
     ) -> Result<Response<pb::ConfirmResponse>, Status> {
         let confirm = ConfirmRequest::try_from(request.into_inner())?;
-        self.scheduler
+        let confirmed = self
+            .scheduler
             .confirm(confirm)
             .await
             .map_err(ApiError::from)?;
-        Ok(Response::new(pb::ConfirmResponse {}))
+        Ok(Response::new(confirmed.into()))
     }
 
     async fn cancel(
@@ -146,6 +147,25 @@ impl ToolScheduler for Service {
                 .collect(),
         }))
     }
+}
+
+/// A logged event as a stream message, cut to `max_event_bytes`.
+fn wire_event(
+    entry: &crate::store::Entry<crate::scheduler::BatchEvent>,
+    replayed: bool,
+    max_event_bytes: usize,
+) -> pb::ScheduleCallsResponse {
+    let mut message = convert::entry_to_pb(entry, replayed);
+    let omitted = bound::fit(&mut message, max_event_bytes);
+    if omitted > 0 {
+        tracing::debug!(
+            sequence = entry.sequence,
+            omitted,
+            max_event_bytes,
+            "event cut to fit max_event_bytes"
+        );
+    }
+    message
 }
 
 /// TCP keepalive on accepted connections: finds clients that vanished

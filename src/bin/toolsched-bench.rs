@@ -373,6 +373,7 @@ fn batch(session: &str, calls: Vec<pb::FunctionCall>) -> pb::ScheduleCallsReques
         approval_mode: 0,
         interactive: Some(false),
         sandbox_level: 0,
+        ..Default::default()
     }
 }
 
@@ -1166,7 +1167,7 @@ mod floor {
             match waiter {
                 Some(tx) => {
                     let _ = tx.send(());
-                    Ok(Response::new(pb::ConfirmResponse {}))
+                    Ok(Response::new(pb::ConfirmResponse::default()))
                 }
                 None => Err(Status::not_found("no waiting stream")),
             }
@@ -1191,6 +1192,15 @@ mod floor {
             _request: Request<pb::GetServerInfoRequest>,
         ) -> Result<Response<pb::GetServerInfoResponse>, Status> {
             Ok(Response::new(pb::GetServerInfoResponse::default()))
+        }
+
+        type WatchBatchStream = EventStream;
+
+        async fn watch_batch(
+            &self,
+            _request: Request<pb::WatchBatchRequest>,
+        ) -> Result<Response<EventStream>, Status> {
+            Err(Status::unimplemented("the transport floor keeps no logs"))
         }
     }
 

@@ -37,6 +37,12 @@ pub struct BatchRequest {
     pub sandbox_level: Option<crate::sandbox::SandboxLevel>,
     /// The caller's span (W3C `traceparent`), parent of the batch's span.
     pub trace_parent: crate::telemetry::TraceParent,
+    /// The client's idempotency key: a repeat with the same calls attaches
+    /// to the original batch instead of scheduling anything.
+    pub request_id: Option<String>,
+    /// How long the batch keeps running once its last reader went away;
+    /// `None` takes the server's default.
+    pub disconnect_grace: Option<Duration>,
 }
 
 pub use crate::policy::ConfirmationOutcome;
@@ -118,7 +124,7 @@ pub const MAX_RESPONSES_BYTES: usize = 3 * 1024 * 1024;
 /// Estimated encoded size of a JSON value, in bytes: string and key bytes
 /// plus a few bytes of framing per value (protobuf's Struct encoding is
 /// within a small factor of this).
-fn approx_size(v: &Value) -> usize {
+pub(crate) fn approx_size(v: &Value) -> usize {
     match v {
         Value::String(s) => s.len() + 4,
         Value::Array(a) => 4 + a.iter().map(approx_size).sum::<usize>(),

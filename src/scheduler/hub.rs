@@ -2,10 +2,12 @@
 //!
 //! Owns: [`Hub`] (one task; creates a session actor on first use, routes
 //! Schedule / Confirm / Cancel to it, retires it when it reports idleness
-//! on its own [`IdleReport`] channel) and [`BatchStream`] (a batch's events
-//! as read by one client; dropping it cancels the batch). Not here: what a
-//! session does with a command (`session.rs`), request validation
-//! (`validate.rs`, run by the `Scheduler` handle before a command is sent).
+//! on its own [`IdleReport`] channel, hands out readers of a batch's log)
+//! and [`BatchStream`] (a batch's log as read by one client; the last one
+//! going away detaches the batch). Not here: what a session does with a
+//! command (`session.rs`), request validation (`validate.rs`, run by the
+//! `Scheduler` handle before a command is sent), the log and its retention
+//! (`crate::store`).
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -15,21 +17,34 @@ use std::task::{Context, Poll};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::feed::{self, FeedReader};
+use super::feed::EventSink;
 use super::session::{self, Session, SessionCommand, SessionLink};
 use super::{
-    BatchRequest, CancelError, CancelRequest, CancelSummary, ConfirmError, ConfirmRequest, Event,
-    ScheduleError, Shared,
+    BatchEvent, BatchRequest, CancelError, CancelRequest, CancelSummary, ConfirmError,
+    ConfirmRequest, Confirmed, ScheduleError, Shared, WatchError,
 };
+use crate::store::{BatchLog, Entry, LogReader, LogWriter};
 
 pub(crate) enum HubCommand {
     Schedule {
         request: BatchRequest,
+        batch_id: String,
+        /// The log the store began for it.
+        writer: LogWriter<BatchEvent>,
         reply: oneshot::Sender<Result<BatchStream, ScheduleError>>,
+    },
+    /// A new reader of a batch's log (WatchBatch, a replayed request id).
+    Attach {
+        session_id: String,
+        batch_id: String,
+        log: Arc<BatchLog<BatchEvent>>,
+        after: u64,
+        replayed: bool,
+        reply: oneshot::Sender<Result<BatchStream, WatchError>>,
     },
     Confirm {
         request: ConfirmRequest,
-        reply: oneshot::Sender<Result<(), ConfirmError>>,
+        reply: oneshot::Sender<Result<Confirmed, ConfirmError>>,
     },
     Cancel {
         request: CancelRequest,
@@ -123,8 +138,23 @@ impl Hub {
 
     fn handle(&mut self, cmd: HubCommand) {
         match cmd {
-            HubCommand::Schedule { request, reply } => {
-                let _ = reply.send(self.schedule(request));
+            HubCommand::Schedule {
+                request,
+                batch_id,
+                writer,
+                reply,
+            } => {
+                let _ = reply.send(self.schedule(request, batch_id, writer));
+            }
+            HubCommand::Attach {
+                session_id,
+                batch_id,
+                log,
+                after,
+                replayed,
+                reply,
+            } => {
+                let _ = reply.send(self.attach(&session_id, batch_id, &log, after, replayed));
             }
             HubCommand::Confirm { request, reply } => {
                 let Some(entry) = self.sessions.get_mut(&request.session_id) else {
@@ -164,7 +194,49 @@ impl Hub {
         }
     }
 
-    fn schedule(&mut self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
+    /// A reader of `log` after sequence `after`; the session (if it still
+    /// runs) is told when the batch's last reader goes away.
+    fn attach(
+        &self,
+        session_id: &str,
+        batch_id: String,
+        log: &Arc<BatchLog<BatchEvent>>,
+        after: u64,
+        replayed: bool,
+    ) -> Result<BatchStream, WatchError> {
+        let reader = log.reader(after).map_err(|e| WatchError::BeyondEnd {
+            batch_id: batch_id.clone(),
+            after: e.after,
+            last: e.last,
+        })?;
+        let entry = self.sessions.get(session_id);
+        self.open_streams.send_modify(|n| *n += 1);
+        Ok(BatchStream {
+            batch_id,
+            reader,
+            session: entry.map(|e| e.link.clone()),
+            replayed,
+            _open: OpenStream(self.open_streams.clone()),
+            _session_open: entry.map(|e| e.streams.clone()),
+        })
+    }
+
+    fn schedule(
+        &mut self,
+        mut request: BatchRequest,
+        batch_id: String,
+        writer: LogWriter<BatchEvent>,
+    ) -> Result<BatchStream, ScheduleError> {
+        let grace = request
+            .disconnect_grace
+            .unwrap_or(self.shared.config.disconnect_grace);
+        if grace > self.shared.config.max_disconnect_grace {
+            return Err(ScheduleError::GraceTooLong {
+                asked: grace.as_secs(),
+                limit: self.shared.config.max_disconnect_grace.as_secs(),
+            });
+        }
+        request.disconnect_grace = Some(grace);
         if let Some(requested) = request.sandbox_level
             && !self.shared.sandboxes.contains_key(&requested)
         {
@@ -216,9 +288,15 @@ impl Hub {
             .sessions
             .get_mut(&request.session_id)
             .ok_or(ScheduleError::ShuttingDown)?;
-        let batch_id = uuid::Uuid::new_v4().to_string();
         let token = entry.token.child_token();
-        let (events, reader) = feed::feed();
+        // Read from the first event on: the stream sees Accepted.
+        let reader = writer
+            .log()
+            .reader(0)
+            .map_err(|_| ScheduleError::ShuttingDown)?;
+        // The batch keeps its session busy until it completes, streams or
+        // not: a detached batch in its grace is not evicted.
+        let events = EventSink::new(writer, entry.streams.clone());
         entry.sent();
         self.shared.metrics.batch_accepted();
         entry
@@ -227,18 +305,17 @@ impl Hub {
                 batch_id: batch_id.clone(),
                 request,
                 events,
-                token: token.clone(),
+                token,
             })
             .map_err(|_| ScheduleError::ShuttingDown)?;
         self.open_streams.send_modify(|n| *n += 1);
         Ok(BatchStream {
             batch_id,
-            feed: reader,
-            token,
-            session: entry.link.clone(),
-            ended: false,
+            reader,
+            session: Some(entry.link.clone()),
+            replayed: false,
             _open: OpenStream(self.open_streams.clone()),
-            _session_open: entry.streams.clone(),
+            _session_open: Some(entry.streams.clone()),
         })
     }
 
@@ -273,33 +350,32 @@ impl Drop for OpenStream {
     }
 }
 
-/// The events of one batch. Ends after `Completed`. Dropping it (the client
-/// went away) cancels the batch: queued, its calls end Cancelled; running,
-/// every non-terminal call is cancelled and running tools are stopped.
+/// A reader of one batch's log, from where it attached to `Completed`. The
+/// batch's readers each read at their own pace; when the last one goes away
+/// before the end (the client went away), the session is told: it cancels
+/// the batch at once (queued: its calls end Cancelled; running: every
+/// non-terminal call is cancelled and running tools are stopped), or after
+/// the batch's disconnect grace if nobody re-attached.
 pub struct BatchStream {
     batch_id: String,
-    /// What the session emitted, read at this stream's pace (see
-    /// [`feed`] for what bounds it while the client lags).
-    feed: FeedReader,
-    /// The batch's token, cancelled on drop: stops its running tools.
-    token: CancellationToken,
-    /// Told when the stream is dropped before the end, so the session ends
-    /// the batch's calls Cancelled.
-    session: SessionLink,
-    /// The last event (`Completed`) was read.
-    ended: bool,
+    reader: LogReader<BatchEvent>,
+    /// Told when the last reader goes away before the end; `None` when the
+    /// session is gone (its batches have all completed).
+    session: Option<SessionLink>,
+    /// Attached to an existing batch by a repeated request id.
+    replayed: bool,
     _open: OpenStream,
     /// Marks the session busy while the stream is open (see
     /// `Hub::evict_oldest_idle`).
-    _session_open: Arc<()>,
+    _session_open: Option<Arc<()>>,
 }
 
 impl Drop for BatchStream {
     fn drop(&mut self) {
-        self.token.cancel();
-        if !self.ended {
-            self.session
-                .batch_dropped(std::mem::take(&mut self.batch_id));
+        if let Some(generation) = self.reader.detach()
+            && let Some(session) = &self.session
+        {
+            session.batch_detached(std::mem::take(&mut self.batch_id), generation);
         }
     }
 }
@@ -310,24 +386,22 @@ impl BatchStream {
         &self.batch_id
     }
 
-    /// The next event, `None` after `Completed`.
-    pub async fn next(&mut self) -> Option<Event> {
-        std::future::poll_fn(|cx| self.poll_event(cx)).await
+    /// True when this stream re-attached to an existing batch (a repeated
+    /// request id) instead of scheduling one.
+    pub fn replayed(&self) -> bool {
+        self.replayed
     }
 
-    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        let polled = self.feed.poll_next(cx);
-        if let Poll::Ready(None) = polled {
-            self.ended = true;
-        }
-        polled
+    /// The next logged event, `None` after `Completed`.
+    pub async fn next(&mut self) -> Option<Arc<Entry<BatchEvent>>> {
+        self.reader.next().await
     }
 }
 
 impl tokio_stream::Stream for BatchStream {
-    type Item = Event;
+    type Item = Arc<Entry<BatchEvent>>;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        self.poll_event(cx)
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.reader.poll_entry(cx)
     }
 }

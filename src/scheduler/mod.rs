@@ -6,10 +6,12 @@
 //! owning its queue, mode and rules, and driving its running batch: a
 //! synchronous engine ([`batch`], with [`approval`]) whose effects the
 //! session performs (executions in [`exec`]). Handlers send commands and
-//! read a [`BatchStream`] of domain [`Event`]s ([`feed`]). Cancellation is
+//! read a [`BatchStream`] of a batch's logged events ([`feed`] writes the
+//! log of [`crate::store`]; [`resume`] is what lets a batch outlive its
+//! stream). Cancellation is
 //! a `CancellationToken` tree: server → session → batch → call.
 //!
-//! Layering: imports `policy`, `tools`, `sandbox`; never `api`.
+//! Layering: imports `store`, `policy`, `tools`, `sandbox`; never `api`.
 //!
 //! Not here: gRPC (see `api`), what a tool does (`tools`), whether it may
 //! (`policy`).
@@ -22,6 +24,7 @@ mod exec;
 mod feed;
 mod hub;
 pub mod metrics;
+pub mod resume;
 mod session;
 pub mod validate;
 
@@ -38,7 +41,10 @@ pub use events::{
 pub use hub::BatchStream;
 use hub::{Hub, HubCommand};
 pub use metrics::Metrics;
+pub use resume::{Confirmed, WatchError, WatchRequest};
 pub use validate::{InvalidBatch, InvalidRequest, Shown};
+
+use crate::store::{BatchLog, Begun, NewBatch, SharedStore, StoreError};
 
 use crate::policy::{ApprovalMode, PolicyHandle};
 use crate::sandbox::{OutputLimits, SandboxConfig, SharedSandbox};
@@ -59,7 +65,8 @@ pub struct SchedulerConfig {
     /// Calls in one batch; more is RESOURCE_EXHAUSTED.
     pub max_calls_per_batch: usize,
     /// Live sessions. A new one at the cap evicts the least recently used
-    /// idle session (no open stream); when every session is busy it is
+    /// idle session (no open stream, no batch queued or running); when
+    /// every session is busy it is
     /// RESOURCE_EXHAUSTED.
     pub max_sessions: usize,
     /// A session with nothing to do is forgotten (rules, mode, topic) after
@@ -72,6 +79,15 @@ pub struct SchedulerConfig {
     /// (a workspace on a network filesystem); see
     /// [`crate::sandbox::Workspace::with_blocking_io`].
     pub blocking_file_io: bool,
+    /// Grace of a batch whose request names none: how long it keeps running
+    /// once its last reader went away. Zero cancels it at once.
+    pub disconnect_grace: Duration,
+    /// Longest grace a request may ask for: a detached batch holds its
+    /// session, its processes and its log that long.
+    pub max_disconnect_grace: Duration,
+    /// How long and how much of completed batches is kept for WatchBatch
+    /// and request_id replays.
+    pub retention: crate::store::Retention,
 }
 
 impl Default for SchedulerConfig {
@@ -87,6 +103,9 @@ impl Default for SchedulerConfig {
             session_idle_ttl: Duration::from_secs(1800),
             sandbox: SandboxConfig::default(),
             blocking_file_io: false,
+            disconnect_grace: Duration::ZERO,
+            max_disconnect_grace: Duration::from_secs(600),
+            retention: crate::store::Retention::default(),
         }
     }
 }
@@ -111,6 +130,13 @@ pub enum ScheduleError {
         requested: crate::sandbox::SandboxLevel,
         server: crate::sandbox::SandboxLevel,
     },
+    #[error(
+        "disconnect_grace_secs {asked} is over the server's limit max_disconnect_grace_secs = {limit}"
+    )]
+    GraceTooLong { asked: u64, limit: u64 },
+    /// A request id known with other calls, or the store failing.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Why a Confirm was refused. Nothing changed.
@@ -125,8 +151,8 @@ pub enum ConfirmError {
     #[error("call '{}' is not awaiting approval", Shown(call_id))]
     NotAwaitingApproval { call_id: String },
     /// The call's batch has completed; its prompt (if it had one) can no
-    /// longer be answered. Remembered for the session's last
-    /// `RECENT_ENDED_CALLS` calls; older ids are [`ConfirmError::UnknownCall`].
+    /// longer be answered. Known while its batch is retained (see
+    /// [`crate::store::Retention`]); later it is [`ConfirmError::UnknownCall`].
     #[error(
         "call '{}' already ended ({state}) and its batch has completed; there is no prompt to answer",
         Shown(call_id)
@@ -156,6 +182,17 @@ pub enum ConfirmError {
     CannotModify { tool: String },
     #[error("new_content makes invalid arguments: {message}")]
     InvalidNewContent { message: String },
+    /// The first answer to a prompt wins; this one differs from it.
+    #[error(
+        "the prompt of call '{}' was already answered with {winner}{}; the first answer wins and this different one changed nothing",
+        Shown(call_id),
+        if *with_content { " (with new_content)" } else { "" }
+    )]
+    AnsweredDifferently {
+        call_id: String,
+        winner: String,
+        with_content: bool,
+    },
     #[error("the scheduler is not running")]
     Unavailable,
 }
@@ -189,6 +226,8 @@ pub(crate) struct Shared {
     pub policy: PolicyHandle,
     /// Cancelled at server shutdown: every batch is cancelled with it.
     pub shutdown: CancellationToken,
+    /// Batches, their logs, request ids and answers.
+    pub store: SharedStore<BatchEvent>,
     pub metrics: Arc<Metrics>,
     /// The server's sandbox (its level is the most permissive a session may
     /// choose).
@@ -208,6 +247,7 @@ pub struct Scheduler {
     open_streams: watch::Receiver<usize>,
     metrics: Arc<Metrics>,
     sandbox: SharedSandbox,
+    store: SharedStore<BatchEvent>,
     /// The MCP servers feeding the registry, for their status.
     mcp: Option<crate::tools::mcp::McpManager>,
 }
@@ -229,6 +269,8 @@ impl Scheduler {
         let registry = registry.into();
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
+        let store: SharedStore<BatchEvent> =
+            Arc::new(crate::store::MemoryStore::new(config.retention));
         // The levels a session may switch to: those at most as permissive as
         // the server's, each judged from the one probe of the kernel.
         let sandboxes = crate::sandbox::SandboxLevel::ALL
@@ -250,6 +292,7 @@ impl Scheduler {
             registry: registry.clone(),
             policy,
             shutdown,
+            store: store.clone(),
             metrics: metrics.clone(),
         });
         let (hub, idle_rx) = Hub::new(shared, open_tx);
@@ -260,6 +303,7 @@ impl Scheduler {
             open_streams: open_rx,
             metrics,
             sandbox,
+            store,
             mcp: None,
         }
     }
@@ -294,19 +338,100 @@ impl Scheduler {
     }
 
     /// Accepts a batch. The stream starts with `Accepted` and ends after
-    /// `Completed`; dropping it cancels the batch.
+    /// `Completed`; dropping it (the last reader of the batch) cancels the
+    /// batch at once, or after its disconnect grace when nobody re-attached.
+    /// A request id known with the same calls schedules nothing: the stream
+    /// reads the original batch's log from the start ([`BatchStream::replayed`]).
     pub async fn schedule(&self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
         request.validate()?;
+        let batch_id = uuid::Uuid::new_v4().to_string();
+        // Only a request id needs the digest: the hot path hashes nothing.
+        let digest = match request.request_id {
+            Some(_) => resume::calls_digest(&request.calls),
+            None => [0; 32],
+        };
+        let begun = self
+            .store
+            .begin_batch(NewBatch {
+                session_id: request.session_id.clone(),
+                batch_id: batch_id.clone(),
+                request_id: request.request_id.clone(),
+                digest,
+            })
+            .await?;
+        let writer = match begun {
+            Begun::New(writer) => writer,
+            Begun::Existing { batch_id, log } => {
+                return self
+                    .attach(request.session_id, batch_id, log, 0, true)
+                    .await
+                    .map_err(|_| ScheduleError::ShuttingDown);
+            }
+        };
+        let session_id = request.session_id.clone();
+        let (reply, rx) = oneshot::channel();
+        let sent = self
+            .hub
+            .send(HubCommand::Schedule {
+                request,
+                batch_id: batch_id.clone(),
+                writer,
+                reply,
+            })
+            .await;
+        let result = match sent {
+            Ok(()) => rx.await.unwrap_or(Err(ScheduleError::ShuttingDown)),
+            Err(_) => Err(ScheduleError::ShuttingDown),
+        };
+        if result.is_err() {
+            // Refused after the claim: the request id is free again.
+            self.store.abandon_batch(&session_id, &batch_id);
+        }
+        result
+    }
+
+    /// Re-attaches to a batch's log after `after_sequence`.
+    pub async fn watch(&self, request: WatchRequest) -> Result<BatchStream, WatchError> {
+        request.validate()?;
+        let log = self
+            .store
+            .batch(&request.session_id, &request.batch_id)
+            .await?;
+        self.attach(
+            request.session_id,
+            request.batch_id,
+            log,
+            request.after_sequence,
+            false,
+        )
+        .await
+    }
+
+    async fn attach(
+        &self,
+        session_id: String,
+        batch_id: String,
+        log: Arc<BatchLog<BatchEvent>>,
+        after: u64,
+        replayed: bool,
+    ) -> Result<BatchStream, WatchError> {
         let (reply, rx) = oneshot::channel();
         self.hub
-            .send(HubCommand::Schedule { request, reply })
+            .send(HubCommand::Attach {
+                session_id,
+                batch_id,
+                log,
+                after,
+                replayed,
+                reply,
+            })
             .await
-            .map_err(|_| ScheduleError::ShuttingDown)?;
-        rx.await.map_err(|_| ScheduleError::ShuttingDown)?
+            .map_err(|_| WatchError::Unavailable)?;
+        rx.await.map_err(|_| WatchError::Unavailable)?
     }
 
     /// Answers an approval prompt.
-    pub async fn confirm(&self, request: ConfirmRequest) -> Result<(), ConfirmError> {
+    pub async fn confirm(&self, request: ConfirmRequest) -> Result<Confirmed, ConfirmError> {
         request.validate()?;
         let (reply, rx) = oneshot::channel();
         self.hub

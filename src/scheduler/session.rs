@@ -25,31 +25,31 @@ use super::events::{BatchEvent, BatchRequest, CancelRequest, CancelSummary, Conf
 use super::exec::{self, ExecJob};
 use super::feed::EventSink;
 use super::hub::IdleReport;
-use super::{CancelError, ConfirmError, Metrics, Shared};
+use super::{CancelError, ConfirmError, Confirmed, Metrics, Shared};
 use crate::policy::{ApprovalMode, DecisionSource, SessionRules, outcomes};
+use crate::store::BatchLog;
 use crate::tools::{ConfirmationDetails, Progress, ToolError, ToolOutcome};
 
-/// Calls of completed batches a session remembers (id and terminal state),
-/// so that a late Confirm (e.g. racing the confirmation timeout) is told the
-/// call ended (FAILED_PRECONDITION) rather than that it never existed
-/// (NOT_FOUND). About 100 bytes each.
-const RECENT_ENDED_CALLS: usize = 1024;
 /// Time a tool gets to stop after its token was cancelled before the call is
 /// ended Cancelled regardless (covers a tool that ignores its token).
 const CANCEL_GUARD: Duration = Duration::from_secs(5);
 
 /// What a [`super::BatchStream`] holds of its session: a weak sender (a
-/// stream outliving its session keeps nothing alive) to report that it was
-/// dropped before its batch completed. A stream that ran to `Completed` says
-/// nothing, so the normal path costs no message and no task.
+/// stream outliving its session keeps nothing alive) to report that the
+/// batch's last reader went away before it completed. A stream that ran to
+/// `Completed` says nothing, so the normal path costs no message and no task.
 #[derive(Clone)]
 pub(crate) struct SessionLink(mpsc::WeakUnboundedSender<Internal>);
 
 impl SessionLink {
-    /// Tells the session that the client went away from `batch_id`.
-    pub fn batch_dropped(&self, batch_id: String) {
+    /// Tells the session that nobody reads `batch_id` any more, since the
+    /// detach that returned `generation`.
+    pub fn batch_detached(&self, batch_id: String, generation: u64) {
         if let Some(tx) = self.0.upgrade() {
-            let _ = tx.send(Internal::BatchDropped { batch_id });
+            let _ = tx.send(Internal::BatchDetached {
+                batch_id,
+                generation,
+            });
         }
     }
 }
@@ -83,7 +83,7 @@ pub(crate) enum SessionCommand {
     },
     Confirm {
         request: ConfirmRequest,
-        reply: oneshot::Sender<Result<(), ConfirmError>>,
+        reply: oneshot::Sender<Result<Confirmed, ConfirmError>>,
     },
     Cancel {
         request: CancelRequest,
@@ -109,10 +109,16 @@ pub(crate) enum Internal {
         index: usize,
         outcome: ToolOutcome,
     },
-    /// The batch's stream was dropped before it completed: the client went
-    /// away.
-    BatchDropped {
+    /// The batch's last reader went away before it completed: the client
+    /// went away.
+    BatchDetached {
         batch_id: String,
+        generation: u64,
+    },
+    /// The disconnect grace that started at detach `generation` is over.
+    GraceExpired {
+        batch_id: String,
+        generation: u64,
     },
     ConfirmTimeout {
         batch_id: String,
@@ -136,6 +142,8 @@ struct PendingBatch {
 struct ActiveBatch {
     batch: Batch,
     events: EventSink,
+    /// How long it runs on once its last reader went away.
+    grace: Duration,
 }
 
 /// The session actor's state.
@@ -150,9 +158,6 @@ pub(crate) struct Session {
     topic: Option<String>,
     queue: VecDeque<PendingBatch>,
     active: Option<ActiveBatch>,
-    /// The last [`RECENT_ENDED_CALLS`] calls of completed batches: call id
-    /// and terminal state name, oldest first.
-    ended: VecDeque<(String, &'static str)>,
     internal_tx: mpsc::UnboundedSender<Internal>,
     /// Commands processed, reported to the hub when idle so that it only
     /// retires a session that has no command in flight.
@@ -188,7 +193,6 @@ impl Session {
             topic: None,
             queue: VecDeque::new(),
             active: None,
-            ended: VecDeque::new(),
             internal_tx,
             processed: 0,
         };
@@ -278,11 +282,55 @@ impl Session {
                 });
             }
             SessionCommand::Confirm { request, reply } => {
-                let _ = reply.send(self.confirm(request));
+                let _ = reply.send(self.confirm_recorded(request));
             }
             SessionCommand::Cancel { request, reply } => {
                 let _ = reply.send(self.cancel(request));
             }
+        }
+    }
+
+    /// Answers a prompt; the first answer wins and is recorded. An answer
+    /// to a prompt that is no longer open is compared with the recorded
+    /// winner: the same is OK (already applied), a different one is refused
+    /// naming the winner.
+    fn confirm_recorded(&mut self, req: ConfirmRequest) -> Result<Confirmed, ConfirmError> {
+        let answer = crate::store::Answer {
+            outcome: req.outcome.name().to_string(),
+            new_content: req.new_content.clone(),
+        };
+        let (call_id, correlation_id) = (req.call_id.clone(), req.correlation_id.clone());
+        let batch_id = self.active.as_ref().map(|a| a.batch.id().to_string());
+        match self.confirm(req) {
+            Ok(()) => {
+                if let Some(batch_id) = batch_id {
+                    self.shared.store.record_answer(
+                        &self.id,
+                        &batch_id,
+                        &call_id,
+                        &correlation_id,
+                        answer,
+                    );
+                }
+                Ok(Confirmed {
+                    already_applied: false,
+                })
+            }
+            Err(e) => match self
+                .shared
+                .store
+                .answer(&self.id, &call_id, &correlation_id)
+            {
+                Some(winner) if winner == answer => Ok(Confirmed {
+                    already_applied: true,
+                }),
+                Some(winner) => Err(ConfirmError::AnsweredDifferently {
+                    call_id,
+                    with_content: winner.new_content.is_some(),
+                    winner: winner.outcome,
+                }),
+                None => Err(e),
+            },
         }
     }
 
@@ -324,7 +372,7 @@ impl Session {
             ConfirmError::NotAwaitingApproval {
                 call_id: call_id.to_string(),
             }
-        } else if let Some((_, state)) = self.ended.iter().rev().find(|(id, _)| id == call_id) {
+        } else if let Some(state) = self.shared.store.ended(&self.id, call_id) {
             ConfirmError::AlreadyEnded {
                 call_id: call_id.to_string(),
                 state,
@@ -387,9 +435,18 @@ impl Session {
     }
 
     fn cancel_pending(&mut self, pending: PendingBatch, reason: &str) {
-        for call in &pending.request.calls {
-            remember_ended(&mut self.ended, &call.id, "cancelled");
-        }
+        let ended = pending
+            .request
+            .calls
+            .iter()
+            .map(|c| crate::store::EndedCall {
+                call_id: c.id.clone(),
+                state: "cancelled",
+            })
+            .collect();
+        self.shared
+            .store
+            .complete_batch(&self.id, &pending.id, ended);
         cancel_pending(
             &self.shared.metrics,
             &self.shared.registry.load(),
@@ -403,8 +460,18 @@ impl Session {
     fn handle_internal(&mut self, msg: Internal) {
         let drop_reason = self.drop_reason();
         let (batch_id, report) = match msg {
-            Internal::BatchDropped { batch_id } => {
-                self.batch_dropped(&batch_id);
+            Internal::BatchDetached {
+                batch_id,
+                generation,
+            } => {
+                self.batch_detached(batch_id, generation);
+                return;
+            }
+            Internal::GraceExpired {
+                batch_id,
+                generation,
+            } => {
+                self.grace_expired(&batch_id, generation);
                 return;
             }
             Internal::PromptReady {
@@ -475,8 +542,61 @@ impl Session {
         }
     }
 
+    /// The grace and log of a queued or running batch.
+    fn grace_of(&self, batch_id: &str) -> Option<(Duration, &Arc<BatchLog<BatchEvent>>)> {
+        if let Some(active) = self.active.as_ref().filter(|a| a.batch.id() == batch_id) {
+            return Some((active.grace, active.events.log()));
+        }
+        self.queue.iter().find(|b| b.id == batch_id).map(|b| {
+            (
+                b.request.disconnect_grace.unwrap_or_default(),
+                b.events.log(),
+            )
+        })
+    }
+
+    /// Nobody reads the batch any more: without a grace it is cancelled at
+    /// once (as a dropped stream always was); with one, a timer decides.
+    fn batch_detached(&mut self, batch_id: String, generation: u64) {
+        let Some((grace, _)) = self.grace_of(&batch_id) else {
+            return; // already completed
+        };
+        if grace.is_zero() {
+            self.batch_dropped(&batch_id);
+            return;
+        }
+        tracing::info!(session = %self.id, batch = %batch_id, grace_secs = grace.as_secs(), "batch detached; it runs on for its grace");
+        let tx = self.internal_tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            let _ = tx.send(Internal::GraceExpired {
+                batch_id,
+                generation,
+            });
+        });
+    }
+
+    /// The grace of detach `generation` is over: cancelled unless somebody
+    /// re-attached meanwhile (a later detach has its own timer).
+    fn grace_expired(&mut self, batch_id: &str, generation: u64) {
+        let Some((grace, log)) = self.grace_of(batch_id) else {
+            return;
+        };
+        if !log.still_detached(generation) {
+            return;
+        }
+        let reason = super::resume::grace_reason(grace);
+        tracing::info!(session = %self.id, batch = %batch_id, "disconnect grace over; cancelling the batch");
+        self.end_batch(batch_id, &reason);
+    }
+
     fn batch_dropped(&mut self, batch_id: &str) {
         let reason = self.drop_reason();
+        self.end_batch(batch_id, reason);
+    }
+
+    /// Cancels a queued or running batch with `reason`.
+    fn end_batch(&mut self, batch_id: &str, reason: &str) {
         if let Some(pos) = self.queue.iter().position(|b| b.id == batch_id) {
             if let Some(pending) = self.queue.remove(pos) {
                 self.shared.metrics.queued_batches.dec();
@@ -530,6 +650,7 @@ impl Session {
             events,
             token,
         } = pending;
+        let request_grace = request.disconnect_grace.unwrap_or_default();
         if let Some(mode) = request.approval_mode {
             self.mode = mode;
         }
@@ -556,7 +677,11 @@ impl Session {
             metrics: self.shared.metrics.clone(),
             confirmation_timeout: self.shared.config.confirmation_timeout,
         });
-        self.active = Some(ActiveBatch { batch, events });
+        self.active = Some(ActiveBatch {
+            batch,
+            events,
+            grace: request_grace,
+        });
         self.perform(effects);
     }
 
@@ -655,9 +780,17 @@ impl Session {
         let Some(active) = self.active.take() else {
             return;
         };
-        for (id, state) in active.batch.states() {
-            remember_ended(&mut self.ended, id, state);
-        }
+        let ended = active
+            .batch
+            .states()
+            .map(|(id, state)| crate::store::EndedCall {
+                call_id: id.to_string(),
+                state,
+            })
+            .collect();
+        self.shared
+            .store
+            .complete_batch(&self.id, active.batch.id(), ended);
         active.events.emit(BatchEvent::Completed {
             batch_id: active.batch.id().to_string(),
             responses,
@@ -677,19 +810,6 @@ enum Report {
     Executed(usize, ToolOutcome),
     ConfirmTimeout(usize, String),
     CancelGuard(usize),
-}
-
-/// Adds a call of a completed batch to `ended`, forgetting the oldest past
-/// [`RECENT_ENDED_CALLS`].
-fn remember_ended(
-    ended: &mut VecDeque<(String, &'static str)>,
-    call_id: &str,
-    state: &'static str,
-) {
-    if ended.len() == RECENT_ENDED_CALLS {
-        ended.pop_front();
-    }
-    ended.push_back((call_id.to_string(), state));
 }
 
 /// Ends a batch that never started: every call Cancelled, then Completed.

@@ -60,6 +60,8 @@ pub enum InvalidBatch {
         len: usize,
         limit: usize,
     },
+    #[error("request_id is {len} bytes; at most {limit}")]
+    RequestIdTooLong { len: usize, limit: usize },
     #[error(
         "calls[{index}].id '{}' is a duplicate of calls[{first}].id; call ids must be unique within a batch",
         Shown(id)
@@ -119,6 +121,14 @@ impl BatchRequest {
         }
         if self.calls.is_empty() {
             return Err(InvalidBatch::NoCalls);
+        }
+        if let Some(request_id) = &self.request_id
+            && request_id.len() > crate::store::MAX_REQUEST_ID_BYTES
+        {
+            return Err(InvalidBatch::RequestIdTooLong {
+                len: request_id.len(),
+                limit: crate::store::MAX_REQUEST_ID_BYTES,
+            });
         }
         let mut seen = std::collections::HashMap::new();
         for (index, call) in self.calls.iter().enumerate() {

@@ -227,6 +227,7 @@ pub fn request(session: &str, calls: Vec<pb::FunctionCall>) -> pb::ScheduleCalls
         approval_mode: 0,
         interactive: Some(true),
         sandbox_level: 0,
+        ..Default::default()
     }
 }
 

@@ -1,0 +1,323 @@
+//! What makes a batch outlive its connection, on the scheduler's side: the
+//! batch's events as a log entry type (sizes, merging of progress), the
+//! digest a request id is checked with, WatchBatch's request and errors,
+//! and the disconnect grace's reason.
+//!
+//! Owns the vocabulary; the log and its retention are in [`crate::store`],
+//! the session acts on a detach (`session.rs`), the hub hands out readers.
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::events::{BatchEvent, CallRequest, StateUpdate, approx_size};
+use super::validate::{InvalidRequest, MAX_BATCH_ID_BYTES, MAX_SESSION_ID_BYTES, Shown};
+use crate::store::{CallsDigest, LogEvent, MergeKey, StoreError};
+use crate::tools::{ConfirmationDetails, Progress};
+
+/// A WatchBatch request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchRequest {
+    pub session_id: String,
+    pub batch_id: String,
+    /// The last sequence the client has seen; 0 reads from the first event.
+    pub after_sequence: u64,
+}
+
+impl WatchRequest {
+    /// Both ids present and within the limits the server issues them at.
+    pub fn validate(&self) -> Result<(), InvalidRequest> {
+        for (field, value, limit) in [
+            ("session_id", &self.session_id, MAX_SESSION_ID_BYTES),
+            ("batch_id", &self.batch_id, MAX_BATCH_ID_BYTES),
+        ] {
+            if value.is_empty() {
+                return Err(InvalidRequest::Empty { field });
+            }
+            if value.len() > limit {
+                return Err(InvalidRequest::TooLong {
+                    field,
+                    len: value.len(),
+                    limit,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a WatchBatch was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum WatchError {
+    #[error("invalid WatchBatch: {0}")]
+    Invalid(#[from] InvalidRequest),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(
+        "after_sequence {after} is beyond the last event of batch '{}' ({last})",
+        Shown(batch_id)
+    )]
+    BeyondEnd {
+        batch_id: String,
+        after: u64,
+        last: u64,
+    },
+    #[error("the scheduler is not running")]
+    Unavailable,
+}
+
+/// What a Confirm did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Confirmed {
+    /// This exact answer had been applied before: nothing changed.
+    pub already_applied: bool,
+}
+
+/// The reason a batch ends with when nobody re-attached within its grace.
+pub fn grace_reason(grace: Duration) -> String {
+    format!(
+        "the client went away and did not come back within {} s",
+        grace.as_secs()
+    )
+}
+
+/// SHA-256 of the calls in a canonical form (object keys sorted, so the
+/// order a client's JSON library emits them in does not matter): ids,
+/// names, arguments and `wait_for_previous`, in request order.
+pub fn calls_digest(calls: &[CallRequest]) -> CallsDigest {
+    let mut hasher = Sha256::new();
+    for call in calls {
+        field(&mut hasher, call.id.as_bytes());
+        field(&mut hasher, call.name.as_bytes());
+        hash_object(&mut hasher, &call.args);
+        hasher.update([u8::from(call.wait_for_previous)]);
+    }
+    hasher.finalize().into()
+}
+
+/// A length-prefixed field: no two different sequences hash the same bytes.
+fn field(hasher: &mut Sha256, bytes: &[u8]) {
+    hasher.update((bytes.len() as u64).to_le_bytes());
+    hasher.update(bytes);
+}
+
+fn hash_object(hasher: &mut Sha256, object: &serde_json::Map<String, serde_json::Value>) {
+    let mut keys: Vec<&String> = object.keys().collect();
+    keys.sort();
+    hasher.update([b'{']);
+    hasher.update((keys.len() as u64).to_le_bytes());
+    for key in keys {
+        field(hasher, key.as_bytes());
+        hash_value(hasher, &object[key.as_str()]);
+    }
+}
+
+fn hash_value(hasher: &mut Sha256, value: &serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Null => hasher.update([b'n']),
+        Value::Bool(b) => hasher.update([b'b', u8::from(*b)]),
+        Value::Number(n) => {
+            hasher.update([b'#']);
+            field(hasher, n.to_string().as_bytes());
+        }
+        Value::String(s) => {
+            hasher.update([b's']);
+            field(hasher, s.as_bytes());
+        }
+        Value::Array(items) => {
+            hasher.update([b'[']);
+            hasher.update((items.len() as u64).to_le_bytes());
+            items.iter().for_each(|v| hash_value(hasher, v));
+        }
+        Value::Object(o) => hash_object(hasher, o),
+    }
+}
+
+/// Fixed cost of an event beyond its strings (the entry, the enum, times).
+const EVENT_OVERHEAD_BYTES: usize = 96;
+
+impl LogEvent for BatchEvent {
+    fn approx_bytes(&self) -> usize {
+        EVENT_OVERHEAD_BYTES
+            + match self {
+                BatchEvent::Accepted { batch_id, .. } | BatchEvent::Started { batch_id } => {
+                    batch_id.len()
+                }
+                BatchEvent::CallUpdate {
+                    call_id,
+                    tool_name,
+                    update,
+                } => call_id.len() + tool_name.len() + update_bytes(update),
+                BatchEvent::Completed {
+                    batch_id,
+                    responses,
+                } => batch_id.len() + responses.iter().map(|r| r.approx_size()).sum::<usize>(),
+            }
+    }
+
+    /// A call's progress report supersedes its previous one; any other
+    /// update of the call is not merged across.
+    fn merge_key(&self) -> MergeKey<'_> {
+        match self {
+            BatchEvent::CallUpdate {
+                call_id,
+                update: StateUpdate::Executing(Some(Progress::Report { .. })),
+                ..
+            } => MergeKey::Report(call_id),
+            BatchEvent::CallUpdate { call_id, .. } => MergeKey::Other(call_id),
+            _ => MergeKey::None,
+        }
+    }
+}
+
+fn update_bytes(update: &StateUpdate) -> usize {
+    let object = |o: &serde_json::Map<String, serde_json::Value>| {
+        o.iter()
+            .map(|(k, v)| k.len() + approx_size(v))
+            .sum::<usize>()
+    };
+    match update {
+        // Shared with the call (an `Arc`), but kept alive by the log too.
+        StateUpdate::Validating { args } => object(args),
+        StateUpdate::Scheduled => 0,
+        StateUpdate::AwaitingApproval {
+            correlation_id,
+            details,
+            reason,
+            ..
+        } => {
+            correlation_id.len()
+                + reason.len()
+                + match details {
+                    ConfirmationDetails::Edit {
+                        file_path,
+                        diff,
+                        new_content,
+                        ..
+                    } => file_path.len() + diff.len() + new_content.len(),
+                    ConfirmationDetails::Exec {
+                        command,
+                        root_commands,
+                        dir_path,
+                        write_targets,
+                    } => {
+                        command.len()
+                            + dir_path.len()
+                            + root_commands.iter().map(String::len).sum::<usize>()
+                            + write_targets.iter().map(String::len).sum::<usize>()
+                    }
+                    ConfirmationDetails::Mcp {
+                        server_name,
+                        tool_name,
+                        args,
+                        description,
+                    } => server_name.len() + tool_name.len() + description.len() + object(args),
+                    ConfirmationDetails::Info { prompt } => prompt.len(),
+                }
+        }
+        StateUpdate::Executing(p) => match p {
+            None | Some(Progress::Started { .. }) => 0,
+            Some(Progress::Output(chunk)) => chunk.len(),
+            Some(Progress::Report { message, .. }) => message.len(),
+        },
+        StateUpdate::Success {
+            response, result, ..
+        } => response.approx_size() + object(result),
+        StateUpdate::Error {
+            message, response, ..
+        } => message.len() + response.approx_size(),
+        StateUpdate::Cancelled { reason, response } => reason.len() + response.approx_size(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn call(id: &str, args: serde_json::Value) -> CallRequest {
+        CallRequest {
+            id: id.into(),
+            name: "run_shell_command".into(),
+            args: Arc::new(args.as_object().cloned().unwrap_or_default()),
+            wait_for_previous: false,
+        }
+    }
+
+    #[test]
+    fn the_digest_ignores_key_order_and_sees_every_other_difference() {
+        let a = calls_digest(&[call("c", json!({"command": "ls", "dir_path": "."}))]);
+        let b = calls_digest(&[call("c", json!({"dir_path": ".", "command": "ls"}))]);
+        assert_eq!(a, b);
+        let other_value = calls_digest(&[call("c", json!({"command": "rm", "dir_path": "."}))]);
+        let other_id = calls_digest(&[call("d", json!({"command": "ls", "dir_path": "."}))]);
+        let mut waits = call("c", json!({"command": "ls", "dir_path": "."}));
+        waits.wait_for_previous = true;
+        let other_wait = calls_digest(&[waits]);
+        assert_ne!(a, other_value);
+        assert_ne!(a, other_id);
+        assert_ne!(a, other_wait);
+        // Field boundaries count: "ab"+"c" is not "a"+"bc".
+        let split1 = calls_digest(&[CallRequest {
+            name: "bc".into(),
+            ..call("a", json!({}))
+        }]);
+        let split2 = calls_digest(&[CallRequest {
+            name: "c".into(),
+            ..call("ab", json!({}))
+        }]);
+        assert_ne!(split1, split2);
+    }
+
+    fn progress(call_id: &str, p: Progress) -> BatchEvent {
+        BatchEvent::CallUpdate {
+            call_id: call_id.into(),
+            tool_name: "mcp_x_y".into(),
+            update: StateUpdate::Executing(Some(p)),
+        }
+    }
+
+    fn report(n: f64) -> Progress {
+        Progress::Report {
+            progress: Some(n),
+            total: None,
+            percent: None,
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn reports_are_keyed_by_call_and_other_updates_block_merging() {
+        assert_eq!(
+            progress("c", report(1.0)).merge_key(),
+            MergeKey::Report("c")
+        );
+        assert_eq!(
+            progress("c", Progress::Output("x".into())).merge_key(),
+            MergeKey::Other("c")
+        );
+        let started = BatchEvent::Started {
+            batch_id: "b".into(),
+        };
+        assert_eq!(started.merge_key(), MergeKey::None);
+    }
+
+    #[test]
+    fn an_event_counts_its_output() {
+        let small = progress("c", Progress::Output(String::new())).approx_bytes();
+        let big = progress("c", Progress::Output("x".repeat(10_000))).approx_bytes();
+        assert_eq!(big - small, 10_000);
+    }
+
+    #[test]
+    fn the_grace_reason_names_the_grace() {
+        assert_eq!(
+            grace_reason(Duration::from_secs(30)),
+            "the client went away and did not come back within 30 s"
+        );
+    }
+}

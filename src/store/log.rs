@@ -1,0 +1,626 @@
+//! A batch's event log: every event appended with its `sequence` (1, 2, 3 …
+//! without gaps) and its time, read by any number of readers, each at its
+//! own pace from its own cursor.
+//!
+//! A reader holds only a cursor and a waker: a slow reader (a client that
+//! stopped reading, an HTTP/2 window that is full) costs nothing but the log
+//! itself, which every reader shares. The log is bounded by what is appended
+//! to it: every event but one is bounded by the batch itself (a few state
+//! changes per call, live output capped per call by `max_streamed_bytes`),
+//! and the one that is not, a progress report, is merged once the slowest
+//! reader lags by [`LAG_EVENTS`] (or nobody reads): a new report then
+//! replaces the same key's (call's) previous report while no reader has
+//! read it and nothing else of the key came after it. So a tool flooding
+//! progress notifications costs at most one entry per call beyond the first
+//! [`LAG_EVENTS`]; a reader that keeps up sees every report.
+//!
+//! Owns: the entries, their sequence numbers, the readers' count (for the
+//! disconnect grace) and their wake-ups. Not here: what an event means (the
+//! scheduler), how long a completed log is kept ([`super::MemoryStore`]).
+//!
+//! The entries sit behind a `std::sync::Mutex` shared by the one writer (the
+//! session owning the batch) and the readers (stream handlers): it is never
+//! held across an await, and each critical section is a push or a copy of
+//! `Arc`s.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::SystemTime;
+
+/// Unread entries past which the slowest reader counts as lagging and
+/// reports merge: far more than one step of a batch appends (so a reader
+/// that keeps up sees every report), few enough to be a small bound.
+pub const LAG_EVENTS: u64 = 256;
+
+/// What a log can hold: anything that can say about how many bytes it keeps
+/// in memory (for the retention bounds) and whether it may be merged.
+pub trait LogEvent: Send + Sync + 'static {
+    /// Estimated bytes held by the event (strings and payloads; a small
+    /// constant for the rest).
+    fn approx_bytes(&self) -> usize;
+
+    /// How the event takes part in merging under backpressure.
+    fn merge_key(&self) -> MergeKey<'_> {
+        MergeKey::None
+    }
+}
+
+/// How an event takes part in merging (see the module's backpressure rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergeKey<'a> {
+    /// Never merged, and does not affect merging.
+    None,
+    /// An event of this key that is not a report: a later report of the key
+    /// never merges across it.
+    Other(&'a str),
+    /// A report that supersedes the key's previous report.
+    Report(&'a str),
+}
+
+/// One logged event.
+#[derive(Debug, PartialEq)]
+pub struct Entry<E> {
+    /// 1, 2, 3 … within the batch, the same for every reader.
+    pub sequence: u64,
+    /// When the event was appended.
+    pub at: SystemTime,
+    pub event: E,
+}
+
+/// A batch's log. Shared (`Arc`) by its writer, its readers and the store.
+pub struct BatchLog<E> {
+    state: Mutex<LogState<E>>,
+    /// Hands out reader ids (to find a reader's waker and cursor).
+    next_reader: AtomicU64,
+}
+
+struct LogState<E> {
+    /// `entries[i].sequence == i + 1`.
+    entries: Vec<Arc<Entry<E>>>,
+    bytes: usize,
+    /// The last event has been appended, or the writer went away: readers
+    /// end after the last entry.
+    closed: bool,
+    /// Whether the writer finished the batch (its last event is logged) as
+    /// opposed to going away without it.
+    finished: bool,
+    /// Open readers: (id, cursor = sequences read so far, waker).
+    readers: Vec<ReaderSlot>,
+    /// Per key, the sequence of its latest entry when that entry is a
+    /// report (which a newer report of the key may replace).
+    last_report: HashMap<String, u64>,
+    /// Bumped whenever a reader attaches or the last one detaches, so that a
+    /// grace timer armed at one detach does not fire for a later one.
+    generation: u64,
+}
+
+struct ReaderSlot {
+    id: u64,
+    cursor: u64,
+    waker: Option<Waker>,
+}
+
+/// Why a reader could not start where it asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("after_sequence {after} is beyond the last event of the batch ({last})")]
+pub struct BeyondEnd {
+    pub after: u64,
+    pub last: u64,
+}
+
+impl<E: LogEvent> BatchLog<E> {
+    /// An empty log and the handle that appends to it. Dropping the handle
+    /// without [`LogWriter::finish`] closes the log (readers end).
+    pub fn new() -> (Arc<Self>, LogWriter<E>) {
+        let log = Arc::new(Self {
+            state: Mutex::new(LogState {
+                entries: Vec::new(),
+                bytes: 0,
+                closed: false,
+                finished: false,
+                readers: Vec::new(),
+                last_report: HashMap::new(),
+                generation: 0,
+            }),
+            next_reader: AtomicU64::new(1),
+        });
+        (log.clone(), LogWriter { log })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LogState<E>> {
+        // A panic while appending leaves a consistent Vec (a push either
+        // happened or not): the data is still good.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A reader of the entries with `sequence > after`, then of what is
+    /// appended later. `after` may be at most the last sequence.
+    pub fn reader(self: &Arc<Self>, after: u64) -> Result<LogReader<E>, BeyondEnd> {
+        let id = self.next_reader.fetch_add(1, Ordering::Relaxed);
+        let mut state = self.lock();
+        let last = state.entries.len() as u64;
+        if after > last {
+            return Err(BeyondEnd { after, last });
+        }
+        state.readers.push(ReaderSlot {
+            id,
+            cursor: after,
+            waker: None,
+        });
+        state.generation += 1;
+        drop(state);
+        Ok(LogReader {
+            log: self.clone(),
+            id,
+            cursor: after,
+            buffer: std::collections::VecDeque::new(),
+            attached: true,
+        })
+    }
+
+    /// The last sequence appended (0 when empty).
+    pub fn last_sequence(&self) -> u64 {
+        self.lock().entries.len() as u64
+    }
+
+    /// Estimated bytes held by the entries.
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    /// Whether the batch's last event is logged.
+    pub fn is_finished(&self) -> bool {
+        self.lock().finished
+    }
+
+    /// Open readers.
+    pub fn readers(&self) -> usize {
+        self.lock().readers.len()
+    }
+
+    /// True when nobody has read the log since the detach that returned
+    /// `generation` ([`LogReader::detach`]) and the batch is not finished:
+    /// the disconnect grace that started then has run out unanswered.
+    pub fn still_detached(&self, generation: u64) -> bool {
+        let state = self.lock();
+        state.readers.is_empty() && state.generation == generation && !state.closed
+    }
+
+    /// A copy of every entry (for tests and diagnostics).
+    pub fn entries(&self) -> Vec<Arc<Entry<E>>> {
+        self.lock().entries.clone()
+    }
+}
+
+/// The one handle that appends to a log: the batch's owner holds it.
+pub struct LogWriter<E: LogEvent> {
+    log: Arc<BatchLog<E>>,
+}
+
+impl<E: LogEvent> LogWriter<E> {
+    /// The log this writes.
+    pub fn log(&self) -> &Arc<BatchLog<E>> {
+        &self.log
+    }
+
+    /// Appends `event` now, returning its sequence: a new one, or, for a
+    /// report while the readers lag, the sequence of the same key's unread
+    /// report it replaced (no reader ever sees a sequence change under it).
+    /// Readers are woken by [`LogWriter::publish`], so that the events of
+    /// one step reach a reader together (one wake-up, one HTTP/2 write).
+    pub fn append(&self, event: E) -> u64 {
+        let mut state = self.log.lock();
+        match event.merge_key() {
+            MergeKey::None => push(&mut state, event),
+            MergeKey::Other(key) => {
+                if !state.last_report.is_empty() {
+                    state.last_report.remove(key);
+                }
+                push(&mut state, event)
+            }
+            MergeKey::Report(key) => {
+                let last = state.entries.len() as u64;
+                let slowest = state.readers.iter().map(|r| r.cursor).min();
+                let lagging = slowest.is_none_or(|c| last - c >= LAG_EVENTS);
+                if lagging
+                    && let Some(&sequence) = state.last_report.get(key)
+                    && slowest.is_none_or(|c| c < sequence)
+                {
+                    let i = (sequence - 1) as usize;
+                    let before = state.entries[i].event.approx_bytes();
+                    let after = event.approx_bytes();
+                    state.entries[i] = Arc::new(Entry {
+                        sequence,
+                        at: SystemTime::now(),
+                        event,
+                    });
+                    state.bytes = state.bytes - before + after;
+                    return sequence;
+                }
+                let key = key.to_string();
+                let sequence = push(&mut state, event);
+                state.last_report.insert(key, sequence);
+                sequence
+            }
+        }
+    }
+
+    /// Wakes the readers waiting for new entries.
+    pub fn publish(&self) {
+        let wakers = {
+            let mut state = self.log.lock();
+            take_wakers(&mut state)
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Appends the batch's last event and closes the log; readers end after
+    /// it.
+    pub fn finish(self, event: E) -> u64 {
+        let (sequence, wakers) = {
+            let mut state = self.log.lock();
+            let sequence = push(&mut state, event);
+            state.closed = true;
+            state.finished = true;
+            (sequence, take_wakers(&mut state))
+        };
+        wakers.into_iter().for_each(Waker::wake);
+        sequence
+    }
+}
+
+impl<E: LogEvent> Drop for LogWriter<E> {
+    /// The writer went away without the last event (the owner stopped):
+    /// readers end after what was logged instead of waiting forever.
+    fn drop(&mut self) {
+        let wakers = {
+            let mut state = self.log.lock();
+            state.closed = true;
+            take_wakers(&mut state)
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
+
+fn push<E: LogEvent>(state: &mut LogState<E>, event: E) -> u64 {
+    let sequence = state.entries.len() as u64 + 1;
+    state.bytes += event.approx_bytes();
+    state.entries.push(Arc::new(Entry {
+        sequence,
+        at: SystemTime::now(),
+        event,
+    }));
+    sequence
+}
+
+fn take_wakers<E>(state: &mut LogState<E>) -> Vec<Waker> {
+    state
+        .readers
+        .iter_mut()
+        .filter_map(|r| r.waker.take())
+        .collect()
+}
+
+/// Reads a log from a cursor. A `Stream` of entries that ends after the
+/// log's last event.
+pub struct LogReader<E: LogEvent> {
+    log: Arc<BatchLog<E>>,
+    id: u64,
+    /// Sequences taken from the log so far (read or in `buffer`).
+    cursor: u64,
+    /// Entries taken from the log in one lock, not yet handed out.
+    buffer: std::collections::VecDeque<Arc<Entry<E>>>,
+    attached: bool,
+}
+
+impl<E: LogEvent> LogReader<E> {
+    /// The log being read.
+    pub fn log(&self) -> &Arc<BatchLog<E>> {
+        &self.log
+    }
+
+    /// The next entry, `None` after the last one.
+    pub async fn next(&mut self) -> Option<Arc<Entry<E>>> {
+        std::future::poll_fn(|cx| self.poll_entry(cx)).await
+    }
+
+    /// Polls for the next entry, registering the waker when there is none.
+    pub fn poll_entry(&mut self, cx: &mut Context<'_>) -> Poll<Option<Arc<Entry<E>>>> {
+        if let Some(entry) = self.buffer.pop_front() {
+            return Poll::Ready(Some(entry));
+        }
+        let mut state = self.log.lock();
+        let last = state.entries.len() as u64;
+        if self.cursor < last {
+            self.buffer
+                .extend(state.entries[self.cursor as usize..].iter().cloned());
+            self.cursor = last;
+            if let Some(slot) = state.readers.iter_mut().find(|r| r.id == self.id) {
+                slot.cursor = last;
+            }
+            drop(state);
+            return Poll::Ready(self.buffer.pop_front());
+        }
+        if state.closed {
+            return Poll::Ready(None);
+        }
+        if let Some(slot) = state.readers.iter_mut().find(|r| r.id == self.id) {
+            match &slot.waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => slot.waker = Some(cx.waker().clone()),
+            }
+        }
+        Poll::Pending
+    }
+
+    /// Stops reading. Returns the log's generation when this was the last
+    /// reader of a log that is not closed: the batch is now detached (see
+    /// [`BatchLog::still_detached`]).
+    pub fn detach(&mut self) -> Option<u64> {
+        if !std::mem::replace(&mut self.attached, false) {
+            return None;
+        }
+        let mut state = self.log.lock();
+        state.readers.retain(|r| r.id != self.id);
+        if state.readers.is_empty() && !state.closed {
+            state.generation += 1;
+            Some(state.generation)
+        } else {
+            None
+        }
+    }
+}
+
+impl<E: LogEvent> Drop for LogReader<E> {
+    fn drop(&mut self) {
+        self.detach();
+    }
+}
+
+impl<E: LogEvent> futures::Stream for LogReader<E> {
+    type Item = Arc<Entry<E>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.poll_entry(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    #[derive(Debug, Clone, PartialEq)]
+    enum Ev {
+        Step(&'static str),
+        Progress(u32),
+        Output(String),
+        End,
+    }
+
+    impl LogEvent for Ev {
+        fn approx_bytes(&self) -> usize {
+            match self {
+                Ev::Output(s) => s.len() + 8,
+                _ => 8,
+            }
+        }
+
+        /// Progress of key "p" is a report; output is the same key's other
+        /// event.
+        fn merge_key(&self) -> MergeKey<'_> {
+            match self {
+                Ev::Progress(_) => MergeKey::Report("p"),
+                Ev::Output(_) => MergeKey::Other("p"),
+                _ => MergeKey::None,
+            }
+        }
+    }
+
+    /// Appends events of another key until the log is `LAG_EVENTS` ahead of
+    /// every reader.
+    fn lag(writer: &LogWriter<Ev>) {
+        for _ in 0..LAG_EVENTS {
+            writer.append(Ev::Step("other"));
+        }
+    }
+
+    /// What a reader has now, without waiting.
+    fn drain(reader: &mut LogReader<Ev>) -> Vec<(u64, Ev)> {
+        let mut out = Vec::new();
+        while let Some(Some(e)) = reader.next().now_or_never() {
+            out.push((e.sequence, e.event.clone()));
+        }
+        out
+    }
+
+    #[test]
+    fn sequences_start_at_one_without_gaps() {
+        let (log, writer) = BatchLog::new();
+        assert_eq!(writer.append(Ev::Step("accepted")), 1);
+        assert_eq!(writer.append(Ev::Step("started")), 2);
+        assert_eq!(writer.finish(Ev::End), 3);
+        let seqs: Vec<u64> = log.entries().iter().map(|e| e.sequence).collect();
+        assert_eq!(seqs, [1, 2, 3]);
+        assert!(log.is_finished());
+    }
+
+    #[test]
+    fn a_reader_starts_after_the_sequence_it_names_and_ends_after_the_last() {
+        let (log, writer) = BatchLog::new();
+        writer.append(Ev::Step("a"));
+        writer.append(Ev::Step("b"));
+        writer.append(Ev::Step("c"));
+        let mut reader = log.reader(1).unwrap();
+        assert_eq!(drain(&mut reader), [(2, Ev::Step("b")), (3, Ev::Step("c"))]);
+        writer.finish(Ev::End);
+        assert_eq!(drain(&mut reader), [(4, Ev::End)]);
+        assert_eq!(reader.next().now_or_never(), Some(None));
+    }
+
+    #[test]
+    fn after_the_last_sequence_is_the_live_tail_and_beyond_it_is_refused() {
+        let (log, writer) = BatchLog::new();
+        writer.append(Ev::Step("a"));
+        let mut tail = log.reader(1).unwrap();
+        assert_eq!(drain(&mut tail), []);
+        assert!(matches!(
+            log.reader(2),
+            Err(BeyondEnd { after: 2, last: 1 })
+        ));
+        drop(writer);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_reader_is_woken_by_publish_not_by_each_append() {
+        let (log, writer) = BatchLog::new();
+        let mut reader = log.reader(0).unwrap();
+        let read = tokio::spawn(async move {
+            let first = reader.next().await.map(|e| e.sequence);
+            let second = reader.next().await.map(|e| e.sequence);
+            (first, second)
+        });
+        tokio::task::yield_now().await;
+        writer.append(Ev::Step("a"));
+        writer.append(Ev::Step("b"));
+        writer.publish();
+        assert_eq!(read.await.unwrap(), (Some(1), Some(2)));
+    }
+
+    #[test]
+    fn two_readers_each_read_the_whole_log_at_their_own_pace() {
+        let (log, writer) = BatchLog::new();
+        let mut fast = log.reader(0).unwrap();
+        let mut slow = log.reader(0).unwrap();
+        writer.append(Ev::Step("a"));
+        assert_eq!(drain(&mut fast), [(1, Ev::Step("a"))]);
+        writer.append(Ev::Step("b"));
+        assert_eq!(drain(&mut fast), [(2, Ev::Step("b"))]);
+        writer.finish(Ev::End);
+        assert_eq!(drain(&mut fast), [(3, Ev::End)]);
+        assert_eq!(
+            drain(&mut slow),
+            [(1, Ev::Step("a")), (2, Ev::Step("b")), (3, Ev::End)]
+        );
+    }
+
+    #[test]
+    fn a_reader_that_keeps_up_sees_every_report() {
+        let (log, writer) = BatchLog::new();
+        let mut reader = log.reader(0).unwrap();
+        for n in 0..LAG_EVENTS as u32 {
+            writer.append(Ev::Progress(n));
+        }
+        let seen = drain(&mut reader);
+        assert_eq!(seen.len() as u64, LAG_EVENTS);
+        assert_eq!(
+            seen.last(),
+            Some(&(LAG_EVENTS, Ev::Progress(LAG_EVENTS as u32 - 1)))
+        );
+    }
+
+    #[test]
+    fn reports_merge_only_while_lagging_unread_and_never_across_other_events_of_the_key() {
+        let (log, writer) = BatchLog::new();
+        let mut reader = log.reader(0).unwrap();
+        lag(&writer);
+        let first = writer.append(Ev::Progress(1));
+        assert_eq!(
+            writer.append(Ev::Progress(2)),
+            first,
+            "merged while lagging"
+        );
+        writer.append(Ev::Output("x".into()));
+        let after_output = writer.append(Ev::Progress(3));
+        assert_eq!(after_output, first + 2, "not merged across the output");
+        writer.append(Ev::Step("another key"));
+        assert_eq!(
+            writer.append(Ev::Progress(4)),
+            after_output,
+            "other keys do not matter"
+        );
+        let seen: Vec<Ev> = drain(&mut reader)
+            .into_iter()
+            .skip(LAG_EVENTS as usize)
+            .map(|(_, e)| e)
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                Ev::Progress(2),
+                Ev::Output("x".into()),
+                Ev::Progress(4),
+                Ev::Step("another key")
+            ]
+        );
+        // Read (and no longer lagging): a later report is a new entry, not
+        // a rewrite of what was read.
+        let next = writer.append(Ev::Progress(5));
+        assert_eq!(next, log.last_sequence());
+        assert_eq!(writer.append(Ev::Progress(6)), next + 1);
+    }
+
+    #[test]
+    fn a_flood_of_progress_with_a_stopped_reader_costs_a_bounded_log() {
+        let (log, writer) = BatchLog::new();
+        let _stopped = log.reader(0).unwrap();
+        writer.append(Ev::Step("executing"));
+        for n in 0..100_000 {
+            writer.append(Ev::Progress(n));
+        }
+        assert!(
+            log.last_sequence() <= LAG_EVENTS + 2,
+            "{}",
+            log.last_sequence()
+        );
+        assert_eq!(
+            log.entries().last().map(|e| e.event.clone()),
+            Some(Ev::Progress(99_999)),
+            "the latest report is kept"
+        );
+    }
+
+    #[test]
+    fn with_nobody_reading_reports_merge_at_once() {
+        let (log, writer) = BatchLog::new();
+        writer.append(Ev::Progress(1));
+        writer.append(Ev::Progress(2));
+        assert_eq!(log.last_sequence(), 1);
+        drop(writer);
+    }
+
+    #[test]
+    fn the_last_reader_going_away_detaches_until_someone_reads_again() {
+        let (log, writer) = BatchLog::new();
+        writer.append(Ev::Step("a"));
+        let mut one = log.reader(0).unwrap();
+        let mut two = log.reader(0).unwrap();
+        assert_eq!(one.detach(), None, "another reader still follows");
+        let generation = two.detach().expect("last reader detaches");
+        assert!(log.still_detached(generation));
+        let again = log.reader(1).unwrap();
+        assert!(!log.still_detached(generation), "re-attached");
+        drop(again);
+        assert!(
+            !log.still_detached(generation),
+            "a later detach starts its own grace"
+        );
+        assert_eq!(log.readers(), 0);
+        drop(writer);
+    }
+
+    #[test]
+    fn a_finished_log_is_not_detached_and_a_dropped_writer_ends_readers() {
+        let (log, writer) = BatchLog::new();
+        let mut reader = log.reader(0).unwrap();
+        writer.append(Ev::Step("a"));
+        drop(writer);
+        assert_eq!(drain(&mut reader), [(1, Ev::Step("a"))]);
+        assert_eq!(reader.next().now_or_never(), Some(None));
+        assert!(!log.is_finished());
+        assert_eq!(reader.detach(), None, "closed: nothing left to cancel");
+    }
+}

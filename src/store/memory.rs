@@ -1,0 +1,530 @@
+//! The embedded store: everything in this process's memory, kept within
+//! [`Retention`]. Nothing survives a restart; nothing needs installing.
+//!
+//! Expired batches are swept lazily: a session's own records on each of its
+//! calls, every session at most once per [`SWEEP_EVERY`] (on any call), so
+//! an idle server holds what it held and a busy one never scans per batch.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::{
+    Answer, AnswerRecord, BatchLog, Begun, CallsDigest, EndedCall, LogEvent, NewBatch, Retention,
+    Store, StoreError, StoreFuture,
+};
+
+/// Longest time between two sweeps of every session's expired batches.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// The in-memory [`Store`].
+pub struct MemoryStore<E: LogEvent> {
+    retention: Retention,
+    state: Mutex<State<E>>,
+}
+
+struct State<E: LogEvent> {
+    sessions: HashMap<String, SessionRecord<E>>,
+    last_sweep: Instant,
+}
+
+struct SessionRecord<E: LogEvent> {
+    /// In the order they began.
+    batches: VecDeque<BatchRecord<E>>,
+    /// Sum of the completed batches' `bytes`.
+    completed_bytes: usize,
+}
+
+struct BatchRecord<E: LogEvent> {
+    id: String,
+    request_id: Option<String>,
+    digest: CallsDigest,
+    log: Arc<BatchLog<E>>,
+    /// When its last event was logged; `None` while it runs.
+    completed: Option<Instant>,
+    /// Estimated log bytes, taken when it completed (a running batch's log
+    /// still grows; it is never dropped).
+    bytes: usize,
+    ended: Vec<EndedCall>,
+    /// (call id, correlation id) → the winning answer.
+    answers: HashMap<(String, String), Answer>,
+    /// Side-effecting calls recorded before their tool started.
+    executing: Vec<String>,
+}
+
+impl<E: LogEvent> MemoryStore<E> {
+    pub fn new(retention: Retention) -> Self {
+        Self {
+            retention,
+            state: Mutex::new(State {
+                sessions: HashMap::new(),
+                last_sweep: Instant::now(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<E>> {
+        // Every critical section leaves the maps consistent before anything
+        // that could panic.
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if now.duration_since(state.last_sweep) >= SWEEP_EVERY.min(self.retention.completed_for) {
+            state.last_sweep = now;
+            let retention = self.retention;
+            state.sessions.retain(|_, s| {
+                s.expire(&retention, now);
+                !s.batches.is_empty()
+            });
+        }
+        state
+    }
+
+    /// Batches retained for `session_id` (for tests and diagnostics).
+    pub fn retained(&self, session_id: &str) -> Vec<String> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let Some(session) = state.sessions.get_mut(session_id) else {
+            return Vec::new();
+        };
+        session.expire(&self.retention, now);
+        session.batches.iter().map(|b| b.id.clone()).collect()
+    }
+
+    /// Calls of a batch recorded Executing (for tests and diagnostics).
+    pub fn recorded_executing(&self, session_id: &str, batch_id: &str) -> Vec<String> {
+        let state = self.lock();
+        state
+            .sessions
+            .get(session_id)
+            .and_then(|s| s.batches.iter().find(|b| b.id == batch_id))
+            .map(|b| b.executing.clone())
+            .unwrap_or_default()
+    }
+
+    fn with_batch<T>(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        f: impl FnOnce(&mut BatchRecord<E>) -> T,
+    ) -> Option<T> {
+        let mut state = self.lock();
+        state
+            .sessions
+            .get_mut(session_id)?
+            .batches
+            .iter_mut()
+            .find(|b| b.id == batch_id)
+            .map(f)
+    }
+
+    fn begin(&self, new: NewBatch) -> Result<Begun<E>, StoreError> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let session = state
+            .sessions
+            .entry(new.session_id)
+            .or_insert_with(|| SessionRecord {
+                batches: VecDeque::new(),
+                completed_bytes: 0,
+            });
+        session.expire(&self.retention, now);
+        if let Some(request_id) = &new.request_id
+            && let Some(known) = session
+                .batches
+                .iter()
+                .find(|b| b.request_id.as_ref() == Some(request_id))
+        {
+            return if known.digest == new.digest {
+                Ok(Begun::Existing {
+                    batch_id: known.id.clone(),
+                    log: known.log.clone(),
+                })
+            } else {
+                Err(StoreError::RequestIdConflict {
+                    request_id: request_id.clone(),
+                    batch_id: known.id.clone(),
+                })
+            };
+        }
+        let (log, writer) = BatchLog::new();
+        session.batches.push_back(BatchRecord {
+            id: new.batch_id,
+            request_id: new.request_id,
+            digest: new.digest,
+            log,
+            completed: None,
+            bytes: 0,
+            ended: Vec::new(),
+            answers: HashMap::new(),
+            executing: Vec::new(),
+        });
+        session.bound(&self.retention);
+        Ok(Begun::New(writer))
+    }
+}
+
+impl<E: LogEvent> SessionRecord<E> {
+    /// Drops the completed batches past their retention time.
+    fn expire(&mut self, retention: &Retention, now: Instant) {
+        let mut freed = 0;
+        self.batches.retain(|b| {
+            let keep = b
+                .completed
+                .is_none_or(|at| now.duration_since(at) < retention.completed_for);
+            if !keep {
+                freed += b.bytes;
+            }
+            keep
+        });
+        self.completed_bytes -= freed;
+    }
+
+    /// Drops the oldest completed batches while the session holds more than
+    /// its bounds, never the newest completed one. Within the bounds (the
+    /// usual case) this is two comparisons.
+    fn bound(&mut self, retention: &Retention) {
+        let over = |s: &Self| {
+            s.batches.len() > retention.max_batches_per_session
+                || s.completed_bytes > retention.max_bytes_per_session
+        };
+        if !over(self) {
+            return;
+        }
+        let newest = self
+            .batches
+            .iter()
+            .rev()
+            .find(|b| b.completed.is_some())
+            .map(|b| b.id.clone());
+        while over(self) {
+            let Some(oldest) = self
+                .batches
+                .iter()
+                .position(|b| b.completed.is_some() && Some(&b.id) != newest.as_ref())
+            else {
+                return;
+            };
+            if let Some(gone) = self.batches.remove(oldest) {
+                self.completed_bytes -= gone.bytes;
+            }
+        }
+    }
+}
+
+fn ready<'a, T: Send + 'a>(value: T) -> StoreFuture<'a, T> {
+    Box::pin(std::future::ready(value))
+}
+
+impl<E: LogEvent> Store<E> for MemoryStore<E> {
+    fn begin_batch(&self, batch: NewBatch) -> StoreFuture<'_, Result<Begun<E>, StoreError>> {
+        ready(self.begin(batch))
+    }
+
+    fn abandon_batch(&self, session_id: &str, batch_id: &str) {
+        let mut state = self.lock();
+        if let Some(session) = state.sessions.get_mut(session_id)
+            && let Some(i) = session.batches.iter().position(|b| b.id == batch_id)
+            && let Some(gone) = session.batches.remove(i)
+        {
+            session.completed_bytes -= gone.bytes;
+        }
+    }
+
+    fn batch<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<Arc<BatchLog<E>>, StoreError>> {
+        let now = Instant::now();
+        let found = {
+            let mut state = self.lock();
+            state.sessions.get_mut(session_id).and_then(|s| {
+                s.expire(&self.retention, now);
+                s.batches
+                    .iter()
+                    .find(|b| b.id == batch_id)
+                    .map(|b| b.log.clone())
+            })
+        };
+        ready(found.ok_or_else(|| StoreError::UnknownBatch {
+            session_id: session_id.to_string(),
+            batch_id: batch_id.to_string(),
+            retention: self.retention.completed_for,
+        }))
+    }
+
+    fn complete_batch(&self, session_id: &str, batch_id: &str, ended: Vec<EndedCall>) {
+        let mut state = self.lock();
+        let Some(session) = state.sessions.get_mut(session_id) else {
+            return;
+        };
+        if let Some(batch) = session.batches.iter_mut().find(|b| b.id == batch_id)
+            && batch.completed.is_none()
+        {
+            batch.completed = Some(Instant::now());
+            batch.bytes = batch.log.bytes();
+            batch.ended = ended;
+            session.completed_bytes += batch.bytes;
+        }
+        session.bound(&self.retention);
+    }
+
+    fn record_executing<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+        call_id: &'a str,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        self.with_batch(session_id, batch_id, |b| {
+            b.executing.push(call_id.to_string())
+        });
+        ready(Ok(()))
+    }
+
+    fn record_answer(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        call_id: &str,
+        correlation_id: &str,
+        answer: Answer,
+    ) -> AnswerRecord {
+        self.with_batch(session_id, batch_id, |b| {
+            let key = (call_id.to_string(), correlation_id.to_string());
+            match b.answers.get(&key) {
+                None => {
+                    b.answers.insert(key, answer);
+                    AnswerRecord::First
+                }
+                Some(winner) if *winner == answer => AnswerRecord::Same,
+                Some(winner) => AnswerRecord::Different(winner.clone()),
+            }
+        })
+        // A batch no longer retained has no prompt left to answer twice.
+        .unwrap_or(AnswerRecord::First)
+    }
+
+    fn answer(&self, session_id: &str, call_id: &str, correlation_id: &str) -> Option<Answer> {
+        let state = self.lock();
+        let session = state.sessions.get(session_id)?;
+        let key = (call_id.to_string(), correlation_id.to_string());
+        session
+            .batches
+            .iter()
+            .rev()
+            .find_map(|b| b.answers.get(&key).cloned())
+    }
+
+    fn ended(&self, session_id: &str, call_id: &str) -> Option<&'static str> {
+        let state = self.lock();
+        let session = state.sessions.get(session_id)?;
+        session
+            .batches
+            .iter()
+            .rev()
+            .find_map(|b| b.ended.iter().find(|c| c.call_id == call_id))
+            .map(|c| c.state)
+    }
+
+    fn retention(&self) -> Retention {
+        self.retention
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+
+    struct Ev(usize);
+
+    impl LogEvent for Ev {
+        fn approx_bytes(&self) -> usize {
+            self.0
+        }
+    }
+
+    fn new(batch: &str, request_id: Option<&str>, digest: u8) -> NewBatch {
+        NewBatch {
+            session_id: "s".into(),
+            batch_id: batch.into(),
+            request_id: request_id.map(Into::into),
+            digest: [digest; 32],
+        }
+    }
+
+    fn begin(store: &MemoryStore<Ev>, batch: NewBatch) -> Result<Begun<Ev>, StoreError> {
+        store.begin_batch(batch).now_or_never().expect("ready")
+    }
+
+    fn writer(begun: Result<Begun<Ev>, StoreError>) -> crate::store::LogWriter<Ev> {
+        match begun {
+            Ok(Begun::New(w)) => w,
+            _ => panic!("expected a new batch"),
+        }
+    }
+
+    fn run_to_end(store: &MemoryStore<Ev>, batch: &str, bytes: usize) {
+        let w = writer(begin(store, new(batch, None, 0)));
+        w.finish(Ev(bytes));
+        store.complete_batch("s", batch, Vec::new());
+    }
+
+    #[test]
+    fn a_known_request_id_with_the_same_calls_is_the_original_batch() {
+        let store = MemoryStore::new(Retention::default());
+        let w = writer(begin(&store, new("b1", Some("r"), 7)));
+        w.append(Ev(1));
+        match begin(&store, new("b2", Some("r"), 7)) {
+            Ok(Begun::Existing { batch_id, log }) => {
+                assert_eq!(batch_id, "b1");
+                assert_eq!(log.last_sequence(), 1);
+            }
+            _ => panic!("expected the original batch"),
+        }
+        assert_eq!(store.retained("s"), ["b1"], "nothing new was recorded");
+    }
+
+    #[test]
+    fn a_known_request_id_with_other_calls_names_the_batch() {
+        let store = MemoryStore::new(Retention::default());
+        let _w = writer(begin(&store, new("b1", Some("r"), 7)));
+        let err = begin(&store, new("b2", Some("r"), 8))
+            .err()
+            .expect("conflict");
+        assert_eq!(
+            err,
+            StoreError::RequestIdConflict {
+                request_id: "r".into(),
+                batch_id: "b1".into()
+            }
+        );
+    }
+
+    #[test]
+    fn an_abandoned_batch_frees_its_request_id() {
+        let store = MemoryStore::new(Retention::default());
+        let _w = writer(begin(&store, new("b1", Some("r"), 7)));
+        store.abandon_batch("s", "b1");
+        assert!(matches!(
+            begin(&store, new("b2", Some("r"), 8)),
+            Ok(Begun::New(_))
+        ));
+    }
+
+    #[test]
+    fn the_oldest_completed_batches_go_first_and_running_ones_stay() {
+        let store = MemoryStore::new(Retention {
+            max_batches_per_session: 3,
+            ..Retention::default()
+        });
+        let _running = writer(begin(&store, new("running", None, 0)));
+        run_to_end(&store, "c1", 1);
+        run_to_end(&store, "c2", 1);
+        run_to_end(&store, "c3", 1);
+        assert_eq!(store.retained("s"), ["running", "c2", "c3"]);
+    }
+
+    #[test]
+    fn the_byte_bound_drops_old_logs_but_keeps_the_newest_completed() {
+        let store = MemoryStore::new(Retention {
+            max_bytes_per_session: 100,
+            ..Retention::default()
+        });
+        run_to_end(&store, "c1", 60);
+        run_to_end(&store, "c2", 60);
+        assert_eq!(store.retained("s"), ["c2"]);
+        run_to_end(&store, "huge", 1000);
+        assert_eq!(store.retained("s"), ["huge"], "kept whatever its size");
+    }
+
+    #[test]
+    fn a_completed_batch_expires_after_its_retention() {
+        let store = MemoryStore::new(Retention {
+            completed_for: Duration::ZERO,
+            ..Retention::default()
+        });
+        let _running = writer(begin(&store, new("running", None, 0)));
+        run_to_end(&store, "done", 1);
+        let err = store
+            .batch("s", "done")
+            .now_or_never()
+            .expect("ready")
+            .err()
+            .expect("expired");
+        assert!(matches!(err, StoreError::UnknownBatch { .. }));
+        assert!(
+            err.to_string().contains("batch_retention_secs = 0 s"),
+            "{err}"
+        );
+        assert!(
+            store
+                .batch("s", "running")
+                .now_or_never()
+                .expect("ready")
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn the_first_answer_wins_and_a_repeat_is_told_apart_from_a_change() {
+        let store = MemoryStore::new(Retention::default());
+        let _w = writer(begin(&store, new("b1", None, 0)));
+        let once = Answer {
+            outcome: "proceed_once".into(),
+            new_content: None,
+        };
+        let cancel = Answer {
+            outcome: "cancel".into(),
+            new_content: None,
+        };
+        assert_eq!(
+            store.record_answer("s", "b1", "c1", "k1", once.clone()),
+            AnswerRecord::First
+        );
+        assert_eq!(
+            store.record_answer("s", "b1", "c1", "k1", once.clone()),
+            AnswerRecord::Same
+        );
+        assert_eq!(
+            store.record_answer("s", "b1", "c1", "k1", cancel),
+            AnswerRecord::Different(once.clone())
+        );
+        assert_eq!(store.answer("s", "c1", "k1"), Some(once));
+        assert_eq!(store.answer("s", "c1", "other"), None);
+    }
+
+    #[test]
+    fn ended_calls_are_known_while_their_batch_is_retained() {
+        let store = MemoryStore::new(Retention {
+            max_batches_per_session: 1,
+            ..Retention::default()
+        });
+        let w = writer(begin(&store, new("b1", None, 0)));
+        w.finish(Ev(1));
+        store.complete_batch(
+            "s",
+            "b1",
+            vec![EndedCall {
+                call_id: "c1".into(),
+                state: "success",
+            }],
+        );
+        assert_eq!(store.ended("s", "c1"), Some("success"));
+        run_to_end(&store, "b2", 1);
+        assert_eq!(store.ended("s", "c1"), None, "b1 was dropped");
+    }
+
+    #[test]
+    fn executing_is_recorded_before_the_future_resolves() {
+        let store = MemoryStore::<Ev>::new(Retention::default());
+        let _w = writer(begin(&store, new("b1", None, 0)));
+        store
+            .record_executing("s", "b1", "c1")
+            .now_or_never()
+            .expect("ready")
+            .expect("recorded");
+        assert_eq!(store.recorded_executing("s", "b1"), ["c1"]);
+    }
+}

@@ -1,0 +1,206 @@
+//! What must outlive a connection (and, with a durable store, a process):
+//! batches and their event logs, request ids with a digest of their calls,
+//! the answers given to prompts, the calls that ended, and how long all of
+//! it is kept (DESIGN §10).
+//!
+//! The scheduler sees only the [`Store`] trait. [`MemoryStore`] is the
+//! embedded default (one process, nothing to install); a PostgreSQL store
+//! implements the same trait without touching the engine.
+//!
+//! Which calls are awaited, and why:
+//! - [`Store::begin_batch`]: a request id must be claimed before anything of
+//!   its batch runs, or a retry reaching another replica would run it again.
+//! - [`Store::record_executing`]: a side-effecting call is recorded
+//!   Executing before its tool starts, so that a call found Executing after
+//!   its owner died ends `outcome_unknown` instead of running twice.
+//! - [`Store::batch`]: a watcher may be served by a replica that does not
+//!   own the session and must read the store.
+//!
+//! Everything else is synchronous: the session's owner is its only writer,
+//! so an implementation answers from what it wrote and persists it in order
+//! behind (an answer lost in a crash re-offers its prompt with a new
+//! correlation id; events are re-derived from the recorded states).
+//!
+//! Not here: what an event or an answer means (the scheduler), proto types
+//! (`api`). No SQL above this module.
+
+mod log;
+mod memory;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use log::{BatchLog, BeyondEnd, Entry, LAG_EVENTS, LogEvent, LogReader, LogWriter, MergeKey};
+pub use memory::MemoryStore;
+
+/// A future returned by a store call that may need a round trip.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A digest of a batch's calls (SHA-256 of their canonical form): a retried
+/// request id must come with the same calls.
+pub type CallsDigest = [u8; 32];
+
+/// Longest accepted request id, in bytes: it is a key the store indexes and
+/// echoes in errors.
+pub const MAX_REQUEST_ID_BYTES: usize = 128;
+
+/// A batch about to be scheduled.
+#[derive(Debug, Clone)]
+pub struct NewBatch {
+    pub session_id: String,
+    pub batch_id: String,
+    /// The client's idempotency key, unique per session.
+    pub request_id: Option<String>,
+    pub digest: CallsDigest,
+}
+
+/// What [`Store::begin_batch`] found.
+pub enum Begun<E: LogEvent> {
+    /// A new batch: its log, to be written by its owner.
+    New(LogWriter<E>),
+    /// The request id names a retained batch with the same calls: nothing is
+    /// scheduled; its log is read from the start.
+    Existing {
+        batch_id: String,
+        log: Arc<BatchLog<E>>,
+    },
+}
+
+/// An answer to a prompt, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The outcome's name (`proceed_once`, …).
+    pub outcome: String,
+    /// The modified content sent with it, if any.
+    pub new_content: Option<String>,
+}
+
+/// What recording an answer found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerRecord {
+    /// The first answer to the prompt: it wins.
+    First,
+    /// The prompt was already answered the same way.
+    Same,
+    /// The prompt was already answered differently; this is the winner.
+    Different(Answer),
+}
+
+/// A call of a completed batch and the name of its terminal state, so that
+/// a late Confirm is told the call ended rather than that it never existed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndedCall {
+    pub call_id: String,
+    pub state: &'static str,
+}
+
+/// How long and how much of a session's completed batches are kept. Every
+/// field is a documented limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// A completed batch stays watchable and its request id replayable for
+    /// this long.
+    pub completed_for: Duration,
+    /// Batches of one session kept (running ones included; the oldest
+    /// completed go first): a retry or re-attach concerns recent batches.
+    pub max_batches_per_session: usize,
+    /// Estimated log bytes of one session's batches kept (oldest completed
+    /// first; the newest completed batch stays for its retention whatever
+    /// its size, so its request id can always be replayed).
+    pub max_bytes_per_session: usize,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            completed_for: Duration::from_secs(300),
+            max_batches_per_session: 64,
+            max_bytes_per_session: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Why a store call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The request id is taken by a batch with other calls.
+    #[error(
+        "request_id '{request_id}' was already used in this session by batch '{batch_id}' with different calls; use a new request_id for a new batch"
+    )]
+    RequestIdConflict {
+        request_id: String,
+        batch_id: String,
+    },
+    /// Never existed, or completed longer ago than the retention.
+    #[error(
+        "no batch '{batch_id}' in session '{session_id}' (a completed batch is kept for batch_retention_secs = {} s, and at most max_retained_batches per session)",
+        retention.as_secs()
+    )]
+    UnknownBatch {
+        session_id: String,
+        batch_id: String,
+        retention: Duration,
+    },
+    /// The store cannot be reached (a durable store only).
+    #[error("the store is unavailable: {reason}")]
+    Unavailable { reason: String },
+}
+
+/// The scheduler's view of durable state. `E` is what a batch's log holds.
+pub trait Store<E: LogEvent>: Send + Sync + 'static {
+    /// Starts the record of a batch, claiming its request id. A known request
+    /// id with the same digest gives [`Begun::Existing`]; with another digest
+    /// [`StoreError::RequestIdConflict`].
+    fn begin_batch(&self, batch: NewBatch) -> StoreFuture<'_, Result<Begun<E>, StoreError>>;
+
+    /// Forgets a batch that [`Store::begin_batch`] started but that was then
+    /// refused (the server stopped accepting, a limit): its request id is
+    /// free again.
+    fn abandon_batch(&self, session_id: &str, batch_id: &str);
+
+    /// The log of a retained batch.
+    fn batch<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<Arc<BatchLog<E>>, StoreError>>;
+
+    /// The batch's last event is logged: its retention time starts, its
+    /// calls' end states are kept for late Confirms, and the session's
+    /// oldest completed batches beyond the bounds are dropped.
+    fn complete_batch(&self, session_id: &str, batch_id: &str, ended: Vec<EndedCall>);
+
+    /// A side-effecting call is about to start; resolves once recorded.
+    fn record_executing<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+        call_id: &'a str,
+    ) -> StoreFuture<'a, Result<(), StoreError>>;
+
+    /// Records the answer to prompt `correlation_id` of `call_id`; the first
+    /// answer wins.
+    fn record_answer(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        call_id: &str,
+        correlation_id: &str,
+        answer: Answer,
+    ) -> AnswerRecord;
+
+    /// The winning answer to a prompt of a retained batch.
+    fn answer(&self, session_id: &str, call_id: &str, correlation_id: &str) -> Option<Answer>;
+
+    /// The terminal state of `call_id` in a retained completed batch of the
+    /// session (the most recent such call).
+    fn ended(&self, session_id: &str, call_id: &str) -> Option<&'static str>;
+
+    /// How long completed batches are kept (named in errors).
+    fn retention(&self) -> Retention;
+}
+
+/// The store the scheduler holds.
+pub type SharedStore<E> = Arc<dyn Store<E>>;
