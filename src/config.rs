@@ -792,10 +792,7 @@ mod tests {
         let s = resolve(None, Some(&token_file)).unwrap();
         assert_eq!(s.server.auth_token.as_deref(), Some(good));
         let canonical = std::fs::canonicalize(&token_file).unwrap();
-        assert!(
-            s.scheduler.sandbox.protected_paths
-                .contains(&canonical)
-        );
+        assert!(s.scheduler.sandbox.protected_paths.contains(&canonical));
         std::fs::write(&token_file, "CHANGE-ME-CHANGE-ME-CHANGE-ME-CHANGE-ME\n").unwrap();
         let message = weak(resolve(None, Some(&token_file)));
         assert!(
