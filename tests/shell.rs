@@ -231,7 +231,12 @@ async fn binary_output_is_detected_counted_and_never_streamed() {
             )
             .await;
         let result = result_of(&events, "b");
-        let out = result["output"].as_str().unwrap();
+        let out = command_output(&events, "b");
+        assert_eq!(
+            result["output_bytes"].as_u64(),
+            Some(out.len() as u64),
+            "{command}"
+        );
         let offset = text.len();
         assert_eq!(
             out,

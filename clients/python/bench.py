@@ -63,7 +63,7 @@ def start_server(binary: str, workspace: Path) -> tuple[subprocess.Popen[str], s
     assert proc.stderr is not None
     for line in proc.stderr:
         try:
-            fields = json.loads(line).get("fields", {})
+            fields = json.loads(line)  # --log-format json: fields at the top level
         except json.JSONDecodeError:
             continue
         if fields.get("message") == "toolsched serving":

@@ -86,7 +86,7 @@ def start_server(workspace: Path, *extra: str) -> Server:
         if line is None:
             pytest.fail(f"toolsched exited with {proc.wait()} before serving:\n{''.join(log)}", pytrace=False)
         try:
-            fields = json.loads(line).get("fields", {})
+            fields = json.loads(line)  # --log-format json: fields at the top level
         except json.JSONDecodeError:
             continue
         if fields.get("message") == "toolsched serving":

@@ -43,7 +43,7 @@ export async function startServer(...extra) {
     lines.on("line", (line) => {
       log.push(line);
       try {
-        const fields = JSON.parse(line).fields ?? {};
+        const fields = JSON.parse(line); // --log-format json: fields at the top level
         if (fields.message === "toolsched serving") {
           clearTimeout(timer);
           ok(fields.listen);

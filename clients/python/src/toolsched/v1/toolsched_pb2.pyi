@@ -145,16 +145,18 @@ SANDBOX_LEVEL_WORKSPACE_WRITE_NETWORK: SandboxLevel
 SANDBOX_LEVEL_NONE: SandboxLevel
 
 class FunctionCall(_message.Message):
-    __slots__ = ("id", "name", "args", "wait_for_previous")
+    __slots__ = ("id", "name", "args", "wait_for_previous", "client_initiated")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ARGS_FIELD_NUMBER: _ClassVar[int]
     WAIT_FOR_PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_INITIATED_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     args: _struct_pb2.Struct
     wait_for_previous: bool
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., wait_for_previous: _Optional[bool] = ...) -> None: ...
+    client_initiated: bool
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., wait_for_previous: _Optional[bool] = ..., client_initiated: _Optional[bool] = ...) -> None: ...
 
 class ScheduleCallsRequest(_message.Message):
     __slots__ = ("session_id", "calls", "approval_mode", "interactive", "sandbox_level")

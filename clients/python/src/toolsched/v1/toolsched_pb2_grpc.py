@@ -82,6 +82,8 @@ class ToolSchedulerServicer:
         A bad call (unknown tool, invalid arguments) does not fail the RPC: it
         becomes that call's Error state.
         Dropping the stream cancels the batch, as Cancel would.
+        Metadata `traceparent` / `tracestate` (W3C Trace Context) make the
+        batch's trace span a child of the caller's span.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
