@@ -159,18 +159,32 @@ class FunctionCall(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., wait_for_previous: _Optional[bool] = ..., client_initiated: _Optional[bool] = ...) -> None: ...
 
 class ScheduleCallsRequest(_message.Message):
-    __slots__ = ("session_id", "calls", "approval_mode", "interactive", "sandbox_level")
+    __slots__ = ("session_id", "calls", "approval_mode", "interactive", "sandbox_level", "request_id", "disconnect_grace_secs")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     CALLS_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_MODE_FIELD_NUMBER: _ClassVar[int]
     INTERACTIVE_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    DISCONNECT_GRACE_SECS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     calls: _containers.RepeatedCompositeFieldContainer[FunctionCall]
     approval_mode: ApprovalMode
     interactive: bool
     sandbox_level: SandboxLevel
-    def __init__(self, session_id: _Optional[str] = ..., calls: _Optional[_Iterable[_Union[FunctionCall, _Mapping]]] = ..., approval_mode: _Optional[_Union[ApprovalMode, str]] = ..., interactive: _Optional[bool] = ..., sandbox_level: _Optional[_Union[SandboxLevel, str]] = ...) -> None: ...
+    request_id: str
+    disconnect_grace_secs: int
+    def __init__(self, session_id: _Optional[str] = ..., calls: _Optional[_Iterable[_Union[FunctionCall, _Mapping]]] = ..., approval_mode: _Optional[_Union[ApprovalMode, str]] = ..., interactive: _Optional[bool] = ..., sandbox_level: _Optional[_Union[SandboxLevel, str]] = ..., request_id: _Optional[str] = ..., disconnect_grace_secs: _Optional[int] = ...) -> None: ...
+
+class WatchBatchRequest(_message.Message):
+    __slots__ = ("session_id", "batch_id", "after_sequence")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    batch_id: str
+    after_sequence: int
+    def __init__(self, session_id: _Optional[str] = ..., batch_id: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
 
 class ScheduleCallsResponse(_message.Message):
     __slots__ = ("sequence", "time", "batch_accepted", "batch_started", "call_update", "batch_completed")
@@ -189,14 +203,16 @@ class ScheduleCallsResponse(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., batch_accepted: _Optional[_Union[BatchAccepted, _Mapping]] = ..., batch_started: _Optional[_Union[BatchStarted, _Mapping]] = ..., call_update: _Optional[_Union[ToolCallUpdate, _Mapping]] = ..., batch_completed: _Optional[_Union[BatchCompleted, _Mapping]] = ...) -> None: ...
 
 class BatchAccepted(_message.Message):
-    __slots__ = ("batch_id", "queued", "batches_ahead")
+    __slots__ = ("batch_id", "queued", "batches_ahead", "replayed")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUED_FIELD_NUMBER: _ClassVar[int]
     BATCHES_AHEAD_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
     batch_id: str
     queued: bool
     batches_ahead: int
-    def __init__(self, batch_id: _Optional[str] = ..., queued: _Optional[bool] = ..., batches_ahead: _Optional[int] = ...) -> None: ...
+    replayed: bool
+    def __init__(self, batch_id: _Optional[str] = ..., queued: _Optional[bool] = ..., batches_ahead: _Optional[int] = ..., replayed: _Optional[bool] = ...) -> None: ...
 
 class BatchStarted(_message.Message):
     __slots__ = ("batch_id",)
@@ -411,8 +427,10 @@ class ConfirmRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., call_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., outcome: _Optional[_Union[ConfirmationOutcome, str]] = ..., new_content: _Optional[str] = ...) -> None: ...
 
 class ConfirmResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("already_applied",)
+    ALREADY_APPLIED_FIELD_NUMBER: _ClassVar[int]
+    already_applied: bool
+    def __init__(self, already_applied: _Optional[bool] = ...) -> None: ...
 
 class CancelRequest(_message.Message):
     __slots__ = ("session_id", "batch_id", "reason")

@@ -42,6 +42,11 @@ class ToolSchedulerStub:
                 request_serializer=toolsched_dot_v1_dot_toolsched__pb2.ScheduleCallsRequest.SerializeToString,
                 response_deserializer=toolsched_dot_v1_dot_toolsched__pb2.ScheduleCallsResponse.FromString,
                 _registered_method=True)
+        self.WatchBatch = channel.unary_stream(
+                '/toolsched.v1.ToolScheduler/WatchBatch',
+                request_serializer=toolsched_dot_v1_dot_toolsched__pb2.WatchBatchRequest.SerializeToString,
+                response_deserializer=toolsched_dot_v1_dot_toolsched__pb2.ScheduleCallsResponse.FromString,
+                _registered_method=True)
         self.Confirm = channel.unary_unary(
                 '/toolsched.v1.ToolScheduler/Confirm',
                 request_serializer=toolsched_dot_v1_dot_toolsched__pb2.ConfirmRequest.SerializeToString,
@@ -74,16 +79,39 @@ class ToolSchedulerServicer:
         """Schedules one batch of function calls and streams every state
         transition of every call, ending with BatchCompleted and status OK.
         Errors before the stream starts: INVALID_ARGUMENT (empty or over-long
-        session id, no calls, empty or duplicate call id, unknown enum value),
+        session id, no calls, empty or duplicate call id, unknown enum value,
+        a request_id over 128 bytes),
         RESOURCE_EXHAUSTED (too many calls in the batch, too many sessions, a
-        request over the server's --max-request-bytes), PERMISSION_DENIED (a
+        request over the server's --max-request-bytes, a disconnect grace over
+        --max-disconnect-grace-secs), ALREADY_EXISTS (a request_id used with
+        other calls), PERMISSION_DENIED (a
         sandbox_level more permissive than the server's), UNAVAILABLE (server
         shutting down).
         A bad call (unknown tool, invalid arguments) does not fail the RPC: it
         becomes that call's Error state.
-        Dropping the stream cancels the batch, as Cancel would.
+        Dropping the stream cancels the batch, as Cancel would, unless the batch
+        has a disconnect grace (disconnect_grace_secs): then it keeps running
+        while nobody reads it and is cancelled only if no WatchBatch re-attaches
+        within the grace. A repeated request_id with the same calls schedules
+        nothing: the stream is the original batch's (BatchAccepted.replayed);
+        with other calls it is ALREADY_EXISTS naming the batch.
         Metadata `traceparent` / `tracestate` (W3C Trace Context) make the
         batch's trace span a child of the caller's span.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchBatch(self, request, context):
+        """Re-attaches to a batch: replays its logged events with a sequence
+        greater than after_sequence, then follows it live until BatchCompleted,
+        then ends OK. Any number of watchers may follow one batch; each counts
+        as a reader for the disconnect grace. An open prompt's AwaitingApproval
+        event is in the log, so a re-attached client can still answer it.
+        NOT_FOUND: unknown batch, or completed longer ago than the server's
+        --batch-retention-secs (named in the message). OUT_OF_RANGE:
+        after_sequence is beyond the last logged event. INVALID_ARGUMENT: empty
+        ids.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -95,8 +123,10 @@ class ToolSchedulerServicer:
         makes invalid arguments. NOT_FOUND: unknown session or call id.
         FAILED_PRECONDITION: the call is not awaiting approval or has already
         ended, or the correlation id is not the current prompt's, or the outcome
-        is not one the prompt offered, or the tool takes no new_content. Nothing
-        changes on error.
+        is not one the prompt offered, or the tool takes no new_content, or the
+        prompt was already answered differently (the message names the answer
+        that won). Nothing changes on error. The first answer to a prompt wins:
+        repeating it exactly is OK with already_applied and changes nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -131,6 +161,11 @@ def add_ToolSchedulerServicer_to_server(servicer, server):
             'ScheduleCalls': grpc.unary_stream_rpc_method_handler(
                     servicer.ScheduleCalls,
                     request_deserializer=toolsched_dot_v1_dot_toolsched__pb2.ScheduleCallsRequest.FromString,
+                    response_serializer=toolsched_dot_v1_dot_toolsched__pb2.ScheduleCallsResponse.SerializeToString,
+            ),
+            'WatchBatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchBatch,
+                    request_deserializer=toolsched_dot_v1_dot_toolsched__pb2.WatchBatchRequest.FromString,
                     response_serializer=toolsched_dot_v1_dot_toolsched__pb2.ScheduleCallsResponse.SerializeToString,
             ),
             'Confirm': grpc.unary_unary_rpc_method_handler(
@@ -183,6 +218,33 @@ class ToolScheduler:
             target,
             '/toolsched.v1.ToolScheduler/ScheduleCalls',
             toolsched_dot_v1_dot_toolsched__pb2.ScheduleCallsRequest.SerializeToString,
+            toolsched_dot_v1_dot_toolsched__pb2.ScheduleCallsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/toolsched.v1.ToolScheduler/WatchBatch',
+            toolsched_dot_v1_dot_toolsched__pb2.WatchBatchRequest.SerializeToString,
             toolsched_dot_v1_dot_toolsched__pb2.ScheduleCallsResponse.FromString,
             options,
             channel_credentials,

@@ -22,7 +22,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file toolsched/v1/toolsched.proto.
  */
 export const file_toolsched_v1_toolsched: GenFile = /*@__PURE__*/
-  fileDesc("Chx0b29sc2NoZWQvdjEvdG9vbHNjaGVkLnByb3RvEgx0b29sc2NoZWQudjEihAEKDEZ1bmN0aW9uQ2FsbBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEiUKBGFyZ3MYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhkKEXdhaXRfZm9yX3ByZXZpb3VzGAQgASgIEhgKEGNsaWVudF9pbml0aWF0ZWQYBSABKAgi5QEKFFNjaGVkdWxlQ2FsbHNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSKQoFY2FsbHMYAiADKAsyGi50b29sc2NoZWQudjEuRnVuY3Rpb25DYWxsEjEKDWFwcHJvdmFsX21vZGUYAyABKA4yGi50b29sc2NoZWQudjEuQXBwcm92YWxNb2RlEhgKC2ludGVyYWN0aXZlGAQgASgISACIAQESMQoNc2FuZGJveF9sZXZlbBgFIAEoDjIaLnRvb2xzY2hlZC52MS5TYW5kYm94TGV2ZWxCDgoMX2ludGVyYWN0aXZlIrYCChVTY2hlZHVsZUNhbGxzUmVzcG9uc2USEAoIc2VxdWVuY2UYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoOYmF0Y2hfYWNjZXB0ZWQYAyABKAsyGy50b29sc2NoZWQudjEuQmF0Y2hBY2NlcHRlZEgAEjMKDWJhdGNoX3N0YXJ0ZWQYBCABKAsyGi50b29sc2NoZWQudjEuQmF0Y2hTdGFydGVkSAASMwoLY2FsbF91cGRhdGUYBSABKAsyHC50b29sc2NoZWQudjEuVG9vbENhbGxVcGRhdGVIABI3Cg9iYXRjaF9jb21wbGV0ZWQYBiABKAsyHC50b29sc2NoZWQudjEuQmF0Y2hDb21wbGV0ZWRIAEIHCgVldmVudCJICg1CYXRjaEFjY2VwdGVkEhAKCGJhdGNoX2lkGAEgASgJEg4KBnF1ZXVlZBgCIAEoCBIVCg1iYXRjaGVzX2FoZWFkGAMgASgNIiAKDEJhdGNoU3RhcnRlZBIQCghiYXRjaF9pZBgBIAEoCSKEAwoOVG9vbENhbGxVcGRhdGUSDwoHY2FsbF9pZBgBIAEoCRIRCgl0b29sX25hbWUYAiABKAkSLgoKdmFsaWRhdGluZxgDIAEoCzIYLnRvb2xzY2hlZC52MS5WYWxpZGF0aW5nSAASLAoJc2NoZWR1bGVkGAQgASgLMhcudG9vbHNjaGVkLnYxLlNjaGVkdWxlZEgAEjsKEWF3YWl0aW5nX2FwcHJvdmFsGAUgASgLMh4udG9vbHNjaGVkLnYxLkF3YWl0aW5nQXBwcm92YWxIABIsCglleGVjdXRpbmcYBiABKAsyFy50b29sc2NoZWQudjEuRXhlY3V0aW5nSAASKAoHc3VjY2VzcxgHIAEoCzIVLnRvb2xzY2hlZC52MS5TdWNjZXNzSAASJAoFZXJyb3IYCCABKAsyEy50b29sc2NoZWQudjEuRXJyb3JIABIsCgljYW5jZWxsZWQYCSABKAsyFy50b29sc2NoZWQudjEuQ2FuY2VsbGVkSABCBwoFc3RhdGUiMwoKVmFsaWRhdGluZxIlCgRhcmdzGAEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCILCglTY2hlZHVsZWQimAMKEEF3YWl0aW5nQXBwcm92YWwSFgoOY29ycmVsYXRpb25faWQYASABKAkSLgoEZWRpdBgCIAEoCzIeLnRvb2xzY2hlZC52MS5FZGl0Q29uZmlybWF0aW9uSAASLgoEZXhlYxgDIAEoCzIeLnRvb2xzY2hlZC52MS5FeGVjQ29uZmlybWF0aW9uSAASLAoDbWNwGAQgASgLMh0udG9vbHNjaGVkLnYxLk1jcENvbmZpcm1hdGlvbkgAEi4KBGluZm8YBSABKAsyHi50b29sc2NoZWQudjEuSW5mb0NvbmZpcm1hdGlvbkgAEjMKCG91dGNvbWVzGAYgAygOMiEudG9vbHNjaGVkLnYxLkNvbmZpcm1hdGlvbk91dGNvbWUSLAoIZGVhZGxpbmUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgIIAEoCRIwCgtwb2xpY3lfcnVsZRgJIAEoCzIbLnRvb2xzY2hlZC52MS5Qb2xpY3lSdWxlUmVmQgkKB2RldGFpbHMiSgoNUG9saWN5UnVsZVJlZhIMCgRmaWxlGAEgASgJEgwKBGxpbmUYAiABKA0SDAoEcnVsZRgDIAEoCRIPCgdzZWdtZW50GAQgASgJIl0KEEVkaXRDb25maXJtYXRpb24SEQoJZmlsZV9wYXRoGAEgASgJEgwKBGRpZmYYAiABKAkSEwoLaXNfbmV3X2ZpbGUYAyABKAgSEwoLbmV3X2NvbnRlbnQYBCABKAkiYwoQRXhlY0NvbmZpcm1hdGlvbhIPCgdjb21tYW5kGAEgASgJEhUKDXJvb3RfY29tbWFuZHMYAiADKAkSEAoIZGlyX3BhdGgYAyABKAkSFQoNd3JpdGVfdGFyZ2V0cxgEIAMoCSJ1Cg9NY3BDb25maXJtYXRpb24SEwoLc2VydmVyX25hbWUYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEiUKBGFyZ3MYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhMKC2Rlc2NyaXB0aW9uGAQgASgJIiIKEEluZm9Db25maXJtYXRpb24SDgoGcHJvbXB0GAEgASgJIrABCglFeGVjdXRpbmcSEAoDcGlkGAEgASgNSACIAQESFAoMb3V0cHV0X2NodW5rGAIgASgJEhUKCHByb2dyZXNzGAMgASgBSAGIAQESEgoFdG90YWwYBCABKAFIAogBARIUCgdwZXJjZW50GAUgASgBSAOIAQESDwoHbWVzc2FnZRgGIAEoCUIGCgRfcGlkQgsKCV9wcm9ncmVzc0IICgZfdG90YWxCCgoIX3BlcmNlbnQinwEKB1N1Y2Nlc3MSMAoIcmVzcG9uc2UYASABKAsyHi50b29sc2NoZWQudjEuRnVuY3Rpb25SZXNwb25zZRInCgZyZXN1bHQYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhMKC2R1cmF0aW9uX21zGAMgASgEEhYKCWV4aXRfY29kZRgEIAEoBUgAiAEBQgwKCl9leGl0X2NvZGUicQoFRXJyb3ISJQoEdHlwZRgBIAEoDjIXLnRvb2xzY2hlZC52MS5FcnJvclR5cGUSDwoHbWVzc2FnZRgCIAEoCRIwCghyZXNwb25zZRgDIAEoCzIeLnRvb2xzY2hlZC52MS5GdW5jdGlvblJlc3BvbnNlIk0KCUNhbmNlbGxlZBIOCgZyZWFzb24YASABKAkSMAoIcmVzcG9uc2UYAiABKAsyHi50b29sc2NoZWQudjEuRnVuY3Rpb25SZXNwb25zZSKBAQoOQmF0Y2hDb21wbGV0ZWQSEAoIYmF0Y2hfaWQYASABKAkSMQoJcmVzcG9uc2VzGAIgAygLMh4udG9vbHNjaGVkLnYxLkZ1bmN0aW9uUmVzcG9uc2USKgoFY2FsbHMYAyADKAsyGy50b29sc2NoZWQudjEuQ29tcGxldGVkQ2FsbCLVAQoNQ29tcGxldGVkQ2FsbBIPCgdjYWxsX2lkGAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCRInCgVzdGF0ZRgDIAEoDjIYLnRvb2xzY2hlZC52MS5GaW5hbFN0YXRlEisKCmVycm9yX3R5cGUYBCABKA4yFy50b29sc2NoZWQudjEuRXJyb3JUeXBlEg8KB21lc3NhZ2UYBSABKAkSEwoLZHVyYXRpb25fbXMYBiABKAQSFgoJZXhpdF9jb2RlGAcgASgFSACIAQFCDAoKX2V4aXRfY29kZSJXChBGdW5jdGlvblJlc3BvbnNlEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSKQoIcmVzcG9uc2UYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IqsBCg5Db25maXJtUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSFgoOY29ycmVsYXRpb25faWQYAyABKAkSMgoHb3V0Y29tZRgEIAEoDjIhLnRvb2xzY2hlZC52MS5Db25maXJtYXRpb25PdXRjb21lEhgKC25ld19jb250ZW50GAUgASgJSACIAQFCDgoMX25ld19jb250ZW50IhEKD0NvbmZpcm1SZXNwb25zZSJXCg1DYW5jZWxSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFQoIYmF0Y2hfaWQYAiABKAlIAIgBARIOCgZyZWFzb24YAyABKAlCCwoJX2JhdGNoX2lkIkQKDkNhbmNlbFJlc3BvbnNlEhcKD2NhbmNlbGxlZF9jYWxscxgBIAEoDRIZChFjYW5jZWxsZWRfYmF0Y2hlcxgCIAEoDSISChBMaXN0VG9vbHNSZXF1ZXN0IkUKEUxpc3RUb29sc1Jlc3BvbnNlEjAKBXRvb2xzGAEgAygLMiEudG9vbHNjaGVkLnYxLkZ1bmN0aW9uRGVjbGFyYXRpb24itgEKE0Z1bmN0aW9uRGVjbGFyYXRpb24SDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIrCgpwYXJhbWV0ZXJzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIkCgRraW5kGAQgASgOMhYudG9vbHNjaGVkLnYxLlRvb2xLaW5kEhYKDnBhcmFsbGVsaXphYmxlGAUgASgIEhEKCXJlYWRfb25seRgGIAEoCCIWChRHZXRTZXJ2ZXJJbmZvUmVxdWVzdCKGAQoVR2V0U2VydmVySW5mb1Jlc3BvbnNlEg8KB3ZlcnNpb24YASABKAkSKgoHc2FuZGJveBgCIAEoCzIZLnRvb2xzY2hlZC52MS5TYW5kYm94SW5mbxIwCgttY3Bfc2VydmVycxgDIAMoCzIbLnRvb2xzY2hlZC52MS5NY3BTZXJ2ZXJJbmZvInsKDU1jcFNlcnZlckluZm8SDAoEbmFtZRgBIAEoCRIrCgVzdGF0ZRgCIAEoDjIcLnRvb2xzY2hlZC52MS5NY3BTZXJ2ZXJTdGF0ZRINCgV0b29scxgDIAEoDRIQCghyZXN0YXJ0cxgEIAEoDRIOCgZyZWFzb24YBSABKAkiswIKC1NhbmRib3hJbmZvEikKBWxldmVsGAEgASgOMhoudG9vbHNjaGVkLnYxLlNhbmRib3hMZXZlbBIQCghlbmZvcmNlZBgCIAEoCBIUCgxsYW5kbG9ja19hYmkYAyABKA0SDwoHc2VjY29tcBgEIAEoCBIXCg91c2VyX25hbWVzcGFjZXMYBSABKAgSFQoNcHJvY2Vzc19saW1pdBgGIAEoCRIPCgdtaXNzaW5nGAcgAygJEgwKBGdhcHMYCCADKAkSEAoIY3B1X3NlY3MYCSABKAQSGwoTYWRkcmVzc19zcGFjZV9ieXRlcxgKIAEoBBIXCg9maWxlX3NpemVfYnl0ZXMYCyABKAQSFQoNbWF4X3Byb2Nlc3NlcxgMIAEoBBISCgpvcGVuX2ZpbGVzGA0gASgEKpUBCgxBcHByb3ZhbE1vZGUSHQoZQVBQUk9WQUxfTU9ERV9VTlNQRUNJRklFRBAAEhkKFUFQUFJPVkFMX01PREVfREVGQVVMVBABEhsKF0FQUFJPVkFMX01PREVfQVVUT19FRElUEAISFgoSQVBQUk9WQUxfTU9ERV9ZT0xPEAMSFgoSQVBQUk9WQUxfTU9ERV9QTEFOEAQq/gUKCUVycm9yVHlwZRIaChZFUlJPUl9UWVBFX1VOU1BFQ0lGSUVEEAASIgoeRVJST1JfVFlQRV9UT09MX05PVF9SRUdJU1RFUkVEEAESIgoeRVJST1JfVFlQRV9JTlZBTElEX1RPT0xfUEFSQU1TEAISHwobRVJST1JfVFlQRV9QT0xJQ1lfVklPTEFUSU9OEAMSHQoZRVJST1JfVFlQRV9GSUxFX05PVF9GT1VORBAEEiIKHkVSUk9SX1RZUEVfVEFSR0VUX0lTX0RJUkVDVE9SWRAFEiQKIEVSUk9SX1RZUEVfUEFUSF9OT1RfSU5fV09SS1NQQUNFEAYSHQoZRVJST1JfVFlQRV9GSUxFX1RPT19MQVJHRRAHEiAKHEVSUk9SX1RZUEVfUEVSTUlTU0lPTl9ERU5JRUQQCBIcChhFUlJPUl9UWVBFX05PX1NQQUNFX0xFRlQQCRInCiNFUlJPUl9UWVBFX0VESVRfTk9fT0NDVVJSRU5DRV9GT1VORBAKEjAKLEVSUk9SX1RZUEVfRURJVF9FWFBFQ1RFRF9PQ0NVUlJFTkNFX01JU01BVENIEAsSHQoZRVJST1JfVFlQRV9FRElUX05PX0NIQU5HRRAMEi4KKkVSUk9SX1RZUEVfQVRURU1QVF9UT19DUkVBVEVfRVhJU1RJTkdfRklMRRANEiQKIEVSUk9SX1RZUEVfU0VBUkNIX1BBVEhfTk9UX0ZPVU5EEA4SIAocRVJST1JfVFlQRV9FWEVDVVRJT05fVElNRU9VVBAPEh0KGUVSUk9SX1RZUEVfU0FOREJPWF9ERU5JRUQQEBIdChlFUlJPUl9UWVBFX01DUF9UT09MX0VSUk9SEBESIgoeRVJST1JfVFlQRV9VTkhBTkRMRURfRVhDRVBUSU9OEBISJgoiRVJST1JfVFlQRV9QQVRIX0lTX05PVF9BX0RJUkVDVE9SWRATEigKJEVSUk9SX1RZUEVfRklMRV9DSEFOR0VEX0NPTkNVUlJFTlRMWRAUKnQKCkZpbmFsU3RhdGUSGwoXRklOQUxfU1RBVEVfVU5TUEVDSUZJRUQQABIXChNGSU5BTF9TVEFURV9TVUNDRVNTEAESFQoRRklOQUxfU1RBVEVfRVJST1IQAhIZChVGSU5BTF9TVEFURV9DQU5DRUxMRUQQAyq3AgoTQ29uZmlybWF0aW9uT3V0Y29tZRIkCiBDT05GSVJNQVRJT05fT1VUQ09NRV9VTlNQRUNJRklFRBAAEiUKIUNPTkZJUk1BVElPTl9PVVRDT01FX1BST0NFRURfT05DRRABEicKI0NPTkZJUk1BVElPTl9PVVRDT01FX1BST0NFRURfQUxXQVlTEAISLAooQ09ORklSTUFUSU9OX09VVENPTUVfUFJPQ0VFRF9BTFdBWVNfVE9PTBADEi4KKkNPTkZJUk1BVElPTl9PVVRDT01FX1BST0NFRURfQUxXQVlTX1NFUlZFUhAEEisKJ0NPTkZJUk1BVElPTl9PVVRDT01FX01PRElGWV9XSVRIX0VESVRPUhAFEh8KG0NPTkZJUk1BVElPTl9PVVRDT01FX0NBTkNFTBAGKuMBCghUb29sS2luZBIZChVUT09MX0tJTkRfVU5TUEVDSUZJRUQQABISCg5UT09MX0tJTkRfUkVBRBABEhIKDlRPT0xfS0lORF9FRElUEAISFAoQVE9PTF9LSU5EX0RFTEVURRADEhIKDlRPT0xfS0lORF9NT1ZFEAQSFAoQVE9PTF9LSU5EX1NFQVJDSBAFEhUKEVRPT0xfS0lORF9FWEVDVVRFEAYSEwoPVE9PTF9LSU5EX1RISU5LEAcSEwoPVE9PTF9LSU5EX0ZFVENIEAgSEwoPVE9PTF9LSU5EX09USEVSEAkqigEKDk1jcFNlcnZlclN0YXRlEiAKHE1DUF9TRVJWRVJfU1RBVEVfVU5TUEVDSUZJRUQQABIdChlNQ1BfU0VSVkVSX1NUQVRFX1NUQVJUSU5HEAESGgoWTUNQX1NFUlZFUl9TVEFURV9SRUFEWRACEhsKF01DUF9TRVJWRVJfU1RBVEVfRkFJTEVEEAMqsAEKDFNhbmRib3hMZXZlbBIdChlTQU5EQk9YX0xFVkVMX1VOU1BFQ0lGSUVEEAASGwoXU0FOREJPWF9MRVZFTF9SRUFEX09OTFkQARIhCh1TQU5EQk9YX0xFVkVMX1dPUktTUEFDRV9XUklURRACEikKJVNBTkRCT1hfTEVWRUxfV09SS1NQQUNFX1dSSVRFX05FVFdPUksQAxIWChJTQU5EQk9YX0xFVkVMX05PTkUQBDKgAwoNVG9vbFNjaGVkdWxlchJaCg1TY2hlZHVsZUNhbGxzEiIudG9vbHNjaGVkLnYxLlNjaGVkdWxlQ2FsbHNSZXF1ZXN0GiMudG9vbHNjaGVkLnYxLlNjaGVkdWxlQ2FsbHNSZXNwb25zZTABEkYKB0NvbmZpcm0SHC50b29sc2NoZWQudjEuQ29uZmlybVJlcXVlc3QaHS50b29sc2NoZWQudjEuQ29uZmlybVJlc3BvbnNlEkMKBkNhbmNlbBIbLnRvb2xzY2hlZC52MS5DYW5jZWxSZXF1ZXN0GhwudG9vbHNjaGVkLnYxLkNhbmNlbFJlc3BvbnNlEkwKCUxpc3RUb29scxIeLnRvb2xzY2hlZC52MS5MaXN0VG9vbHNSZXF1ZXN0Gh8udG9vbHNjaGVkLnYxLkxpc3RUb29sc1Jlc3BvbnNlElgKDUdldFNlcnZlckluZm8SIi50b29sc2NoZWQudjEuR2V0U2VydmVySW5mb1JlcXVlc3QaIy50b29sc2NoZWQudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Chx0b29sc2NoZWQvdjEvdG9vbHNjaGVkLnByb3RvEgx0b29sc2NoZWQudjEihAEKDEZ1bmN0aW9uQ2FsbBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEiUKBGFyZ3MYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhkKEXdhaXRfZm9yX3ByZXZpb3VzGAQgASgIEhgKEGNsaWVudF9pbml0aWF0ZWQYBSABKAgitwIKFFNjaGVkdWxlQ2FsbHNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSKQoFY2FsbHMYAiADKAsyGi50b29sc2NoZWQudjEuRnVuY3Rpb25DYWxsEjEKDWFwcHJvdmFsX21vZGUYAyABKA4yGi50b29sc2NoZWQudjEuQXBwcm92YWxNb2RlEhgKC2ludGVyYWN0aXZlGAQgASgISACIAQESMQoNc2FuZGJveF9sZXZlbBgFIAEoDjIaLnRvb2xzY2hlZC52MS5TYW5kYm94TGV2ZWwSEgoKcmVxdWVzdF9pZBgKIAEoCRIiChVkaXNjb25uZWN0X2dyYWNlX3NlY3MYCyABKA1IAYgBAUIOCgxfaW50ZXJhY3RpdmVCGAoWX2Rpc2Nvbm5lY3RfZ3JhY2Vfc2VjcyJRChFXYXRjaEJhdGNoUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGJhdGNoX2lkGAIgASgJEhYKDmFmdGVyX3NlcXVlbmNlGAMgASgEIrYCChVTY2hlZHVsZUNhbGxzUmVzcG9uc2USEAoIc2VxdWVuY2UYASABKAQSKAoEdGltZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoOYmF0Y2hfYWNjZXB0ZWQYAyABKAsyGy50b29sc2NoZWQudjEuQmF0Y2hBY2NlcHRlZEgAEjMKDWJhdGNoX3N0YXJ0ZWQYBCABKAsyGi50b29sc2NoZWQudjEuQmF0Y2hTdGFydGVkSAASMwoLY2FsbF91cGRhdGUYBSABKAsyHC50b29sc2NoZWQudjEuVG9vbENhbGxVcGRhdGVIABI3Cg9iYXRjaF9jb21wbGV0ZWQYBiABKAsyHC50b29sc2NoZWQudjEuQmF0Y2hDb21wbGV0ZWRIAEIHCgVldmVudCJaCg1CYXRjaEFjY2VwdGVkEhAKCGJhdGNoX2lkGAEgASgJEg4KBnF1ZXVlZBgCIAEoCBIVCg1iYXRjaGVzX2FoZWFkGAMgASgNEhAKCHJlcGxheWVkGAQgASgIIiAKDEJhdGNoU3RhcnRlZBIQCghiYXRjaF9pZBgBIAEoCSKEAwoOVG9vbENhbGxVcGRhdGUSDwoHY2FsbF9pZBgBIAEoCRIRCgl0b29sX25hbWUYAiABKAkSLgoKdmFsaWRhdGluZxgDIAEoCzIYLnRvb2xzY2hlZC52MS5WYWxpZGF0aW5nSAASLAoJc2NoZWR1bGVkGAQgASgLMhcudG9vbHNjaGVkLnYxLlNjaGVkdWxlZEgAEjsKEWF3YWl0aW5nX2FwcHJvdmFsGAUgASgLMh4udG9vbHNjaGVkLnYxLkF3YWl0aW5nQXBwcm92YWxIABIsCglleGVjdXRpbmcYBiABKAsyFy50b29sc2NoZWQudjEuRXhlY3V0aW5nSAASKAoHc3VjY2VzcxgHIAEoCzIVLnRvb2xzY2hlZC52MS5TdWNjZXNzSAASJAoFZXJyb3IYCCABKAsyEy50b29sc2NoZWQudjEuRXJyb3JIABIsCgljYW5jZWxsZWQYCSABKAsyFy50b29sc2NoZWQudjEuQ2FuY2VsbGVkSABCBwoFc3RhdGUiMwoKVmFsaWRhdGluZxIlCgRhcmdzGAEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCILCglTY2hlZHVsZWQimAMKEEF3YWl0aW5nQXBwcm92YWwSFgoOY29ycmVsYXRpb25faWQYASABKAkSLgoEZWRpdBgCIAEoCzIeLnRvb2xzY2hlZC52MS5FZGl0Q29uZmlybWF0aW9uSAASLgoEZXhlYxgDIAEoCzIeLnRvb2xzY2hlZC52MS5FeGVjQ29uZmlybWF0aW9uSAASLAoDbWNwGAQgASgLMh0udG9vbHNjaGVkLnYxLk1jcENvbmZpcm1hdGlvbkgAEi4KBGluZm8YBSABKAsyHi50b29sc2NoZWQudjEuSW5mb0NvbmZpcm1hdGlvbkgAEjMKCG91dGNvbWVzGAYgAygOMiEudG9vbHNjaGVkLnYxLkNvbmZpcm1hdGlvbk91dGNvbWUSLAoIZGVhZGxpbmUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgIIAEoCRIwCgtwb2xpY3lfcnVsZRgJIAEoCzIbLnRvb2xzY2hlZC52MS5Qb2xpY3lSdWxlUmVmQgkKB2RldGFpbHMiSgoNUG9saWN5UnVsZVJlZhIMCgRmaWxlGAEgASgJEgwKBGxpbmUYAiABKA0SDAoEcnVsZRgDIAEoCRIPCgdzZWdtZW50GAQgASgJIl0KEEVkaXRDb25maXJtYXRpb24SEQoJZmlsZV9wYXRoGAEgASgJEgwKBGRpZmYYAiABKAkSEwoLaXNfbmV3X2ZpbGUYAyABKAgSEwoLbmV3X2NvbnRlbnQYBCABKAkiYwoQRXhlY0NvbmZpcm1hdGlvbhIPCgdjb21tYW5kGAEgASgJEhUKDXJvb3RfY29tbWFuZHMYAiADKAkSEAoIZGlyX3BhdGgYAyABKAkSFQoNd3JpdGVfdGFyZ2V0cxgEIAMoCSJ1Cg9NY3BDb25maXJtYXRpb24SEwoLc2VydmVyX25hbWUYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEiUKBGFyZ3MYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhMKC2Rlc2NyaXB0aW9uGAQgASgJIiIKEEluZm9Db25maXJtYXRpb24SDgoGcHJvbXB0GAEgASgJIrABCglFeGVjdXRpbmcSEAoDcGlkGAEgASgNSACIAQESFAoMb3V0cHV0X2NodW5rGAIgASgJEhUKCHByb2dyZXNzGAMgASgBSAGIAQESEgoFdG90YWwYBCABKAFIAogBARIUCgdwZXJjZW50GAUgASgBSAOIAQESDwoHbWVzc2FnZRgGIAEoCUIGCgRfcGlkQgsKCV9wcm9ncmVzc0IICgZfdG90YWxCCgoIX3BlcmNlbnQinwEKB1N1Y2Nlc3MSMAoIcmVzcG9uc2UYASABKAsyHi50b29sc2NoZWQudjEuRnVuY3Rpb25SZXNwb25zZRInCgZyZXN1bHQYAiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhMKC2R1cmF0aW9uX21zGAMgASgEEhYKCWV4aXRfY29kZRgEIAEoBUgAiAEBQgwKCl9leGl0X2NvZGUicQoFRXJyb3ISJQoEdHlwZRgBIAEoDjIXLnRvb2xzY2hlZC52MS5FcnJvclR5cGUSDwoHbWVzc2FnZRgCIAEoCRIwCghyZXNwb25zZRgDIAEoCzIeLnRvb2xzY2hlZC52MS5GdW5jdGlvblJlc3BvbnNlIk0KCUNhbmNlbGxlZBIOCgZyZWFzb24YASABKAkSMAoIcmVzcG9uc2UYAiABKAsyHi50b29sc2NoZWQudjEuRnVuY3Rpb25SZXNwb25zZSKBAQoOQmF0Y2hDb21wbGV0ZWQSEAoIYmF0Y2hfaWQYASABKAkSMQoJcmVzcG9uc2VzGAIgAygLMh4udG9vbHNjaGVkLnYxLkZ1bmN0aW9uUmVzcG9uc2USKgoFY2FsbHMYAyADKAsyGy50b29sc2NoZWQudjEuQ29tcGxldGVkQ2FsbCLVAQoNQ29tcGxldGVkQ2FsbBIPCgdjYWxsX2lkGAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCRInCgVzdGF0ZRgDIAEoDjIYLnRvb2xzY2hlZC52MS5GaW5hbFN0YXRlEisKCmVycm9yX3R5cGUYBCABKA4yFy50b29sc2NoZWQudjEuRXJyb3JUeXBlEg8KB21lc3NhZ2UYBSABKAkSEwoLZHVyYXRpb25fbXMYBiABKAQSFgoJZXhpdF9jb2RlGAcgASgFSACIAQFCDAoKX2V4aXRfY29kZSJXChBGdW5jdGlvblJlc3BvbnNlEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSKQoIcmVzcG9uc2UYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IqsBCg5Db25maXJtUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSFgoOY29ycmVsYXRpb25faWQYAyABKAkSMgoHb3V0Y29tZRgEIAEoDjIhLnRvb2xzY2hlZC52MS5Db25maXJtYXRpb25PdXRjb21lEhgKC25ld19jb250ZW50GAUgASgJSACIAQFCDgoMX25ld19jb250ZW50IioKD0NvbmZpcm1SZXNwb25zZRIXCg9hbHJlYWR5X2FwcGxpZWQYASABKAgiVwoNQ2FuY2VsUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhUKCGJhdGNoX2lkGAIgASgJSACIAQESDgoGcmVhc29uGAMgASgJQgsKCV9iYXRjaF9pZCJECg5DYW5jZWxSZXNwb25zZRIXCg9jYW5jZWxsZWRfY2FsbHMYASABKA0SGQoRY2FuY2VsbGVkX2JhdGNoZXMYAiABKA0iEgoQTGlzdFRvb2xzUmVxdWVzdCJFChFMaXN0VG9vbHNSZXNwb25zZRIwCgV0b29scxgBIAMoCzIhLnRvb2xzY2hlZC52MS5GdW5jdGlvbkRlY2xhcmF0aW9uIrYBChNGdW5jdGlvbkRlY2xhcmF0aW9uEgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSKwoKcGFyYW1ldGVycxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSJAoEa2luZBgEIAEoDjIWLnRvb2xzY2hlZC52MS5Ub29sS2luZBIWCg5wYXJhbGxlbGl6YWJsZRgFIAEoCBIRCglyZWFkX29ubHkYBiABKAgiFgoUR2V0U2VydmVySW5mb1JlcXVlc3QihgEKFUdldFNlcnZlckluZm9SZXNwb25zZRIPCgd2ZXJzaW9uGAEgASgJEioKB3NhbmRib3gYAiABKAsyGS50b29sc2NoZWQudjEuU2FuZGJveEluZm8SMAoLbWNwX3NlcnZlcnMYAyADKAsyGy50b29sc2NoZWQudjEuTWNwU2VydmVySW5mbyJ7Cg1NY3BTZXJ2ZXJJbmZvEgwKBG5hbWUYASABKAkSKwoFc3RhdGUYAiABKA4yHC50b29sc2NoZWQudjEuTWNwU2VydmVyU3RhdGUSDQoFdG9vbHMYAyABKA0SEAoIcmVzdGFydHMYBCABKA0SDgoGcmVhc29uGAUgASgJIrMCCgtTYW5kYm94SW5mbxIpCgVsZXZlbBgBIAEoDjIaLnRvb2xzY2hlZC52MS5TYW5kYm94TGV2ZWwSEAoIZW5mb3JjZWQYAiABKAgSFAoMbGFuZGxvY2tfYWJpGAMgASgNEg8KB3NlY2NvbXAYBCABKAgSFwoPdXNlcl9uYW1lc3BhY2VzGAUgASgIEhUKDXByb2Nlc3NfbGltaXQYBiABKAkSDwoHbWlzc2luZxgHIAMoCRIMCgRnYXBzGAggAygJEhAKCGNwdV9zZWNzGAkgASgEEhsKE2FkZHJlc3Nfc3BhY2VfYnl0ZXMYCiABKAQSFwoPZmlsZV9zaXplX2J5dGVzGAsgASgEEhUKDW1heF9wcm9jZXNzZXMYDCABKAQSEgoKb3Blbl9maWxlcxgNIAEoBCqVAQoMQXBwcm92YWxNb2RlEh0KGUFQUFJPVkFMX01PREVfVU5TUEVDSUZJRUQQABIZChVBUFBST1ZBTF9NT0RFX0RFRkFVTFQQARIbChdBUFBST1ZBTF9NT0RFX0FVVE9fRURJVBACEhYKEkFQUFJPVkFMX01PREVfWU9MTxADEhYKEkFQUFJPVkFMX01PREVfUExBThAEKv4FCglFcnJvclR5cGUSGgoWRVJST1JfVFlQRV9VTlNQRUNJRklFRBAAEiIKHkVSUk9SX1RZUEVfVE9PTF9OT1RfUkVHSVNURVJFRBABEiIKHkVSUk9SX1RZUEVfSU5WQUxJRF9UT09MX1BBUkFNUxACEh8KG0VSUk9SX1RZUEVfUE9MSUNZX1ZJT0xBVElPThADEh0KGUVSUk9SX1RZUEVfRklMRV9OT1RfRk9VTkQQBBIiCh5FUlJPUl9UWVBFX1RBUkdFVF9JU19ESVJFQ1RPUlkQBRIkCiBFUlJPUl9UWVBFX1BBVEhfTk9UX0lOX1dPUktTUEFDRRAGEh0KGUVSUk9SX1RZUEVfRklMRV9UT09fTEFSR0UQBxIgChxFUlJPUl9UWVBFX1BFUk1JU1NJT05fREVOSUVEEAgSHAoYRVJST1JfVFlQRV9OT19TUEFDRV9MRUZUEAkSJwojRVJST1JfVFlQRV9FRElUX05PX09DQ1VSUkVOQ0VfRk9VTkQQChIwCixFUlJPUl9UWVBFX0VESVRfRVhQRUNURURfT0NDVVJSRU5DRV9NSVNNQVRDSBALEh0KGUVSUk9SX1RZUEVfRURJVF9OT19DSEFOR0UQDBIuCipFUlJPUl9UWVBFX0FUVEVNUFRfVE9fQ1JFQVRFX0VYSVNUSU5HX0ZJTEUQDRIkCiBFUlJPUl9UWVBFX1NFQVJDSF9QQVRIX05PVF9GT1VORBAOEiAKHEVSUk9SX1RZUEVfRVhFQ1VUSU9OX1RJTUVPVVQQDxIdChlFUlJPUl9UWVBFX1NBTkRCT1hfREVOSUVEEBASHQoZRVJST1JfVFlQRV9NQ1BfVE9PTF9FUlJPUhAREiIKHkVSUk9SX1RZUEVfVU5IQU5ETEVEX0VYQ0VQVElPThASEiYKIkVSUk9SX1RZUEVfUEFUSF9JU19OT1RfQV9ESVJFQ1RPUlkQExIoCiRFUlJPUl9UWVBFX0ZJTEVfQ0hBTkdFRF9DT05DVVJSRU5UTFkQFCp0CgpGaW5hbFN0YXRlEhsKF0ZJTkFMX1NUQVRFX1VOU1BFQ0lGSUVEEAASFwoTRklOQUxfU1RBVEVfU1VDQ0VTUxABEhUKEUZJTkFMX1NUQVRFX0VSUk9SEAISGQoVRklOQUxfU1RBVEVfQ0FOQ0VMTEVEEAMqtwIKE0NvbmZpcm1hdGlvbk91dGNvbWUSJAogQ09ORklSTUFUSU9OX09VVENPTUVfVU5TUEVDSUZJRUQQABIlCiFDT05GSVJNQVRJT05fT1VUQ09NRV9QUk9DRUVEX09OQ0UQARInCiNDT05GSVJNQVRJT05fT1VUQ09NRV9QUk9DRUVEX0FMV0FZUxACEiwKKENPTkZJUk1BVElPTl9PVVRDT01FX1BST0NFRURfQUxXQVlTX1RPT0wQAxIuCipDT05GSVJNQVRJT05fT1VUQ09NRV9QUk9DRUVEX0FMV0FZU19TRVJWRVIQBBIrCidDT05GSVJNQVRJT05fT1VUQ09NRV9NT0RJRllfV0lUSF9FRElUT1IQBRIfChtDT05GSVJNQVRJT05fT1VUQ09NRV9DQU5DRUwQBirjAQoIVG9vbEtpbmQSGQoVVE9PTF9LSU5EX1VOU1BFQ0lGSUVEEAASEgoOVE9PTF9LSU5EX1JFQUQQARISCg5UT09MX0tJTkRfRURJVBACEhQKEFRPT0xfS0lORF9ERUxFVEUQAxISCg5UT09MX0tJTkRfTU9WRRAEEhQKEFRPT0xfS0lORF9TRUFSQ0gQBRIVChFUT09MX0tJTkRfRVhFQ1VURRAGEhMKD1RPT0xfS0lORF9USElOSxAHEhMKD1RPT0xfS0lORF9GRVRDSBAIEhMKD1RPT0xfS0lORF9PVEhFUhAJKooBCg5NY3BTZXJ2ZXJTdGF0ZRIgChxNQ1BfU0VSVkVSX1NUQVRFX1VOU1BFQ0lGSUVEEAASHQoZTUNQX1NFUlZFUl9TVEFURV9TVEFSVElORxABEhoKFk1DUF9TRVJWRVJfU1RBVEVfUkVBRFkQAhIbChdNQ1BfU0VSVkVSX1NUQVRFX0ZBSUxFRBADKrABCgxTYW5kYm94TGV2ZWwSHQoZU0FOREJPWF9MRVZFTF9VTlNQRUNJRklFRBAAEhsKF1NBTkRCT1hfTEVWRUxfUkVBRF9PTkxZEAESIQodU0FOREJPWF9MRVZFTF9XT1JLU1BBQ0VfV1JJVEUQAhIpCiVTQU5EQk9YX0xFVkVMX1dPUktTUEFDRV9XUklURV9ORVRXT1JLEAMSFgoSU0FOREJPWF9MRVZFTF9OT05FEAQy9gMKDVRvb2xTY2hlZHVsZXISWgoNU2NoZWR1bGVDYWxscxIiLnRvb2xzY2hlZC52MS5TY2hlZHVsZUNhbGxzUmVxdWVzdBojLnRvb2xzY2hlZC52MS5TY2hlZHVsZUNhbGxzUmVzcG9uc2UwARJUCgpXYXRjaEJhdGNoEh8udG9vbHNjaGVkLnYxLldhdGNoQmF0Y2hSZXF1ZXN0GiMudG9vbHNjaGVkLnYxLlNjaGVkdWxlQ2FsbHNSZXNwb25zZTABEkYKB0NvbmZpcm0SHC50b29sc2NoZWQudjEuQ29uZmlybVJlcXVlc3QaHS50b29sc2NoZWQudjEuQ29uZmlybVJlc3BvbnNlEkMKBkNhbmNlbBIbLnRvb2xzY2hlZC52MS5DYW5jZWxSZXF1ZXN0GhwudG9vbHNjaGVkLnYxLkNhbmNlbFJlc3BvbnNlEkwKCUxpc3RUb29scxIeLnRvb2xzY2hlZC52MS5MaXN0VG9vbHNSZXF1ZXN0Gh8udG9vbHNjaGVkLnYxLkxpc3RUb29sc1Jlc3BvbnNlElgKDUdldFNlcnZlckluZm8SIi50b29sc2NoZWQudjEuR2V0U2VydmVySW5mb1JlcXVlc3QaIy50b29sc2NoZWQudjEuR2V0U2VydmVySW5mb1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * One function call as the model returned it.
@@ -125,6 +125,33 @@ export type ScheduleCallsRequest = Message<"toolsched.v1.ScheduleCallsRequest"> 
    * @generated from field: toolsched.v1.SandboxLevel sandbox_level = 5;
    */
   sandboxLevel: SandboxLevel;
+
+  /**
+   * Client-chosen idempotency key (1..=128 bytes), unique within the
+   * session. Repeating a ScheduleCalls with the same request_id and the same
+   * calls (ids, names, arguments, wait_for_previous) schedules nothing again:
+   * the stream is the original batch's, from its first event (its
+   * BatchAccepted marked replayed), then live. The same request_id with
+   * other calls is ALREADY_EXISTS naming the batch. Remembered as long as
+   * the batch is retained (--batch-retention-secs after it completed).
+   * Empty: no key, every request is a new batch.
+   *
+   * @generated from field: string request_id = 10;
+   */
+  requestId: string;
+
+  /**
+   * Seconds a batch keeps running after its last reader (this stream and
+   * every WatchBatch) went away; if nobody re-attaches with WatchBatch
+   * within them it is cancelled ("the client went away and did not come
+   * back within N s"). 0 cancels at once (as before this field). Unset: the
+   * server's --disconnect-grace-secs (default 0). At most the server's
+   * --max-disconnect-grace-secs (RESOURCE_EXHAUSTED beyond). Prompts keep
+   * their own confirmation timeout.
+   *
+   * @generated from field: optional uint32 disconnect_grace_secs = 11;
+   */
+  disconnectGraceSecs?: number | undefined;
 };
 
 /**
@@ -135,13 +162,47 @@ export const ScheduleCallsRequestSchema: GenMessage<ScheduleCallsRequest> = /*@_
   messageDesc(file_toolsched_v1_toolsched, 1);
 
 /**
+ * Re-attach to a batch's events.
+ *
+ * @generated from message toolsched.v1.WatchBatchRequest
+ */
+export type WatchBatchRequest = Message<"toolsched.v1.WatchBatchRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * From BatchAccepted.
+   *
+   * @generated from field: string batch_id = 2;
+   */
+  batchId: string;
+
+  /**
+   * The last sequence the client has seen; 0 replays from the first event.
+   *
+   * @generated from field: uint64 after_sequence = 3;
+   */
+  afterSequence: bigint;
+};
+
+/**
+ * Describes the message toolsched.v1.WatchBatchRequest.
+ * Use `create(WatchBatchRequestSchema)` to create a new message.
+ */
+export const WatchBatchRequestSchema: GenMessage<WatchBatchRequest> = /*@__PURE__*/
+  messageDesc(file_toolsched_v1_toolsched, 2);
+
+/**
  * One event of a ScheduleCalls stream.
  *
  * @generated from message toolsched.v1.ScheduleCallsResponse
  */
 export type ScheduleCallsResponse = Message<"toolsched.v1.ScheduleCallsResponse"> & {
   /**
-   * 1, 2, 3, … within this stream, without gaps.
+   * 1, 2, 3, … within the batch, without gaps; the same numbers for every
+   * reader of the batch (ScheduleCalls, a retried request_id, WatchBatch).
    *
    * @generated from field: uint64 sequence = 1;
    */
@@ -189,7 +250,7 @@ export type ScheduleCallsResponse = Message<"toolsched.v1.ScheduleCallsResponse"
  * Use `create(ScheduleCallsResponseSchema)` to create a new message.
  */
 export const ScheduleCallsResponseSchema: GenMessage<ScheduleCallsResponse> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 2);
+  messageDesc(file_toolsched_v1_toolsched, 3);
 
 /**
  * First event of every stream.
@@ -213,11 +274,21 @@ export type BatchAccepted = Message<"toolsched.v1.BatchAccepted"> & {
   queued: boolean;
 
   /**
-   * Number of batches ahead of this one in the session's queue.
+   * Number of batches ahead of this one in the session's queue (when it
+   * was accepted).
    *
    * @generated from field: uint32 batches_ahead = 3;
    */
   batchesAhead: number;
+
+  /**
+   * True on a stream that re-attached to an existing batch (a repeated
+   * request_id): nothing was scheduled again; the events are the original
+   * batch's log.
+   *
+   * @generated from field: bool replayed = 4;
+   */
+  replayed: boolean;
 };
 
 /**
@@ -225,7 +296,7 @@ export type BatchAccepted = Message<"toolsched.v1.BatchAccepted"> & {
  * Use `create(BatchAcceptedSchema)` to create a new message.
  */
 export const BatchAcceptedSchema: GenMessage<BatchAccepted> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 3);
+  messageDesc(file_toolsched_v1_toolsched, 4);
 
 /**
  * The batch left the session queue and its calls start. Sent for every batch
@@ -246,7 +317,7 @@ export type BatchStarted = Message<"toolsched.v1.BatchStarted"> & {
  * Use `create(BatchStartedSchema)` to create a new message.
  */
 export const BatchStartedSchema: GenMessage<BatchStarted> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 4);
+  messageDesc(file_toolsched_v1_toolsched, 5);
 
 /**
  * One state transition of one call (or a progress update while Executing).
@@ -317,7 +388,7 @@ export type ToolCallUpdate = Message<"toolsched.v1.ToolCallUpdate"> & {
  * Use `create(ToolCallUpdateSchema)` to create a new message.
  */
 export const ToolCallUpdateSchema: GenMessage<ToolCallUpdate> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 5);
+  messageDesc(file_toolsched_v1_toolsched, 6);
 
 /**
  * Arguments passed the schema check; the policy decision is being made.
@@ -338,7 +409,7 @@ export type Validating = Message<"toolsched.v1.Validating"> & {
  * Use `create(ValidatingSchema)` to create a new message.
  */
 export const ValidatingSchema: GenMessage<Validating> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 6);
+  messageDesc(file_toolsched_v1_toolsched, 7);
 
 /**
  * Approved (by policy or a person); waiting for its wave to execute.
@@ -353,7 +424,7 @@ export type Scheduled = Message<"toolsched.v1.Scheduled"> & {
  * Use `create(ScheduledSchema)` to create a new message.
  */
 export const ScheduledSchema: GenMessage<Scheduled> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 7);
+  messageDesc(file_toolsched_v1_toolsched, 8);
 
 /**
  * Waits for Confirm. A call may enter this state again (after a
@@ -436,7 +507,7 @@ export type AwaitingApproval = Message<"toolsched.v1.AwaitingApproval"> & {
  * Use `create(AwaitingApprovalSchema)` to create a new message.
  */
 export const AwaitingApprovalSchema: GenMessage<AwaitingApproval> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 8);
+  messageDesc(file_toolsched_v1_toolsched, 9);
 
 /**
  * A policy rule that made a decision.
@@ -478,7 +549,7 @@ export type PolicyRuleRef = Message<"toolsched.v1.PolicyRuleRef"> & {
  * Use `create(PolicyRuleRefSchema)` to create a new message.
  */
 export const PolicyRuleRefSchema: GenMessage<PolicyRuleRef> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 9);
+  messageDesc(file_toolsched_v1_toolsched, 10);
 
 /**
  * A file edit: the prompt shows the diff.
@@ -522,7 +593,7 @@ export type EditConfirmation = Message<"toolsched.v1.EditConfirmation"> & {
  * Use `create(EditConfirmationSchema)` to create a new message.
  */
 export const EditConfirmationSchema: GenMessage<EditConfirmation> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 10);
+  messageDesc(file_toolsched_v1_toolsched, 11);
 
 /**
  * A shell command.
@@ -564,7 +635,7 @@ export type ExecConfirmation = Message<"toolsched.v1.ExecConfirmation"> & {
  * Use `create(ExecConfirmationSchema)` to create a new message.
  */
 export const ExecConfirmationSchema: GenMessage<ExecConfirmation> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 11);
+  messageDesc(file_toolsched_v1_toolsched, 12);
 
 /**
  * A tool of an MCP server.
@@ -598,7 +669,7 @@ export type McpConfirmation = Message<"toolsched.v1.McpConfirmation"> & {
  * Use `create(McpConfirmationSchema)` to create a new message.
  */
 export const McpConfirmationSchema: GenMessage<McpConfirmation> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 12);
+  messageDesc(file_toolsched_v1_toolsched, 13);
 
 /**
  * Anything else: a text to show.
@@ -617,10 +688,13 @@ export type InfoConfirmation = Message<"toolsched.v1.InfoConfirmation"> & {
  * Use `create(InfoConfirmationSchema)` to create a new message.
  */
 export const InfoConfirmationSchema: GenMessage<InfoConfirmation> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 13);
+  messageDesc(file_toolsched_v1_toolsched, 14);
 
 /**
- * Running. Sent once on entry and again for every progress update.
+ * Running. Sent once on entry (every field empty) and again for every
+ * progress update, each carrying one of: pid, output_chunk, or the progress
+ * fields. A stream that lags far behind (its client stopped reading) gets a
+ * call's consecutive progress reports merged into the latest one.
  *
  * @generated from message toolsched.v1.Executing
  */
@@ -671,7 +745,7 @@ export type Executing = Message<"toolsched.v1.Executing"> & {
  * Use `create(ExecutingSchema)` to create a new message.
  */
 export const ExecutingSchema: GenMessage<Executing> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 14);
+  messageDesc(file_toolsched_v1_toolsched, 15);
 
 /**
  * Terminal: the tool ran and produced a result (a non-zero exit of a shell
@@ -713,7 +787,7 @@ export type Success = Message<"toolsched.v1.Success"> & {
  * Use `create(SuccessSchema)` to create a new message.
  */
 export const SuccessSchema: GenMessage<Success> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 15);
+  messageDesc(file_toolsched_v1_toolsched, 16);
 
 /**
  * Terminal: the call failed.
@@ -742,7 +816,7 @@ export type Error = Message<"toolsched.v1.Error"> & {
  * Use `create(ErrorSchema)` to create a new message.
  */
 export const ErrorSchema: GenMessage<Error> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 16);
+  messageDesc(file_toolsched_v1_toolsched, 17);
 
 /**
  * Terminal: the call was cancelled (by Cancel, a rejected prompt, a
@@ -767,7 +841,7 @@ export type Cancelled = Message<"toolsched.v1.Cancelled"> & {
  * Use `create(CancelledSchema)` to create a new message.
  */
 export const CancelledSchema: GenMessage<Cancelled> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 17);
+  messageDesc(file_toolsched_v1_toolsched, 18);
 
 /**
  * Last event of every stream.
@@ -803,7 +877,7 @@ export type BatchCompleted = Message<"toolsched.v1.BatchCompleted"> & {
  * Use `create(BatchCompletedSchema)` to create a new message.
  */
 export const BatchCompletedSchema: GenMessage<BatchCompleted> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 18);
+  messageDesc(file_toolsched_v1_toolsched, 19);
 
 /**
  * One call of a completed batch: what its terminal ToolCallUpdate said, less
@@ -867,7 +941,7 @@ export type CompletedCall = Message<"toolsched.v1.CompletedCall"> & {
  * Use `create(CompletedCallSchema)` to create a new message.
  */
 export const CompletedCallSchema: GenMessage<CompletedCall> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 19);
+  messageDesc(file_toolsched_v1_toolsched, 20);
 
 /**
  * A function response in Gemini's shape: {id, name, response}, where
@@ -899,7 +973,7 @@ export type FunctionResponse = Message<"toolsched.v1.FunctionResponse"> & {
  * Use `create(FunctionResponseSchema)` to create a new message.
  */
 export const FunctionResponseSchema: GenMessage<FunctionResponse> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 20);
+  messageDesc(file_toolsched_v1_toolsched, 21);
 
 /**
  * Every string is bounded (INVALID_ARGUMENT beyond): session_id 1..=128
@@ -946,12 +1020,21 @@ export type ConfirmRequest = Message<"toolsched.v1.ConfirmRequest"> & {
  * Use `create(ConfirmRequestSchema)` to create a new message.
  */
 export const ConfirmRequestSchema: GenMessage<ConfirmRequest> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 21);
+  messageDesc(file_toolsched_v1_toolsched, 22);
 
 /**
  * @generated from message toolsched.v1.ConfirmResponse
  */
 export type ConfirmResponse = Message<"toolsched.v1.ConfirmResponse"> & {
+  /**
+   * True when this exact answer (call, correlation id, outcome and
+   * new_content) had already been applied: nothing changed. A different
+   * answer to an answered prompt is FAILED_PRECONDITION naming the answer
+   * that won, so a client may retry a Confirm blindly after a reconnect.
+   *
+   * @generated from field: bool already_applied = 1;
+   */
+  alreadyApplied: boolean;
 };
 
 /**
@@ -959,7 +1042,7 @@ export type ConfirmResponse = Message<"toolsched.v1.ConfirmResponse"> & {
  * Use `create(ConfirmResponseSchema)` to create a new message.
  */
 export const ConfirmResponseSchema: GenMessage<ConfirmResponse> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 22);
+  messageDesc(file_toolsched_v1_toolsched, 23);
 
 /**
  * Every string is bounded (INVALID_ARGUMENT beyond): session_id 1..=128
@@ -994,7 +1077,7 @@ export type CancelRequest = Message<"toolsched.v1.CancelRequest"> & {
  * Use `create(CancelRequestSchema)` to create a new message.
  */
 export const CancelRequestSchema: GenMessage<CancelRequest> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 23);
+  messageDesc(file_toolsched_v1_toolsched, 24);
 
 /**
  * @generated from message toolsched.v1.CancelResponse
@@ -1020,7 +1103,7 @@ export type CancelResponse = Message<"toolsched.v1.CancelResponse"> & {
  * Use `create(CancelResponseSchema)` to create a new message.
  */
 export const CancelResponseSchema: GenMessage<CancelResponse> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 24);
+  messageDesc(file_toolsched_v1_toolsched, 25);
 
 /**
  * @generated from message toolsched.v1.ListToolsRequest
@@ -1033,7 +1116,7 @@ export type ListToolsRequest = Message<"toolsched.v1.ListToolsRequest"> & {
  * Use `create(ListToolsRequestSchema)` to create a new message.
  */
 export const ListToolsRequestSchema: GenMessage<ListToolsRequest> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 25);
+  messageDesc(file_toolsched_v1_toolsched, 26);
 
 /**
  * @generated from message toolsched.v1.ListToolsResponse
@@ -1050,7 +1133,7 @@ export type ListToolsResponse = Message<"toolsched.v1.ListToolsResponse"> & {
  * Use `create(ListToolsResponseSchema)` to create a new message.
  */
 export const ListToolsResponseSchema: GenMessage<ListToolsResponse> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 26);
+  messageDesc(file_toolsched_v1_toolsched, 27);
 
 /**
  * A function declaration for the model's request.
@@ -1100,7 +1183,7 @@ export type FunctionDeclaration = Message<"toolsched.v1.FunctionDeclaration"> & 
  * Use `create(FunctionDeclarationSchema)` to create a new message.
  */
 export const FunctionDeclarationSchema: GenMessage<FunctionDeclaration> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 27);
+  messageDesc(file_toolsched_v1_toolsched, 28);
 
 /**
  * @generated from message toolsched.v1.GetServerInfoRequest
@@ -1113,7 +1196,7 @@ export type GetServerInfoRequest = Message<"toolsched.v1.GetServerInfoRequest"> 
  * Use `create(GetServerInfoRequestSchema)` to create a new message.
  */
 export const GetServerInfoRequestSchema: GenMessage<GetServerInfoRequest> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 28);
+  messageDesc(file_toolsched_v1_toolsched, 29);
 
 /**
  * @generated from message toolsched.v1.GetServerInfoResponse
@@ -1144,7 +1227,7 @@ export type GetServerInfoResponse = Message<"toolsched.v1.GetServerInfoResponse"
  * Use `create(GetServerInfoResponseSchema)` to create a new message.
  */
 export const GetServerInfoResponseSchema: GenMessage<GetServerInfoResponse> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 29);
+  messageDesc(file_toolsched_v1_toolsched, 30);
 
 /**
  * A configured MCP server and whether its tools are available.
@@ -1189,7 +1272,7 @@ export type McpServerInfo = Message<"toolsched.v1.McpServerInfo"> & {
  * Use `create(McpServerInfoSchema)` to create a new message.
  */
 export const McpServerInfoSchema: GenMessage<McpServerInfo> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 30);
+  messageDesc(file_toolsched_v1_toolsched, 31);
 
 /**
  * The sandbox as configured and as probed at start-up.
@@ -1285,7 +1368,7 @@ export type SandboxInfo = Message<"toolsched.v1.SandboxInfo"> & {
  * Use `create(SandboxInfoSchema)` to create a new message.
  */
 export const SandboxInfoSchema: GenMessage<SandboxInfo> = /*@__PURE__*/
-  messageDesc(file_toolsched_v1_toolsched, 31);
+  messageDesc(file_toolsched_v1_toolsched, 32);
 
 /**
  * How much runs without asking a person.
@@ -1729,14 +1812,22 @@ export const ToolScheduler: GenService<{
    * Schedules one batch of function calls and streams every state
    * transition of every call, ending with BatchCompleted and status OK.
    * Errors before the stream starts: INVALID_ARGUMENT (empty or over-long
-   * session id, no calls, empty or duplicate call id, unknown enum value),
+   * session id, no calls, empty or duplicate call id, unknown enum value,
+   * a request_id over 128 bytes),
    * RESOURCE_EXHAUSTED (too many calls in the batch, too many sessions, a
-   * request over the server's --max-request-bytes), PERMISSION_DENIED (a
+   * request over the server's --max-request-bytes, a disconnect grace over
+   * --max-disconnect-grace-secs), ALREADY_EXISTS (a request_id used with
+   * other calls), PERMISSION_DENIED (a
    * sandbox_level more permissive than the server's), UNAVAILABLE (server
    * shutting down).
    * A bad call (unknown tool, invalid arguments) does not fail the RPC: it
    * becomes that call's Error state.
-   * Dropping the stream cancels the batch, as Cancel would.
+   * Dropping the stream cancels the batch, as Cancel would, unless the batch
+   * has a disconnect grace (disconnect_grace_secs): then it keeps running
+   * while nobody reads it and is cancelled only if no WatchBatch re-attaches
+   * within the grace. A repeated request_id with the same calls schedules
+   * nothing: the stream is the original batch's (BatchAccepted.replayed);
+   * with other calls it is ALREADY_EXISTS naming the batch.
    * Metadata `traceparent` / `tracestate` (W3C Trace Context) make the
    * batch's trace span a child of the caller's span.
    *
@@ -1748,13 +1839,33 @@ export const ToolScheduler: GenService<{
     output: typeof ScheduleCallsResponseSchema;
   },
   /**
+   * Re-attaches to a batch: replays its logged events with a sequence
+   * greater than after_sequence, then follows it live until BatchCompleted,
+   * then ends OK. Any number of watchers may follow one batch; each counts
+   * as a reader for the disconnect grace. An open prompt's AwaitingApproval
+   * event is in the log, so a re-attached client can still answer it.
+   * NOT_FOUND: unknown batch, or completed longer ago than the server's
+   * --batch-retention-secs (named in the message). OUT_OF_RANGE:
+   * after_sequence is beyond the last logged event. INVALID_ARGUMENT: empty
+   * ids.
+   *
+   * @generated from rpc toolsched.v1.ToolScheduler.WatchBatch
+   */
+  watchBatch: {
+    methodKind: "server_streaming";
+    input: typeof WatchBatchRequestSchema;
+    output: typeof ScheduleCallsResponseSchema;
+  },
+  /**
    * Resolves an approval prompt (a call in AwaitingApproval).
    * INVALID_ARGUMENT: outcome unset or unknown, empty ids, new_content that
    * makes invalid arguments. NOT_FOUND: unknown session or call id.
    * FAILED_PRECONDITION: the call is not awaiting approval or has already
    * ended, or the correlation id is not the current prompt's, or the outcome
-   * is not one the prompt offered, or the tool takes no new_content. Nothing
-   * changes on error.
+   * is not one the prompt offered, or the tool takes no new_content, or the
+   * prompt was already answered differently (the message names the answer
+   * that won). Nothing changes on error. The first answer to a prompt wins:
+   * repeating it exactly is OK with already_applied and changes nothing.
    *
    * @generated from rpc toolsched.v1.ToolScheduler.Confirm
    */
