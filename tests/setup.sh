@@ -18,4 +18,6 @@ if [ -f tests/mcp/package.json ]; then
   fi
   (cd tests/mcp && npm ci --no-audit --no-fund --loglevel=error)
 fi
+bash deploy/tools/setup.sh  # kustomize, kubernetes-validate, checkov, hadolint for deploy/check.sh
+bash tests/setup_clients.sh  # the Python and TypeScript client packages and their test tools
 echo "setup: test dependencies installed"
