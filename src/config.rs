@@ -249,6 +249,11 @@ settings! {
     /// with its `tenant` and `principal` (file only: no flag).
     #[arg(skip)]
     auth_tokens: Vec<crate::api::auth::StaticToken> = Vec::new(),
+    /// `[jwt]` table: JWT bearer tokens verified against a JWKS file, with
+    /// `issuer`, `audience`, `tenant_claim`, `principal_claim`,
+    /// `leeway_secs` (file only: no flag).
+    #[arg(skip)]
+    jwt: crate::api::jwt::JwtConfig,
     /// `[mcp_servers.<name>]` tables: MCP servers whose tools are registered
     /// as `mcp_<name>_<tool>` (file only: no flag).
     #[arg(skip)]
@@ -383,11 +388,12 @@ impl Settings {
         crate::api::auth::Authenticator::new(
             auth_token.as_ref().map(|(t, _)| t.as_str()),
             &v.auth_tokens,
+            v.jwt.as_ref(),
         )
         .map_err(ConfigError::AuthTokens)?;
         if !v.listen.ip().is_loopback() {
             match &auth_token {
-                None if !v.insecure_no_auth && v.auth_tokens.is_empty() => {
+                None if !v.insecure_no_auth && v.auth_tokens.is_empty() && v.jwt.is_none() => {
                     return Err(ConfigError::NeedsAuth { addr: v.listen });
                 }
                 None => {}
@@ -487,6 +493,7 @@ impl Settings {
         let server = ServerOptions {
             auth_token,
             auth_tokens: v.auth_tokens,
+            jwt: v.jwt,
             max_concurrent_streams: v.max_concurrent_streams,
             max_request_bytes: v.max_request_bytes,
             max_event_bytes: v.max_event_bytes,

@@ -13,12 +13,14 @@
 //! namespaces sessions by tenant).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tonic::{Request, Status};
 
 use super::error::{ApiError, AuthError};
+use super::jwt::{JwksError, JwtConfig, JwtVerifier};
 use crate::tenant::{InvalidName, Principal, TenantId};
 
 /// One configured static token: `[[auth_tokens]]` in the config file.
@@ -41,6 +43,8 @@ pub enum TokenConfigError {
     Name(#[from] InvalidName),
     #[error("the same token hash is configured twice")]
     Duplicate,
+    #[error(transparent)]
+    Jwks(#[from] JwksError),
 }
 
 /// Checks credentials. Without any configured credential every request is
@@ -49,12 +53,19 @@ pub enum TokenConfigError {
 pub struct Authenticator {
     /// Lowercase hex SHA-256 of a token → who it is.
     tokens: HashMap<String, Principal>,
+    /// JWT bearer tokens, when `[jwt]` is configured.
+    jwt: Option<Arc<JwtVerifier>>,
 }
 
 impl Authenticator {
     /// The authenticator of `tokens`, and of `single` (the `--auth-token`
-    /// shorthand: a principal "token" of the default tenant).
-    pub fn new(single: Option<&str>, tokens: &[StaticToken]) -> Result<Self, TokenConfigError> {
+    /// shorthand: a principal "token" of the default tenant), and of the
+    /// JWTs `jwt` verifies (its JWKS file is read here).
+    pub fn new(
+        single: Option<&str>,
+        tokens: &[StaticToken],
+        jwt: Option<&JwtConfig>,
+    ) -> Result<Self, TokenConfigError> {
         let mut map = HashMap::new();
         if let Some(token) = single {
             map.insert(
@@ -72,12 +83,13 @@ impl Authenticator {
                 return Err(TokenConfigError::Duplicate);
             }
         }
-        Ok(Self { tokens: map })
+        let jwt = jwt.map(JwtVerifier::load).transpose()?.map(Arc::new);
+        Ok(Self { tokens: map, jwt })
     }
 
     /// True when some credential is required.
     pub fn required(&self) -> bool {
-        !self.tokens.is_empty()
+        !self.tokens.is_empty() || self.jwt.is_some()
     }
 
     /// Who `authorization` (the metadata value, if any) authenticates as.
@@ -91,6 +103,11 @@ impl Authenticator {
             .ok_or(AuthError::Missing)?
             .strip_prefix("Bearer ")
             .ok_or(AuthError::Missing)?;
+        if let Some(jwt) = &self.jwt
+            && JwtVerifier::looks_like_jwt(token)
+        {
+            return jwt.verify(token).map_err(AuthError::Jwt);
+        }
         self.tokens
             .get(&hash_hex(token))
             .cloned()
@@ -158,6 +175,7 @@ mod tests {
                 token("a-secret", "acme", "alice"),
                 token("b-secret", "beta", "bob"),
             ],
+            None,
         )
         .unwrap();
         let who = auth.authenticate(Some("Bearer a-secret")).unwrap();
@@ -173,7 +191,7 @@ mod tests {
         assert_eq!(auth.authenticate(Some("a-secret")), Err(AuthError::Missing));
         assert_eq!(auth.authenticate(None), Err(AuthError::Missing));
 
-        let open = Authenticator::new(None, &[]).unwrap();
+        let open = Authenticator::new(None, &[], None).unwrap();
         assert_eq!(open.authenticate(None), Ok(Principal::single_tenant()));
     }
 
@@ -182,15 +200,16 @@ mod tests {
         let mut plain = token("x", "acme", "alice");
         plain.sha256 = "x".into();
         assert_eq!(
-            Authenticator::new(None, &[plain]).unwrap_err(),
+            Authenticator::new(None, &[plain], None).unwrap_err(),
             TokenConfigError::NotAHash
         );
         assert_eq!(
-            Authenticator::new(None, &[token("x", "a/b", "alice")]).unwrap_err(),
+            Authenticator::new(None, &[token("x", "a/b", "alice")], None).unwrap_err(),
             TokenConfigError::Name(InvalidName::BadCharacter { kind: "tenant" })
         );
         assert_eq!(
-            Authenticator::new(None, &[token("x", "a", "p"), token("x", "b", "q")]).unwrap_err(),
+            Authenticator::new(None, &[token("x", "a", "p"), token("x", "b", "q")], None)
+                .unwrap_err(),
             TokenConfigError::Duplicate
         );
     }

@@ -40,6 +40,8 @@ pub enum AuthError {
     Missing,
     #[error("invalid bearer token")]
     Invalid,
+    #[error("invalid JWT: {0}")]
+    Jwt(super::jwt::JwtReason),
 }
 
 impl From<ApiError> for Status {

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod bound;
 pub mod convert;
 pub mod error;
+pub mod jwt;
 pub mod metrics;
 
 use std::future::Future;
@@ -198,6 +199,8 @@ pub struct ServerOptions {
     /// [`auth`]); with `auth_token`, every ToolScheduler RPC needs one of
     /// them.
     pub auth_tokens: Vec<auth::StaticToken>,
+    /// JWT bearer tokens verified against a JWKS file (see [`jwt`]).
+    pub jwt: Option<jwt::JwtConfig>,
     /// HTTP/2 streams per connection (tonic's default is unlimited).
     pub max_concurrent_streams: u32,
     /// Largest request message, in bytes.
@@ -230,6 +233,7 @@ impl Default for ServerOptions {
         Self {
             auth_token: None,
             auth_tokens: Vec::new(),
+            jwt: None,
             max_concurrent_streams: 1024,
             max_request_bytes: 4 * 1024 * 1024,
             max_event_bytes: bound::DEFAULT_MAX_EVENT_BYTES,
@@ -277,8 +281,12 @@ pub async fn serve(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
 
-    let check_auth = auth::Authenticator::new(options.auth_token.as_deref(), &options.auth_tokens)?
-        .interceptor();
+    let check_auth = auth::Authenticator::new(
+        options.auth_token.as_deref(),
+        &options.auth_tokens,
+        options.jwt.as_ref(),
+    )?
+    .interceptor();
     let service =
         ToolSchedulerServer::new(Service::new(scheduler.clone(), options.max_event_bytes))
             .max_decoding_message_size(options.max_request_bytes);
