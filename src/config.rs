@@ -254,6 +254,31 @@ settings! {
     /// `leeway_secs` (file only: no flag).
     #[arg(skip)]
     jwt: crate::api::jwt::JwtConfig,
+    /// PEM certificate chain of the listener: serve TLS (with --tls-key);
+    /// re-read when the file changes [default: plaintext].
+    #[arg(long, env = "TOOLSCHED_TLS_CERT")]
+    tls_cert: PathBuf,
+    /// PEM private key of --tls-cert; re-read when the file changes.
+    #[arg(long, env = "TOOLSCHED_TLS_KEY")]
+    tls_key: PathBuf,
+    /// PEM CA certificates: require client certificates signed by one
+    /// (mTLS), each mapped to a principal by `[[tls_clients]]`.
+    #[arg(long, env = "TOOLSCHED_TLS_CLIENT_CA")]
+    tls_client_ca: PathBuf,
+    /// What names a client certificate: cn (subject common name) or
+    /// san_dns (a DNS subject alternative name) [default: cn].
+    #[arg(long, env = "TOOLSCHED_TLS_CLIENT_IDENTITY")]
+    tls_client_identity: crate::api::tls::ClientIdentity = crate::api::tls::ClientIdentity::Cn,
+    /// `[[tls_clients]]` tables: a client certificate `name` is `principal`
+    /// of `tenant` (file only: no flag).
+    #[arg(skip)]
+    tls_clients: Vec<crate::api::tls::TlsClient> = Vec::new(),
+    /// Allow bearer tokens on a non-loopback address without TLS (only
+    /// where a service mesh terminates TLS in front of the server).
+    #[arg(long, env = "TOOLSCHED_ALLOW_PLAINTEXT_BEARER", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    allow_plaintext_bearer: bool = false,
     /// `[mcp_servers.<name>]` tables: MCP servers whose tools are registered
     /// as `mcp_<name>_<tool>` (file only: no flag).
     #[arg(skip)]
@@ -317,6 +342,14 @@ pub enum ConfigError {
         "listen address {addr} is not loopback: set --auth-token (TOOLSCHED_AUTH_TOKEN) or, where the network is already private, --insecure-no-auth"
     )]
     NeedsAuth { addr: SocketAddr },
+    #[error(
+        "listen address {addr} is not loopback and bearer tokens are configured without TLS: they would cross the network in clear; set --tls-cert/--tls-key, or --allow-plaintext-bearer where a service mesh terminates TLS"
+    )]
+    BearerInClear { addr: SocketAddr },
+    #[error("{0}")]
+    Tls(&'static str),
+    #[error("{0}")]
+    TlsFiles(String),
     #[error("auth_tokens: {0}")]
     AuthTokens(crate::api::auth::TokenConfigError),
     #[error(
@@ -391,14 +424,45 @@ impl Settings {
             v.jwt.as_ref(),
         )
         .map_err(ConfigError::AuthTokens)?;
+        let tls = match (v.tls_cert, v.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::api::tls::TlsSettings {
+                cert,
+                key,
+                client_ca: v.tls_client_ca.clone(),
+                client_identity: v.tls_client_identity,
+                clients: v.tls_clients.clone(),
+            }),
+            (None, None) if v.tls_client_ca.is_some() => {
+                return Err(ConfigError::Tls(
+                    "tls_client_ca needs tls_cert and tls_key (client certificates are a TLS feature)",
+                ));
+            }
+            (None, None) => None,
+            _ => {
+                return Err(ConfigError::Tls(
+                    "tls_cert and tls_key go together: set both or neither",
+                ));
+            }
+        };
+        if let Some(tls) = &tls {
+            // Checked now, so that a bad file stops start-up with its path.
+            crate::api::tls::TlsAcceptor::new(tls)
+                .map_err(|e| ConfigError::TlsFiles(e.to_string()))?;
+        }
+        let bearer = auth_token.is_some() || !v.auth_tokens.is_empty() || v.jwt.is_some();
+        let mtls = tls.as_ref().is_some_and(|t| t.client_ca.is_some());
         if !v.listen.ip().is_loopback() {
             match &auth_token {
-                None if !v.insecure_no_auth && v.auth_tokens.is_empty() && v.jwt.is_none() => {
+                None if !v.insecure_no_auth && !bearer && !mtls => {
                     return Err(ConfigError::NeedsAuth { addr: v.listen });
                 }
                 None => {}
                 Some((token, from)) => auth::check_strength(token, from, v.listen)?,
             }
+        }
+        // After the strength check: a weak token is the first thing to fix.
+        if !v.listen.ip().is_loopback() && bearer && tls.is_none() && !v.allow_plaintext_bearer {
+            return Err(ConfigError::BearerInClear { addr: v.listen });
         }
         let auth_token = auth_token.map(|(token, _)| token);
         for (field, value) in [
@@ -451,6 +515,10 @@ impl Settings {
             .iter()
             .chain(token_file.iter())
             .chain(v.policy_file.iter())
+            // The TLS key (a command must not read the server's identity)
+            // and the JWKS (nor swap in keys of its own).
+            .chain(tls.iter().map(|t| &t.key))
+            .chain(v.jwt.iter().map(|j| &j.jwks_file))
             .filter_map(|p| std::fs::canonicalize(p).ok())
             .collect();
         let sandbox = SandboxConfig {
@@ -494,6 +562,7 @@ impl Settings {
             auth_token,
             auth_tokens: v.auth_tokens,
             jwt: v.jwt,
+            tls,
             max_concurrent_streams: v.max_concurrent_streams,
             max_request_bytes: v.max_request_bytes,
             max_event_bytes: v.max_event_bytes,
@@ -834,6 +903,57 @@ mod tests {
         assert_eq!(s.scheduler.output.max_bytes, 4 << 20);
     }
 
+    /// A bearer token crossing a network in clear needs TLS or the explicit
+    /// flag; TLS files go in pairs.
+    #[test]
+    fn a_bearer_token_on_a_network_needs_tls_or_the_explicit_flag() {
+        let good = "Zq81f0c4a9d2e7b6a5c3d1e0f9a8b7c6d5e4";
+        let resolve = |allow: Option<bool>| {
+            Settings::resolve(ServeArgs {
+                listen: Some("0.0.0.0:1".parse().unwrap()),
+                auth_token: Some(good.into()),
+                allow_plaintext_bearer: allow,
+                ..ServeArgs::default()
+            })
+        };
+        match resolve(None) {
+            Err(e @ ConfigError::BearerInClear { .. }) => {
+                let m = e.to_string();
+                assert!(
+                    m.contains("0.0.0.0:1") && m.contains("--allow-plaintext-bearer"),
+                    "{m}"
+                );
+                assert!(!m.contains(good));
+            }
+            other => panic!("{:?}", other.map(|s| s.listen)),
+        }
+        assert!(resolve(Some(true)).is_ok());
+        // Loopback: no network to cross.
+        assert!(
+            Settings::resolve(ServeArgs {
+                auth_token: Some(good.into()),
+                ..ServeArgs::default()
+            })
+            .is_ok()
+        );
+        let only_cert = Settings::resolve(ServeArgs {
+            tls_cert: Some("/c.pem".into()),
+            ..ServeArgs::default()
+        });
+        assert_eq!(
+            only_cert.map(|_| ()).unwrap_err().to_string(),
+            "tls_cert and tls_key go together: set both or neither"
+        );
+        let only_ca = Settings::resolve(ServeArgs {
+            tls_client_ca: Some("/ca.pem".into()),
+            ..ServeArgs::default()
+        });
+        assert_eq!(
+            only_ca.map(|_| ()).unwrap_err().to_string(),
+            "tls_client_ca needs tls_cert and tls_key (client certificates are a TLS feature)"
+        );
+    }
+
     /// On a non-loopback address a placeholder or short token stops
     /// start-up with the rule it broke, never the token; a token file is
     /// read (trimmed), kept from commands, and exclusive with an inline one.
@@ -846,6 +966,7 @@ mod tests {
                 listen: Some("0.0.0.0:1".parse().unwrap()),
                 auth_token: token.map(String::from),
                 auth_token_file: file.map(Path::to_path_buf),
+                allow_plaintext_bearer: Some(true),
                 ..ServeArgs::default()
             })
         };

@@ -66,6 +66,8 @@ pub mod keys {
     /// The tool's description, as declared to the model.
     pub const TOOL_DESCRIPTION: &str = "gen_ai.tool.description";
     pub const SESSION_ID: &str = "toolsched.session.id";
+    /// The session's tenant (issue 18).
+    pub const TENANT: &str = "toolsched.tenant";
     pub const BATCH_ID: &str = "toolsched.batch.id";
     pub const BATCH_CALLS: &str = "toolsched.batch.calls";
     pub const BATCH_INTERACTIVE: &str = "toolsched.batch.interactive";
@@ -384,6 +386,8 @@ pub struct BatchTrace {
     /// Holds the span, the parent of the calls' spans (tracing on).
     cx: Option<Context>,
     session_id: Arc<str>,
+    /// The session's tenant (the scheduler's key is `<tenant>/<id>`).
+    tenant: Arc<str>,
     batch_id: Arc<str>,
     /// Where the calls' approval waits are observed, if anywhere.
     metrics: Option<Arc<Metrics>>,
@@ -400,7 +404,10 @@ impl BatchTrace {
         parent: &TraceParent,
     ) -> Self {
         // The scheduler keys sessions `<tenant>/<id>`; the span names the
-        // client's id.
+        // client's id and the tenant apart.
+        let tenant = session_id
+            .split_once('/')
+            .map_or(crate::tenant::DEFAULT_TENANT, |(t, _)| t);
         let session_id = crate::tenant::TenantId::client_session_id(session_id);
         let cx = TRACER.get().map(|tracer| {
             let parent_cx = match &parent.0 {
@@ -412,6 +419,7 @@ impl BatchTrace {
                 .with_kind(SpanKind::Internal)
                 .with_attributes([
                     KeyValue::new(keys::SESSION_ID, session_id.to_string()),
+                    KeyValue::new(keys::TENANT, tenant.to_string()),
                     KeyValue::new(keys::BATCH_ID, batch_id.to_string()),
                     KeyValue::new(keys::BATCH_CALLS, calls as i64),
                     KeyValue::new(keys::BATCH_INTERACTIVE, interactive),
@@ -422,6 +430,7 @@ impl BatchTrace {
         Self {
             cx,
             session_id: session_id.into(),
+            tenant: tenant.into(),
             batch_id: batch_id.into(),
             metrics: None,
         }
@@ -468,6 +477,7 @@ impl BatchTrace {
         CallTrace(Cell::new(Some(Box::new(CallSpan {
             span,
             audit: audit::CallAudit::new(
+                self.tenant.clone(),
                 self.session_id.clone(),
                 self.batch_id.clone(),
                 call,

@@ -21,6 +21,8 @@ fn serve_on_all_addresses(workspace: &std::path::Path, token_file: &std::path::P
         .arg(workspace)
         .arg("--auth-token-file")
         .arg(token_file)
+        // No TLS in this test: the token crosses loopback only.
+        .arg("--allow-plaintext-bearer")
         .env_remove("TOOLSCHED_AUTH_TOKEN")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

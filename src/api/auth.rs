@@ -122,7 +122,19 @@ impl Authenticator {
                 .metadata()
                 .get("authorization")
                 .and_then(|v| v.to_str().ok());
-            let principal = self.authenticate(given).map_err(ApiError::from)?;
+            // mTLS: the client certificate names the caller (the handshake
+            // already required one signed by the client CA).
+            let from_cert = req
+                .extensions()
+                .get::<super::tls::TlsConnectInfo>()
+                .and_then(|info| info.client.clone());
+            let principal = match from_cert {
+                Some(Ok(principal)) => principal,
+                Some(Err(super::tls::UnmappedCert)) => {
+                    return Err(ApiError::from(AuthError::UnmappedCert).into());
+                }
+                None => self.authenticate(given).map_err(ApiError::from)?,
+            };
             req.extensions_mut().insert(principal);
             Ok(req)
         }

@@ -42,6 +42,8 @@ pub enum AuthError {
     Invalid,
     #[error("invalid JWT: {0}")]
     Jwt(super::jwt::JwtReason),
+    #[error("the client certificate names no configured tenant principal (tls_clients)")]
+    UnmappedCert,
 }
 
 impl From<ApiError> for Status {

@@ -9,6 +9,7 @@ pub mod convert;
 pub mod error;
 pub mod jwt;
 pub mod metrics;
+pub mod tls;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -201,6 +202,8 @@ pub struct ServerOptions {
     pub auth_tokens: Vec<auth::StaticToken>,
     /// JWT bearer tokens verified against a JWKS file (see [`jwt`]).
     pub jwt: Option<jwt::JwtConfig>,
+    /// TLS on the listener (and mTLS with a client CA), see [`tls`].
+    pub tls: Option<tls::TlsSettings>,
     /// HTTP/2 streams per connection (tonic's default is unlimited).
     pub max_concurrent_streams: u32,
     /// Largest request message, in bytes.
@@ -234,6 +237,7 @@ impl Default for ServerOptions {
             auth_token: None,
             auth_tokens: Vec::new(),
             jwt: None,
+            tls: None,
             max_concurrent_streams: 1024,
             max_request_bytes: 4 * 1024 * 1024,
             max_event_bytes: bound::DEFAULT_MAX_EVENT_BYTES,
@@ -254,6 +258,8 @@ pub enum ServeError {
     Auth(#[from] auth::TokenConfigError),
     #[error("transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
 }
 
 /// Serves on `listener` until `signal` resolves, then shuts down gracefully:
@@ -333,7 +339,12 @@ pub async fn serve(
     };
 
     let max_request_bytes = options.max_request_bytes;
-    let server = tonic::transport::Server::builder()
+    let tls = options
+        .tls
+        .as_ref()
+        .map(tls::TlsAcceptor::new)
+        .transpose()?;
+    let router = tonic::transport::Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
         .http2_keepalive_interval(Some(options.http2_keepalive_interval))
         .http2_keepalive_timeout(Some(options.http2_keepalive_timeout))
@@ -347,15 +358,23 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(service)
-        .serve_with_incoming_shutdown(
-            // Without TCP_NODELAY, Nagle's algorithm and delayed ACKs hold
-            // each small event back ~40 ms.
-            tonic::transport::server::TcpIncoming::from(listener)
-                .with_nodelay(Some(true))
-                .with_keepalive(Some(TCP_KEEPALIVE)),
-            drain,
-        );
+        .add_service(service);
+    let server: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
+        match tls {
+            Some(tls) => {
+                Box::pin(router.serve_with_incoming_shutdown(tls.incoming(listener), drain))
+            }
+            None => Box::pin(
+                router.serve_with_incoming_shutdown(
+                    // Without TCP_NODELAY, Nagle's algorithm and delayed ACKs hold
+                    // each small event back ~40 ms.
+                    tonic::transport::server::TcpIncoming::from(listener)
+                        .with_nodelay(Some(true))
+                        .with_keepalive(Some(TCP_KEEPALIVE)),
+                    drain,
+                ),
+            ),
+        };
     tokio::select! {
         served = server => served?,
         () = closed => tracing::warn!(

@@ -33,6 +33,7 @@ pub const MAX_PATH_CHARS: usize = 256;
 
 /// What the audit lines of one call share.
 pub(super) struct CallAudit {
+    tenant: Arc<str>,
     session: Arc<str>,
     batch: Arc<str>,
     call_id: String,
@@ -49,6 +50,7 @@ pub(super) struct CallAudit {
 
 impl CallAudit {
     pub(super) fn new(
+        tenant: Arc<str>,
         session: Arc<str>,
         batch: Arc<str>,
         call: &CallRequest,
@@ -67,6 +69,7 @@ impl CallAudit {
         let path = text("file_path", MAX_PATH_CHARS).or_else(|| text("dir_path", MAX_PATH_CHARS));
         let args_digest = command.is_none().then(|| digest(&call.args));
         Self {
+            tenant,
             session,
             batch,
             call_id: call.id.clone(),
@@ -83,6 +86,7 @@ impl CallAudit {
     pub(super) fn state(&self, state: &'static str) {
         tracing::debug!(
             target: TARGET,
+            tenant = %self.tenant,
             session = %self.session,
             batch = %self.batch,
             call_id = %self.call_id,
@@ -98,6 +102,7 @@ impl CallAudit {
     pub(super) fn decided(&self, decision: &'static str, rule: Option<&str>) {
         tracing::info!(
             target: TARGET,
+            tenant = %self.tenant,
             session = %self.session,
             batch = %self.batch,
             call_id = %self.call_id,
@@ -124,6 +129,7 @@ impl CallAudit {
     ) {
         tracing::info!(
             target: TARGET,
+            tenant = %self.tenant,
             session = %self.session,
             batch = %self.batch,
             call_id = %self.call_id,
