@@ -356,6 +356,32 @@ pub fn response_json(r: &pb::FunctionResponse) -> serde_json::Map<String, Value>
     struct_to_json(r.response.clone().unwrap_or_default())
 }
 
+/// The arguments each Scheduled event of `call_id` carried (`None` when the
+/// call runs as the model proposed it).
+pub fn scheduled_args(
+    events: &[Event],
+    call_id: &str,
+) -> Vec<Option<serde_json::Map<String, Value>>> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::CallUpdate(u) if u.call_id == call_id => match &u.state {
+                Some(State::Scheduled(s)) => Some(s.args.clone().map(struct_to_json)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// The function response object of a successful call.
+pub fn success_response(events: &[Event], call_id: &str) -> serde_json::Map<String, Value> {
+    match terminal(events, call_id) {
+        State::Success(s) => response_json(s.response.as_ref().expect("response")),
+        other => panic!("{call_id} did not succeed: {other:?}"),
+    }
+}
+
 /// The `output` string of a successful call.
 pub fn success_output(events: &[Event], call_id: &str) -> String {
     match terminal(events, call_id) {
