@@ -25,6 +25,8 @@ pub struct TestServer {
     pub workspace: tempfile::TempDir,
     /// The MCP servers' manager, when started with [`TestServer::with_mcp`].
     pub mcp: Option<toolsched::tools::mcp::McpManager>,
+    /// The scheduler's metrics (what `/metrics` renders).
+    pub metrics: std::sync::Arc<toolsched::scheduler::Metrics>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<()>>,
 }
@@ -84,6 +86,7 @@ impl TestServer {
         )
         .await
         .expect("scheduler");
+        let metrics = scheduler.metrics().clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             serve(listener, scheduler, shutdown, options, async {
@@ -100,6 +103,7 @@ impl TestServer {
             client,
             workspace,
             mcp: (!servers.is_empty()).then_some(mcp),
+            metrics,
             stop: Some(stop),
             server: Some(server),
         }
