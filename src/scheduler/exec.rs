@@ -38,6 +38,8 @@ pub(crate) struct ExecJob {
     pub timeout: Duration,
     pub output: OutputLimits,
     pub sandbox: SharedSandbox,
+    /// The call's session.
+    pub session: std::sync::Arc<str>,
     /// Counts the reports merged here (`events_lagged_total`).
     pub metrics: std::sync::Arc<super::Metrics>,
 }
@@ -58,6 +60,7 @@ pub(crate) fn start(
         timeout,
         output,
         sandbox,
+        session,
         metrics,
     } = job;
     // Drained without waiting by the task below (or right here); see
@@ -69,6 +72,7 @@ pub(crate) fn start(
         timeout,
         output,
         sandbox,
+        session,
     };
     let mut run = invocation.execute(ctx);
     let relay = Relay {

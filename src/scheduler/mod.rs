@@ -88,6 +88,8 @@ pub struct SchedulerConfig {
     /// How long and how much of completed batches is kept for WatchBatch
     /// and request_id replays.
     pub retention: crate::store::Retention,
+    /// Where and how much of shell output beyond the cap is kept.
+    pub kept_output: crate::tools::kept::KeptOutputConfig,
 }
 
 impl Default for SchedulerConfig {
@@ -106,6 +108,7 @@ impl Default for SchedulerConfig {
             disconnect_grace: Duration::ZERO,
             max_disconnect_grace: Duration::from_secs(600),
             retention: crate::store::Retention::default(),
+            kept_output: Default::default(),
         }
     }
 }
