@@ -89,6 +89,8 @@ pub struct SchedulerConfig {
     /// How long and how much of completed batches is kept for WatchBatch
     /// and request_id replays.
     pub retention: crate::store::Retention,
+    /// Where and how much of shell output beyond the cap is kept.
+    pub kept_output: crate::tools::kept::KeptOutputConfig,
 }
 
 impl Default for SchedulerConfig {
@@ -107,6 +109,7 @@ impl Default for SchedulerConfig {
             disconnect_grace: Duration::ZERO,
             max_disconnect_grace: Duration::from_secs(600),
             retention: crate::store::Retention::default(),
+            kept_output: Default::default(),
         }
     }
 }

@@ -727,6 +727,8 @@ impl Session {
                         timeout: self.shared.config.execution_timeout,
                         output: self.shared.config.output,
                         sandbox: self.sandbox.clone(),
+                        session: self.id.as_str().into(),
+                        metrics: self.shared.metrics.clone(),
                     };
                     if let Some(outcome) = exec::start(job, &self.internal_tx) {
                         finished.push((index, outcome));
