@@ -52,16 +52,24 @@ use seccompiler::{BpfProgram, sock_filter};
 
 /// The metadata system calls trapped to the worker.
 const TRAPPED: &[i64] = &[
+    // The path forms without `at`: x86_64 has them, aarch64 (asm-generic
+    // numbering) only the `*at` forms, which libc uses there.
+    #[cfg(target_arch = "x86_64")]
     libc::SYS_chmod,
     libc::SYS_fchmod,
     libc::SYS_fchmodat,
-    libc::SYS_fchmodat2,
+    SYS_FCHMODAT2,
+    #[cfg(target_arch = "x86_64")]
     libc::SYS_chown,
     libc::SYS_fchown,
+    #[cfg(target_arch = "x86_64")]
     libc::SYS_lchown,
     libc::SYS_fchownat,
+    #[cfg(target_arch = "x86_64")]
     libc::SYS_utime,
+    #[cfg(target_arch = "x86_64")]
     libc::SYS_utimes,
+    #[cfg(target_arch = "x86_64")]
     libc::SYS_futimesat,
     libc::SYS_utimensat,
     libc::SYS_setxattr,
@@ -71,6 +79,19 @@ const TRAPPED: &[i64] = &[
     libc::SYS_lremovexattr,
     libc::SYS_fremovexattr,
 ];
+
+/// `fchmodat2` (Linux 6.6): 452 on every architecture (the unified
+/// numbering from 424 on); the libc crate defines it for x86_64 only.
+pub(super) const SYS_FCHMODAT2: i64 = 452;
+
+/// The audit architecture of this build, as `seccomp_data.arch` holds it.
+#[cfg(target_arch = "x86_64")]
+pub(super) const AUDIT_ARCH: u32 = 0xC000_003E;
+/// The audit architecture of this build, as `seccomp_data.arch` holds it.
+#[cfg(target_arch = "aarch64")]
+pub(super) const AUDIT_ARCH: u32 = 0xC000_00B7;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("the worker's seccomp filters know x86_64 and aarch64 system call numbers only");
 
 /// Longest path copied from the command (PATH_MAX).
 const MAX_PATH: usize = 4096;
@@ -84,13 +105,12 @@ pub(super) fn notify_program() -> BpfProgram {
     const LD_W_ABS: u16 = 0x20;
     const JMP_JEQ_K: u16 = 0x05 | 0x10;
     const RET_K: u16 = 0x06;
-    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
     let op = |code, k, jt, jf| sock_filter { code, jt, jf, k };
     let n = TRAPPED.len();
     let mut p = vec![
         op(LD_W_ABS, 4, 0, 0),
         // Another arch: the main filter already kills it.
-        op(JMP_JEQ_K, AUDIT_ARCH_X86_64, 0, (n + 1) as u8),
+        op(JMP_JEQ_K, AUDIT_ARCH, 0, (n + 1) as u8),
         op(LD_W_ABS, 0, 0, 0),
     ];
     for (i, nr) in TRAPPED.iter().enumerate() {
@@ -186,28 +206,34 @@ impl MetadataGuard {
         // first; then make sure the notification (and so the pid) is still
         // live before acting on it.
         let (object, op) = match nr {
+            #[cfg(target_arch = "x86_64")]
             libc::SYS_chmod => (t.at(libc::AT_FDCWD, a[0], 0, Follow::Yes)?, Op::Mode(a[1])),
             libc::SYS_fchmod => (t.fd(fd(a[0]))?, Op::Mode(a[1])),
             libc::SYS_fchmodat => (t.at(fd(a[0]), a[1], 0, Follow::Yes)?, Op::Mode(a[2])),
-            libc::SYS_fchmodat2 => (t.at_flags(fd(a[0]), a[1], a[3])?, Op::Mode(a[2])),
+            SYS_FCHMODAT2 => (t.at_flags(fd(a[0]), a[1], a[3])?, Op::Mode(a[2])),
+            #[cfg(target_arch = "x86_64")]
             libc::SYS_chown => (
                 t.at(libc::AT_FDCWD, a[0], 0, Follow::Yes)?,
                 Op::Owner(a[1], a[2]),
             ),
+            #[cfg(target_arch = "x86_64")]
             libc::SYS_lchown => (
                 t.at(libc::AT_FDCWD, a[0], 0, Follow::No)?,
                 Op::Owner(a[1], a[2]),
             ),
             libc::SYS_fchown => (t.fd(fd(a[0]))?, Op::Owner(a[1], a[2])),
             libc::SYS_fchownat => (t.at_flags(fd(a[0]), a[1], a[4])?, Op::Owner(a[2], a[3])),
+            #[cfg(target_arch = "x86_64")]
             libc::SYS_utime => (
                 t.at(libc::AT_FDCWD, a[0], 0, Follow::Yes)?,
                 Op::Times(t.utimbuf(a[1])?),
             ),
+            #[cfg(target_arch = "x86_64")]
             libc::SYS_utimes => (
                 t.at(libc::AT_FDCWD, a[0], 0, Follow::Yes)?,
                 Op::Times(t.timevals(a[1])?),
             ),
+            #[cfg(target_arch = "x86_64")]
             libc::SYS_futimesat => (
                 t.at(fd(a[0]), a[1], 0, Follow::Yes)?,
                 Op::Times(t.timevals(a[2])?),
@@ -461,6 +487,7 @@ impl Caller {
     }
 
     /// `struct timeval[2]` at `addr` (utimes, futimesat).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn timevals(&self, addr: u64) -> Result<Option<[libc::timespec; 2]>, Errno> {
         let Some([a, m]) = self.timespecs(addr)? else {
             return Ok(None);
@@ -478,6 +505,7 @@ impl Caller {
     }
 
     /// `struct utimbuf` at `addr` (utime).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn utimbuf(&self, addr: u64) -> Result<Option<[libc::timespec; 2]>, Errno> {
         if addr == 0 {
             return Ok(None);
