@@ -147,6 +147,12 @@ pub struct SandboxConfig {
     /// Directories outside the system ones that commands may read and
     /// execute (toolchains under a home directory, for example).
     pub extra_read_paths: Vec<PathBuf>,
+    /// Never use a private mount namespace for commands: protected paths
+    /// are kept by Landlock alone (the directories on the way to one lose
+    /// create, remove and rename) and `/proc` shows every process. Off by
+    /// default; for hosts where namespaces misbehave, and for tests of the
+    /// fallback.
+    pub landlock_only: bool,
 }
 
 /// One sentence on what commands may do at `level`, for error messages.

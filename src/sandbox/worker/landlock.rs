@@ -18,6 +18,7 @@ use landlock::{
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 
+use super::mounts::MountView;
 use super::{WorkerArgs, protected_in};
 
 /// Landlock ABI whose access rights we ask for (best effort below it; the
@@ -161,9 +162,12 @@ fn grant_except(
 /// The filesystem grants for `args.level` (step 2 of the module doc),
 /// added to `ruleset` as they are found. `protected`: the workspace's
 /// protected paths from the server; `None` walks the workspace for them.
+/// When `mounts` made them read-only mounts, the workspace is granted
+/// whole (around the service's own files only): the mounts keep them.
 pub(super) fn fs_rules(
     args: &WorkerArgs,
     protected: Option<&[PathBuf]>,
+    mounts: MountView,
     ruleset: &mut RulesetCreated,
 ) -> Result<(), String> {
     let read = AccessFs::from_read(TARGET_ABI);
@@ -230,6 +234,7 @@ pub(super) fn fs_rules(
         .map_err(|e| format!("open workspace {}: {e}", args.workspace.display()))?;
     if args.level.writes_workspace() {
         let mut protected: BTreeSet<PathBuf> = match protected {
+            _ if mounts.protected_read_only => BTreeSet::new(),
             Some(p) => p.iter().cloned().collect(),
             None => protected_in(&args.workspace).into_iter().collect(),
         };

@@ -68,6 +68,7 @@
 mod confine;
 mod landlock;
 mod metadata;
+mod mounts;
 mod seccomp;
 mod supervise;
 
@@ -76,6 +77,8 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
+
+pub use mounts::{MAX_BIND_MOUNTS, probe as probe_namespace};
 
 use super::{ResourceLimits, SandboxLevel};
 
@@ -137,6 +140,10 @@ pub struct WorkerArgs {
     /// workspace itself. An fd that cannot be read fails the setup.
     #[arg(long)]
     pub protected_fd: Option<i32>,
+    /// No private mount namespace: protected paths by Landlock alone (see
+    /// [`mounts`]).
+    #[arg(long)]
+    pub landlock_only: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
@@ -177,6 +184,9 @@ impl WorkerArgs {
         if let Some(fd) = self.protected_fd {
             a.push("--protected-fd".into());
             a.push(fd.to_string().into());
+        }
+        if self.landlock_only {
+            a.push("--landlock-only".into());
         }
         a.push("--".into());
         a.extend(self.command.iter().cloned());
@@ -320,6 +330,7 @@ mod tests {
             cgroup: Some("/sys/fs/cgroup/pids/x".into()),
             best_effort: true,
             protected_fd: Some(PROTECTED_FD),
+            landlock_only: true,
             command: vec!["bash".into(), "-c".into(), "--x".into()],
         };
         let mut argv: Vec<OsString> = vec!["w".into()];
@@ -330,6 +341,7 @@ mod tests {
         assert_eq!(b.cgroup, a.cgroup);
         assert!(b.best_effort);
         assert_eq!(b.protected_fd, Some(PROTECTED_FD));
+        assert!(b.landlock_only);
         assert_eq!(b.command, a.command);
     }
 }

@@ -60,6 +60,25 @@ pub(super) fn supervise(
         std::fs::write(cg.join("cgroup.procs"), "0")
             .map_err(|e| format!("joining cgroup {}: {e}", cg.display()))?;
     }
+    // The workspace's protected paths, walked here once when the server
+    // passed none: the mounts, the grants and the metadata guard use them.
+    let walked;
+    let protected: Option<&[PathBuf]> = match protected {
+        Some(p) => Some(p),
+        None if args.level.writes_workspace() => {
+            walked = protected_in(&args.workspace);
+            Some(&walked)
+        }
+        None => None,
+    };
+    // Before the fork, so the worker (which performs the trapped calls) and
+    // the command see the same read-only mounts; while the worker still has
+    // its capabilities.
+    let mounts = super::mounts::enter(
+        args.level.is_confined() && !args.landlock_only,
+        args.level.writes_workspace(),
+        protected.unwrap_or_default(),
+    );
     let signals = [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
     // SAFETY: building and installing a signal mask for this thread.
     let set = unsafe {
@@ -91,7 +110,7 @@ pub(super) fn supervise(
         let ends = handoff
             .as_ref()
             .map(|((_, ready_w), (go_r, _))| (ready_w.as_raw_fd(), go_r.as_raw_fd()));
-        let err = confine_and_exec(args, protected, worker_pid, ends);
+        let err = confine_and_exec(args, protected, mounts, worker_pid, ends);
         let _ = writeln!(status, "{}", serde_json::json!({ "setup_error": err }));
         // SAFETY: leaving the forked child without running the parent's
         // destructors or atexit handlers.
