@@ -14,15 +14,24 @@
 //! Landlock grant. Writes beneath a protected path fail `EROFS`; renaming or
 //! removing the mount point itself fails `EBUSY` (a mount point of this
 //! namespace); a hard link out of it fails `EXDEV`. Renaming an *ancestor*
-//! moves the mount with it, and the new `.git` that would then be planted
-//! at the old path is refused by the guard on creating `.git` entries
-//! ([`super::metadata`]).
+//! would move the repository away (its read-only `.git` with it) and let
+//! the command plant a new repository with a hook at the path the user
+//! trusts, so every directory between the workspace root and a protected
+//! path is also a mount point of its own (bound on itself, read-write):
+//! entries in it are created, removed and renamed freely, but it cannot be
+//! renamed or removed itself (`EBUSY`). The price: a rename or hard link
+//! between two of those levels (`mv x vendor/lib/` when
+//! `vendor/lib/.git` exists) crosses mounts and fails `EXDEV` (`mv`
+//! copies instead).
 //!
 //! **`/proc` (threat: reading the server's or another command's
 //! `/proc/<pid>/cmdline`, which may hold secrets passed on a command line).**
-//! A fresh procfs instance with `hidepid=invisible` is mounted over `/proc`
-//! (Linux 5.8 gave each procfs mount its own options). hidepid shows a
-//! process only to callers that may ptrace-read it, and Landlock refuses a
+//! A fresh procfs instance with `hidepid=noaccess` is mounted over `/proc`
+//! (Linux 5.8 gave each procfs mount its own options). hidepid opens a
+//! process's `/proc/<pid>` only to callers that may ptrace-read it (others
+//! get `EPERM`, a denial the output shows; `invisible` would answer
+//! `ENOENT`, which reads as "no such process" rather than as the
+//! sandbox's refusal), and Landlock refuses a
 //! confined process that access to every process outside its own domain: the
 //! server, the worker, other commands (each has its own domain), pid 1. The
 //! command still sees itself and its descendants (`/proc/self`, `ps`,
@@ -59,7 +68,7 @@ pub(super) struct MountView {
     /// Every protected path is a read-only mount: the workspace may be
     /// granted whole.
     pub protected_read_only: bool,
-    /// `/proc` is a fresh `hidepid=invisible` instance.
+    /// `/proc` is a fresh `hidepid=noaccess` instance.
     pub proc_hidden: bool,
 }
 
@@ -79,11 +88,16 @@ struct MountAttr {
 }
 
 /// Enters a private mount namespace and sets it up for a command confined
-/// at `confined` that may write the workspace (`writes`), with the
+/// at `confined` that may write the `workspace` (`writes`), with the
 /// workspace's `protected` paths. Call it in the worker before the fork,
 /// while it still has its capabilities. Never fails: what could not be
 /// done is reported false and the caller falls back.
-pub(super) fn enter(confined: bool, writes: bool, protected: &[PathBuf]) -> MountView {
+pub(super) fn enter(
+    confined: bool,
+    writes: bool,
+    workspace: &Path,
+    protected: &[PathBuf],
+) -> MountView {
     if !confined || unshare_mount_namespace().is_err() {
         return MountView::default();
     }
@@ -102,15 +116,22 @@ pub(super) fn enter(confined: bool, writes: bool, protected: &[PathBuf]) -> Moun
         return MountView::default();
     }
     let proc_hidden = mount_hidden_proc();
-    let protected_read_only = writes
-        && protected.len() <= MAX_BIND_MOUNTS
-        && protected.iter().all(|p| match bind_read_only(p) {
+    let pinned = pinned_ancestors(workspace, protected);
+    let bind_all = |paths: &[PathBuf], read_only: bool| {
+        paths.iter().all(|p| match bind(p, read_only) {
             Ok(()) => true,
             Err(e) => {
-                tracing::debug!(path = %p.display(), error = %e, "read-only bind failed");
+                tracing::debug!(path = %p.display(), error = %e, "bind failed");
                 false
             }
-        });
+        })
+    };
+    // Ancestors first (shortest paths first), each on itself read-write;
+    // then the protected paths read-only, inside them.
+    let protected_read_only = writes
+        && pinned.len() + protected.len() <= MAX_BIND_MOUNTS
+        && bind_all(&pinned, false)
+        && bind_all(protected, true);
     MountView {
         protected_read_only,
         proc_hidden,
@@ -140,7 +161,7 @@ fn unshare_mount_namespace() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Mounts a procfs instance with `hidepid=invisible` over `/proc`. Its
+/// Mounts a procfs instance with `hidepid=noaccess` over `/proc`. Its
 /// `gid=` group sees every process; left out it is group 0, root's, which
 /// would exempt a root command: so it names a group this process (and so
 /// the command) is not in.
@@ -148,7 +169,7 @@ fn mount_hidden_proc() -> bool {
     let Some(gid) = group_not_held() else {
         return false;
     };
-    let Ok(options) = CString::new(format!("hidepid=invisible,gid={gid}")) else {
+    let Ok(options) = CString::new(format!("hidepid=noaccess,gid={gid}")) else {
         return false;
     };
     // SAFETY: plain mount(2) with NUL-terminated strings.
@@ -185,10 +206,32 @@ fn check(r: libc::c_long) -> std::io::Result<libc::c_long> {
     }
 }
 
-/// Re-mounts `path` on itself read-only (recursively). A path that is gone
-/// needs nothing; a symlink is bound at its target (a `.git` symlink points
-/// at the directory git uses).
-fn bind_read_only(path: &Path) -> std::io::Result<()> {
+/// Every directory strictly between the workspace root and a protected
+/// path, shortest first. Each becomes a mount point of its own (bound on
+/// itself, read-write), because a mount point cannot be renamed or removed
+/// (`EBUSY`): `mv a/b/repo elsewhere` (or `mv a …`) followed by a new
+/// `a/b/repo/.git` with a hook would otherwise replace the repository at
+/// the path the user trusts, while its read-only `.git` moved away with it.
+fn pinned_ancestors(workspace: &Path, protected: &[PathBuf]) -> Vec<PathBuf> {
+    let mut dirs = std::collections::BTreeSet::new();
+    for p in protected {
+        let mut at = p.parent();
+        while let Some(dir) = at {
+            if dir == workspace || !dir.starts_with(workspace) || !dirs.insert(dir.to_path_buf()) {
+                break;
+            }
+            at = dir.parent();
+        }
+    }
+    let mut dirs: Vec<PathBuf> = dirs.into_iter().collect();
+    dirs.sort_by_key(|d| d.components().count());
+    dirs
+}
+
+/// Re-mounts `path` on itself (recursively), read-only when `read_only`.
+/// A path that is gone needs nothing; a symlink is bound at its target (a
+/// `.git` symlink points at the directory git uses).
+fn bind(path: &Path, read_only: bool) -> std::io::Result<()> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     let open = |flags: i32| -> std::io::Result<OwnedFd> {
@@ -233,7 +276,7 @@ fn bind_read_only(path: &Path) -> std::io::Result<()> {
         ))?;
         let tree = OwnedFd::from_raw_fd(tree as i32);
         let attr = MountAttr {
-            attr_set: MOUNT_ATTR_RDONLY,
+            attr_set: if read_only { MOUNT_ATTR_RDONLY } else { 0 },
             attr_clr: 0,
             propagation: 0,
             userns_fd: 0,
@@ -321,7 +364,7 @@ unsafe fn probe_child() -> i32 {
             c"/proc".as_ptr(),
             c"proc".as_ptr(),
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            c"hidepid=invisible".as_ptr().cast(),
+            c"hidepid=noaccess".as_ptr().cast(),
         ) == 0;
         if hidden { 0 } else { 1 }
     }

@@ -77,6 +77,7 @@ pub(super) fn supervise(
     let mounts = super::mounts::enter(
         args.level.is_confined() && !args.landlock_only,
         args.level.writes_workspace(),
+        &args.workspace,
         protected.unwrap_or_default(),
     );
     let signals = [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
