@@ -191,7 +191,14 @@ fn run_worker_with_nofile(
             "4<&-"
         },
         env: vec![("PROTECTED", protected.unwrap_or(Path::new("")).into())],
-        extra: vec!["--protected-fd".into(), "4".into()],
+        // The Landlock-only path (the fallback without a mount namespace):
+        // its refusals are Landlock's "Permission denied". The mount
+        // namespace's are in tests/sandbox_namespace.rs.
+        extra: vec![
+            "--protected-fd".into(),
+            "4".into(),
+            "--landlock-only".into(),
+        ],
     };
     run_worker_process(workspace, run, command)
 }
