@@ -300,7 +300,7 @@ async fn other_processes_cmdline_is_not_readable() {
             "tr '\\0' ' ' < /proc/self/cmdline; echo; sleep 1 & tr '\\0' ' ' < /proc/$!/cmdline; echo; wait; ps -e -o comm= | sort | tr '\\n' ' '"
         )
         .await,
-        "tr \\0  \nsleep 1 \nbash ps sort tr \n"
+        "tr \\0   \nsleep 1 \nbash ps sort tr "
     );
     srv.client
         .clone()
