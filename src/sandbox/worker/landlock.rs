@@ -76,7 +76,7 @@ impl Grants<'_> {
 /// Whether `set` holds `dir` or a path beneath it. Paths order component
 /// by component, so everything beneath `dir` follows it contiguously: the
 /// first element not below `dir` answers.
-fn any_at_or_beneath(set: &BTreeSet<PathBuf>, dir: &Path) -> bool {
+pub(super) fn any_at_or_beneath(set: &BTreeSet<PathBuf>, dir: &Path) -> bool {
     set.range::<Path, _>((Bound::Included(dir), Bound::Unbounded))
         .next()
         .is_some_and(|p| p.starts_with(dir))
@@ -171,7 +171,11 @@ pub(super) fn fs_rules(
     ruleset: &mut RulesetCreated,
 ) -> Result<(), String> {
     let read = AccessFs::from_read(TARGET_ABI);
-    let all = AccessFs::from_all(TARGET_ABI);
+    // Regular files, directories and symlinks are made by the worker on
+    // the command's behalf, never by the kernel for it: no `.git` may be
+    // created (see [`super::entries`]).
+    let all = AccessFs::from_all(TARGET_ABI)
+        & !(AccessFs::MakeReg | AccessFs::MakeDir | AccessFs::MakeSym);
     let grants = &mut Grants { ruleset };
     let none = BTreeSet::new();
     let config_protected: BTreeSet<PathBuf> = args.protect.iter().cloned().collect();

@@ -50,6 +50,8 @@ use std::path::{Path, PathBuf};
 
 use seccompiler::{BpfProgram, sock_filter};
 
+use super::entries::{CREATING_FLAGS, Reply, TRAPPED_WITH_FLAGS};
+
 /// The metadata system calls trapped to the worker.
 const TRAPPED: &[i64] = &[
     // The path forms without `at`: x86_64 has them, aarch64 (asm-generic
@@ -94,31 +96,59 @@ pub(super) const AUDIT_ARCH: u32 = 0xC000_00B7;
 compile_error!("the worker's seccomp filters know x86_64 and aarch64 system call numbers only");
 
 /// Longest path copied from the command (PATH_MAX).
-const MAX_PATH: usize = 4096;
+pub(super) const MAX_PATH: usize = 4096;
 /// Longest attribute name (XATTR_NAME_MAX + NUL).
 const MAX_XATTR_NAME: usize = 256;
 /// Largest attribute value (XATTR_SIZE_MAX).
 const MAX_XATTR_VALUE: usize = 65536;
 
-/// The notifying filter: every call of [`TRAPPED`] goes to the listener.
+/// The notifying filter: every call of [`TRAPPED`] and of
+/// [`super::entries::TRAPPED`] goes to the listener, and the calls of
+/// [`TRAPPED_WITH_FLAGS`] when their flags ask for a new file.
 pub(super) fn notify_program() -> BpfProgram {
     const LD_W_ABS: u16 = 0x20;
     const JMP_JEQ_K: u16 = 0x05 | 0x10;
+    const JMP_JSET_K: u16 = 0x05 | 0x40;
     const RET_K: u16 = 0x06;
+    /// `seccomp_data.args[i]`, low 32 bits (both targets are little-endian).
+    const ARGS_OFFSET: u32 = 16;
     let op = |code, k, jt, jf| sock_filter { code, jt, jf, k };
-    let n = TRAPPED.len();
+    let always: Vec<i64> = TRAPPED
+        .iter()
+        .chain(super::entries::TRAPPED)
+        .copied()
+        .collect();
+    let (n, m) = (always.len(), TRAPPED_WITH_FLAGS.len());
+    // Layout: arch check, load nr, one jump per always-trapped call, one
+    // per flag-checked call, ALLOW, NOTIFY, then per flag-checked call its
+    // own four (load the flags, test them, NOTIFY, ALLOW): BPF jumps only
+    // go forward.
+    let allow = 3 + n + m; // index of the ALLOW return
+    let notify = allow + 1;
+    let check = |j: usize| notify + 1 + 4 * j;
+    let rel = |from: usize, to: usize| (to - from - 1) as u8;
     let mut p = vec![
         op(LD_W_ABS, 4, 0, 0),
         // Another arch: the main filter already kills it.
-        op(JMP_JEQ_K, AUDIT_ARCH, 0, (n + 1) as u8),
+        op(JMP_JEQ_K, AUDIT_ARCH, 0, rel(1, allow)),
         op(LD_W_ABS, 0, 0, 0),
     ];
-    for (i, nr) in TRAPPED.iter().enumerate() {
-        // Match: jump to the USER_NOTIF return after the remaining checks.
-        p.push(op(JMP_JEQ_K, *nr as u32, (n - i) as u8, 0));
+    for nr in &always {
+        let at = p.len();
+        p.push(op(JMP_JEQ_K, *nr as u32, rel(at, notify), 0));
+    }
+    for (j, (nr, _)) in TRAPPED_WITH_FLAGS.iter().enumerate() {
+        let at = p.len();
+        p.push(op(JMP_JEQ_K, *nr as u32, rel(at, check(j)), 0));
     }
     p.push(op(RET_K, libc::SECCOMP_RET_ALLOW, 0, 0));
     p.push(op(RET_K, libc::SECCOMP_RET_USER_NOTIF, 0, 0));
+    for (_, arg) in TRAPPED_WITH_FLAGS {
+        p.push(op(LD_W_ABS, ARGS_OFFSET + 8 * arg, 0, 0));
+        p.push(op(JMP_JSET_K, CREATING_FLAGS, 0, 1));
+        p.push(op(RET_K, libc::SECCOMP_RET_USER_NOTIF, 0, 0));
+        p.push(op(RET_K, libc::SECCOMP_RET_ALLOW, 0, 0));
+    }
     p
 }
 
@@ -155,12 +185,17 @@ pub(super) struct MetadataGuard {
     pub roots: Vec<PathBuf>,
     /// Never, even beneath a root: protected paths.
     pub excluded: BTreeSet<PathBuf>,
+    /// Paths the Landlock grants go around piecewise: no entry may be
+    /// added, removed or renamed in a directory on the way to one (every
+    /// protected path without the mount namespace; the service's own files
+    /// always). See [`super::entries`].
+    pub way_locked: BTreeSet<PathBuf>,
 }
 
-type Errno = i32;
+pub(super) type Errno = i32;
 
 /// How a trapped call names its object.
-enum Follow {
+pub(super) enum Follow {
     Yes,
     No,
 }
@@ -181,15 +216,25 @@ impl MetadataGuard {
             // ENOENT: the caller died before we read it.
             return;
         }
-        let result = self.perform(listener, &req);
+        let reply = if super::entries::handles(i64::from(req.data.nr)) {
+            self.serve_entry(listener, &req)
+        } else {
+            match self.perform(listener, &req) {
+                Ok(()) => Reply::Value(0),
+                Err(e) => Reply::Error(e),
+            }
+        };
+        let (val, error, flags) = match reply {
+            Reply::Value(v) => (v, 0, 0),
+            Reply::Error(e) => (0, -e, 0),
+            Reply::Continue => (0, 0, libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32),
+            Reply::Sent => return,
+        };
         let resp = libc::seccomp_notif_resp {
             id: req.id,
-            val: 0,
-            error: match result {
-                Ok(()) => 0,
-                Err(e) => -e,
-            },
-            flags: 0,
+            val,
+            error,
+            flags,
         };
         // SAFETY: SEND reads `resp`, which has the kernel's layout.
         unsafe {
@@ -354,20 +399,25 @@ impl Op {
     }
 }
 
-fn last_errno() -> Errno {
+pub(super) fn last_errno() -> Errno {
     std::io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EPERM)
 }
 
 /// The calling thread, seen through `/proc/<tid>`.
-struct Caller {
+pub(super) struct Caller {
     tid: u32,
     mem: File,
 }
 
 impl Caller {
-    fn open(tid: u32) -> Result<Self, Errno> {
+    /// The calling thread's id.
+    pub(super) fn tid(&self) -> u32 {
+        self.tid
+    }
+
+    pub(super) fn open(tid: u32) -> Result<Self, Errno> {
         let mem = File::open(format!("/proc/{tid}/mem"))
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EPERM))?;
         Ok(Self { tid, mem })
@@ -384,7 +434,7 @@ impl Caller {
     /// A NUL-terminated string of at most `max` bytes (NUL included) at
     /// `addr`, read a page at a time so that it may end just before an
     /// unmapped page.
-    fn cstr(&self, addr: u64, max: usize) -> Result<CString, Errno> {
+    pub(super) fn cstr(&self, addr: u64, max: usize) -> Result<CString, Errno> {
         if addr == 0 {
             return Err(libc::EFAULT);
         }
@@ -408,7 +458,7 @@ impl Caller {
         Err(libc::ENAMETOOLONG)
     }
 
-    fn open_path(&self, base: RawFd, path: &CString, follow: Follow) -> Result<OwnedFd, Errno> {
+    pub(super) fn open_path(&self, base: RawFd, path: &CString, follow: Follow) -> Result<OwnedFd, Errno> {
         let mut flags = libc::O_PATH | libc::O_CLOEXEC;
         if matches!(follow, Follow::No) {
             flags |= libc::O_NOFOLLOW;
@@ -424,7 +474,7 @@ impl Caller {
 
     /// The caller's fd `fd` (or its cwd for AT_FDCWD), as an O_PATH fd of
     /// ours: its `/proc/<tid>/fd` magic link reaches the very object.
-    fn fd(&self, fd: i32) -> Result<OwnedFd, Errno> {
+    pub(super) fn fd(&self, fd: i32) -> Result<OwnedFd, Errno> {
         let link = if fd == libc::AT_FDCWD {
             format!("/proc/{}/cwd", self.tid)
         } else if fd < 0 {
@@ -438,7 +488,7 @@ impl Caller {
     }
 
     /// The object `path` names relative to the caller's `dirfd`.
-    fn at(&self, dirfd: i32, path: u64, _flags: u64, follow: Follow) -> Result<OwnedFd, Errno> {
+    pub(super) fn at(&self, dirfd: i32, path: u64, _flags: u64, follow: Follow) -> Result<OwnedFd, Errno> {
         let p = self.cstr(path, MAX_PATH)?;
         if p.as_bytes().is_empty() {
             return Err(libc::ENOENT);
@@ -534,6 +584,7 @@ mod tests {
         let g = MetadataGuard {
             roots: vec!["/w".into(), "/t".into()],
             excluded: ["/w/r/.git".into()].into_iter().collect(),
+            way_locked: BTreeSet::new(),
         };
         for (p, ok) in [
             ("/w/a", true),
@@ -556,6 +607,9 @@ mod tests {
     #[test]
     fn the_notify_program_traps_every_listed_call() {
         let p = notify_program();
-        assert_eq!(p.len(), TRAPPED.len() + 5);
+        assert_eq!(
+            p.len(),
+            5 + TRAPPED.len() + super::super::entries::TRAPPED.len() + 4 * TRAPPED_WITH_FLAGS.len()
+        );
     }
 }

@@ -66,6 +66,7 @@
 #![allow(unsafe_code)]
 
 mod confine;
+mod entries;
 mod landlock;
 mod metadata;
 mod mounts;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::confine::{confine_and_exec, drop_capabilities};
 use super::metadata::MetadataGuard;
+use super::mounts::MountView;
 use super::protected_in;
 use super::{Ended, SETUP_FAILED_EXIT, WorkerArgs, errno};
 
@@ -135,7 +136,7 @@ pub(super) fn supervise(
         }
         None => None,
     };
-    let guard = metadata_guard(args, protected);
+    let guard = metadata_guard(args, protected, mounts);
     // From here on the worker only waits, signals, reads /proc and performs
     // the command's allowed metadata calls: with no capability, it can never
     // do more for the command than the command's uid could itself.
@@ -292,18 +293,28 @@ fn take_listener(
 
 /// Where the command may change metadata: the roots it may write, minus
 /// the protected paths (as [`super::landlock`] grants them).
-fn metadata_guard(args: &WorkerArgs, protected: Option<&[PathBuf]>) -> MetadataGuard {
+fn metadata_guard(
+    args: &WorkerArgs,
+    protected: Option<&[PathBuf]>,
+    mounts: MountView,
+) -> MetadataGuard {
     let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let mut roots = vec![canonical(&args.tmp)];
     let mut excluded: BTreeSet<PathBuf> = args.protect.iter().map(|p| canonical(p)).collect();
+    let mut way_locked = excluded.clone();
     if args.level.writes_workspace() {
         roots.push(canonical(&args.workspace));
-        match protected {
-            Some(p) => excluded.extend(p.iter().cloned()),
-            None => excluded.extend(protected_in(&args.workspace)),
+        let protected = protected.map_or_else(|| protected_in(&args.workspace), <[PathBuf]>::to_vec);
+        if !mounts.protected_read_only {
+            way_locked.extend(protected.iter().cloned());
         }
+        excluded.extend(protected);
     }
-    MetadataGuard { roots, excluded }
+    MetadataGuard {
+        roots,
+        excluded,
+        way_locked,
+    }
 }
 
 /// Reaps children. With `block`, waits for one child and returns true when
