@@ -110,9 +110,16 @@ async fn assert_locks_only_itself(srv: &TestServer, git_dir: &str) {
     assert!(msg.contains("Read-only file system"), "{msg}");
     // Neither the .git nor any directory holding it moves: a repository
     // renamed away could be replaced by one with a planted hook.
+    // The directories are mount points (EBUSY); the `.git` itself is also
+    // refused by name (no `.git` may be moved or made: EPERM).
     for d in dirs.iter().skip(1).chain(std::iter::once(&git_dir.to_string())) {
         let msg = run_denied(srv, "s", &format!("mv {d} {d}-moved")).await;
-        assert!(msg.contains("Device or resource busy"), "{msg}");
+        let refusal = if d == git_dir {
+            "Operation not permitted"
+        } else {
+            "Device or resource busy"
+        };
+        assert!(msg.contains(refusal), "{msg}");
         assert!(srv.path(d).exists(), "{d} was moved");
         assert!(!srv.path(&format!("{d}-moved")).exists());
     }

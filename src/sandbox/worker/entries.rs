@@ -123,6 +123,8 @@ impl NewEntry {
 /// The object `fd` names, as the kernel says (`/proc/self/fd`).
 fn located(fd: &OwnedFd) -> Option<PathBuf> {
     let p = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    // An unlinked file (an `O_TMPFILE` one, say) is `PATH (deleted)`.
+    let p = super::metadata::strip_deleted(&p);
     p.as_os_str().as_bytes().starts_with(b"/").then_some(p)
 }
 
@@ -218,7 +220,7 @@ impl MetadataGuard {
     /// caller's `dirfd`), when the command may add entries there. `None`:
     /// not the worker's to make (the kernel decides, and cannot create).
     fn new_entry(&self, t: &Caller, dirfd: i32, path: u64) -> Result<Option<NewEntry>, Errno> {
-        let p = t.cstr(path, MAX_PATH)?;
+        let p = t.path(path)?;
         let bytes = p.as_bytes();
         let trimmed = {
             let mut end = bytes.len();

@@ -345,7 +345,7 @@ impl MetadataGuard {
 }
 
 /// `/proc/self/fd` names a deleted file `PATH (deleted)`.
-fn strip_deleted(p: &Path) -> PathBuf {
+pub(super) fn strip_deleted(p: &Path) -> PathBuf {
     let b = p.as_os_str().as_bytes();
     let b = b.strip_suffix(b" (deleted)").unwrap_or(b);
     PathBuf::from(std::ffi::OsStr::from_bytes(b))
@@ -415,6 +415,34 @@ impl Caller {
     /// The calling thread's id.
     pub(super) fn tid(&self) -> u32 {
         self.tid
+    }
+
+    /// The path at `addr`, with the names that mean "the caller itself"
+    /// (`/proc/self`, `/proc/thread-self`, `/dev/fd`, `/dev/std*`) spelled
+    /// as the caller's `/proc/<tid>`: resolved by the worker they would
+    /// name the worker's own fds.
+    pub(super) fn path(&self, addr: u64) -> Result<CString, Errno> {
+        let p = self.cstr(addr, MAX_PATH)?;
+        let b = p.as_bytes();
+        let tid = self.tid;
+        let fixed: Option<Vec<u8>> = [
+            (&b"/proc/self/"[..], format!("/proc/{tid}/")),
+            (&b"/proc/thread-self/"[..], format!("/proc/{tid}/task/{tid}/")),
+            (&b"/dev/fd/"[..], format!("/proc/{tid}/fd/")),
+            (&b"/dev/stdin"[..], format!("/proc/{tid}/fd/0")),
+            (&b"/dev/stdout"[..], format!("/proc/{tid}/fd/1")),
+            (&b"/dev/stderr"[..], format!("/proc/{tid}/fd/2")),
+        ]
+        .into_iter()
+        .find_map(|(prefix, with)| {
+            let rest = b.strip_prefix(prefix)?;
+            let whole = !prefix.ends_with(b"/");
+            (!whole || rest.is_empty()).then(|| [with.as_bytes(), rest].concat())
+        });
+        match fixed {
+            Some(f) => CString::new(f).map_err(|_| libc::EINVAL),
+            None => Ok(p),
+        }
     }
 
     pub(super) fn open(tid: u32) -> Result<Self, Errno> {
@@ -489,7 +517,7 @@ impl Caller {
 
     /// The object `path` names relative to the caller's `dirfd`.
     pub(super) fn at(&self, dirfd: i32, path: u64, _flags: u64, follow: Follow) -> Result<OwnedFd, Errno> {
-        let p = self.cstr(path, MAX_PATH)?;
+        let p = self.path(path)?;
         if p.as_bytes().is_empty() {
             return Err(libc::ENOENT);
         }
