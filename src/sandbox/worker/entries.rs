@@ -181,7 +181,10 @@ impl MetadataGuard {
             // SAFETY: ID_VALID reads the u64 id.
             unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &mut id) == 0 }
         };
-        let umask = umask_of(t.tid()).unwrap_or(0o022);
+        // Read only when an entry is made (most trapped opens are of an
+        // existing file and go back to the kernel).
+        let umask_now = || umask_of(t.tid()).unwrap_or(0o022);
+        let umask: &dyn Fn() -> libc::mode_t = &umask_now;
         match nr {
             #[cfg(target_arch = "x86_64")]
             libc::SYS_mkdir => self.mkdir(&t, cwd, a[0], a[1], umask, valid),
@@ -291,7 +294,7 @@ impl MetadataGuard {
         dirfd: i32,
         path: u64,
         mode: u64,
-        umask: libc::mode_t,
+        umask: &dyn Fn() -> libc::mode_t,
         valid: impl Fn() -> bool,
     ) -> Result<Reply, Errno> {
         let Some(e) = self.allowed_entry(t, dirfd, path)? else {
@@ -301,7 +304,7 @@ impl MetadataGuard {
             return Err(libc::ESRCH);
         }
         // SAFETY: a valid fd and NUL-terminated name.
-        let r = with_umask(umask, || unsafe {
+        let r = with_umask(umask(), || unsafe {
             libc::mkdirat(e.parent.as_raw_fd(), e.name.as_ptr(), mode as libc::mode_t)
         });
         Ok(result(r.into()))
@@ -315,7 +318,7 @@ impl MetadataGuard {
         path: u64,
         mode: u64,
         dev: u64,
-        umask: libc::mode_t,
+        umask: &dyn Fn() -> libc::mode_t,
         valid: impl Fn() -> bool,
     ) -> Result<Reply, Errno> {
         let kind = mode as libc::mode_t & libc::S_IFMT;
@@ -330,7 +333,7 @@ impl MetadataGuard {
             return Err(libc::ESRCH);
         }
         // SAFETY: a valid fd and NUL-terminated name.
-        let r = with_umask(umask, || unsafe {
+        let r = with_umask(umask(), || unsafe {
             libc::mknodat(
                 e.parent.as_raw_fd(),
                 e.name.as_ptr(),
@@ -471,7 +474,7 @@ impl MetadataGuard {
         path: u64,
         flags: u64,
         mode: u64,
-        umask: libc::mode_t,
+        umask: &dyn Fn() -> libc::mode_t,
         valid: impl Fn() -> bool,
     ) -> Result<Reply, Errno> {
         let flags = flags as i32;
@@ -492,7 +495,7 @@ impl MetadataGuard {
             }
             let magic = CString::new(format!("/proc/self/fd/{}", dir.as_raw_fd()))
                 .map_err(|_| libc::EINVAL)?;
-            open_as(libc::AT_FDCWD, &magic, flags, mode, umask)
+            open_as(libc::AT_FDCWD, &magic, flags, mode, umask())
         } else {
             let Some(e) = self.new_entry(t, dirfd, path)? else {
                 return Ok(Reply::Continue);
@@ -512,7 +515,7 @@ impl MetadataGuard {
             if !valid() {
                 return Err(libc::ESRCH);
             }
-            open_as(e.parent.as_raw_fd(), &e.name, flags, mode, umask)
+            open_as(e.parent.as_raw_fd(), &e.name, flags, mode, umask())
         };
         let file = match opened {
             Ok(f) => f,
