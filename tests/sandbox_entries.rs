@@ -99,7 +99,12 @@ async fn no_command_makes_a_git(config: SchedulerConfig) {
         "v/.git: Operation not permitted",
     )
     .await;
-    assert_refused(&srv, "mkdir -p u && ln -s ../w/gitdir u/.git", "Operation not permitted").await;
+    assert_refused(
+        &srv,
+        "mkdir -p u && ln -s ../w/gitdir u/.git",
+        "Operation not permitted",
+    )
+    .await;
     assert_refused(
         &srv,
         "mkdir -p t && echo x > t/f && ln t/f t/.Git",
@@ -108,7 +113,10 @@ async fn no_command_makes_a_git(config: SchedulerConfig) {
     .await;
     // In the private tmp too.
     assert_refused(&srv, "mkdir $TMPDIR/.git", "Operation not permitted").await;
-    assert_eq!(gits_beneath(&srv.path("")), Vec::<std::path::PathBuf>::new());
+    assert_eq!(
+        gits_beneath(&srv.path("")),
+        Vec::<std::path::PathBuf>::new()
+    );
     assert!(!srv.path("x/.git").exists() && !srv.path("w/.GIT").exists());
 }
 
@@ -153,8 +161,18 @@ async fn ordinary_entries_are_made_as_before(config: SchedulerConfig) {
     );
     assert!(srv.path("d/e/f").is_dir() && !srv.path("f").exists());
     // Outside the writable paths nothing is made, as before (Landlock).
-    assert_refused(&srv, "mkdir /etc/toolsched-entries-test", "Permission denied").await;
-    assert_refused(&srv, "touch /usr/toolsched-entries-test", "Permission denied").await;
+    assert_refused(
+        &srv,
+        "mkdir /etc/toolsched-entries-test",
+        "Permission denied",
+    )
+    .await;
+    assert_refused(
+        &srv,
+        "touch /usr/toolsched-entries-test",
+        "Permission denied",
+    )
+    .await;
     assert!(!std::path::Path::new("/etc/toolsched-entries-test").exists());
 }
 
@@ -187,6 +205,9 @@ async fn landlock_only_still_locks_the_way_to_a_git_for_new_entries() {
     assert_refused(&srv, "mkdir a/new", "Permission denied").await;
     assert_refused(&srv, "ln -s x a/repo/l", "Permission denied").await;
     assert_refused(&srv, "mv a/repo a/old", "Permission denied").await;
-    assert_eq!(run_ok(&srv, "mkdir a/repo/src/new && echo ok").await, "ok\n");
+    assert_eq!(
+        run_ok(&srv, "mkdir a/repo/src/new && echo ok").await,
+        "ok\n"
+    );
     assert!(srv.path("a/repo/.git").is_dir() && !srv.path("a/new").exists());
 }

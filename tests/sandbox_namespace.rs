@@ -40,7 +40,9 @@ fn namespace_available(proc: bool) -> bool {
         "running as root, the worker must be able to make a mount namespace: {probe:?}"
     );
     if !ok {
-        eprintln!("\n*** SKIPPED: no private mount namespace / proc for commands here: {probe:?} ***\n");
+        eprintln!(
+            "\n*** SKIPPED: no private mount namespace / proc for commands here: {probe:?} ***\n"
+        );
     }
     ok
 }
@@ -112,7 +114,11 @@ async fn assert_locks_only_itself(srv: &TestServer, git_dir: &str) {
     // renamed away could be replaced by one with a planted hook.
     // The directories are mount points (EBUSY); the `.git` itself is also
     // refused by name (no `.git` may be moved or made: EPERM).
-    for d in dirs.iter().skip(1).chain(std::iter::once(&git_dir.to_string())) {
+    for d in dirs
+        .iter()
+        .skip(1)
+        .chain(std::iter::once(&git_dir.to_string()))
+    {
         let msg = run_denied(srv, "s", &format!("mv {d} {d}-moved")).await;
         let refusal = if d == git_dir {
             "Operation not permitted"
@@ -170,7 +176,11 @@ async fn a_git_file_of_a_submodule_locks_only_itself() {
     }
     let srv = TestServer::with_config(yolo_confined()).await;
     std::fs::create_dir_all(srv.path("mods/sub")).unwrap();
-    std::fs::write(srv.path("mods/sub/.git"), "gitdir: ../../.git/modules/sub\n").unwrap();
+    std::fs::write(
+        srv.path("mods/sub/.git"),
+        "gitdir: ../../.git/modules/sub\n",
+    )
+    .unwrap();
     assert_eq!(
         run_ok(
             &srv,
@@ -217,7 +227,8 @@ async fn landlock_only_falls_back_to_locking_the_way_and_says_so() {
         .into_inner();
     let gaps = info.sandbox.expect("sandbox").gaps;
     assert!(
-        gaps.iter().any(|g| g.starts_with("no private mount namespace")),
+        gaps.iter()
+            .any(|g| g.starts_with("no private mount namespace")),
         "{gaps:?}"
     );
     assert!(
@@ -243,7 +254,8 @@ async fn server_info_reports_no_namespace_gap_where_it_is_available() {
     assert!(
         !gaps
             .iter()
-            .any(|g| g.starts_with("no private mount namespace") || g.starts_with("no private /proc")),
+            .any(|g| g.starts_with("no private mount namespace")
+                || g.starts_with("no private /proc")),
         "{gaps:?}"
     );
 }
@@ -323,4 +335,108 @@ async fn other_processes_cmdline_is_not_readable() {
         states(&seen, "sib"),
         ["validating", "scheduled", "executing", "cancelled"]
     );
+}
+
+// === a non-root worker (user namespace) ===
+
+/// The worker run as `nobody` (through `setpriv`, by this root test):
+/// the mount namespace is made inside a user namespace, so protected paths
+/// lock only themselves there too; `/proc` is not narrowed (the probe says
+/// so for such a server).
+#[test]
+fn a_non_root_worker_makes_its_namespace_in_a_user_namespace() {
+    use std::os::unix::fs::{PermissionsExt, chown};
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 || !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        eprintln!(
+            "\n*** SKIPPED: needs root to start the worker as nobody (a non-root run covers this path in every other test) ***\n"
+        );
+        return;
+    }
+    let Ok(setpriv) = which_setpriv() else {
+        panic!("setpriv (util-linux) is needed to run the worker as another user");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ws = base.join("ws");
+    let tmp = base.join("tmp");
+    std::fs::create_dir_all(ws.join("a/repo/.git/hooks")).unwrap();
+    std::fs::create_dir_all(&tmp).unwrap();
+    let list = base.join("list");
+    std::fs::write(&list, format!("{}\0", ws.join("a/repo/.git").display())).unwrap();
+    for p in [
+        "ws",
+        "ws/a",
+        "ws/a/repo",
+        "ws/a/repo/.git",
+        "ws/a/repo/.git/hooks",
+        "tmp",
+    ] {
+        chown(base.join(p), Some(65534), Some(65534)).unwrap();
+    }
+    let status = base.join("status");
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("exec \"$@\" 3>\"$STATUS\" 4<\"$LIST\"")
+        .arg("bash")
+        .arg(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_toolsched"))
+        .arg("sandbox-exec")
+        .args(["--level", "workspace_write", "--workspace"])
+        .arg(&ws)
+        .arg("--tmp")
+        .arg(&tmp)
+        .args([
+            "--cpu-secs",
+            "10",
+            "--address-space-bytes",
+            "4294967296",
+            "--file-size-bytes",
+            "1048576",
+            "--processes",
+            "64",
+            "--open-files",
+            "256",
+            "--kill-grace-ms",
+            "100",
+            "--protected-fd",
+            "4",
+            "--",
+            "bash",
+            "-c",
+        ])
+        .arg(
+            "touch a/new && echo created; echo evil > a/repo/.git/hooks/pre-commit; \
+             mv a/repo a/old; mkdir -p y/.git; echo done",
+        )
+        .env("STATUS", &status)
+        .env("LIST", &list)
+        .current_dir(&ws)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stdout, "created\ndone\n", "{stderr}");
+    assert_eq!(
+        stderr,
+        "bash: line 1: a/repo/.git/hooks/pre-commit: Read-only file system\n\
+         mv: cannot move 'a/repo' to 'a/old': Device or resource busy\n\
+         mkdir: cannot create directory ‘y/.git’: Operation not permitted\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&status).unwrap().trim(),
+        r#"{"exit_code":0}"#
+    );
+    assert!(ws.join("a/new").is_file() && ws.join("a/repo/.git").is_dir());
+    assert!(!ws.join("a/repo/.git/hooks/pre-commit").exists() && !ws.join("y/.git").exists());
+}
+
+fn which_setpriv() -> Result<std::path::PathBuf, ()> {
+    ["/usr/bin/setpriv", "/bin/setpriv"]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or(())
 }

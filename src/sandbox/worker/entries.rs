@@ -202,9 +202,7 @@ impl MetadataGuard {
             libc::SYS_rename => self.rename(&t, cwd, a[0], cwd, a[1], 0, valid),
             #[cfg(target_arch = "x86_64")]
             libc::SYS_renameat => self.rename(&t, fd(a[0]), a[1], fd(a[2]), a[3], 0, valid),
-            libc::SYS_renameat2 => {
-                self.rename(&t, fd(a[0]), a[1], fd(a[2]), a[3], a[4], valid)
-            }
+            libc::SYS_renameat2 => self.rename(&t, fd(a[0]), a[1], fd(a[2]), a[3], a[4], valid),
             #[cfg(target_arch = "x86_64")]
             libc::SYS_creat => {
                 let flags = (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as u64;
@@ -249,7 +247,11 @@ impl MetadataGuard {
             } else {
                 Some(t.fd(dirfd)?)
             };
-            match t.open_path(base.as_ref().map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd), &c, Follow::Yes) {
+            match t.open_path(
+                base.as_ref().map_or(libc::AT_FDCWD, AsRawFd::as_raw_fd),
+                &c,
+                Follow::Yes,
+            ) {
                 Ok(fd) => fd,
                 // The kernel reports a missing or unreadable parent itself.
                 Err(_) => return Ok(None),
@@ -270,12 +272,7 @@ impl MetadataGuard {
     }
 
     /// [`Self::new_entry`], refusing a `.git` name where one could be made.
-    fn allowed_entry(
-        &self,
-        t: &Caller,
-        dirfd: i32,
-        path: u64,
-    ) -> Result<Option<NewEntry>, Errno> {
+    fn allowed_entry(&self, t: &Caller, dirfd: i32, path: u64) -> Result<Option<NewEntry>, Errno> {
         let Some(e) = self.new_entry(t, dirfd, path)? else {
             return Ok(None);
         };
@@ -441,10 +438,9 @@ impl MetadataGuard {
             return Err(libc::EPERM);
         }
         let (from, to) = (old.full_path(), new.full_path());
-        if [&from, &to]
-            .iter()
-            .any(|p| self.excluded.iter().any(|x| p.starts_with(x)) || any_at_or_beneath(&self.way_locked, p))
-        {
+        if [&from, &to].iter().any(|p| {
+            self.excluded.iter().any(|x| p.starts_with(x)) || any_at_or_beneath(&self.way_locked, p)
+        }) {
             return Ok(Reply::Continue);
         }
         if !valid() {

@@ -427,7 +427,10 @@ impl Caller {
         let tid = self.tid;
         let fixed: Option<Vec<u8>> = [
             (&b"/proc/self/"[..], format!("/proc/{tid}/")),
-            (&b"/proc/thread-self/"[..], format!("/proc/{tid}/task/{tid}/")),
+            (
+                &b"/proc/thread-self/"[..],
+                format!("/proc/{tid}/task/{tid}/"),
+            ),
             (&b"/dev/fd/"[..], format!("/proc/{tid}/fd/")),
             (&b"/dev/stdin"[..], format!("/proc/{tid}/fd/0")),
             (&b"/dev/stdout"[..], format!("/proc/{tid}/fd/1")),
@@ -486,7 +489,12 @@ impl Caller {
         Err(libc::ENAMETOOLONG)
     }
 
-    pub(super) fn open_path(&self, base: RawFd, path: &CString, follow: Follow) -> Result<OwnedFd, Errno> {
+    pub(super) fn open_path(
+        &self,
+        base: RawFd,
+        path: &CString,
+        follow: Follow,
+    ) -> Result<OwnedFd, Errno> {
         let mut flags = libc::O_PATH | libc::O_CLOEXEC;
         if matches!(follow, Follow::No) {
             flags |= libc::O_NOFOLLOW;
@@ -516,7 +524,13 @@ impl Caller {
     }
 
     /// The object `path` names relative to the caller's `dirfd`.
-    pub(super) fn at(&self, dirfd: i32, path: u64, _flags: u64, follow: Follow) -> Result<OwnedFd, Errno> {
+    pub(super) fn at(
+        &self,
+        dirfd: i32,
+        path: u64,
+        _flags: u64,
+        follow: Follow,
+    ) -> Result<OwnedFd, Errno> {
         let p = self.path(path)?;
         if p.as_bytes().is_empty() {
             return Err(libc::ENOENT);

@@ -269,10 +269,7 @@ fn bind(path: &Path, read_only: bool) -> std::io::Result<()> {
             libc::SYS_open_tree,
             target.as_raw_fd(),
             c"".as_ptr(),
-            OPEN_TREE_CLONE
-                | libc::O_CLOEXEC as u32
-                | libc::AT_EMPTY_PATH as u32
-                | AT_RECURSIVE,
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as u32 | libc::AT_EMPTY_PATH as u32 | AT_RECURSIVE,
         ))?;
         let tree = OwnedFd::from_raw_fd(tree as i32);
         let attr = MountAttr {

@@ -304,7 +304,8 @@ fn metadata_guard(
     let mut way_locked = excluded.clone();
     if args.level.writes_workspace() {
         roots.push(canonical(&args.workspace));
-        let protected = protected.map_or_else(|| protected_in(&args.workspace), <[PathBuf]>::to_vec);
+        let protected =
+            protected.map_or_else(|| protected_in(&args.workspace), <[PathBuf]>::to_vec);
         if !mounts.protected_read_only {
             way_locked.extend(protected.iter().cloned());
         }
