@@ -175,6 +175,8 @@ impl MetadataGuard {
         let a = req.data.args;
         let fd = |x: u64| x as u32 as i32;
         let nr = i64::from(req.data.nr);
+        // The forms without `at` (x86_64 only) are relative to the cwd.
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
         let cwd = libc::AT_FDCWD;
         let valid = || {
             let mut id = req.id;
