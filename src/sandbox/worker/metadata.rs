@@ -649,9 +649,17 @@ mod tests {
     #[test]
     fn the_notify_program_traps_every_listed_call() {
         let p = notify_program();
+        // Arch check, load, one jump per call, ALLOW, NOTIFY, and four
+        // instructions per flag check.
         assert_eq!(
             p.len(),
-            5 + TRAPPED.len() + super::super::entries::TRAPPED.len() + 4 * TRAPPED_WITH_FLAGS.len()
+            5 + TRAPPED.len() + super::super::entries::TRAPPED.len() + 5 * TRAPPED_WITH_FLAGS.len()
         );
+        // Every jump lands inside the program.
+        for (i, ins) in p.iter().enumerate() {
+            if ins.code & 0x07 == 0x05 {
+                assert!(i + 1 + usize::from(ins.jt.max(ins.jf)) < p.len(), "{i}");
+            }
+        }
     }
 }
