@@ -18,4 +18,5 @@ if [ -f tests/mcp/package.json ]; then
   fi
   (cd tests/mcp && npm ci --no-audit --no-fund --loglevel=error)
 fi
+bash tests/services.sh   # PostgreSQL and nginx for tests/replicas*.rs
 echo "setup: test dependencies installed"
