@@ -147,6 +147,11 @@ pub struct ServeArgs {
     /// dropped first [default: 67108864].
     #[arg(long, env = "TOOLSCHED_MAX_RETAINED_BYTES")]
     pub max_retained_bytes: Option<usize>,
+    /// Where batches, logs, request ids and answers are kept: `memory`
+    /// (this process) or a PostgreSQL URL `postgres://…` (restarts and
+    /// replicas) [default: memory].
+    #[arg(long, env = "TOOLSCHED_STORE", hide_env_values = true)]
+    pub store: Option<String>,
     /// Bearer token every ToolScheduler RPC must carry.
     #[arg(long, env = "TOOLSCHED_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
@@ -239,6 +244,7 @@ struct FileConfig {
     batch_retention_secs: Option<u64>,
     max_retained_batches: Option<usize>,
     max_retained_bytes: Option<usize>,
+    store: Option<String>,
     auth_token: Option<String>,
     blocking_file_io: Option<bool>,
     insecure_no_auth: Option<bool>,
@@ -278,6 +284,8 @@ pub enum ConfigError {
     Zero { field: &'static str },
     #[error("mcp_servers.{name}: {message}")]
     McpServer { name: String, message: String },
+    #[error("store '{prefix}…' is neither 'memory' nor a postgres:// URL")]
+    Store { prefix: String },
 }
 
 /// The resolved settings.
@@ -297,6 +305,8 @@ pub struct Settings {
     pub policy_file: Option<PathBuf>,
     /// Configured MCP servers by name (checked: each has a command or a URL).
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// The PostgreSQL store's URL; `None` is the memory store.
+    pub store_url: Option<String>,
 }
 
 impl Settings {
@@ -423,6 +433,8 @@ impl Settings {
                     .or(file.max_retained_bytes)
                     .unwrap_or(defaults.retention.max_bytes_per_session),
             },
+            // Connected in main (from `store_url`): connecting is async.
+            store: None,
         };
         for (field, value) in [
             (
@@ -484,7 +496,22 @@ impl Settings {
                 .filter(|e| !e.trim().is_empty()),
             policy_file: args.policy_file.or(file.policy_file),
             mcp_servers: file.mcp_servers,
+            store_url: store_url(args.store.or(file.store))?,
         })
+    }
+}
+
+/// `memory` (or nothing) is `None`; a PostgreSQL URL is kept as given. An
+/// error shows only a short prefix (a URL may hold a password).
+fn store_url(given: Option<String>) -> Result<Option<String>, ConfigError> {
+    match given.as_deref().map(str::trim) {
+        None | Some("" | "memory") => Ok(None),
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            Ok(Some(url.to_string()))
+        }
+        Some(other) => Err(ConfigError::Store {
+            prefix: other.chars().take(12).collect(),
+        }),
     }
 }
 

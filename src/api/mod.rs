@@ -4,6 +4,7 @@
 //! line ([`convert`]) and only talk to the [`Scheduler`].
 
 pub mod convert;
+pub use convert::WireCodec;
 pub mod error;
 pub mod metrics;
 
@@ -194,6 +195,8 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<ToolSchedulerServer<Service>>().await;
+    let draining = tokio_util::sync::CancellationToken::new();
+    follow_store(&scheduler, &health, &draining);
     // Both reflection versions: grpcurl 1.8.6 only speaks v1alpha.
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -231,6 +234,7 @@ pub async fn serve(
     let drain = async move {
         signal.await;
         tracing::info!("shutting down: refusing new batches");
+        draining.cancel();
         // The server-wide status first: probes that check "" (the default
         // of grpc_health_probe and Kubernetes' gRPC probe) stop routing
         // here as well.
@@ -292,6 +296,41 @@ pub async fn serve(
         ),
     }
     Ok(())
+}
+
+/// Health follows a store that can be lost: NOT_SERVING while it cannot
+/// be reached (new batches fail UNAVAILABLE by themselves), SERVING when it
+/// is back, until the drain takes health over.
+fn follow_store(
+    scheduler: &Scheduler,
+    health: &tonic_health::server::HealthReporter,
+    draining: &tokio_util::sync::CancellationToken,
+) {
+    use tonic::server::NamedService;
+    let Some(mut reachable) = scheduler.store_reachable() else {
+        return;
+    };
+    let (health, draining) = (health.clone(), draining.clone());
+    tokio::spawn(async move {
+        loop {
+            let status = if *reachable.borrow_and_update() {
+                tonic_health::ServingStatus::Serving
+            } else {
+                tonic_health::ServingStatus::NotServing
+            };
+            if draining.is_cancelled() {
+                return;
+            }
+            health.set_service_status("", status).await;
+            health
+                .set_service_status(<ToolSchedulerServer<Service> as NamedService>::NAME, status)
+                .await;
+            tokio::select! {
+                () = draining.cancelled() => return,
+                changed = reachable.changed() => if changed.is_err() { return },
+            }
+        }
+    });
 }
 
 /// Rewrites the status of requests the codec could not take: a request

@@ -322,6 +322,9 @@ pub enum BatchEvent {
         batch_id: String,
         responses: Vec<FunctionResponse>,
     },
+    /// An event read back from a durable store, in the wire form `api`
+    /// wrote it in (a batch this process did not run).
+    Recorded(Arc<[u8]>),
 }
 
 /// An event with the time it happened.

@@ -82,6 +82,19 @@ pub struct SchedulerConfig {
     /// How long and how much of completed batches is kept for WatchBatch
     /// and request_id replays.
     pub retention: crate::store::Retention,
+    /// A durable store (`--store postgres://…`); `None` is the embedded
+    /// memory store.
+    pub store: Option<DurableStore>,
+}
+
+/// The store a server was configured with, when not the memory one.
+#[derive(Clone)]
+pub struct DurableStore(pub SharedStore<BatchEvent>);
+
+impl std::fmt::Debug for DurableStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DurableStore")
+    }
 }
 
 impl Default for SchedulerConfig {
@@ -99,6 +112,7 @@ impl Default for SchedulerConfig {
             disconnect_grace: Duration::ZERO,
             max_disconnect_grace: Duration::from_secs(600),
             retention: crate::store::Retention::default(),
+            store: None,
         }
     }
 }
@@ -243,8 +257,10 @@ impl Scheduler {
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
         let sandbox = config.sandbox.clone();
-        let store: SharedStore<BatchEvent> =
-            Arc::new(crate::store::MemoryStore::new(config.retention));
+        let store: SharedStore<BatchEvent> = match &config.store {
+            Some(DurableStore(store)) => store.clone(),
+            None => Arc::new(crate::store::MemoryStore::new(config.retention)),
+        };
         // The levels a session may switch to: those at most as permissive as
         // the server's, each probed once here.
         let sandboxes = crate::sandbox::SandboxLevel::ALL
@@ -298,6 +314,11 @@ impl Scheduler {
     /// The scheduler's metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// Whether the store can be reached (`None`: it cannot be lost).
+    pub fn store_reachable(&self) -> Option<watch::Receiver<bool>> {
+        self.store.reachable()
     }
 
     /// The sandbox commands run in (for `GetServerInfo`).

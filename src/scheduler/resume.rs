@@ -125,6 +125,7 @@ impl LogEvent for BatchEvent {
                     batch_id,
                     responses,
                 } => batch_id.len() + responses.iter().map(|r| r.approx_size()).sum::<usize>(),
+                BatchEvent::Recorded(bytes) => bytes.len(),
             }
     }
 

@@ -441,15 +441,14 @@ impl Session {
                 state: "cancelled",
             })
             .collect();
-        self.shared
-            .store
-            .complete_batch(&self.id, &pending.id, ended);
+        let batch_id = pending.id.clone();
         cancel_pending(
             &self.shared.metrics,
             &self.shared.registry.load(),
             pending,
             reason,
         );
+        self.shared.store.complete_batch(&self.id, &batch_id, ended);
     }
 
     // === internal reports ===
@@ -780,13 +779,15 @@ impl Session {
                 state,
             })
             .collect();
-        self.shared
-            .store
-            .complete_batch(&self.id, active.batch.id(), ended);
         active.events.emit(BatchEvent::Completed {
             batch_id: active.batch.id().to_string(),
             responses,
         });
+        // After the last event, as the store expects (a durable one writes
+        // the whole log then).
+        self.shared
+            .store
+            .complete_batch(&self.id, active.batch.id(), ended);
     }
 }
 

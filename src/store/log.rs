@@ -130,6 +130,24 @@ impl<E: LogEvent> BatchLog<E> {
         (log.clone(), LogWriter { log })
     }
 
+    /// A finished log holding `entries` as recorded (a durable store
+    /// reading back a batch it did not write in this process).
+    pub fn recorded(entries: Vec<Entry<E>>) -> Arc<Self> {
+        let bytes = entries.iter().map(|e| e.event.approx_bytes()).sum();
+        Arc::new(Self {
+            state: Mutex::new(LogState {
+                entries: entries.into_iter().map(Arc::new).collect(),
+                bytes,
+                closed: true,
+                finished: true,
+                readers: Vec::new(),
+                last_report: HashMap::new(),
+                generation: 0,
+            }),
+            next_reader: AtomicU64::new(1),
+        })
+    }
+
     fn lock(&self) -> MutexGuard<'_, LogState<E>> {
         // A panic while appending leaves a consistent Vec (a push either
         // happened or not): the data is still good.

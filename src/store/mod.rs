@@ -26,6 +26,7 @@
 
 mod log;
 mod memory;
+mod postgres;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,6 +35,7 @@ use std::time::Duration;
 
 pub use log::{BatchLog, BeyondEnd, Entry, LAG_EVENTS, LogEvent, LogReader, LogWriter, MergeKey};
 pub use memory::MemoryStore;
+pub use postgres::{PostgresError, PostgresStore};
 
 /// A future returned by a store call that may need a round trip.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -200,6 +202,21 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
 
     /// How long completed batches are kept (named in errors).
     fn retention(&self) -> Retention;
+
+    /// Whether the store can be reached, for a store that can be lost (the
+    /// server's health follows it); `None` for one that cannot.
+    fn reachable(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        None
+    }
+}
+
+/// How a durable store writes a log's entries and reads them back. The
+/// store keeps the bytes opaque; the encoding (the wire form) belongs to
+/// the layer that owns it (`api`).
+pub trait EventCodec<E>: Send + Sync + 'static {
+    fn encode(&self, entry: &Entry<E>) -> Vec<u8>;
+    /// The event recorded as `bytes` (sequence and time are kept apart).
+    fn decode(&self, bytes: Vec<u8>) -> E;
 }
 
 /// The store the scheduler holds.

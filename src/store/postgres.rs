@@ -1,0 +1,628 @@
+//! The PostgreSQL store (`--store postgres://…`): what the memory store
+//! holds, also written to PostgreSQL, so that a restarted server (or another
+//! replica) still serves a completed batch within its retention.
+//!
+//! The owner of a batch keeps its live log in memory (the
+//! [`MemoryStore`] inside) and readers in this process read it there. The
+//! store's round trips are only those [`Store`] awaits: claiming a batch and
+//! its request id ([`Store::begin_batch`]) and recording a side-effecting
+//! call before its tool starts ([`Store::record_executing`]). Everything
+//! else (a completed batch's events, answers, the end of a batch) goes
+//! through one writer task in order, retried until the database takes it,
+//! so that a store lost for a while loses nothing that was recorded.
+//!
+//! The schema is versioned: the files of `migrations/` are embedded and
+//! applied at start-up, once, under an advisory lock (replicas starting
+//! together apply them once).
+//!
+//! Not here: what the events mean or how they are encoded (an
+//! [`EventCodec`] given by the caller).
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio::sync::{mpsc, watch};
+use tokio_postgres::NoTls;
+
+use super::{
+    Answer, AnswerRecord, BatchLog, Begun, EndedCall, Entry, EventCodec, LogEvent, MemoryStore,
+    NewBatch, Retention, Store, StoreError, StoreFuture,
+};
+
+/// The schema's versions, in order: (version, name, SQL). A database at a
+/// newer version than this binary knows is refused (an older binary must
+/// not write a schema it does not understand).
+const MIGRATIONS: &[(i32, &str, &str)] = &[(
+    1,
+    "batches",
+    include_str!("../../migrations/0001_batches.sql"),
+)];
+
+/// Key of the advisory lock migrations run under (any constant shared by
+/// every replica; "toolsche" in ASCII).
+const MIGRATION_LOCK: i64 = 0x746f_6f6c_7363_6865;
+
+/// Connections kept to the database: a few round trips are in flight at a
+/// time (one per batch starting, one per side-effecting call starting, the
+/// writer, the probe).
+const POOL_SIZE: usize = 16;
+
+/// Longest wait for a connection (to open one, or for a free one): past
+/// it the store counts as unavailable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often reachability is probed: health turns NOT_SERVING within about
+/// this after the database goes away, and SERVING after it comes back.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// A failed background write is retried after this (in order: later writes
+/// wait behind it).
+const RETRY_EVERY: Duration = Duration::from_millis(500);
+
+/// Longest time between two deletions of expired batches.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// Why the PostgreSQL store could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PostgresError {
+    #[error("the store URL is not a valid PostgreSQL URL: {reason}")]
+    Url { reason: String },
+    #[error("cannot reach the store (PostgreSQL): {reason}")]
+    Connect { reason: String },
+    #[error("cannot apply the store's schema migration {version} ({name}): {reason}")]
+    Migration {
+        version: i32,
+        name: &'static str,
+        reason: String,
+    },
+    #[error(
+        "the store's schema is at version {found}, newer than this toolsched knows ({known}); run a newer toolsched"
+    )]
+    NewerSchema { found: i32, known: i32 },
+}
+
+/// A write done behind the session, in order.
+enum Write {
+    Complete {
+        session_id: String,
+        batch_id: String,
+        /// Encoded already: (sequence, time, body).
+        entries: Vec<(i64, SystemTime, Vec<u8>)>,
+        ended: Vec<EndedCall>,
+    },
+    Answer {
+        session_id: String,
+        batch_id: String,
+        call_id: String,
+        correlation_id: String,
+        answer: Answer,
+    },
+    Abandon {
+        session_id: String,
+        batch_id: String,
+    },
+    /// Everything before it is written: answered then.
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// Live logs by (session id, batch id).
+type LiveLogs<E> = HashMap<(String, String), Arc<BatchLog<E>>>;
+
+/// The PostgreSQL [`Store`].
+pub struct PostgresStore<E: LogEvent> {
+    memory: MemoryStore<E>,
+    pool: Pool,
+    codec: Arc<dyn EventCodec<E>>,
+    retention: Retention,
+    /// The live logs of the batches this process began, until they complete
+    /// (to write their entries then).
+    live: Mutex<LiveLogs<E>>,
+    /// Unbounded: one write per completed batch, per answer and per
+    /// abandoned batch, each already bounded by the batch's own limits and
+    /// held in memory anyway until written.
+    writes: mpsc::UnboundedSender<Write>,
+    reachable: watch::Receiver<bool>,
+}
+
+fn reason(e: &(dyn std::error::Error + 'static)) -> String {
+    // tokio-postgres puts the cause (connection refused, the server's
+    // message) in the source chain.
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
+fn unavailable(e: &(dyn std::error::Error + 'static)) -> StoreError {
+    StoreError::Unavailable { reason: reason(e) }
+}
+
+impl<E: LogEvent> PostgresStore<E> {
+    /// Connects to `url`, applies the schema's migrations and starts the
+    /// writer and the reachability probe (on the current runtime).
+    pub async fn connect(
+        url: &str,
+        retention: Retention,
+        codec: Arc<dyn EventCodec<E>>,
+    ) -> Result<Arc<Self>, PostgresError> {
+        let mut config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| PostgresError::Url { reason: reason(&e) })?;
+        config.connect_timeout(CONNECT_TIMEOUT);
+        if config.get_application_name().is_none() {
+            config.application_name("toolsched");
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CONNECT_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| PostgresError::Connect { reason: reason(&e) })?;
+        migrate(&pool).await?;
+
+        let (writes, rx) = mpsc::unbounded_channel();
+        let (reachable_tx, reachable) = watch::channel(true);
+        tokio::spawn(writer(pool.clone(), rx, retention));
+        tokio::spawn(probe(pool.clone(), reachable_tx));
+        Ok(Arc::new(Self {
+            memory: MemoryStore::new(retention),
+            pool,
+            codec,
+            retention,
+            live: Mutex::new(HashMap::new()),
+            writes,
+            reachable,
+        }))
+    }
+
+    /// Waits until every write queued so far is in the database, at most
+    /// `timeout` (a store still unreachable then loses them; it is logged).
+    /// The server calls it on its way out.
+    pub async fn flush(&self, timeout: Duration) {
+        let (done, written) = tokio::sync::oneshot::channel();
+        self.write(Write::Flush(done));
+        if tokio::time::timeout(timeout, written).await.is_err() {
+            tracing::error!(
+                timeout_secs = timeout.as_secs_f64(),
+                "store: writes still pending at exit were not written"
+            );
+        }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, LiveLogs<E>> {
+        // Inserts and removes only: consistent after any panic.
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self, write: Write) {
+        // The writer lives as long as the runtime; a send fails only at exit.
+        let _ = self.writes.send(write);
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(|e| unavailable(&e))
+    }
+
+    async fn begin(&self, new: NewBatch) -> Result<Begun<E>, StoreError> {
+        let client = self.client().await?;
+        let inserted = client
+            .query_opt(
+                "INSERT INTO toolsched_batches (session_id, batch_id, request_id, digest) \
+                 VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (session_id, request_id) DO NOTHING RETURNING batch_id",
+                &[
+                    &new.session_id,
+                    &new.batch_id,
+                    &new.request_id,
+                    &new.digest.as_slice(),
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if inserted.is_none() {
+            // The request id is known: the same calls replay that batch.
+            let row = client
+                .query_one(
+                    "SELECT batch_id, digest FROM toolsched_batches \
+                     WHERE session_id = $1 AND request_id = $2",
+                    &[&new.session_id, &new.request_id],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            let batch_id: String = row.get(0);
+            let digest: Vec<u8> = row.get(1);
+            if digest != new.digest {
+                return Err(StoreError::RequestIdConflict {
+                    request_id: new.request_id.unwrap_or_default(),
+                    batch_id,
+                });
+            }
+            drop(client);
+            let log = self.load(&new.session_id, &batch_id).await?;
+            return Ok(Begun::Existing { batch_id, log });
+        }
+        drop(client);
+        let key = (new.session_id.clone(), new.batch_id.clone());
+        let begun = self.memory.begin_batch(new).await?;
+        if let Begun::New(writer) = &begun {
+            self.live().insert(key, writer.log().clone());
+        }
+        Ok(begun)
+    }
+
+    /// A retained batch's log: this process's live one, or read back.
+    async fn load(&self, session_id: &str, batch_id: &str) -> Result<Arc<BatchLog<E>>, StoreError> {
+        if let Ok(log) = self.memory.batch(session_id, batch_id).await {
+            return Ok(log);
+        }
+        let unknown = || StoreError::UnknownBatch {
+            session_id: session_id.to_string(),
+            batch_id: batch_id.to_string(),
+            retention: self.retention.completed_for,
+        };
+        let client = self.client().await?;
+        let retention_secs = self.retention.completed_for.as_secs_f64();
+        let found = client
+            .query_opt(
+                "SELECT completed_at IS NOT NULL FROM toolsched_batches \
+                 WHERE session_id = $1 AND batch_id = $2 \
+                 AND (completed_at IS NULL OR completed_at > now() - make_interval(secs => $3))",
+                &[&session_id, &batch_id, &retention_secs],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if found.is_none() {
+            return Err(unknown());
+        }
+        let rows = client
+            .query(
+                "SELECT sequence, at, body FROM toolsched_events \
+                 WHERE session_id = $1 AND batch_id = $2 ORDER BY sequence",
+                &[&session_id, &batch_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let mut entries = Vec::with_capacity(rows.len());
+        for (i, row) in rows.into_iter().enumerate() {
+            let sequence: i64 = row.get(0);
+            if sequence != i as i64 + 1 {
+                return Err(StoreError::Unavailable {
+                    reason: format!(
+                        "the recorded log of batch '{batch_id}' has a gap before sequence {sequence}"
+                    ),
+                });
+            }
+            entries.push(Entry {
+                sequence: sequence as u64,
+                at: row.get(1),
+                event: self.codec.decode(row.get(2)),
+            });
+        }
+        Ok(BatchLog::recorded(entries))
+    }
+
+    async fn executing(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        call_id: &str,
+    ) -> Result<(), StoreError> {
+        self.client()
+            .await?
+            .execute(
+                "INSERT INTO toolsched_executing (session_id, batch_id, call_id) \
+                 VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                &[&session_id, &batch_id, &call_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        self.memory
+            .record_executing(session_id, batch_id, call_id)
+            .await
+    }
+}
+
+impl<E: LogEvent> Store<E> for PostgresStore<E> {
+    fn begin_batch(&self, batch: NewBatch) -> StoreFuture<'_, Result<Begun<E>, StoreError>> {
+        Box::pin(self.begin(batch))
+    }
+
+    fn abandon_batch(&self, session_id: &str, batch_id: &str) {
+        self.memory.abandon_batch(session_id, batch_id);
+        self.live()
+            .remove(&(session_id.to_string(), batch_id.to_string()));
+        self.write(Write::Abandon {
+            session_id: session_id.to_string(),
+            batch_id: batch_id.to_string(),
+        });
+    }
+
+    fn batch<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<Arc<BatchLog<E>>, StoreError>> {
+        Box::pin(self.load(session_id, batch_id))
+    }
+
+    fn complete_batch(&self, session_id: &str, batch_id: &str, ended: Vec<EndedCall>) {
+        self.memory
+            .complete_batch(session_id, batch_id, ended.clone());
+        let Some(log) = self
+            .live()
+            .remove(&(session_id.to_string(), batch_id.to_string()))
+        else {
+            return;
+        };
+        let entries = log
+            .entries()
+            .iter()
+            .map(|e| (e.sequence as i64, e.at, self.codec.encode(e)))
+            .collect();
+        self.write(Write::Complete {
+            session_id: session_id.to_string(),
+            batch_id: batch_id.to_string(),
+            entries,
+            ended,
+        });
+    }
+
+    fn record_executing<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+        call_id: &'a str,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.executing(session_id, batch_id, call_id))
+    }
+
+    fn record_answer(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        call_id: &str,
+        correlation_id: &str,
+        answer: Answer,
+    ) -> AnswerRecord {
+        let record = self.memory.record_answer(
+            session_id,
+            batch_id,
+            call_id,
+            correlation_id,
+            answer.clone(),
+        );
+        if record == AnswerRecord::First {
+            self.write(Write::Answer {
+                session_id: session_id.to_string(),
+                batch_id: batch_id.to_string(),
+                call_id: call_id.to_string(),
+                correlation_id: correlation_id.to_string(),
+                answer,
+            });
+        }
+        record
+    }
+
+    fn answer(&self, session_id: &str, call_id: &str, correlation_id: &str) -> Option<Answer> {
+        self.memory.answer(session_id, call_id, correlation_id)
+    }
+
+    fn ended(&self, session_id: &str, call_id: &str) -> Option<&'static str> {
+        self.memory.ended(session_id, call_id)
+    }
+
+    fn retention(&self) -> Retention {
+        self.retention
+    }
+
+    fn reachable(&self) -> Option<watch::Receiver<bool>> {
+        Some(self.reachable.clone())
+    }
+}
+
+// === migrations ===
+
+async fn migrate(pool: &Pool) -> Result<(), PostgresError> {
+    let mut client = pool
+        .get()
+        .await
+        .map_err(|e| PostgresError::Connect { reason: reason(&e) })?;
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    let setup = |e: tokio_postgres::Error| PostgresError::Connect { reason: reason(&e) };
+    let tx = client.transaction().await.map_err(setup)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(setup)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS toolsched_migrations (\
+           version int PRIMARY KEY, name text NOT NULL, \
+           applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .await
+    .map_err(setup)?;
+    let found: i32 = tx
+        .query_one(
+            "SELECT coalesce(max(version), 0) FROM toolsched_migrations",
+            &[],
+        )
+        .await
+        .map_err(setup)?
+        .get(0);
+    if found > known {
+        return Err(PostgresError::NewerSchema { found, known });
+    }
+    for &(version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > found) {
+        let failed = |e: tokio_postgres::Error| PostgresError::Migration {
+            version,
+            name,
+            reason: reason(&e),
+        };
+        tx.batch_execute(sql).await.map_err(failed)?;
+        tx.execute(
+            "INSERT INTO toolsched_migrations (version, name) VALUES ($1, $2)",
+            &[&version, &name],
+        )
+        .await
+        .map_err(failed)?;
+        tracing::info!(version, name, "store: schema migration applied");
+    }
+    tx.commit().await.map_err(setup)?;
+    Ok(())
+}
+
+// === background tasks ===
+
+async fn writer(pool: Pool, mut rx: mpsc::UnboundedReceiver<Write>, retention: Retention) {
+    let mut last_sweep = tokio::time::Instant::now();
+    while let Some(write) = rx.recv().await {
+        if let Write::Flush(done) = write {
+            let _ = done.send(());
+            continue;
+        }
+        loop {
+            match apply(&pool, &write).await {
+                Ok(()) => break,
+                Err(reason) => {
+                    tracing::warn!(%reason, "store: a write failed; retrying");
+                    tokio::time::sleep(RETRY_EVERY).await;
+                }
+            }
+        }
+        if last_sweep.elapsed() >= SWEEP_EVERY.min(retention.completed_for) {
+            last_sweep = tokio::time::Instant::now();
+            if let Err(reason) = sweep(&pool, retention).await {
+                tracing::warn!(%reason, "store: deleting expired batches failed");
+            }
+        }
+    }
+}
+
+async fn apply(pool: &Pool, write: &Write) -> Result<(), String> {
+    let mut client = pool.get().await.map_err(|e| reason(&e))?;
+    let err = |e: tokio_postgres::Error| reason(&e);
+    match write {
+        Write::Complete {
+            session_id,
+            batch_id,
+            entries,
+            ended,
+        } => {
+            let sequences: Vec<i64> = entries.iter().map(|e| e.0).collect();
+            let times: Vec<SystemTime> = entries.iter().map(|e| e.1).collect();
+            let bodies: Vec<&[u8]> = entries.iter().map(|e| e.2.as_slice()).collect();
+            let calls: Vec<&str> = ended.iter().map(|c| c.call_id.as_str()).collect();
+            let states: Vec<&str> = ended.iter().map(|c| c.state).collect();
+            let tx = client.transaction().await.map_err(err)?;
+            tx.execute(
+                "INSERT INTO toolsched_events (session_id, batch_id, sequence, at, body) \
+                 SELECT $1, $2, * FROM unnest($3::bigint[], $4::timestamptz[], $5::bytea[]) \
+                 ON CONFLICT DO NOTHING",
+                &[session_id, batch_id, &sequences, &times, &bodies],
+            )
+            .await
+            .map_err(err)?;
+            tx.execute(
+                "UPDATE toolsched_batches SET completed_at = now(), ended_calls = $3, \
+                 ended_states = $4 WHERE session_id = $1 AND batch_id = $2",
+                &[session_id, batch_id, &calls, &states],
+            )
+            .await
+            .map_err(err)?;
+            tx.commit().await.map_err(err)
+        }
+        Write::Answer {
+            session_id,
+            batch_id,
+            call_id,
+            correlation_id,
+            answer,
+        } => client
+            .execute(
+                "INSERT INTO toolsched_answers \
+                 (session_id, batch_id, call_id, correlation_id, outcome, new_content) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                &[
+                    session_id,
+                    batch_id,
+                    call_id,
+                    correlation_id,
+                    &answer.outcome,
+                    &answer.new_content,
+                ],
+            )
+            .await
+            .map(drop)
+            .map_err(err),
+        Write::Abandon {
+            session_id,
+            batch_id,
+        } => client
+            .execute(
+                "DELETE FROM toolsched_batches WHERE session_id = $1 AND batch_id = $2",
+                &[session_id, batch_id],
+            )
+            .await
+            .map(drop)
+            .map_err(err),
+        Write::Flush(_) => Ok(()),
+    }
+}
+
+async fn sweep(pool: &Pool, retention: Retention) -> Result<(), String> {
+    let client = pool.get().await.map_err(|e| reason(&e))?;
+    client
+        .execute(
+            "DELETE FROM toolsched_batches \
+             WHERE completed_at < now() - make_interval(secs => $1)",
+            &[&retention.completed_for.as_secs_f64()],
+        )
+        .await
+        .map(drop)
+        .map_err(|e| reason(&e))
+}
+
+async fn probe(pool: Pool, reachable: watch::Sender<bool>) {
+    let mut tick = tokio::time::interval(PROBE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let ok = tokio::time::timeout(CONNECT_TIMEOUT, async {
+            let client = pool.get().await.map_err(|e| reason(&e))?;
+            client
+                .simple_query("SELECT 1")
+                .await
+                .map(drop)
+                .map_err(|e| reason(&e))
+        })
+        .await
+        .unwrap_or_else(|_| Err("no answer within the connect timeout".into()));
+        let now = ok.is_ok();
+        if *reachable.borrow() != now {
+            match &ok {
+                Ok(()) => tracing::info!("store: reachable again"),
+                Err(reason) => tracing::error!(%reason, "store: unreachable"),
+            }
+        }
+        reachable.send_if_modified(|r| std::mem::replace(r, now) != now);
+        if reachable.is_closed() {
+            return;
+        }
+    }
+}
