@@ -159,11 +159,10 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Adds the bearer token to each request.
+type Auth = Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>;
 type Client = pb::tool_scheduler_client::ToolSchedulerClient<
-    tonic::service::interceptor::InterceptedService<
-        tonic::transport::Channel,
-        Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>,
-    >,
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Auth>,
 >;
 
 /// How long the client keeps trying to re-attach after its connection
@@ -183,9 +182,7 @@ async fn connect(args: &CallArgs) -> anyhow::Result<Client> {
             )
         })?;
     let token = args.auth_token.clone();
-    let auth: Box<
-        dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send,
-    > = Box::new(move |mut req: tonic::Request<()>| {
+    let auth: Auth = Box::new(move |mut req: tonic::Request<()>| {
         if let Some(t) = &token {
             let value = format!("Bearer {t}")
                 .parse()

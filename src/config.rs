@@ -531,6 +531,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn grace_and_retention_from_the_file_and_the_flag_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "disconnect_grace_secs = 30\nbatch_retention_secs = 60\nmax_retained_batches = 5\nmax_retained_bytes = 1000\nmax_disconnect_grace_secs = 90\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(file),
+            disconnect_grace_secs: Some(7),
+            ..ServeArgs::default()
+        };
+        let s = Settings::resolve(args).unwrap().scheduler;
+        assert_eq!(s.disconnect_grace, Duration::from_secs(7));
+        assert_eq!(s.max_disconnect_grace, Duration::from_secs(90));
+        assert_eq!(
+            s.retention,
+            crate::store::Retention {
+                completed_for: Duration::from_secs(60),
+                max_batches_per_session: 5,
+                max_bytes_per_session: 1000,
+            }
+        );
+        let defaults = Settings::resolve(ServeArgs::default()).unwrap().scheduler;
+        assert_eq!(defaults.disconnect_grace, Duration::ZERO);
+        assert_eq!(defaults.retention, crate::store::Retention::default());
+    }
+
+    #[test]
     fn flags_beat_file_and_non_loopback_needs_auth() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("c.toml");

@@ -126,3 +126,43 @@ fn grpcurl_lists_describes_and_schedules_from_reflection_alone() {
         "toolsched exited with {status} on SIGTERM"
     );
 }
+
+#[test]
+fn grpcurl_re_attaches_with_watch_batch_and_replays_a_request_id() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("hello.txt"), "hello\n").unwrap();
+    let bin = Binary::start(ws.path(), &[]);
+    let described = grpcurl(&bin.addr, &[], &["describe", "toolsched.v1.ToolScheduler"]);
+    assert!(
+        described.contains("rpc WatchBatch ( .toolsched.v1.WatchBatchRequest ) returns ( stream .toolsched.v1.ScheduleCallsResponse );"),
+        "{described}"
+    );
+    let request = r#"{"session_id":"g","request_id":"read-1","calls":[{"id":"c1","name":"read_file","args":{"file_path":"hello.txt"}}]}"#;
+    let schedule = || {
+        json_stream(&grpcurl(
+            &bin.addr,
+            &["-d", request],
+            &["toolsched.v1.ToolScheduler/ScheduleCalls"],
+        ))
+    };
+    let first = schedule();
+    let batch_id = first[0]["batchAccepted"]["batchId"]
+        .as_str()
+        .expect("batch id")
+        .to_string();
+    let watch = format!(r#"{{"session_id":"g","batch_id":"{batch_id}","after_sequence":4}}"#);
+    let tail = json_stream(&grpcurl(
+        &bin.addr,
+        &["-d", &watch],
+        &["toolsched.v1.ToolScheduler/WatchBatch"],
+    ));
+    assert_eq!(
+        tail,
+        first[4..],
+        "the events after sequence 4, as first sent"
+    );
+    let again = schedule();
+    assert_eq!(again[0]["batchAccepted"]["batchId"], batch_id.as_str());
+    assert_eq!(again[0]["batchAccepted"]["replayed"], true);
+    assert_eq!(again[1..], first[1..], "the same log");
+}

@@ -606,3 +606,59 @@ async fn a_client_that_stops_reading_does_not_grow_the_servers_memory() {
     let _ = server.child.kill();
     let _ = server.child.wait();
 }
+
+#[tokio::test]
+async fn a_long_request_id_or_a_grace_over_the_limit_is_refused_naming_it() {
+    let srv = TestServer::with_config(SchedulerConfig {
+        max_disconnect_grace: Duration::from_secs(10),
+        ..yolo()
+    })
+    .await;
+    let long = srv
+        .client
+        .clone()
+        .schedule_calls(with_request_id(
+            "s",
+            vec![shell("sh", "true")],
+            &"r".repeat(129),
+        ))
+        .await
+        .expect_err("a request id over 128 bytes");
+    assert_eq!(long.code(), tonic::Code::InvalidArgument);
+    assert!(
+        long.message()
+            .contains("request_id is 129 bytes; at most 128"),
+        "{}",
+        long.message()
+    );
+    let greedy = srv
+        .client
+        .clone()
+        .schedule_calls(pb::ScheduleCallsRequest {
+            request_id: "r-g".into(),
+            ..with_grace("s", vec![shell("sh", "true")], 11)
+        })
+        .await
+        .expect_err("a grace over the limit");
+    assert_eq!(greedy.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        greedy.message().contains("max_disconnect_grace_secs = 10"),
+        "{}",
+        greedy.message()
+    );
+    // The refused batch's request id was not kept: the same request with an
+    // allowed grace runs a new batch.
+    let ok = collect_seq(
+        srv.schedule_with(pb::ScheduleCallsRequest {
+            request_id: "r-g".into(),
+            ..with_grace("s", vec![shell("sh", "true")], 5)
+        })
+        .await,
+    )
+    .await;
+    match &ok[0].1 {
+        Event::BatchAccepted(a) => assert!(!a.replayed),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(terminal(&events(&ok), "sh"), State::Success(_)));
+}

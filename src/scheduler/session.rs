@@ -181,7 +181,7 @@ impl Session {
         } = internal;
         // One future for the session's life: re-created per message it would
         // register and deregister a waiter on the token each time.
-        let shutdown = token.cancelled_owned();
+        let shutdown = token.clone().cancelled_owned();
         tokio::pin!(shutdown);
         let mut shut_down = false;
         let mut session = Session {
@@ -241,6 +241,9 @@ impl Session {
             session.process();
             session.flush_events();
         }
+        // The hub is gone (retired us, or every Scheduler handle was
+        // dropped): nothing may keep running on our behalf.
+        token.cancel();
         tracing::debug!(session = %session.id, "session retired");
     }
 

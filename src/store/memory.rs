@@ -31,6 +31,8 @@ struct State<E: LogEvent> {
 struct SessionRecord<E: LogEvent> {
     /// In the order they began.
     batches: VecDeque<BatchRecord<E>>,
+    /// Sum of the completed batches' `bytes`.
+    completed_bytes: usize,
 }
 
 struct BatchRecord<E: LogEvent> {
@@ -40,6 +42,9 @@ struct BatchRecord<E: LogEvent> {
     log: Arc<BatchLog<E>>,
     /// When its last event was logged; `None` while it runs.
     completed: Option<Instant>,
+    /// Estimated log bytes, taken when it completed (a running batch's log
+    /// still grows; it is never dropped).
+    bytes: usize,
     ended: Vec<EndedCall>,
     /// (call id, correlation id) → the winning answer.
     answers: HashMap<(String, String), Answer>,
@@ -120,6 +125,7 @@ impl<E: LogEvent> MemoryStore<E> {
             .entry(new.session_id)
             .or_insert_with(|| SessionRecord {
                 batches: VecDeque::new(),
+                completed_bytes: 0,
             });
         session.expire(&self.retention, now);
         if let Some(request_id) = &new.request_id
@@ -147,6 +153,7 @@ impl<E: LogEvent> MemoryStore<E> {
             digest: new.digest,
             log,
             completed: None,
+            bytes: 0,
             ended: Vec::new(),
             answers: HashMap::new(),
             executing: Vec::new(),
@@ -159,33 +166,46 @@ impl<E: LogEvent> MemoryStore<E> {
 impl<E: LogEvent> SessionRecord<E> {
     /// Drops the completed batches past their retention time.
     fn expire(&mut self, retention: &Retention, now: Instant) {
+        let mut freed = 0;
         self.batches.retain(|b| {
-            b.completed
-                .is_none_or(|at| now.duration_since(at) < retention.completed_for)
+            let keep = b
+                .completed
+                .is_none_or(|at| now.duration_since(at) < retention.completed_for);
+            if !keep {
+                freed += b.bytes;
+            }
+            keep
         });
+        self.completed_bytes -= freed;
     }
 
     /// Drops the oldest completed batches while the session holds more than
-    /// its bounds, never the newest completed one.
+    /// its bounds, never the newest completed one. Within the bounds (the
+    /// usual case) this is two comparisons.
     fn bound(&mut self, retention: &Retention) {
-        let newest_completed = self
+        let over = |s: &Self| {
+            s.batches.len() > retention.max_batches_per_session
+                || s.completed_bytes > retention.max_bytes_per_session
+        };
+        if !over(self) {
+            return;
+        }
+        let newest = self
             .batches
             .iter()
-            .rposition(|b| b.completed.is_some())
-            .map(|i| self.batches[i].id.clone());
-        let mut bytes: usize = self.batches.iter().map(|b| b.log.bytes()).sum();
-        while self.batches.len() > retention.max_batches_per_session
-            || bytes > retention.max_bytes_per_session
-        {
+            .rev()
+            .find(|b| b.completed.is_some())
+            .map(|b| b.id.clone());
+        while over(self) {
             let Some(oldest) = self
                 .batches
                 .iter()
-                .position(|b| b.completed.is_some() && Some(&b.id) != newest_completed.as_ref())
+                .position(|b| b.completed.is_some() && Some(&b.id) != newest.as_ref())
             else {
                 return;
             };
             if let Some(gone) = self.batches.remove(oldest) {
-                bytes = bytes.saturating_sub(gone.log.bytes());
+                self.completed_bytes -= gone.bytes;
             }
         }
     }
@@ -202,8 +222,11 @@ impl<E: LogEvent> Store<E> for MemoryStore<E> {
 
     fn abandon_batch(&self, session_id: &str, batch_id: &str) {
         let mut state = self.lock();
-        if let Some(session) = state.sessions.get_mut(session_id) {
-            session.batches.retain(|b| b.id != batch_id);
+        if let Some(session) = state.sessions.get_mut(session_id)
+            && let Some(i) = session.batches.iter().position(|b| b.id == batch_id)
+            && let Some(gone) = session.batches.remove(i)
+        {
+            session.completed_bytes -= gone.bytes;
         }
     }
 
@@ -235,9 +258,13 @@ impl<E: LogEvent> Store<E> for MemoryStore<E> {
         let Some(session) = state.sessions.get_mut(session_id) else {
             return;
         };
-        if let Some(batch) = session.batches.iter_mut().find(|b| b.id == batch_id) {
+        if let Some(batch) = session.batches.iter_mut().find(|b| b.id == batch_id)
+            && batch.completed.is_none()
+        {
             batch.completed = Some(Instant::now());
+            batch.bytes = batch.log.bytes();
             batch.ended = ended;
+            session.completed_bytes += batch.bytes;
         }
         session.bound(&self.retention);
     }

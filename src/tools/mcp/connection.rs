@@ -149,6 +149,9 @@ impl ProgressRouter {
 
     /// Subscribes to `token`, first receiving what arrived before.
     pub fn subscribe(&self, token: ProgressToken) -> ProgressSubscription {
+        // Unbounded: routing runs on the transport's reader, which must not
+        // wait; the call's loop drains it as notifications arrive and the
+        // scheduler merges reports a lagging client has not read.
         let (tx, rx) = mpsc::unbounded_channel();
         let mut state = self.lock();
         let pending = std::mem::take(&mut state.pending);
@@ -431,6 +434,8 @@ impl Supervisor {
                     }
                 }
                 Some(()) = list_changed.recv() => {
+                        // One relist covers every notification queued so far.
+                        while list_changed.try_recv().is_ok() {}
                     if let Err(reason) = self.relist(restarts, &conn).await {
                         tracing::warn!(server = %name, %reason, "relisting tools failed");
                     }
@@ -475,6 +480,8 @@ impl Supervisor {
 /// Starts the server and runs the MCP handshake.
 async fn start(name: &str, config: &McpServerConfig) -> Result<Started, String> {
     let progress = ProgressRouter::default();
+    // Unbounded: a unit per notification, drained by the connection's task,
+    // which relists once for however many are queued.
     let (list_tx, list_rx) = mpsc::unbounded_channel();
     let handler = Handler {
         list_changed: list_tx,
