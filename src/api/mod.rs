@@ -7,6 +7,7 @@ pub mod convert;
 pub use convert::WireCodec;
 pub mod error;
 pub mod metrics;
+pub mod routing;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -53,7 +54,9 @@ impl ToolScheduler for Service {
         &self,
         request: Request<pb::ScheduleCallsRequest>,
     ) -> Result<Response<EventStream>, Status> {
-        let batch = BatchRequest::try_from(request.into_inner())?;
+        let (metadata, _, body) = request.into_parts();
+        let batch = BatchRequest::try_from(body)?;
+        routing::check(&metadata, &batch.session_id)?;
         let session = batch.session_id.clone();
         let stream = self
             .scheduler
@@ -72,7 +75,9 @@ impl ToolScheduler for Service {
         &self,
         request: Request<pb::WatchBatchRequest>,
     ) -> Result<Response<EventStream>, Status> {
-        let watch = WatchRequest::try_from(request.into_inner())?;
+        let (metadata, _, body) = request.into_parts();
+        let watch = WatchRequest::try_from(body)?;
+        routing::check(&metadata, &watch.session_id)?;
         let stream = self.scheduler.watch(watch).await.map_err(ApiError::from)?;
         let events = stream.map(|entry| Ok(convert::entry_to_pb(&entry, false)));
         Ok(Response::new(Box::pin(events)))
@@ -82,7 +87,9 @@ impl ToolScheduler for Service {
         &self,
         request: Request<pb::ConfirmRequest>,
     ) -> Result<Response<pb::ConfirmResponse>, Status> {
-        let confirm = ConfirmRequest::try_from(request.into_inner())?;
+        let (metadata, _, body) = request.into_parts();
+        let confirm = ConfirmRequest::try_from(body)?;
+        routing::check(&metadata, &confirm.session_id)?;
         let confirmed = self
             .scheduler
             .confirm(confirm)
@@ -95,7 +102,9 @@ impl ToolScheduler for Service {
         &self,
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelResponse>, Status> {
-        let cancel = CancelRequest::try_from(request.into_inner())?;
+        let (metadata, _, body) = request.into_parts();
+        let cancel = CancelRequest::try_from(body)?;
+        routing::check(&metadata, &cancel.session_id)?;
         let summary = self
             .scheduler
             .cancel(cancel)
