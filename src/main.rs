@@ -89,6 +89,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // After the drain: what the store writes behind goes in before exit.
     if let Some(store) = durable {
         store.flush(close).await;
+        store.release().await;
     }
     // After the drain: the last batches' spans are complete by now.
     telemetry.shutdown().await;

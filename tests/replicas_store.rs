@@ -150,7 +150,53 @@ async fn migrations_are_applied_once_by_replicas_starting_together() {
         .await
         .unwrap();
     let applied: Vec<(i32, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-    assert_eq!(applied, vec![(1, "batches".to_string())]);
+    assert_eq!(
+        applied,
+        vec![(1, "batches".to_string()), (2, "leases".to_string())]
+    );
+}
+
+#[tokio::test]
+async fn a_database_at_an_older_version_gets_only_the_newer_migrations() {
+    let url = fresh_database().await;
+    let db = sql(&url).await;
+    db.batch_execute(&format!(
+        "CREATE TABLE toolsched_migrations (version int PRIMARY KEY, name text NOT NULL, \
+         applied_at timestamptz NOT NULL DEFAULT now()); {} \
+         INSERT INTO toolsched_migrations (version, name) VALUES (1, 'batches'); \
+         INSERT INTO toolsched_batches (session_id, batch_id, digest) VALUES ('s', 'old', '')",
+        include_str!("../migrations/0001_batches.sql")
+    ))
+    .await
+    .unwrap();
+    let _store = toolsched::store::PostgresStore::<toolsched::scheduler::BatchEvent>::connect(
+        &url,
+        Default::default(),
+        std::sync::Arc::new(toolsched::api::WireCodec),
+    )
+    .await
+    .unwrap();
+    let versions: Vec<i32> = db
+        .query(
+            "SELECT version FROM toolsched_migrations ORDER BY version",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, vec![1, 2]);
+    // The batch recorded before the upgrade is kept, at epoch 0.
+    let epoch: i64 = db
+        .query_one(
+            "SELECT epoch FROM toolsched_batches WHERE batch_id = 'old'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(epoch, 0);
 }
 
 #[tokio::test]
@@ -174,7 +220,7 @@ async fn a_newer_schema_is_refused() {
     .expect("refused");
     assert_eq!(
         err.to_string(),
-        "the store's schema is at version 999, newer than this toolsched knows (1); run a newer toolsched"
+        "the store's schema is at version 999, newer than this toolsched knows (2); run a newer toolsched"
     );
 }
 

@@ -26,7 +26,9 @@ fn store_status(e: &StoreError, message: String) -> Status {
     match e {
         StoreError::RequestIdConflict { .. } => Status::already_exists(message),
         StoreError::UnknownBatch { .. } => Status::not_found(message),
-        StoreError::Unavailable { .. } => Status::unavailable(message),
+        StoreError::Unavailable { .. }
+        | StoreError::OwnedElsewhere { .. }
+        | StoreError::LeaseLost { .. } => Status::unavailable(message),
     }
 }
 

@@ -148,6 +148,22 @@ pub enum StoreError {
     /// The store cannot be reached (a durable store only).
     #[error("the store is unavailable: {reason}")]
     Unavailable { reason: String },
+    /// Another replica holds the session's lease (a durable store only).
+    #[error(
+        "session '{session_id}' is run by another replica ({owner}) for up to {} s more; retry (it is taken over once that replica stops renewing), or route by the x-toolsched-session header",
+        expires_in.as_secs()
+    )]
+    OwnedElsewhere {
+        session_id: String,
+        owner: String,
+        expires_in: Duration,
+    },
+    /// This replica's lease on the session expired and another replica took
+    /// it over: nothing more is written for it here (fencing).
+    #[error(
+        "this replica no longer owns session '{session_id}' (its lease passed to another replica)"
+    )]
+    LeaseLost { session_id: String },
 }
 
 /// The scheduler's view of durable state. `E` is what a batch's log holds.

@@ -35,11 +35,23 @@ use super::{
 /// The schema's versions, in order: (version, name, SQL). A database at a
 /// newer version than this binary knows is refused (an older binary must
 /// not write a schema it does not understand).
-const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "batches",
-    include_str!("../../migrations/0001_batches.sql"),
-)];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "batches",
+        include_str!("../../migrations/0001_batches.sql"),
+    ),
+    (
+        2,
+        "leases",
+        include_str!("../../migrations/0002_leases.sql"),
+    ),
+];
+
+/// How long a session's lease lasts unrenewed: a replica that died (or is
+/// paused, or cut off) holds its sessions at most this long; renewed every
+/// third of it while the session has a batch running here.
+pub const LEASE_TTL: Duration = Duration::from_secs(10);
 
 /// Key of the advisory lock migrations run under (any constant shared by
 /// every replica; "toolsche" in ASCII).
@@ -87,6 +99,7 @@ pub enum PostgresError {
 /// A write done behind the session, in order.
 enum Write {
     Complete {
+        fence: Fence,
         session_id: String,
         batch_id: String,
         /// Encoded already: (sequence, time, body).
@@ -108,6 +121,14 @@ enum Write {
     Flush(tokio::sync::oneshot::Sender<()>),
 }
 
+/// What a write is fenced by: the lease it was made under.
+#[derive(Debug, Clone)]
+struct Fence {
+    session_id: String,
+    owner: Arc<str>,
+    epoch: i64,
+}
+
 /// Live logs by (session id, batch id).
 type LiveLogs<E> = HashMap<(String, String), Arc<BatchLog<E>>>;
 
@@ -125,6 +146,11 @@ pub struct PostgresStore<E: LogEvent> {
     /// held in memory anyway until written.
     writes: mpsc::UnboundedSender<Write>,
     reachable: watch::Receiver<bool>,
+    /// This process's name in lease rows.
+    replica: Arc<str>,
+    lease_ttl: Duration,
+    /// The epoch this replica holds for each session it owns.
+    epochs: Mutex<HashMap<String, i64>>,
 }
 
 fn reason(e: &(dyn std::error::Error + 'static)) -> String {
@@ -155,6 +181,16 @@ impl<E: LogEvent> PostgresStore<E> {
         retention: Retention,
         codec: Arc<dyn EventCodec<E>>,
     ) -> Result<Arc<Self>, PostgresError> {
+        Self::connect_with_lease(url, retention, codec, LEASE_TTL).await
+    }
+
+    /// Like [`PostgresStore::connect`], with leases lasting `lease_ttl`.
+    pub async fn connect_with_lease(
+        url: &str,
+        retention: Retention,
+        codec: Arc<dyn EventCodec<E>>,
+        lease_ttl: Duration,
+    ) -> Result<Arc<Self>, PostgresError> {
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|e| PostgresError::Url { reason: reason(&e) })?;
         config.connect_timeout(CONNECT_TIMEOUT);
@@ -181,7 +217,7 @@ impl<E: LogEvent> PostgresStore<E> {
         let (reachable_tx, reachable) = watch::channel(true);
         tokio::spawn(writer(pool.clone(), rx, retention));
         tokio::spawn(probe(pool.clone(), reachable_tx));
-        Ok(Arc::new(Self {
+        let store = Arc::new(Self {
             memory: MemoryStore::new(retention),
             pool,
             codec,
@@ -189,7 +225,91 @@ impl<E: LogEvent> PostgresStore<E> {
             live: Mutex::new(HashMap::new()),
             writes,
             reachable,
-        }))
+            replica: uuid::Uuid::new_v4().to_string().into(),
+            lease_ttl,
+            epochs: Mutex::new(HashMap::new()),
+        });
+        tokio::spawn(renew(Arc::downgrade(&store)));
+        Ok(store)
+    }
+
+    /// This process's name in lease rows.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    /// Claims (or renews) the session's lease: free, expired, or already
+    /// this replica's. Taking it from another replica bumps the epoch.
+    async fn claim(
+        &self,
+        client: &deadpool_postgres::Object,
+        session_id: &str,
+    ) -> Result<i64, StoreError> {
+        let ttl = self.lease_ttl.as_secs_f64();
+        let claimed = client
+            .query_opt(
+                "INSERT INTO toolsched_leases AS l (session_id, owner, epoch, expires_at) \
+                 VALUES ($1, $2, 1, now() + make_interval(secs => $3)) \
+                 ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, \
+                   epoch = CASE WHEN l.owner = EXCLUDED.owner THEN l.epoch ELSE l.epoch + 1 END, \
+                   expires_at = EXCLUDED.expires_at, renewed_at = now() \
+                 WHERE l.owner = EXCLUDED.owner OR l.expires_at <= now() \
+                 RETURNING epoch",
+                &[&session_id, &&*self.replica, &ttl],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if let Some(row) = claimed {
+            let epoch: i64 = row.get(0);
+            self.epochs().insert(session_id.to_string(), epoch);
+            return Ok(epoch);
+        }
+        let row = client
+            .query_opt(
+                "SELECT owner, greatest(extract(epoch FROM expires_at - now()), 0)::float8 \
+                 FROM toolsched_leases WHERE session_id = $1",
+                &[&session_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let (owner, secs): (String, f64) =
+            row.map_or((String::new(), 0.0), |r| (r.get(0), r.get(1)));
+        Err(StoreError::OwnedElsewhere {
+            session_id: session_id.to_string(),
+            owner,
+            expires_in: Duration::from_secs_f64(secs.ceil()),
+        })
+    }
+
+    fn epochs(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        // Inserts and reads only: consistent after any panic.
+        self.epochs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fence(&self, session_id: &str) -> Fence {
+        Fence {
+            session_id: session_id.to_string(),
+            owner: self.replica.clone(),
+            epoch: self.epochs().get(session_id).copied().unwrap_or(0),
+        }
+    }
+
+    /// Lets go of every lease of this replica at once (shutting down: the
+    /// next request for its sessions takes them over without waiting for
+    /// expiry).
+    pub async fn release(&self) {
+        let Ok(client) = self.client().await else {
+            return;
+        };
+        if let Err(e) = client
+            .execute(
+                "UPDATE toolsched_leases SET expires_at = now() WHERE owner = $1",
+                &[&&*self.replica],
+            )
+            .await
+        {
+            tracing::warn!(reason = %reason(&e), "store: releasing leases failed; they expire");
+        }
     }
 
     /// Waits until every write queued so far is in the database, at most
@@ -222,16 +342,18 @@ impl<E: LogEvent> PostgresStore<E> {
 
     async fn begin(&self, new: NewBatch) -> Result<Begun<E>, StoreError> {
         let client = self.client().await?;
+        let epoch = self.claim(&client, &new.session_id).await?;
         let inserted = client
             .query_opt(
-                "INSERT INTO toolsched_batches (session_id, batch_id, request_id, digest) \
-                 VALUES ($1, $2, $3, $4) \
+                "INSERT INTO toolsched_batches (session_id, batch_id, request_id, digest, epoch) \
+                 VALUES ($1, $2, $3, $4, $5) \
                  ON CONFLICT (session_id, request_id) DO NOTHING RETURNING batch_id",
                 &[
                     &new.session_id,
                     &new.batch_id,
                     &new.request_id,
                     &new.digest.as_slice(),
+                    &epoch,
                 ],
             )
             .await
@@ -318,21 +440,44 @@ impl<E: LogEvent> PostgresStore<E> {
         Ok(BatchLog::recorded(entries))
     }
 
+    fn is_recorded_executing(&self, session_id: &str, batch_id: &str, call_id: &str) -> bool {
+        self.memory
+            .recorded_executing(session_id, batch_id)
+            .iter()
+            .any(|c| c == call_id)
+    }
+
     async fn executing(
         &self,
         session_id: &str,
         batch_id: &str,
         call_id: &str,
     ) -> Result<(), StoreError> {
-        self.client()
+        let fence = self.fence(session_id);
+        // Fenced: only under a lease this replica still holds, unexpired.
+        let written = self
+            .client()
             .await?
             .execute(
                 "INSERT INTO toolsched_executing (session_id, batch_id, call_id) \
-                 VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                &[&session_id, &batch_id, &call_id],
+                 SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM toolsched_leases \
+                   WHERE session_id = $1 AND owner = $4 AND epoch = $5 AND expires_at > now()) \
+                 ON CONFLICT DO NOTHING",
+                &[
+                    &session_id,
+                    &batch_id,
+                    &call_id,
+                    &&*fence.owner,
+                    &fence.epoch,
+                ],
             )
             .await
             .map_err(|e| unavailable(&e))?;
+        if written == 0 && !self.is_recorded_executing(session_id, batch_id, call_id) {
+            return Err(StoreError::LeaseLost {
+                session_id: session_id.to_string(),
+            });
+        }
         self.memory
             .record_executing(session_id, batch_id, call_id)
             .await
@@ -377,6 +522,7 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
             .map(|e| (e.sequence as i64, e.at, self.codec.encode(e)))
             .collect();
         self.write(Write::Complete {
+            fence: self.fence(session_id),
             session_id: session_id.to_string(),
             batch_id: batch_id.to_string(),
             entries,
@@ -519,6 +665,7 @@ async fn apply(pool: &Pool, write: &Write) -> Result<(), String> {
     let err = |e: tokio_postgres::Error| reason(&e);
     match write {
         Write::Complete {
+            fence,
             session_id,
             batch_id,
             entries,
@@ -530,6 +677,24 @@ async fn apply(pool: &Pool, write: &Write) -> Result<(), String> {
             let calls: Vec<&str> = ended.iter().map(|c| c.call_id.as_str()).collect();
             let states: Vec<&str> = ended.iter().map(|c| c.state).collect();
             let tx = client.transaction().await.map_err(err)?;
+            // Fenced: a replica that lost the session writes nothing more
+            // of it (the owner and epoch it held must still be the lease's).
+            let held = tx
+                .query_opt(
+                    "SELECT 1 FROM toolsched_leases WHERE session_id = $1 AND owner = $2 \
+                     AND epoch = $3 FOR SHARE",
+                    &[&fence.session_id, &&*fence.owner, &fence.epoch],
+                )
+                .await
+                .map_err(err)?;
+            if held.is_none() {
+                tracing::warn!(
+                    session = %session_id,
+                    batch = %batch_id,
+                    "store: the session's lease passed to another replica; this batch's log is not written"
+                );
+                return Ok(());
+            }
             tx.execute(
                 "INSERT INTO toolsched_events (session_id, batch_id, sequence, at, body) \
                  SELECT $1, $2, * FROM unnest($3::bigint[], $4::timestamptz[], $5::bytea[]) \
@@ -596,6 +761,48 @@ async fn sweep(pool: &Pool, retention: Retention) -> Result<(), String> {
         .await
         .map(drop)
         .map_err(|e| reason(&e))
+}
+
+/// Renews the leases of the sessions with a batch running here, every
+/// third of the lease, until the store is dropped.
+async fn renew<E: LogEvent>(store: std::sync::Weak<PostgresStore<E>>) {
+    let every = store
+        .upgrade()
+        .map_or(LEASE_TTL, |s| s.lease_ttl / 3)
+        .max(Duration::from_millis(100));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(store) = store.upgrade() else {
+            return;
+        };
+        let sessions: Vec<String> = {
+            let live = store.live();
+            let mut s: Vec<String> = live.keys().map(|(session, _)| session.clone()).collect();
+            s.sort();
+            s.dedup();
+            s
+        };
+        if sessions.is_empty() {
+            continue;
+        }
+        let renewed = async {
+            let client = store.pool.get().await.map_err(|e| reason(&e))?;
+            client
+                .execute(
+                    "UPDATE toolsched_leases SET expires_at = now() + make_interval(secs => $3), \
+                     renewed_at = now() WHERE owner = $1 AND session_id = ANY($2)",
+                    &[&&*store.replica, &sessions, &store.lease_ttl.as_secs_f64()],
+                )
+                .await
+                .map_err(|e| reason(&e))
+        };
+        if let Err(reason) = renewed.await {
+            tracing::warn!(%reason, "store: renewing leases failed");
+        }
+    }
 }
 
 async fn probe(pool: Pool, reachable: watch::Sender<bool>) {
