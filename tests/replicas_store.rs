@@ -13,6 +13,9 @@ use support::{Binary, call, request};
 use tonic_health::pb::health_check_response::ServingStatus;
 use toolsched::api::pb;
 
+/// The service readiness probes check.
+const SERVICE: &str = "toolsched.v1.ToolScheduler";
+
 fn read(id: &str) -> pb::FunctionCall {
     call(id, "read_file", json!({"file_path": "notes.txt"}))
 }
@@ -279,7 +282,7 @@ async fn a_store_lost_later_is_not_serving_and_refuses_new_batches_until_back() 
     let workspace = tempfile::tempdir().unwrap();
     std::fs::write(workspace.path().join("notes.txt"), "kept\n").unwrap();
     let server = Binary::start(workspace.path(), &["--store", &relayed]);
-    wait_health(server.addr, ServingStatus::Serving).await;
+    wait_health(server.addr, SERVICE, ServingStatus::Serving).await;
     let mut c = client(server.addr).await;
     let before = messages(
         c.schedule_calls(request("s-lost", vec![read("r1")]))
@@ -290,7 +293,18 @@ async fn a_store_lost_later_is_not_serving_and_refuses_new_batches_until_back() 
     .await;
 
     relay.cut();
-    wait_health(server.addr, ServingStatus::NotServing).await;
+    wait_health(server.addr, SERVICE, ServingStatus::NotServing).await;
+    // The process as a whole stays SERVING (liveness): restarting it would
+    // not bring the store back.
+    let whole = replicas_support::health(server.addr)
+        .await
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(whole.status, ServingStatus::Serving as i32);
     let err = c
         .schedule_calls(request("s-lost", vec![read("r2")]))
         .await
@@ -303,7 +317,7 @@ async fn a_store_lost_later_is_not_serving_and_refuses_new_batches_until_back() 
     );
 
     relay.restore();
-    wait_health(server.addr, ServingStatus::Serving).await;
+    wait_health(server.addr, SERVICE, ServingStatus::Serving).await;
     let after = messages(
         c.schedule_calls(request("s-lost", vec![read("r3")]))
             .await

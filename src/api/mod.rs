@@ -307,7 +307,7 @@ pub async fn serve(
     Ok(())
 }
 
-/// Health follows a store that can be lost: NOT_SERVING while it cannot
+/// Health (`toolsched.v1.ToolScheduler`) follows a store that can be lost: NOT_SERVING while it cannot
 /// be reached (new batches fail UNAVAILABLE by themselves), SERVING when it
 /// is back, until the drain takes health over.
 fn follow_store(
@@ -330,7 +330,9 @@ fn follow_store(
             if draining.is_cancelled() {
                 return;
             }
-            health.set_service_status("", status).await;
+            // The named service only: readiness follows the store; ""
+            // (liveness) stays SERVING, as restarting a replica would not
+            // bring the store back.
             health
                 .set_service_status(<ToolSchedulerServer<Service> as NamedService>::NAME, status)
                 .await;

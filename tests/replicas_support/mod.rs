@@ -140,16 +140,18 @@ pub fn via(url: &str, relay: SocketAddr) -> (SocketAddr, String) {
     )
 }
 
-/// Waits (on the health Watch stream, not a timer) until `service` reports
+/// Waits (on the health Watch stream, not a timer) until `service` ("" is
+/// the server as a whole) reports
 /// `status`.
 pub async fn wait_health(
     addr: SocketAddr,
+    service: &str,
     status: tonic_health::pb::health_check_response::ServingStatus,
 ) {
     let mut health = health(addr).await;
     let mut watch = health
         .watch(tonic_health::pb::HealthCheckRequest {
-            service: String::new(),
+            service: service.into(),
         })
         .await
         .expect("health watch")
