@@ -50,10 +50,10 @@ fn make_repo(root: &std::path::Path, (dirs, files): (usize, usize)) {
 async fn measure(level: SandboxLevel, runs: usize) -> Vec<Duration> {
     let config = SchedulerConfig {
         default_mode: ApprovalMode::Yolo,
-        sandbox: Arc::new(Sandbox::new(SandboxConfig {
+        sandbox: SandboxConfig {
             level,
             ..SandboxConfig::default()
-        })),
+        },
         ..SchedulerConfig::default()
     };
     let srv = TestServer::with_config(config).await;

@@ -1,6 +1,14 @@
 //! Settings from flags, environment variables (`TOOLSCHED_<FLAG>`) and a TOML
 //! file: flags beat the environment, which beats the file, which beats the
 //! built-in defaults.
+//!
+//! Every setting is declared once, in the [`settings!`] list below: its
+//! flag, environment variable, file key (the same snake_case name) and
+//! default. clap reads flags and environment into a [`ServeArgs`], serde
+//! reads the file into another, and one generic step ([`ServeArgs::over`])
+//! layers them before the defaults fill what is left. What the kernel can
+//! enforce is not configuration: the sandbox is probed once, when the
+//! scheduler is built (`crate::build_scheduler`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -12,12 +20,13 @@ use serde::Deserialize;
 
 use crate::api::ServerOptions;
 use crate::policy::ApprovalMode;
-use crate::sandbox::{OutputLimits, ResourceLimits, Sandbox, SandboxConfig, SandboxLevel};
+use crate::sandbox::{OutputLimits, ResourceLimits, SandboxConfig, SandboxLevel};
 use crate::scheduler::SchedulerConfig;
 use crate::tools::mcp::McpServerConfig;
 
 /// Default listen address: loopback only, so a fresh start exposes nothing.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 50051);
 
 /// toolsched: schedules, approves and executes the tool calls of LLM agents
 /// over gRPC.
@@ -71,146 +80,208 @@ pub struct CallArgs {
     pub calls: Vec<String>,
 }
 
-/// Flags of `serve`. Every one also reads `TOOLSCHED_<NAME>`.
-#[derive(Debug, Clone, Default, Args)]
-pub struct ServeArgs {
+/// Declares every setting once: `name: Type = default` (or without a
+/// default: unset means off). It makes
+/// - [`ServeArgs`]: one `Option` per setting, read by clap (flags and
+///   environment) and by serde (the file, unknown keys rejected);
+/// - [`ServeArgs::over`]: one layer over another, setting by setting;
+/// - `Values`: the merged settings with the defaults filled in.
+macro_rules! settings {
+    (@type $ty:ty) => { Option<$ty> };
+    (@type $ty:ty, $default:expr) => { $ty };
+    (@value $v:expr) => { $v };
+    (@value $v:expr, $default:expr) => { $v.unwrap_or_else(|| $default) };
+    ($( $(#[$attr:meta])* $name:ident : $ty:ty $(= $default:expr)? ),* $(,)?) => {
+        /// Flags of `serve`, and keys of its config file: every setting
+        /// optional (unset falls through to the next layer). Every flag also
+        /// reads `TOOLSCHED_<NAME>`.
+        #[derive(Debug, Clone, Default, Args, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct ServeArgs {
+            $( $(#[$attr])* pub $name: Option<$ty>, )*
+        }
+
+        impl ServeArgs {
+            /// `self` over `lower`: each setting `self` leaves unset comes
+            /// from `lower`.
+            pub fn over(self, lower: ServeArgs) -> ServeArgs {
+                ServeArgs { $( $name: self.$name.or(lower.$name), )* }
+            }
+
+            /// The defaults under what is set.
+            fn values(self) -> Values {
+                Values { $( $name: settings!(@value self.$name $(, $default)?), )* }
+            }
+        }
+
+        /// Every setting merged, the defaults filled in.
+        struct Values {
+            $( $name: settings!(@type $ty $(, $default)?), )*
+        }
+    };
+}
+
+settings! {
     /// Address to listen on [default: 127.0.0.1:50051]. A non-loopback address
     /// needs --auth-token (or --insecure-no-auth).
     #[arg(long, env = "TOOLSCHED_LISTEN")]
-    pub listen: Option<SocketAddr>,
+    listen: SocketAddr = DEFAULT_LISTEN,
     /// Workspace root: tools act inside it only [default: current directory].
     #[arg(long, env = "TOOLSCHED_WORKSPACE")]
-    pub workspace: Option<PathBuf>,
+    workspace: PathBuf = PathBuf::from("."),
     /// TOML config file with the same keys as these flags (snake_case).
     #[arg(long, env = "TOOLSCHED_CONFIG")]
-    pub config: Option<PathBuf>,
+    #[serde(skip)]
+    config: PathBuf,
     /// Approval mode of new sessions: default, auto_edit, yolo, plan.
     #[arg(long, env = "TOOLSCHED_APPROVAL_MODE")]
-    pub approval_mode: Option<ApprovalMode>,
+    approval_mode: ApprovalMode = SchedulerConfig::default().default_mode,
     /// Policy rules (TOML) over the built-in defaults; reloaded on change
     /// and on SIGHUP [default: built-in policy only].
     #[arg(long, env = "TOOLSCHED_POLICY_FILE")]
-    pub policy_file: Option<PathBuf>,
+    policy_file: PathBuf,
     /// Seconds an approval prompt waits before the call is cancelled; 0 = wait
     /// forever [default: 600].
     #[arg(long, env = "TOOLSCHED_CONFIRMATION_TIMEOUT_SECS")]
-    pub confirmation_timeout_secs: Option<u64>,
+    confirmation_timeout_secs: u64 = SchedulerConfig::default()
+        .confirmation_timeout
+        .map_or(0, |d| d.as_secs()),
     /// Longest a call may execute, in seconds [default: 300].
     #[arg(long, env = "TOOLSCHED_EXECUTION_TIMEOUT_SECS")]
-    pub execution_timeout_secs: Option<u64>,
+    execution_timeout_secs: u64 = SchedulerConfig::default().execution_timeout.as_secs(),
     /// Bytes of a command's output kept (head and tail) [default: 1048576].
     #[arg(long, env = "TOOLSCHED_OUTPUT_CAP_BYTES")]
-    pub output_cap_bytes: Option<usize>,
+    output_cap_bytes: usize = SchedulerConfig::default().output.max_bytes,
     /// Calls in one batch [default: 128].
     #[arg(long, env = "TOOLSCHED_MAX_CALLS_PER_BATCH")]
-    pub max_calls_per_batch: Option<usize>,
-    /// Live sessions [default: 100000].
+    max_calls_per_batch: usize = SchedulerConfig::default().max_calls_per_batch,
+    /// Live sessions; at the cap a new one evicts the least recently used
+    /// idle session (one with no open stream) [default: 10000].
     #[arg(long, env = "TOOLSCHED_MAX_SESSIONS")]
-    pub max_sessions: Option<usize>,
-    /// Seconds an idle session is kept (mode, rules, topic) [default: 3600].
+    max_sessions: usize = SchedulerConfig::default().max_sessions,
+    /// Seconds an idle session is kept (mode, rules, topic) [default: 1800].
     #[arg(long, env = "TOOLSCHED_SESSION_IDLE_TTL_SECS")]
-    pub session_idle_ttl_secs: Option<u64>,
+    session_idle_ttl_secs: u64 = SchedulerConfig::default().session_idle_ttl.as_secs(),
     /// HTTP/2 streams per connection [default: 1024].
     #[arg(long, env = "TOOLSCHED_MAX_CONCURRENT_STREAMS")]
-    pub max_concurrent_streams: Option<u32>,
+    max_concurrent_streams: u32 = ServerOptions::default().max_concurrent_streams,
     /// Largest request message in bytes [default: 4194304].
     #[arg(long, env = "TOOLSCHED_MAX_REQUEST_BYTES")]
-    pub max_request_bytes: Option<usize>,
+    max_request_bytes: usize = ServerOptions::default().max_request_bytes,
+    /// Largest message sent, in bytes: an event over it has its largest
+    /// strings cut, with a note (a default gRPC client receives at most
+    /// 4 MiB) [default: 4194304].
+    #[arg(long, env = "TOOLSCHED_MAX_EVENT_BYTES")]
+    max_event_bytes: usize = ServerOptions::default().max_event_bytes,
+    /// Seconds without anything from a client before the server pings its
+    /// connection (HTTP/2 PING) [default: 30].
+    #[arg(long, env = "TOOLSCHED_HTTP2_KEEPALIVE_INTERVAL_SECS")]
+    http2_keepalive_interval_secs: u64 = ServerOptions::default().http2_keepalive_interval.as_secs(),
+    /// Seconds a ping may go unanswered before the connection is closed and
+    /// its batches are cancelled as disconnected [default: 20].
+    #[arg(long, env = "TOOLSCHED_HTTP2_KEEPALIVE_TIMEOUT_SECS")]
+    http2_keepalive_timeout_secs: u64 = ServerOptions::default().http2_keepalive_timeout.as_secs(),
     /// Seconds running batches get after SIGTERM before they are cancelled
     /// [default: 10].
     #[arg(long, env = "TOOLSCHED_SHUTDOWN_GRACE_SECS")]
-    pub shutdown_grace_secs: Option<u64>,
+    shutdown_grace_secs: u64 = ServerOptions::default().shutdown_grace.as_secs(),
     /// After the grace, seconds streams and connections get to close before
     /// they are dropped (a client not reading, an open health Watch)
     /// [default: 5].
     #[arg(long, env = "TOOLSCHED_SHUTDOWN_CLOSE_SECS")]
-    pub shutdown_close_secs: Option<u64>,
+    shutdown_close_secs: u64 = ServerOptions::default().shutdown_close.as_secs(),
     // -- batches that outlive their connection (issue 13) --
     /// Seconds a batch runs on after its last stream went away, when its
     /// request sets no disconnect_grace_secs; 0 cancels it at once
     /// [default: 0].
     #[arg(long, env = "TOOLSCHED_DISCONNECT_GRACE_SECS")]
-    pub disconnect_grace_secs: Option<u64>,
+    disconnect_grace_secs: u64 = SchedulerConfig::default().disconnect_grace.as_secs(),
     /// Longest disconnect grace a request may ask for, in seconds: a
     /// detached batch holds its processes that long [default: 600].
     #[arg(long, env = "TOOLSCHED_MAX_DISCONNECT_GRACE_SECS")]
-    pub max_disconnect_grace_secs: Option<u64>,
+    max_disconnect_grace_secs: u64 = SchedulerConfig::default().max_disconnect_grace.as_secs(),
     /// Seconds a completed batch stays watchable and its request_id
     /// replayable [default: 300].
     #[arg(long, env = "TOOLSCHED_BATCH_RETENTION_SECS")]
-    pub batch_retention_secs: Option<u64>,
+    batch_retention_secs: u64 = crate::store::Retention::default().completed_for.as_secs(),
     /// Batches retained per session, oldest completed dropped first
     /// [default: 64].
     #[arg(long, env = "TOOLSCHED_MAX_RETAINED_BATCHES")]
-    pub max_retained_batches: Option<usize>,
+    max_retained_batches: usize = crate::store::Retention::default().max_batches_per_session,
     /// Estimated log bytes retained per session, oldest completed batch
     /// dropped first [default: 67108864].
     #[arg(long, env = "TOOLSCHED_MAX_RETAINED_BYTES")]
-    pub max_retained_bytes: Option<usize>,
+    max_retained_bytes: usize = crate::store::Retention::default().max_bytes_per_session,
     /// Where batches, logs, request ids and answers are kept: `memory`
     /// (this process) or a PostgreSQL URL `postgres://…` (restarts and
     /// replicas) [default: memory].
     #[arg(long, env = "TOOLSCHED_STORE", hide_env_values = true)]
-    pub store: Option<String>,
+    store: String,
     /// Bearer token every ToolScheduler RPC must carry.
     #[arg(long, env = "TOOLSCHED_AUTH_TOKEN", hide_env_values = true)]
-    pub auth_token: Option<String>,
+    auth_token: String,
     /// Allow a non-loopback listen address without authentication.
-    #[arg(long, env = "TOOLSCHED_INSECURE_NO_AUTH")]
-    pub insecure_no_auth: bool,
+    #[arg(long, env = "TOOLSCHED_INSECURE_NO_AUTH", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    insecure_no_auth: bool = false,
     /// Log format: text or json [default: text].
     #[arg(long, env = "TOOLSCHED_LOG_FORMAT")]
-    pub log_format: Option<LogFormat>,
+    log_format: LogFormat = LogFormat::Text,
     /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
     #[arg(long, env = "TOOLSCHED_METRICS_LISTEN")]
-    pub metrics_listen: Option<SocketAddr>,
+    metrics_listen: SocketAddr,
     /// Export traces over OTLP/gRPC to this collector, e.g.
     /// http://127.0.0.1:4317 [default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
     /// OTEL_EXPORTER_OTLP_ENDPOINT; off when none is set].
     #[arg(long, env = "TOOLSCHED_OTLP_ENDPOINT")]
-    pub otlp_endpoint: Option<String>,
+    otlp_endpoint: String,
     /// Do all file I/O of tools on the blocking thread pool, small reads
     /// included (for a workspace on a network filesystem, where an open can
     /// stall) [default: files up to 64 KiB are read inline].
-    #[arg(long, env = "TOOLSCHED_BLOCKING_FILE_IO")]
-    pub blocking_file_io: bool,
+    #[arg(long, env = "TOOLSCHED_BLOCKING_FILE_IO", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    blocking_file_io: bool = false,
+    /// `[mcp_servers.<name>]` tables: MCP servers whose tools are registered
+    /// as `mcp_<name>_<tool>` (file only: no flag).
+    #[arg(skip)]
+    mcp_servers: BTreeMap<String, McpServerConfig> = BTreeMap::new(),
     /// What commands may do: read_only, workspace_write, workspace_write_network,
     /// none (no Landlock/seccomp; only where a pod or VM is the boundary)
     /// [default: workspace_write].
     #[arg(long, env = "TOOLSCHED_SANDBOX_LEVEL")]
-    pub sandbox_level: Option<SandboxLevel>,
+    sandbox_level: SandboxLevel = SandboxLevel::default(),
     /// Start even when the kernel cannot enforce the sandbox level (commands
     /// then run with what it does enforce; the gap is logged and reported).
-    #[arg(long, env = "TOOLSCHED_SANDBOX_ALLOW_WEAKER")]
-    pub sandbox_allow_weaker: bool,
+    #[arg(long, env = "TOOLSCHED_SANDBOX_ALLOW_WEAKER", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    sandbox_allow_weaker: bool = false,
     /// CPU seconds per command (RLIMIT_CPU) [default: 300].
     #[arg(long, env = "TOOLSCHED_SANDBOX_CPU_SECS")]
-    pub sandbox_cpu_secs: Option<u64>,
+    sandbox_cpu_secs: u64 = ResourceLimits::default().cpu_secs,
     /// Address space per command process in bytes (RLIMIT_AS) [default: 8 GiB].
     #[arg(long, env = "TOOLSCHED_SANDBOX_ADDRESS_SPACE_BYTES")]
-    pub sandbox_address_space_bytes: Option<u64>,
+    sandbox_address_space_bytes: u64 = ResourceLimits::default().address_space_bytes,
     /// Largest file a command may write, in bytes (RLIMIT_FSIZE) [default: 4 GiB].
     #[arg(long, env = "TOOLSCHED_SANDBOX_FILE_SIZE_BYTES")]
-    pub sandbox_file_size_bytes: Option<u64>,
+    sandbox_file_size_bytes: u64 = ResourceLimits::default().file_size_bytes,
     /// Processes per command (pids cgroup where delegated, and RLIMIT_NPROC)
     /// [default: 512].
     #[arg(long, env = "TOOLSCHED_SANDBOX_MAX_PROCESSES")]
-    pub sandbox_max_processes: Option<u64>,
+    sandbox_max_processes: u64 = ResourceLimits::default().processes,
     /// Open files per command process (RLIMIT_NOFILE) [default: 4096].
     #[arg(long, env = "TOOLSCHED_SANDBOX_OPEN_FILES")]
-    pub sandbox_open_files: Option<u64>,
+    sandbox_open_files: u64 = ResourceLimits::default().open_files,
     /// The toolsched binary to run as the sandbox worker [default: this one].
     #[arg(long, env = "TOOLSCHED_SANDBOX_WORKER_EXE")]
-    pub sandbox_worker_exe: Option<PathBuf>,
+    sandbox_worker_exe: PathBuf,
     /// Directories commands may read and execute besides the system ones,
     /// e.g. toolchains under a home directory (repeat the flag, or separate
     /// with ':' in the environment variable).
-    #[arg(
-        long,
-        env = "TOOLSCHED_SANDBOX_EXTRA_READ_PATHS",
-        value_delimiter = ':'
-    )]
-    pub sandbox_extra_read_paths: Vec<PathBuf>,
+    #[arg(long, env = "TOOLSCHED_SANDBOX_EXTRA_READ_PATHS", value_delimiter = ':')]
+    sandbox_extra_read_paths: Vec<PathBuf> = Vec::new(),
 }
 
 /// Log output format.
@@ -219,51 +290,6 @@ pub struct ServeArgs {
 pub enum LogFormat {
     Text,
     Json,
-}
-
-/// The TOML file: every key optional, unknown keys rejected.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    listen: Option<SocketAddr>,
-    workspace: Option<PathBuf>,
-    approval_mode: Option<ApprovalMode>,
-    policy_file: Option<PathBuf>,
-    confirmation_timeout_secs: Option<u64>,
-    execution_timeout_secs: Option<u64>,
-    output_cap_bytes: Option<usize>,
-    max_calls_per_batch: Option<usize>,
-    max_sessions: Option<usize>,
-    session_idle_ttl_secs: Option<u64>,
-    max_concurrent_streams: Option<u32>,
-    max_request_bytes: Option<usize>,
-    shutdown_grace_secs: Option<u64>,
-    shutdown_close_secs: Option<u64>,
-    disconnect_grace_secs: Option<u64>,
-    max_disconnect_grace_secs: Option<u64>,
-    batch_retention_secs: Option<u64>,
-    max_retained_batches: Option<usize>,
-    max_retained_bytes: Option<usize>,
-    store: Option<String>,
-    auth_token: Option<String>,
-    blocking_file_io: Option<bool>,
-    insecure_no_auth: Option<bool>,
-    log_format: Option<LogFormat>,
-    metrics_listen: Option<SocketAddr>,
-    otlp_endpoint: Option<String>,
-    /// `[mcp_servers.<name>]` tables: MCP servers whose tools are registered
-    /// as `mcp_<name>_<tool>` (file only: no flag).
-    #[serde(default)]
-    mcp_servers: BTreeMap<String, McpServerConfig>,
-    sandbox_level: Option<SandboxLevel>,
-    sandbox_allow_weaker: Option<bool>,
-    sandbox_cpu_secs: Option<u64>,
-    sandbox_address_space_bytes: Option<u64>,
-    sandbox_file_size_bytes: Option<u64>,
-    sandbox_max_processes: Option<u64>,
-    sandbox_open_files: Option<u64>,
-    sandbox_worker_exe: Option<PathBuf>,
-    sandbox_extra_read_paths: Option<Vec<PathBuf>>,
 }
 
 /// Why the settings are unusable.
@@ -286,7 +312,20 @@ pub enum ConfigError {
     McpServer { name: String, message: String },
     #[error("store '{prefix}…' is neither 'memory' nor a postgres:// URL")]
     Store { prefix: String },
+    #[error(
+        "output_cap_bytes = {output_cap} does not fit in one event: at most max_event_bytes - {headroom} = {limit} (raise max_event_bytes too, for clients that receive larger messages)"
+    )]
+    OutputCapOverEvent {
+        output_cap: usize,
+        headroom: usize,
+        limit: usize,
+    },
 }
+
+/// Room an event needs besides a call's output (the command, the
+/// directory, ids, the structured result): `output_cap_bytes` may be at
+/// most `max_event_bytes` minus this.
+pub const EVENT_HEADROOM_BYTES: usize = 256 * 1024;
 
 /// The resolved settings.
 #[derive(Debug, Clone)]
@@ -310,151 +349,51 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Merges flags/environment (already in `args`) over the file over the
-    /// defaults, and checks the result.
+    /// Layers flags and environment (already in `args`) over the file over
+    /// the defaults, and checks the result.
     pub fn resolve(args: ServeArgs) -> Result<Self, ConfigError> {
         let file = match &args.config {
             Some(path) => read_file(path)?,
-            None => FileConfig::default(),
+            None => ServeArgs::default(),
         };
-        let defaults = SchedulerConfig::default();
-        let server_defaults = ServerOptions::default();
-        let listen = args
-            .listen
-            .or(file.listen)
-            .unwrap_or_else(|| DEFAULT_LISTEN.parse().unwrap_or_else(|_| unreachable!()));
-        let auth_token = args
-            .auth_token
-            .or(file.auth_token)
-            .filter(|t| !t.is_empty());
-        let insecure = args.insecure_no_auth || file.insecure_no_auth.unwrap_or(false);
-        if !listen.ip().is_loopback() && auth_token.is_none() && !insecure {
-            return Err(ConfigError::NeedsAuth { addr: listen });
+        let v = args.over(file).values();
+        let auth_token = v.auth_token.filter(|t| !t.is_empty());
+        if !v.listen.ip().is_loopback() && auth_token.is_none() && !v.insecure_no_auth {
+            return Err(ConfigError::NeedsAuth { addr: v.listen });
         }
-        let secs = |v: Option<u64>| v.map(Duration::from_secs);
-        let confirmation_timeout = match args
-            .confirmation_timeout_secs
-            .or(file.confirmation_timeout_secs)
-        {
-            Some(0) => None,
-            Some(s) => Some(Duration::from_secs(s)),
-            None => defaults.confirmation_timeout,
-        };
-        let output_cap = args
-            .output_cap_bytes
-            .or(file.output_cap_bytes)
-            .unwrap_or(defaults.output.max_bytes);
-        let limit_defaults = ResourceLimits::default();
-        let limits = ResourceLimits {
-            cpu_secs: args
-                .sandbox_cpu_secs
-                .or(file.sandbox_cpu_secs)
-                .unwrap_or(limit_defaults.cpu_secs),
-            address_space_bytes: args
-                .sandbox_address_space_bytes
-                .or(file.sandbox_address_space_bytes)
-                .unwrap_or(limit_defaults.address_space_bytes),
-            file_size_bytes: args
-                .sandbox_file_size_bytes
-                .or(file.sandbox_file_size_bytes)
-                .unwrap_or(limit_defaults.file_size_bytes),
-            processes: args
-                .sandbox_max_processes
-                .or(file.sandbox_max_processes)
-                .unwrap_or(limit_defaults.processes),
-            open_files: args
-                .sandbox_open_files
-                .or(file.sandbox_open_files)
-                .unwrap_or(limit_defaults.open_files),
-        };
-        // The service's own config is never writable by a command (it
-        // could grant itself more on the next start) nor readable outside
-        // the workspace (it may hold the auth token).
-        let protected_paths = args
-            .config
-            .iter()
-            .filter_map(|p| std::fs::canonicalize(p).ok())
-            .collect();
-        let sandbox = SandboxConfig {
-            level: args
-                .sandbox_level
-                .or(file.sandbox_level)
-                .unwrap_or_default(),
-            allow_weaker: args.sandbox_allow_weaker || file.sandbox_allow_weaker.unwrap_or(false),
-            limits,
-            worker_exe: args.sandbox_worker_exe.or(file.sandbox_worker_exe),
-            protected_paths,
-            extra_read_paths: if args.sandbox_extra_read_paths.is_empty() {
-                file.sandbox_extra_read_paths.unwrap_or_default()
-            } else {
-                args.sandbox_extra_read_paths
-            },
-        };
-        let scheduler = SchedulerConfig {
-            default_mode: args
-                .approval_mode
-                .or(file.approval_mode)
-                .unwrap_or(defaults.default_mode),
-            confirmation_timeout,
-            execution_timeout: secs(args.execution_timeout_secs.or(file.execution_timeout_secs))
-                .unwrap_or(defaults.execution_timeout),
-            output: OutputLimits {
-                max_bytes: output_cap,
-                max_streamed_bytes: output_cap,
-            },
-            max_calls_per_batch: args
-                .max_calls_per_batch
-                .or(file.max_calls_per_batch)
-                .unwrap_or(defaults.max_calls_per_batch),
-            max_sessions: args
-                .max_sessions
-                .or(file.max_sessions)
-                .unwrap_or(defaults.max_sessions),
-            session_idle_ttl: secs(args.session_idle_ttl_secs.or(file.session_idle_ttl_secs))
-                .unwrap_or(defaults.session_idle_ttl),
-            sandbox: std::sync::Arc::new(Sandbox::new(sandbox)),
-            blocking_file_io: args.blocking_file_io || file.blocking_file_io.unwrap_or(false),
-            disconnect_grace: secs(args.disconnect_grace_secs.or(file.disconnect_grace_secs))
-                .unwrap_or(defaults.disconnect_grace),
-            max_disconnect_grace: secs(
-                args.max_disconnect_grace_secs
-                    .or(file.max_disconnect_grace_secs),
-            )
-            .unwrap_or(defaults.max_disconnect_grace),
-            retention: crate::store::Retention {
-                completed_for: secs(args.batch_retention_secs.or(file.batch_retention_secs))
-                    .unwrap_or(defaults.retention.completed_for),
-                max_batches_per_session: args
-                    .max_retained_batches
-                    .or(file.max_retained_batches)
-                    .unwrap_or(defaults.retention.max_batches_per_session),
-                max_bytes_per_session: args
-                    .max_retained_bytes
-                    .or(file.max_retained_bytes)
-                    .unwrap_or(defaults.retention.max_bytes_per_session),
-            },
-            // Connected in main (from `store_url`): connecting is async.
-            store: None,
-        };
         for (field, value) in [
+            ("execution_timeout_secs", v.execution_timeout_secs),
+            ("output_cap_bytes", v.output_cap_bytes as u64),
+            ("max_calls_per_batch", v.max_calls_per_batch as u64),
+            ("max_sessions", v.max_sessions as u64),
+            ("max_event_bytes", v.max_event_bytes as u64),
             (
-                "execution_timeout_secs",
-                scheduler.execution_timeout.as_secs(),
+                "http2_keepalive_interval_secs",
+                v.http2_keepalive_interval_secs,
             ),
-            ("output_cap_bytes", output_cap as u64),
-            ("max_calls_per_batch", scheduler.max_calls_per_batch as u64),
-            ("max_sessions", scheduler.max_sessions as u64),
-            ("sandbox_cpu_secs", limits.cpu_secs),
-            ("sandbox_address_space_bytes", limits.address_space_bytes),
-            ("sandbox_file_size_bytes", limits.file_size_bytes),
-            ("sandbox_max_processes", limits.processes),
-            ("sandbox_open_files", limits.open_files),
+            (
+                "http2_keepalive_timeout_secs",
+                v.http2_keepalive_timeout_secs,
+            ),
+            ("sandbox_cpu_secs", v.sandbox_cpu_secs),
+            ("sandbox_address_space_bytes", v.sandbox_address_space_bytes),
+            ("sandbox_file_size_bytes", v.sandbox_file_size_bytes),
+            ("sandbox_max_processes", v.sandbox_max_processes),
+            ("sandbox_open_files", v.sandbox_open_files),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero { field });
             }
         }
-        for (name, server) in &file.mcp_servers {
+        let limit = v.max_event_bytes.saturating_sub(EVENT_HEADROOM_BYTES);
+        if v.output_cap_bytes > limit {
+            return Err(ConfigError::OutputCapOverEvent {
+                output_cap: v.output_cap_bytes,
+                headroom: EVENT_HEADROOM_BYTES,
+                limit,
+            });
+        }
+        for (name, server) in &v.mcp_servers {
             server
                 .check(name)
                 .map_err(|message| ConfigError::McpServer {
@@ -462,41 +401,74 @@ impl Settings {
                     message,
                 })?;
         }
+        // The service's own config is never writable by a command (it
+        // could grant itself more on the next start) nor readable outside
+        // the workspace (it may hold the auth token).
+        let protected_paths = v
+            .config
+            .iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok())
+            .collect();
+        let sandbox = SandboxConfig {
+            level: v.sandbox_level,
+            allow_weaker: v.sandbox_allow_weaker,
+            limits: ResourceLimits {
+                cpu_secs: v.sandbox_cpu_secs,
+                address_space_bytes: v.sandbox_address_space_bytes,
+                file_size_bytes: v.sandbox_file_size_bytes,
+                processes: v.sandbox_max_processes,
+                open_files: v.sandbox_open_files,
+            },
+            worker_exe: v.sandbox_worker_exe,
+            protected_paths,
+            extra_read_paths: v.sandbox_extra_read_paths,
+        };
+        let scheduler = SchedulerConfig {
+            default_mode: v.approval_mode,
+            confirmation_timeout: Some(v.confirmation_timeout_secs)
+                .filter(|s| *s > 0)
+                .map(Duration::from_secs),
+            execution_timeout: Duration::from_secs(v.execution_timeout_secs),
+            output: OutputLimits {
+                max_bytes: v.output_cap_bytes,
+                max_streamed_bytes: v.output_cap_bytes,
+            },
+            max_calls_per_batch: v.max_calls_per_batch,
+            max_sessions: v.max_sessions,
+            session_idle_ttl: Duration::from_secs(v.session_idle_ttl_secs),
+            sandbox,
+            blocking_file_io: v.blocking_file_io,
+            disconnect_grace: Duration::from_secs(v.disconnect_grace_secs),
+            max_disconnect_grace: Duration::from_secs(v.max_disconnect_grace_secs),
+            retention: crate::store::Retention {
+                completed_for: Duration::from_secs(v.batch_retention_secs),
+                max_batches_per_session: v.max_retained_batches,
+                max_bytes_per_session: v.max_retained_bytes,
+            },
+            // Connected in main (from `store_url`): connecting is async.
+            store: None,
+        };
         let server = ServerOptions {
             auth_token,
-            max_concurrent_streams: args
-                .max_concurrent_streams
-                .or(file.max_concurrent_streams)
-                .unwrap_or(server_defaults.max_concurrent_streams),
-            max_request_bytes: args
-                .max_request_bytes
-                .or(file.max_request_bytes)
-                .unwrap_or(server_defaults.max_request_bytes),
-            shutdown_grace: secs(args.shutdown_grace_secs.or(file.shutdown_grace_secs))
-                .unwrap_or(server_defaults.shutdown_grace),
-            shutdown_close: secs(args.shutdown_close_secs.or(file.shutdown_close_secs))
-                .unwrap_or(server_defaults.shutdown_close),
+            max_concurrent_streams: v.max_concurrent_streams,
+            max_request_bytes: v.max_request_bytes,
+            max_event_bytes: v.max_event_bytes,
+            http2_keepalive_interval: Duration::from_secs(v.http2_keepalive_interval_secs),
+            http2_keepalive_timeout: Duration::from_secs(v.http2_keepalive_timeout_secs),
+            shutdown_grace: Duration::from_secs(v.shutdown_grace_secs),
+            shutdown_close: Duration::from_secs(v.shutdown_close_secs),
         };
         Ok(Settings {
-            listen,
-            workspace: args
-                .workspace
-                .or(file.workspace)
-                .unwrap_or_else(|| PathBuf::from(".")),
+            listen: v.listen,
+            workspace: v.workspace,
             scheduler,
             server,
-            log_format: args
-                .log_format
-                .or(file.log_format)
-                .unwrap_or(LogFormat::Text),
-            metrics_listen: args.metrics_listen.or(file.metrics_listen),
-            otlp_endpoint: args
-                .otlp_endpoint
-                .or(file.otlp_endpoint)
-                .filter(|e| !e.trim().is_empty()),
-            policy_file: args.policy_file.or(file.policy_file),
-            mcp_servers: file.mcp_servers,
-            store_url: store_url(args.store.or(file.store))?,
+            log_format: v.log_format,
+            metrics_listen: v.metrics_listen,
+            otlp_endpoint: v.otlp_endpoint.filter(|e| !e.trim().is_empty()),
+            policy_file: v.policy_file,
+            mcp_servers: v.mcp_servers,
+            store_url: store_url(v.store)?,
         })
     }
 }
@@ -515,7 +487,7 @@ fn store_url(given: Option<String>) -> Result<Option<String>, ConfigError> {
     }
 }
 
-fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+fn read_file(path: &Path) -> Result<ServeArgs, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
@@ -643,5 +615,91 @@ mod tests {
         };
         let err = Settings::resolve(args).unwrap_err().to_string();
         assert!(err.contains("no_such_key"), "{err}");
+    }
+
+    /// One declaration feeds clap and serde: a bool setting is a bare flag,
+    /// `--flag=false`, or a file key; the flag beats the file, the file
+    /// beats the default, and a key the flag leaves unset comes from the
+    /// file.
+    #[test]
+    fn one_declaration_layers_flags_over_file_over_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "blocking_file_io = true\nsandbox_allow_weaker = true\nmax_sessions = 5\nsandbox_extra_read_paths = [\"/opt\"]\n",
+        )
+        .unwrap();
+        let cli = Cli::try_parse_from([
+            "toolsched",
+            "--config",
+            file.to_str().unwrap(),
+            "--blocking-file-io=false",
+            "--insecure-no-auth",
+            "--listen",
+            "0.0.0.0:7",
+        ])
+        .unwrap();
+        let s = Settings::resolve(cli.serve).unwrap();
+        assert!(!s.scheduler.blocking_file_io, "the flag beats the file");
+        assert!(s.scheduler.sandbox.allow_weaker, "from the file");
+        assert_eq!(s.scheduler.max_sessions, 5);
+        assert_eq!(s.listen, "0.0.0.0:7".parse().unwrap());
+        assert_eq!(
+            s.scheduler.sandbox.extra_read_paths,
+            [PathBuf::from("/opt")]
+        );
+        // Unset everywhere: the defaults of the domain types.
+        assert_eq!(
+            s.scheduler.execution_timeout,
+            SchedulerConfig::default().execution_timeout
+        );
+        assert_eq!(
+            s.server.max_request_bytes,
+            ServerOptions::default().max_request_bytes
+        );
+        assert_eq!(
+            s.scheduler.sandbox.protected_paths,
+            [file.canonicalize().unwrap()]
+        );
+
+        let cli = Cli::try_parse_from([
+            "toolsched",
+            "serve",
+            "--sandbox-extra-read-paths",
+            "/a",
+            "--sandbox-extra-read-paths",
+            "/b",
+        ])
+        .unwrap();
+        let Some(Command::Serve(args)) = cli.command else {
+            panic!("serve subcommand");
+        };
+        let s = Settings::resolve(*args).unwrap();
+        assert_eq!(
+            s.scheduler.sandbox.extra_read_paths,
+            [PathBuf::from("/a"), PathBuf::from("/b")]
+        );
+        assert_eq!(s.listen, DEFAULT_LISTEN);
+        assert!(!s.scheduler.blocking_file_io);
+
+        // A raised output cap must still fit one event.
+        let cli = Cli::try_parse_from(["toolsched", "--output-cap-bytes", "4194304"]).unwrap();
+        let err = Settings::resolve(cli.serve).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "output_cap_bytes = 4194304 does not fit in one event: at most max_event_bytes - 262144 = 3932160 (raise max_event_bytes too, for clients that receive larger messages)"
+        );
+        let cli = Cli::try_parse_from([
+            "toolsched",
+            "--output-cap-bytes",
+            "4194304",
+            "--max-event-bytes",
+            "8388608",
+        ])
+        .unwrap();
+        let s = Settings::resolve(cli.serve).unwrap();
+        assert_eq!(s.server.max_event_bytes, 8 << 20);
+        assert_eq!(s.scheduler.output.max_bytes, 4 << 20);
     }
 }

@@ -17,36 +17,54 @@ pub mod sandbox;
 pub mod scheduler;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod tools;
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+/// Why the scheduler could not be built. Nothing was started.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("workspace {path}: {source}")]
+    Workspace {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Sandbox(#[from] sandbox::SandboxError),
+    #[error(transparent)]
+    Registry(#[from] tools::RegistryError),
+    #[error("metrics registry: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
 /// Builds the scheduler over `workspace` with the built-in tools and the
 /// default policy. `shutdown` cancels everything it runs.
 pub fn build_scheduler(
-    workspace: &std::path::Path,
+    workspace: &Path,
     config: scheduler::SchedulerConfig,
     shutdown: CancellationToken,
-) -> anyhow::Result<scheduler::Scheduler> {
+) -> Result<scheduler::Scheduler, BuildError> {
     build_scheduler_with_policy(workspace, config, policy::PolicyHandle::default(), shutdown)
 }
 
 /// Like [`build_scheduler`], deciding with `policy` (e.g. from
 /// [`policy::watch_file`], which follows the operator's policy file).
 pub fn build_scheduler_with_policy(
-    workspace: &std::path::Path,
+    workspace: &Path,
     config: scheduler::SchedulerConfig,
     policy: policy::PolicyHandle,
     shutdown: CancellationToken,
-) -> anyhow::Result<scheduler::Scheduler> {
-    let workspace = prepare(workspace, &config)?;
+) -> Result<scheduler::Scheduler, BuildError> {
+    let (workspace, sandbox) = prepare(workspace, &config)?;
     let policy = policy.with_workspace(workspace.root());
     let registry = Arc::new(tools::Registry::builtin(workspace)?);
     let metrics = Arc::new(scheduler::Metrics::new()?);
     Ok(scheduler::Scheduler::start(
-        config, registry, policy, shutdown, metrics,
+        config, sandbox, registry, policy, shutdown, metrics,
     ))
 }
 
@@ -56,13 +74,13 @@ pub fn build_scheduler_with_policy(
 /// server that fails is logged, its tools are absent, and it is retried with
 /// backoff. `shutdown` also stops the servers.
 pub async fn build_scheduler_with_mcp(
-    workspace: &std::path::Path,
+    workspace: &Path,
     config: scheduler::SchedulerConfig,
     policy: policy::PolicyHandle,
     mcp_servers: &std::collections::BTreeMap<String, tools::mcp::McpServerConfig>,
     shutdown: CancellationToken,
-) -> anyhow::Result<(scheduler::Scheduler, tools::mcp::McpManager)> {
-    let workspace = prepare(workspace, &config)?;
+) -> Result<(scheduler::Scheduler, tools::mcp::McpManager), BuildError> {
+    let (workspace, sandbox) = prepare(workspace, &config)?;
     let policy = policy.with_workspace(workspace.root());
     let builtin = tools::Registry::builtin(workspace)?;
     let (manager, registry) =
@@ -74,22 +92,26 @@ pub async fn build_scheduler_with_mcp(
         }
     }
     let metrics = Arc::new(scheduler::Metrics::new()?);
-    let scheduler = scheduler::Scheduler::start(config, registry, policy, shutdown, metrics)
-        .with_mcp(manager.clone());
+    let scheduler =
+        scheduler::Scheduler::start(config, sandbox, registry, policy, shutdown, metrics)
+            .with_mcp(manager.clone());
     Ok((scheduler, manager))
 }
 
-/// Opens the workspace and checks that the sandbox level can be enforced
-/// (refusing to start otherwise, unless a weaker level was explicitly
-/// allowed), logging what the kernel probe found.
+/// Opens the workspace, probes the kernel once for the configured sandbox
+/// and checks that its level can be enforced (refusing to start otherwise,
+/// unless a weaker level was explicitly allowed), logging what it found.
 fn prepare(
-    root: &std::path::Path,
+    root: &Path,
     config: &scheduler::SchedulerConfig,
-) -> anyhow::Result<Arc<sandbox::Workspace>> {
+) -> Result<(Arc<sandbox::Workspace>, sandbox::SharedSandbox), BuildError> {
     let workspace = sandbox::Workspace::new(root)
         .map(|w| Arc::new(w.with_blocking_io(config.blocking_file_io)))
-        .map_err(|e| anyhow::anyhow!("workspace {}: {e}", root.display()))?;
-    let sandbox = &config.sandbox;
+        .map_err(|source| BuildError::Workspace {
+            path: root.to_path_buf(),
+            source,
+        })?;
+    let sandbox = Arc::new(sandbox::Sandbox::new(config.sandbox.clone()));
     sandbox.check()?;
     let probe = &sandbox.probe;
     tracing::info!(
@@ -111,5 +133,5 @@ fn prepare(
     for gap in &probe.gaps {
         tracing::warn!(%gap, "sandbox gap");
     }
-    Ok(workspace)
+    Ok((workspace, sandbox))
 }

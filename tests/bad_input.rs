@@ -147,3 +147,184 @@ async fn paths_outside_the_workspace_are_refused() {
         );
     }
 }
+
+/// Every client string is bounded where it enters (issue 11 item 5): a
+/// field over its named limit is INVALID_ARGUMENT naming the field, its
+/// length and the limit, and the message never repeats the string. The
+/// batch a refused Cancel named goes on untouched.
+#[tokio::test]
+async fn client_strings_over_their_limit_are_refused_without_echo() {
+    use toolsched::scheduler::validate::*;
+    let srv = TestServer::start().await;
+    let mb = "x".repeat(1 << 20);
+    let big = |n: usize| "y".repeat(n);
+    let read = |id: &str| call(id, "read_file", json!({"file_path": "a"}));
+    let mut client = srv.client.clone();
+    // ScheduleCalls: session id, call id.
+    for (req, needle) in [
+        (
+            request(&mb, vec![read("a")]),
+            format!(
+                "session_id is {} bytes; at most {MAX_SESSION_ID_BYTES}",
+                mb.len()
+            ),
+        ),
+        (
+            request("s", vec![read(&big(MAX_CALL_ID_BYTES + 1))]),
+            format!(
+                "calls[0].id is {} bytes; at most {MAX_CALL_ID_BYTES}",
+                MAX_CALL_ID_BYTES + 1
+            ),
+        ),
+    ] {
+        let err = client.schedule_calls(req).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().ends_with(&needle), "{}", err.message());
+        assert!(err.message().len() < 200, "{}", err.message());
+    }
+    // Confirm: session id, call id, correlation id.
+    let confirm = |session: &str, call: &str, corr: &str| pb::ConfirmRequest {
+        session_id: session.into(),
+        call_id: call.into(),
+        correlation_id: corr.into(),
+        outcome: pb::ConfirmationOutcome::ProceedOnce as i32,
+        new_content: None,
+    };
+    for (req, needle) in [
+        (
+            confirm(&mb, "c", "k"),
+            format!(
+                "invalid Confirm: session_id is {} bytes; at most {MAX_SESSION_ID_BYTES}",
+                mb.len()
+            ),
+        ),
+        (
+            confirm("s", &mb, "k"),
+            format!(
+                "invalid Confirm: call_id is {} bytes; at most {MAX_CALL_ID_BYTES}",
+                mb.len()
+            ),
+        ),
+        (
+            confirm("s", "c", &big(MAX_CORRELATION_ID_BYTES + 1)),
+            format!(
+                "invalid Confirm: correlation_id is {} bytes; at most {MAX_CORRELATION_ID_BYTES}",
+                MAX_CORRELATION_ID_BYTES + 1
+            ),
+        ),
+        (
+            confirm("s", "", "k"),
+            "invalid Confirm: call_id is empty".to_string(),
+        ),
+    ] {
+        let err = client.confirm(req).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert_eq!(err.message(), needle);
+    }
+    // An id within its limit that names nothing: NOT_FOUND, shown as a
+    // prefix with its length.
+    let long_session = big(MAX_SESSION_ID_BYTES);
+    let err = client
+        .confirm(confirm(&long_session, "c", "k"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    assert_eq!(
+        err.message(),
+        format!(
+            "no session '{}… ({MAX_SESSION_ID_BYTES} bytes)'",
+            big(ECHO_PREFIX_BYTES)
+        )
+    );
+
+    // Cancel: the example (a 3 MB reason), a long session id, a long batch
+    // id; a running batch is not touched by the refused Cancels.
+    let mut stream = srv
+        .schedule(
+            "s",
+            vec![call(
+                "w",
+                "write_file",
+                json!({"file_path": "w.txt", "content": "w"}),
+            )],
+        )
+        .await;
+    let mut seen = Vec::new();
+    let prompt = await_prompt(&mut stream, &mut seen, "w").await;
+    let cancel = |session: &str, batch: Option<String>, reason: String| pb::CancelRequest {
+        session_id: session.into(),
+        batch_id: batch,
+        reason,
+    };
+    let three_mb = 3 << 20;
+    for (req, needle) in [
+        (
+            cancel("s", None, big(three_mb)),
+            format!(
+                "invalid Cancel: reason is {three_mb} bytes; at most {MAX_CANCEL_REASON_BYTES}"
+            ),
+        ),
+        (
+            cancel(&mb, None, "r".into()),
+            format!(
+                "invalid Cancel: session_id is {} bytes; at most {MAX_SESSION_ID_BYTES}",
+                mb.len()
+            ),
+        ),
+        (
+            cancel("s", Some(mb.clone()), "r".into()),
+            format!(
+                "invalid Cancel: batch_id is {} bytes; at most {MAX_BATCH_ID_BYTES}",
+                mb.len()
+            ),
+        ),
+    ] {
+        let err = client.cancel(req).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert_eq!(err.message(), needle);
+    }
+    // The prompt is still open: answering it runs the write.
+    srv.confirm(
+        "s",
+        "w",
+        &prompt.correlation_id,
+        pb::ConfirmationOutcome::ProceedOnce,
+        None,
+    )
+    .await
+    .unwrap();
+    seen.extend(collect(stream).await);
+    assert_eq!(
+        states(&seen, "w"),
+        [
+            "validating",
+            "awaiting_approval",
+            "scheduled",
+            "executing",
+            "success"
+        ]
+    );
+    // A reason at its limit is taken whole.
+    let mut stream = srv
+        .schedule(
+            "s",
+            vec![call(
+                "w2",
+                "write_file",
+                json!({"file_path": "w2.txt", "content": "w"}),
+            )],
+        )
+        .await;
+    let mut seen = Vec::new();
+    await_prompt(&mut stream, &mut seen, "w2").await;
+    let reason = big(MAX_CANCEL_REASON_BYTES);
+    client
+        .cancel(cancel("s", None, reason.clone()))
+        .await
+        .unwrap();
+    seen.extend(collect(stream).await);
+    match terminal(&seen, "w2") {
+        pb::tool_call_update::State::Cancelled(c) => assert_eq!(c.reason, reason),
+        other => panic!("{other:?}"),
+    }
+}

@@ -99,6 +99,10 @@ async fn cancel_mid_call_reaches_the_server_and_the_connection_stays_usable() {
     };
     assert_eq!(c.reason, "stop it");
     assert!(response_error(&seen, "b").starts_with("[Operation Cancelled]"));
+    // The cancellation alone, not the last progress message as output.
+    let response = response_json(&c.response.unwrap());
+    assert_eq!(response["error"], "[Operation Cancelled] stop it");
+    assert_eq!(response.get("output"), None, "{response:?}");
 
     // The same connection (same server process) answers the next call.
     assert_eq!(pid(&srv).await, before);
@@ -367,4 +371,78 @@ async fn servers_that_fail_to_start_leave_their_tools_out_and_say_why() {
         states(&events, "who"),
         ["validating", "scheduled", "executing", "success"]
     );
+}
+
+/// Issue 11 item 16: a cancelled MCP call's response is the cancellation,
+/// never its last progress message as if it were output: cancelled by
+/// Cancel for the session and by Cancel naming the batch, each after a
+/// progress message was seen (the third instance, a call blocked after one
+/// progress report, is `cancel_mid_call_reaches_the_server_…`).
+#[tokio::test]
+async fn a_cancelled_mcp_call_answers_with_the_cancellation_not_its_progress() {
+    let srv = start_py().await;
+    for (session, how) in [("s1", "session"), ("s2", "batch")] {
+        let mut stream = srv
+            .schedule_with(yolo_request(
+                session,
+                vec![call(
+                    "t",
+                    "mcp_py_slow_with_progress",
+                    json!({"seconds": 60, "interval": 0.05}),
+                )],
+            ))
+            .await;
+        let mut seen = Vec::new();
+        let accepted = next_matching(&mut stream, &mut seen, |e| {
+            matches!(e, Event::BatchAccepted(_))
+        })
+        .await;
+        let Event::BatchAccepted(accepted) = accepted else {
+            unreachable!()
+        };
+        next_matching(&mut stream, &mut seen, |e| {
+            matches!(e, Event::CallUpdate(u) if u.call_id == "t"
+                && matches!(&u.state, Some(State::Executing(x)) if x.message.starts_with("tick")))
+        })
+        .await;
+        srv.client
+            .clone()
+            .cancel(pb::CancelRequest {
+                session_id: session.into(),
+                batch_id: (how == "batch").then(|| accepted.batch_id.clone()),
+                reason: format!("stop by {how}"),
+            })
+            .await
+            .unwrap();
+        seen.extend(collect(stream).await);
+        let State::Cancelled(c) = terminal(&seen, "t") else {
+            panic!("{how}: {:?}", terminal(&seen, "t"))
+        };
+        let expected = format!("[Operation Cancelled] stop by {how}");
+        for response in [c.response.unwrap(), completed(&seen).responses[0].clone()] {
+            let r = response_json(&response);
+            assert_eq!(r["error"], expected.as_str(), "{how}");
+            assert_eq!(r.get("output"), None, "{how}: {r:?}");
+        }
+    }
+}
+
+/// Issue 11 item 17: a later total of 0, absent or negative keeps the known
+/// total; percent only from a positive total (the first report, total 0,
+/// has none).
+#[tokio::test]
+async fn progress_with_a_zero_or_absent_total_keeps_the_known_total() {
+    let srv = start_py().await;
+    let events = run_one(&srv, "p", "mcp_py_progress_totals", json!({})).await;
+    assert_eq!(
+        progress_of(&events, "p"),
+        [
+            (Some(1.0), None, None, String::new()),
+            (Some(2.0), Some(8.0), Some(25.0), String::new()),
+            (Some(4.0), Some(8.0), Some(50.0), String::new()),
+            (Some(6.0), Some(8.0), Some(75.0), String::new()),
+            (Some(7.0), Some(8.0), Some(87.5), String::new()),
+        ]
+    );
+    assert_eq!(success_output(&events, "p"), "totals done");
 }

@@ -28,12 +28,17 @@ async fn a_bearer_token_is_required_when_configured() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    assert_eq!(
+        err.message(),
+        "missing 'authorization: Bearer <token>' metadata"
+    );
     let mut wrong = tonic::Request::new(pb::ListToolsRequest {});
     wrong
         .metadata_mut()
         .insert("authorization", "Bearer nope".parse().unwrap());
     let err = srv.client.clone().list_tools(wrong).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    assert_eq!(err.message(), "invalid bearer token");
     let mut right = tonic::Request::new(pb::ListToolsRequest {});
     right
         .metadata_mut()

@@ -662,3 +662,39 @@ async fn a_long_request_id_or_a_grace_over_the_limit_is_refused_naming_it() {
     }
     assert!(matches!(terminal(&events(&ok), "sh"), State::Success(_)));
 }
+
+#[tokio::test]
+async fn a_detached_batch_keeps_its_session_from_being_evicted() {
+    let srv = TestServer::with_config(SchedulerConfig {
+        max_sessions: 1,
+        ..yolo()
+    })
+    .await;
+    let mut stream = srv
+        .schedule_with(with_grace(
+            "a",
+            vec![shell(
+                "sh",
+                "echo begun; while [ ! -e go ]; do sleep 0.05; done; echo finished",
+            )],
+            60,
+        ))
+        .await;
+    let before = read_until(&mut stream, output_contains("sh", "begun")).await;
+    let batch = batch_id(&before);
+    drop(stream);
+    // Nobody reads session a, but its batch runs: it is busy, not evictable.
+    let refused = srv
+        .client
+        .clone()
+        .schedule_calls(request("b", vec![shell("sh", "true")]))
+        .await
+        .expect_err("the only session is busy");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    let watcher = watch(&srv, "a", &batch, before.last().expect("events").0)
+        .await
+        .expect("re-attach");
+    std::fs::write(srv.path("go"), "").unwrap();
+    let rest = collect_seq(watcher).await;
+    assert!(success_output(&events(&rest), "sh").ends_with("Output: begun\nfinished\n"));
+}

@@ -8,19 +8,17 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use serde_json::json;
 use support::*;
 use toolsched::api::pb;
 use toolsched::policy::ApprovalMode;
-use toolsched::sandbox::{ResourceLimits, Sandbox, SandboxConfig, SandboxLevel};
+use toolsched::sandbox::{ResourceLimits, SandboxConfig, SandboxLevel};
 use toolsched::scheduler::SchedulerConfig;
 
 fn config_with(sandbox: SandboxConfig) -> SchedulerConfig {
     SchedulerConfig {
         default_mode: ApprovalMode::Yolo,
-        sandbox: Arc::new(Sandbox::new(sandbox)),
+        sandbox,
         ..SchedulerConfig::default()
     }
 }

@@ -9,12 +9,11 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 
 use serde_json::json;
 use support::*;
 use toolsched::api::pb;
-use toolsched::sandbox::{ResourceLimits, Sandbox, SandboxConfig, SandboxLevel};
+use toolsched::sandbox::{ResourceLimits, SandboxConfig, SandboxLevel};
 use toolsched::scheduler::SchedulerConfig;
 
 const TOOLSCHED: &str = env!("CARGO_BIN_EXE_toolsched");
@@ -98,7 +97,7 @@ async fn capabilities_are_dropped_and_no_new_privs_is_set() {
 #[tokio::test]
 async fn resource_limits_are_set_from_config() {
     let srv = TestServer::with_config(SchedulerConfig {
-        sandbox: Arc::new(Sandbox::new(SandboxConfig {
+        sandbox: SandboxConfig {
             limits: ResourceLimits {
                 cpu_secs: 77,
                 address_space_bytes: 3 << 30,
@@ -107,7 +106,7 @@ async fn resource_limits_are_set_from_config() {
                 open_files: 123,
             },
             ..SandboxConfig::default()
-        })),
+        },
         ..yolo()
     })
     .await;
@@ -160,10 +159,10 @@ async fn a_confined_command_cannot_signal_the_server() {
 #[tokio::test]
 async fn level_none_is_unconfined_but_still_process_controlled() {
     let srv = TestServer::with_config(SchedulerConfig {
-        sandbox: Arc::new(Sandbox::new(SandboxConfig {
+        sandbox: SandboxConfig {
             level: SandboxLevel::None,
             ..SandboxConfig::default()
-        })),
+        },
         ..yolo()
     })
     .await;

@@ -17,6 +17,20 @@ fn result_of(events: &[Event], id: &str) -> serde_json::Map<String, serde_json::
     }
 }
 
+/// The command's output as the function response carries it (once: the
+/// structured result has only its length, `output_bytes`).
+fn command_output(events: &[Event], id: &str) -> String {
+    let text = success_output(events, id);
+    let start = text.find("\nOutput: ").expect("an Output section") + "\nOutput: ".len();
+    let rest = &text[start..];
+    let end = [rest.rfind("\nExit Code: "), rest.rfind("\nSignal: ")]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(rest.len());
+    rest[..end].to_string()
+}
+
 #[tokio::test]
 async fn non_zero_exit_is_a_success_carrying_the_exit_code() {
     let srv = TestServer::with_config(yolo()).await;
@@ -32,7 +46,8 @@ async fn non_zero_exit_is_a_success_carrying_the_exit_code() {
         .await;
     let result = result_of(&events, "sh");
     assert_eq!(result["exit_code"], 3);
-    let out = result["output"].as_str().unwrap();
+    let out = command_output(&events, "sh");
+    assert_eq!(result["output_bytes"], out.len());
     assert!(out.contains("out\n") && out.contains("err\n"), "{out}");
     assert!(success_output(&events, "sh").ends_with("Exit Code: 3"));
     // Live output arrived as Executing progress before the Success.
@@ -108,7 +123,7 @@ async fn finishing_does_not_hang_on_a_background_child_holding_the_pipe() {
         .await;
     let result = result_of(&events, "sh");
     assert_eq!(result["exit_code"], 0);
-    assert_eq!(result["output"], "done\n");
+    assert_eq!(command_output(&events, "sh"), "done\n");
 }
 
 #[tokio::test]
@@ -131,10 +146,8 @@ async fn output_is_bounded_to_head_and_tail() {
             )],
         )
         .await;
-    let out = result_of(&events, "sh")["output"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let out = command_output(&events, "sh");
+    assert_eq!(result_of(&events, "sh")["output_bytes"], out.len());
     assert!(out.starts_with("HEAD\n"), "{}", &out[..20]);
     assert!(out.ends_with("TAIL\n"));
     assert!(out.contains("bytes of output omitted"));
@@ -167,10 +180,8 @@ async fn the_environment_is_scrubbed_and_stdin_is_closed() {
             )],
         )
         .await;
-    let out = result_of(&events, "sh")["output"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let out = command_output(&events, "sh");
+    assert_eq!(result_of(&events, "sh")["output_bytes"], out.len());
     assert!(out.contains("stdin-closed"), "{out}");
     assert!(!out.contains("CARGO"), "server env leaked: {out}");
 }

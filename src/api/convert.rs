@@ -131,7 +131,8 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
                 )));
             }
         };
-        let request = BatchRequest {
+        // Checked by the scheduler's one gate (`BatchRequest::validate`).
+        Ok(BatchRequest {
             session_id: r.session_id,
             calls,
             approval_mode,
@@ -141,9 +142,7 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
             disconnect_grace: r
                 .disconnect_grace_secs
                 .map(|secs| std::time::Duration::from_secs(secs.into())),
-        };
-        request.validate().map_err(ApiError::InvalidArgument)?;
-        Ok(request)
+        })
     }
 }
 
@@ -177,22 +176,15 @@ fn outcome_to_pb(o: ConfirmationOutcome) -> pb::ConfirmationOutcome {
     }
 }
 
-fn required(field: &str, value: String) -> Result<String, ApiError> {
-    if value.is_empty() {
-        Err(ApiError::InvalidArgument(format!("{field} is empty")))
-    } else {
-        Ok(value)
-    }
-}
-
 impl TryFrom<pb::ConfirmRequest> for ConfirmRequest {
     type Error = ApiError;
 
     fn try_from(r: pb::ConfirmRequest) -> Result<Self, ApiError> {
         Ok(ConfirmRequest {
-            session_id: required("session_id", r.session_id)?,
-            call_id: required("call_id", r.call_id)?,
-            correlation_id: required("correlation_id", r.correlation_id)?,
+            // Presence and lengths: `ConfirmRequest::validate`.
+            session_id: r.session_id,
+            call_id: r.call_id,
+            correlation_id: r.correlation_id,
             outcome: outcome(r.outcome)?,
             new_content: r.new_content,
         })
@@ -204,8 +196,9 @@ impl TryFrom<pb::WatchBatchRequest> for WatchRequest {
 
     fn try_from(r: pb::WatchBatchRequest) -> Result<Self, ApiError> {
         Ok(WatchRequest {
-            session_id: required("session_id", r.session_id)?,
-            batch_id: required("batch_id", r.batch_id)?,
+            // Presence and lengths: `WatchRequest::validate`.
+            session_id: r.session_id,
+            batch_id: r.batch_id,
             after_sequence: r.after_sequence,
         })
     }
@@ -224,7 +217,8 @@ impl TryFrom<pb::CancelRequest> for CancelRequest {
 
     fn try_from(r: pb::CancelRequest) -> Result<Self, ApiError> {
         Ok(CancelRequest {
-            session_id: required("session_id", r.session_id)?,
+            // Presence and lengths: `CancelRequest::validate`.
+            session_id: r.session_id,
             batch_id: r.batch_id.filter(|b| !b.is_empty()),
             reason: r.reason,
         })
@@ -387,7 +381,7 @@ fn executing(p: Option<Progress>) -> pb::Executing {
             percent,
             message,
         }) => {
-            e.progress = Some(progress);
+            e.progress = progress;
             e.total = total;
             e.percent = percent;
             e.message = message;

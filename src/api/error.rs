@@ -11,6 +11,8 @@ pub enum ApiError {
     #[error("{0}")]
     InvalidArgument(String),
     #[error(transparent)]
+    Unauthenticated(#[from] AuthError),
+    #[error(transparent)]
     Schedule(#[from] ScheduleError),
     #[error(transparent)]
     Confirm(#[from] ConfirmError),
@@ -32,11 +34,22 @@ fn store_status(e: &StoreError, message: String) -> Status {
     }
 }
 
+/// Why a request carries no valid credentials (UNAUTHENTICATED). What was
+/// sent is never repeated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("missing 'authorization: Bearer <token>' metadata")]
+    Missing,
+    #[error("invalid bearer token")]
+    Invalid,
+}
+
 impl From<ApiError> for Status {
     fn from(e: ApiError) -> Self {
         let message = e.to_string();
         match e {
             ApiError::InvalidArgument(_) => Status::invalid_argument(message),
+            ApiError::Unauthenticated(_) => Status::unauthenticated(message),
             ApiError::Schedule(s) => match s {
                 ScheduleError::Invalid(_) => Status::invalid_argument(message),
                 ScheduleError::TooManyCalls { .. } | ScheduleError::TooManySessions { .. } => {
@@ -48,6 +61,7 @@ impl From<ApiError> for Status {
                 ScheduleError::Store(e) => store_status(&e, message),
             },
             ApiError::Confirm(c) => match c {
+                ConfirmError::Invalid(_) => Status::invalid_argument(message),
                 ConfirmError::UnknownSession { .. } | ConfirmError::UnknownCall { .. } => {
                     Status::not_found(message)
                 }
@@ -61,12 +75,14 @@ impl From<ApiError> for Status {
                 ConfirmError::Unavailable => Status::unavailable(message),
             },
             ApiError::Cancel(c) => match c {
+                CancelError::Invalid(_) => Status::invalid_argument(message),
                 CancelError::UnknownSession { .. } | CancelError::UnknownBatch { .. } => {
                     Status::not_found(message)
                 }
                 CancelError::Unavailable => Status::unavailable(message),
             },
             ApiError::Watch(w) => match w {
+                WatchError::Invalid(_) => Status::invalid_argument(message),
                 WatchError::Store(e) => store_status(&e, message),
                 WatchError::BeyondEnd { .. } => Status::out_of_range(message),
                 WatchError::Unavailable => Status::unavailable(message),

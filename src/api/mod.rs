@@ -3,6 +3,7 @@
 //! graceful shutdown. Handlers convert requests to domain types on their first
 //! line ([`convert`]) and only talk to the [`Scheduler`].
 
+pub mod bound;
 pub mod convert;
 pub use convert::WireCodec;
 pub mod error;
@@ -18,7 +19,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use crate::scheduler::{BatchRequest, CancelRequest, ConfirmRequest, Scheduler, WatchRequest};
-use error::ApiError;
+use error::{ApiError, AuthError};
 
 /// Generated proto types and service stubs.
 #[allow(clippy::all, missing_docs)]
@@ -36,11 +37,16 @@ use pb::tool_scheduler_server::{ToolScheduler, ToolSchedulerServer};
 /// The `ToolScheduler` service over a [`Scheduler`].
 pub struct Service {
     scheduler: Scheduler,
+    /// Every event sent is cut to fit this (see [`bound`]).
+    max_event_bytes: usize,
 }
 
 impl Service {
-    pub fn new(scheduler: Scheduler) -> Self {
-        Self { scheduler }
+    pub fn new(scheduler: Scheduler, max_event_bytes: usize) -> Self {
+        Self {
+            scheduler,
+            max_event_bytes,
+        }
     }
 }
 
@@ -65,7 +71,8 @@ impl ToolScheduler for Service {
             .map_err(ApiError::from)?;
         tracing::debug!(%session, batch = stream.batch_id(), replayed = stream.replayed(), "batch accepted");
         let replayed = stream.replayed();
-        let events = stream.map(move |entry| Ok(convert::entry_to_pb(&entry, replayed)));
+        let max_event_bytes = self.max_event_bytes;
+        let events = stream.map(move |entry| Ok(wire_event(&entry, replayed, max_event_bytes)));
         Ok(Response::new(Box::pin(events)))
     }
 
@@ -79,7 +86,8 @@ impl ToolScheduler for Service {
         let watch = WatchRequest::try_from(body)?;
         routing::check(&metadata, &watch.session_id)?;
         let stream = self.scheduler.watch(watch).await.map_err(ApiError::from)?;
-        let events = stream.map(|entry| Ok(convert::entry_to_pb(&entry, false)));
+        let max_event_bytes = self.max_event_bytes;
+        let events = stream.map(move |entry| Ok(wire_event(&entry, false, max_event_bytes)));
         Ok(Response::new(Box::pin(events)))
     }
 
@@ -143,6 +151,25 @@ impl ToolScheduler for Service {
     }
 }
 
+/// A logged event as a stream message, cut to `max_event_bytes`.
+fn wire_event(
+    entry: &crate::store::Entry<crate::scheduler::BatchEvent>,
+    replayed: bool,
+    max_event_bytes: usize,
+) -> pb::ScheduleCallsResponse {
+    let mut message = convert::entry_to_pb(entry, replayed);
+    let omitted = bound::fit(&mut message, max_event_bytes);
+    if omitted > 0 {
+        tracing::debug!(
+            sequence = entry.sequence,
+            omitted,
+            max_event_bytes,
+            "event cut to fit max_event_bytes"
+        );
+    }
+    message
+}
+
 /// TCP keepalive on accepted connections: finds clients that vanished
 /// without closing (a dead peer otherwise holds its batch forever).
 const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
@@ -157,6 +184,19 @@ pub struct ServerOptions {
     pub max_concurrent_streams: u32,
     /// Largest request message, in bytes.
     pub max_request_bytes: usize,
+    /// Largest message sent, in bytes: an event over it has its largest
+    /// strings cut (with a note) so that a client with this receive limit
+    /// gets every event. Default: gRPC's default receive limit, 4 MiB.
+    pub max_event_bytes: usize,
+    /// An HTTP/2 PING is sent on a connection from which nothing arrived
+    /// for this long...
+    pub http2_keepalive_interval: Duration,
+    /// ...and a connection that does not answer it within this is closed:
+    /// its streams end and their batches are cancelled as if the client had
+    /// gone ("The client went away (stream closed)."). A frozen client
+    /// (SIGSTOP, a dead NAT) is thus dropped within interval + timeout;
+    /// TCP keepalive alone never notices one whose kernel still ACKs.
+    pub http2_keepalive_timeout: Duration,
     /// After SIGTERM: how long running batches may go on before they are
     /// cancelled.
     pub shutdown_grace: Duration,
@@ -173,6 +213,9 @@ impl Default for ServerOptions {
             auth_token: None,
             max_concurrent_streams: 1024,
             max_request_bytes: 4 * 1024 * 1024,
+            max_event_bytes: bound::DEFAULT_MAX_EVENT_BYTES,
+            http2_keepalive_interval: Duration::from_secs(30),
+            http2_keepalive_timeout: Duration::from_secs(20),
             shutdown_grace: Duration::from_secs(10),
             shutdown_close: Duration::from_secs(5),
         }
@@ -227,14 +270,13 @@ pub async fn serve(
             .and_then(|v| v.strip_prefix("Bearer "));
         match given {
             Some(g) if constant_time_eq(g.as_bytes(), expected.as_bytes()) => Ok(req),
-            Some(_) => Err(Status::unauthenticated("invalid bearer token")),
-            None => Err(Status::unauthenticated(
-                "missing 'authorization: Bearer <token>' metadata",
-            )),
+            Some(_) => Err(ApiError::from(AuthError::Invalid).into()),
+            None => Err(ApiError::from(AuthError::Missing).into()),
         }
     };
-    let service = ToolSchedulerServer::new(Service::new(scheduler.clone()))
-        .max_decoding_message_size(options.max_request_bytes);
+    let service =
+        ToolSchedulerServer::new(Service::new(scheduler.clone(), options.max_event_bytes))
+            .max_decoding_message_size(options.max_request_bytes);
     let service = tonic::service::interceptor::InterceptedService::new(service, check_auth);
 
     let grace = options.shutdown_grace;
@@ -280,6 +322,8 @@ pub async fn serve(
     let max_request_bytes = options.max_request_bytes;
     let server = tonic::transport::Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
+        .http2_keepalive_interval(Some(options.http2_keepalive_interval))
+        .http2_keepalive_timeout(Some(options.http2_keepalive_timeout))
         .layer(tower::util::MapResponseLayer::new(
             move |response: http::Response<tonic::body::Body>| {
                 request_errors_as_client_errors(response, max_request_bytes)

@@ -210,15 +210,16 @@ impl Sandbox {
         }
     }
 
-    /// The same sandbox at another `level`, probed for it, sharing what this
-    /// one keeps between commands (the protected paths of each workspace).
+    /// The same sandbox at another `level`, judged from this one's probe
+    /// (the kernel is not probed again), sharing what this one keeps
+    /// between commands (the protected paths of each workspace).
     pub fn at_level(&self, level: SandboxLevel) -> Self {
         let config = SandboxConfig {
             level,
             ..self.config.clone()
         };
         Self {
-            probe: probe::probe(level),
+            probe: self.probe.at_level(level),
             config,
             protected: self.protected.clone(),
         }

@@ -69,43 +69,60 @@ pub struct ProbeReport {
 
 /// Probes the running kernel for `level`.
 pub fn probe(level: SandboxLevel) -> ProbeReport {
-    let landlock_abi = landlock_abi();
-    let seccomp = seccomp_filters();
-    let process_limit = process_limit();
-    let mut missing = Vec::new();
-    let mut gaps = Vec::new();
-    if level.is_confined() {
-        if landlock_abi < MIN_LANDLOCK_ABI {
-            missing.push(format!(
-                "Landlock ABI >= {MIN_LANDLOCK_ABI} (kernel has {landlock_abi}; needs Linux >= 6.2 with 'landlock' in the LSM list)"
-            ));
-        } else if landlock_abi < SCOPE_LANDLOCK_ABI {
-            gaps.push(format!(
-                "Landlock ABI {landlock_abi} < {SCOPE_LANDLOCK_ABI}: confined commands can signal other processes of the same user and reach abstract UNIX sockets"
-            ));
-        }
-        if landlock_abi >= MIN_LANDLOCK_ABI {
-            gaps.push(format!(
-                "connect() to pathname UNIX sockets is not confined (needs Landlock ABI >= {UNIX_SOCKET_LANDLOCK_ABI} and a toolsched that asks for it): keep daemon sockets such as /var/run/docker.sock out of the host"
-            ));
-        }
-        if !seccomp {
-            missing.push("seccomp filters (CONFIG_SECCOMP_FILTER)".to_string());
-        }
-    }
-    if process_limit == ProcessLimitKind::None {
-        gaps.push(
-            "no process limit: running as uid 0 (RLIMIT_NPROC does not bind it) without a writable pids cgroup"
-                .to_string(),
-        );
-    }
     ProbeReport {
-        landlock_abi,
-        seccomp,
+        landlock_abi: landlock_abi(),
+        seccomp: seccomp_filters(),
         user_namespaces: user_namespaces(),
-        process_limit,
-        missing,
-        gaps,
+        process_limit: process_limit(),
+        missing: Vec::new(),
+        gaps: Vec::new(),
+    }
+    .at_level(level)
+}
+
+impl ProbeReport {
+    /// What this probe's kernel facts mean for `level`, without probing
+    /// again (the facts do not depend on the level; `missing` and `gaps`
+    /// do).
+    pub fn at_level(&self, level: SandboxLevel) -> ProbeReport {
+        let landlock_abi = self.landlock_abi;
+        let seccomp = self.seccomp;
+        let process_limit = self.process_limit.clone();
+        let mut missing = Vec::new();
+        let mut gaps = Vec::new();
+        if level.is_confined() {
+            if landlock_abi < MIN_LANDLOCK_ABI {
+                missing.push(format!(
+                    "Landlock ABI >= {MIN_LANDLOCK_ABI} (kernel has {landlock_abi}; needs Linux >= 6.2 with 'landlock' in the LSM list)"
+                ));
+            } else if landlock_abi < SCOPE_LANDLOCK_ABI {
+                gaps.push(format!(
+                    "Landlock ABI {landlock_abi} < {SCOPE_LANDLOCK_ABI}: confined commands can signal other processes of the same user and reach abstract UNIX sockets"
+                ));
+            }
+            if landlock_abi >= MIN_LANDLOCK_ABI {
+                gaps.push(format!(
+                    "connect() to pathname UNIX sockets is not confined (needs Landlock ABI >= {UNIX_SOCKET_LANDLOCK_ABI} and a toolsched that asks for it): keep daemon sockets such as /var/run/docker.sock out of the host"
+                ));
+            }
+            if !seccomp {
+                missing.push("seccomp filters (CONFIG_SECCOMP_FILTER)".to_string());
+            }
+        }
+        if process_limit == ProcessLimitKind::None {
+            gaps.push(
+                "no process limit: running as uid 0 (RLIMIT_NPROC does not bind it) without a writable pids cgroup"
+                    .to_string(),
+            );
+        }
+        ProbeReport {
+            landlock_abi,
+            seccomp,
+            user_namespaces: self.user_namespaces,
+            process_limit,
+            missing,
+            gaps,
+        }
     }
 }
 

@@ -40,67 +40,6 @@ pub struct BatchRequest {
     pub disconnect_grace: Option<Duration>,
 }
 
-/// Longest accepted session id, in bytes.
-pub const MAX_SESSION_ID_BYTES: usize = 128;
-/// Longest accepted call id, in bytes.
-pub const MAX_CALL_ID_BYTES: usize = 256;
-/// Longest accepted tool name, in bytes: names are echoed in several places
-/// of every event, and MCP wire names are at most 64.
-pub const MAX_TOOL_NAME_BYTES: usize = 256;
-
-impl BatchRequest {
-    /// Checks what must hold before anything starts: a session id, at least
-    /// one call, non-empty unique call ids. The error says what was wrong.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.session_id.trim().is_empty() {
-            return Err("session_id is empty; name the session (any client-chosen id)".into());
-        }
-        if self.session_id.len() > MAX_SESSION_ID_BYTES {
-            return Err(format!(
-                "session_id is {} bytes; at most {MAX_SESSION_ID_BYTES}",
-                self.session_id.len()
-            ));
-        }
-        if self.calls.is_empty() {
-            return Err("calls is empty; send at least one function call".into());
-        }
-        if let Some(request_id) = &self.request_id
-            && request_id.len() > crate::store::MAX_REQUEST_ID_BYTES
-        {
-            return Err(format!(
-                "request_id is {} bytes; at most {}",
-                request_id.len(),
-                crate::store::MAX_REQUEST_ID_BYTES
-            ));
-        }
-        let mut seen = std::collections::HashSet::new();
-        for (i, call) in self.calls.iter().enumerate() {
-            if call.id.is_empty() {
-                return Err(format!("calls[{i}].id is empty; every call needs an id"));
-            }
-            if call.id.len() > MAX_CALL_ID_BYTES {
-                return Err(format!(
-                    "calls[{i}].id is {} bytes; at most {MAX_CALL_ID_BYTES}",
-                    call.id.len()
-                ));
-            }
-            if call.name.len() > MAX_TOOL_NAME_BYTES {
-                return Err(format!(
-                    "calls[{i}].name is {} bytes; tool names are at most {MAX_TOOL_NAME_BYTES}",
-                    call.name.len()
-                ));
-            }
-            if !seen.insert(call.id.as_str()) {
-                return Err(format!(
-                    "calls[{i}].id '{}' is a duplicate; call ids must be unique within a batch",
-                    call.id
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
 pub use crate::policy::ConfirmationOutcome;
 
 /// A Confirm request.

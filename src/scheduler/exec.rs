@@ -189,7 +189,7 @@ mod tests {
 
     fn report(progress: f64) -> Progress {
         Progress::Report {
-            progress,
+            progress: Some(progress),
             total: Some(10.0),
             percent: Some(progress * 10.0),
             message: format!("step {progress}"),

@@ -26,13 +26,17 @@ use crate::store::{BatchLog, LogWriter};
 pub(crate) struct EventSink {
     writer: RefCell<Option<LogWriter<BatchEvent>>>,
     log: Arc<BatchLog<BatchEvent>>,
+    /// Marks the batch's session busy until the batch is done (see
+    /// `Hub::evict_oldest_idle`), whether or not anyone reads it.
+    _busy: Arc<()>,
 }
 
 impl EventSink {
-    pub fn new(writer: LogWriter<BatchEvent>) -> Self {
+    pub fn new(writer: LogWriter<BatchEvent>, busy: Arc<()>) -> Self {
         Self {
             log: writer.log().clone(),
             writer: RefCell::new(Some(writer)),
+            _busy: busy,
         }
     }
 

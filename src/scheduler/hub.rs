@@ -5,8 +5,9 @@
 //! on its own [`IdleReport`] channel, hands out readers of a batch's log)
 //! and [`BatchStream`] (a batch's log as read by one client; the last one
 //! going away detaches the batch). Not here: what a session does with a
-//! command (`session.rs`), batch validation rules (`events.rs`), the log
-//! and its retention (`crate::store`).
+//! command (`session.rs`), request validation (`validate.rs`, run by the
+//! `Scheduler` handle before a command is sent), the log and its retention
+//! (`crate::store`).
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -73,6 +74,24 @@ struct SessionEntry {
     token: CancellationToken,
     /// Commands sent to the session; compared with what it processed.
     forwarded: u64,
+    /// When the hub last sent it a command: the oldest idle session is
+    /// evicted first when `max_sessions` is reached.
+    last_used: tokio::time::Instant,
+    /// One clone per open [`BatchStream`] of the session: a session with
+    /// more than this one is busy and never evicted.
+    streams: Arc<()>,
+}
+
+impl SessionEntry {
+    fn idle(&self) -> bool {
+        Arc::strong_count(&self.streams) == 1
+    }
+
+    /// Counts a command sent to the session.
+    fn sent(&mut self) {
+        self.forwarded += 1;
+        self.last_used = tokio::time::Instant::now();
+    }
 }
 
 /// Owns the map of sessions.
@@ -144,7 +163,7 @@ impl Hub {
                     }));
                     return;
                 };
-                entry.forwarded += 1;
+                entry.sent();
                 let _ = entry.tx.send(SessionCommand::Confirm { request, reply });
             }
             HubCommand::Cancel { request, reply } => {
@@ -154,20 +173,21 @@ impl Hub {
                     }));
                     return;
                 };
-                entry.forwarded += 1;
+                entry.sent();
                 let _ = entry.tx.send(SessionCommand::Cancel { request, reply });
             }
             HubCommand::StopAccepting => self.accepting = false,
         }
     }
 
-    /// Retires an idle session, only when no command is in flight to it;
-    /// the session drains and exits when its sender is dropped.
+    /// Retires an idle session, only when no command is in flight to it
+    /// and no stream of it is open; the session drains and exits when its
+    /// sender is dropped.
     fn idle(&mut self, report: IdleReport) {
         if self
             .sessions
             .get(&report.session_id)
-            .is_some_and(|e| e.forwarded == report.processed)
+            .is_some_and(|e| e.forwarded == report.processed && e.idle())
         {
             self.sessions.remove(&report.session_id);
             self.shared.metrics.sessions.dec();
@@ -189,13 +209,15 @@ impl Hub {
             after: e.after,
             last: e.last,
         })?;
+        let entry = self.sessions.get(session_id);
         self.open_streams.send_modify(|n| *n += 1);
         Ok(BatchStream {
             batch_id,
             reader,
-            session: self.sessions.get(session_id).map(|e| e.link.clone()),
+            session: entry.map(|e| e.link.clone()),
             replayed,
             _open: OpenStream(self.open_streams.clone()),
+            _session_open: entry.map(|e| e.streams.clone()),
         })
     }
 
@@ -205,7 +227,6 @@ impl Hub {
         batch_id: String,
         writer: LogWriter<BatchEvent>,
     ) -> Result<BatchStream, ScheduleError> {
-        request.validate().map_err(ScheduleError::Invalid)?;
         let grace = request
             .disconnect_grace
             .unwrap_or(self.shared.config.disconnect_grace);
@@ -221,7 +242,7 @@ impl Hub {
         {
             return Err(ScheduleError::SandboxLevelNotAllowed {
                 requested,
-                server: self.shared.config.sandbox.config.level,
+                server: self.shared.config.sandbox.level,
             });
         }
         if !self.accepting || self.shared.shutdown.is_cancelled() {
@@ -236,7 +257,7 @@ impl Hub {
         }
         if !self.sessions.contains_key(&request.session_id) {
             let limit = self.shared.config.max_sessions;
-            if self.sessions.len() >= limit {
+            if self.sessions.len() >= limit && !self.evict_oldest_idle() {
                 return Err(ScheduleError::TooManySessions { limit });
             }
             let (tx, rx) = mpsc::unbounded_channel();
@@ -258,6 +279,8 @@ impl Hub {
                     link,
                     token,
                     forwarded: 0,
+                    last_used: tokio::time::Instant::now(),
+                    streams: Arc::new(()),
                 },
             );
         }
@@ -271,14 +294,17 @@ impl Hub {
             .log()
             .reader(0)
             .map_err(|_| ScheduleError::ShuttingDown)?;
-        entry.forwarded += 1;
+        // The batch keeps its session busy until it completes, streams or
+        // not: a detached batch in its grace is not evicted.
+        let events = EventSink::new(writer, entry.streams.clone());
+        entry.sent();
         self.shared.metrics.batch_accepted();
         entry
             .tx
             .send(SessionCommand::Schedule {
                 batch_id: batch_id.clone(),
                 request,
-                events: EventSink::new(writer),
+                events,
                 token,
             })
             .map_err(|_| ScheduleError::ShuttingDown)?;
@@ -289,7 +315,29 @@ impl Hub {
             session: Some(entry.link.clone()),
             replayed: false,
             _open: OpenStream(self.open_streams.clone()),
+            _session_open: Some(entry.streams.clone()),
         })
+    }
+
+    /// At `max_sessions`: forgets the idle session (no open stream) the hub
+    /// used least recently, as its idle TTL would; false when every session
+    /// is busy. One scan of the map, only when the cap is reached.
+    fn evict_oldest_idle(&mut self) -> bool {
+        let Some(oldest) = self
+            .sessions
+            .iter()
+            .filter(|(_, e)| e.idle())
+            .min_by_key(|(_, e)| e.last_used)
+            .map(|(id, _)| id.clone())
+        else {
+            return false;
+        };
+        // The session drains what was already sent to it and exits when
+        // its sender is dropped.
+        self.sessions.remove(&oldest);
+        self.shared.metrics.sessions.dec();
+        tracing::debug!(session = %oldest, "max_sessions reached: evicted the least recently used idle session");
+        true
     }
 }
 
@@ -317,6 +365,9 @@ pub struct BatchStream {
     /// Attached to an existing batch by a repeated request id.
     replayed: bool,
     _open: OpenStream,
+    /// Marks the session busy while the stream is open (see
+    /// `Hub::evict_oldest_idle`).
+    _session_open: Option<Arc<()>>,
 }
 
 impl Drop for BatchStream {

@@ -8,8 +8,8 @@
 //! session performs (executions in [`exec`]). Handlers send commands and
 //! read a [`BatchStream`] of a batch's logged events ([`feed`] writes the
 //! log of [`crate::store`]; [`resume`] is what lets a batch outlive its
-//! stream). Cancellation is a `CancellationToken` tree: server → session →
-//! batch → call.
+//! stream). Cancellation is
+//! a `CancellationToken` tree: server → session → batch → call.
 //!
 //! Layering: imports `store`, `policy`, `tools`, `sandbox`; never `api`.
 //!
@@ -26,6 +26,7 @@ mod hub;
 pub mod metrics;
 pub mod resume;
 mod session;
+pub mod validate;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,11 +42,12 @@ pub use hub::BatchStream;
 use hub::{Hub, HubCommand};
 pub use metrics::Metrics;
 pub use resume::{Confirmed, WatchError, WatchRequest};
+pub use validate::{InvalidBatch, InvalidRequest, Shown};
 
 use crate::store::{BatchLog, Begun, NewBatch, SharedStore, StoreError};
 
 use crate::policy::{ApprovalMode, PolicyHandle};
-use crate::sandbox::{OutputLimits, Sandbox, SharedSandbox};
+use crate::sandbox::{OutputLimits, SandboxConfig, SharedSandbox};
 use crate::tools::{Registry, SharedRegistry};
 
 /// Limits and timeouts of the scheduler. Every field is a documented limit.
@@ -62,13 +64,17 @@ pub struct SchedulerConfig {
     pub output: OutputLimits,
     /// Calls in one batch; more is RESOURCE_EXHAUSTED.
     pub max_calls_per_batch: usize,
-    /// Live sessions; a new one beyond this is RESOURCE_EXHAUSTED.
+    /// Live sessions. A new one at the cap evicts the least recently used
+    /// idle session (no open stream, no batch queued or running); when
+    /// every session is busy it is
+    /// RESOURCE_EXHAUSTED.
     pub max_sessions: usize,
     /// A session with nothing to do is forgotten (rules, mode, topic) after
     /// this.
     pub session_idle_ttl: Duration,
-    /// The sandbox commands run in (level, limits, what the kernel enforces).
-    pub sandbox: SharedSandbox,
+    /// The sandbox commands run in (level, limits); what the kernel
+    /// enforces of it is probed once, by `crate::build_scheduler`.
+    pub sandbox: SandboxConfig,
     /// All file I/O of tools on the blocking pool, small reads included
     /// (a workspace on a network filesystem); see
     /// [`crate::sandbox::Workspace::with_blocking_io`].
@@ -105,9 +111,10 @@ impl Default for SchedulerConfig {
             execution_timeout: Duration::from_secs(300),
             output: OutputLimits::default(),
             max_calls_per_batch: 128,
-            max_sessions: 100_000,
-            session_idle_ttl: Duration::from_secs(3600),
-            sandbox: Arc::new(Sandbox::default()),
+            // About 15 KB each when idle: ~150 MB at the cap.
+            max_sessions: 10_000,
+            session_idle_ttl: Duration::from_secs(1800),
+            sandbox: SandboxConfig::default(),
             blocking_file_io: false,
             disconnect_grace: Duration::ZERO,
             max_disconnect_grace: Duration::from_secs(600),
@@ -121,10 +128,12 @@ impl Default for SchedulerConfig {
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ScheduleError {
     #[error("invalid batch: {0}")]
-    Invalid(String),
+    Invalid(#[from] InvalidBatch),
     #[error("batch has {got} calls; the limit is max_calls_per_batch = {limit}")]
     TooManyCalls { got: usize, limit: usize },
-    #[error("{limit} sessions are live; the limit is max_sessions = {limit}")]
+    #[error(
+        "{limit} sessions are live, each with an open batch stream; the limit is max_sessions = {limit}"
+    )]
     TooManySessions { limit: usize },
     #[error("the server is shutting down and accepts no new batches")]
     ShuttingDown,
@@ -147,17 +156,20 @@ pub enum ScheduleError {
 /// Why a Confirm was refused. Nothing changed.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ConfirmError {
-    #[error("no session '{session_id}'")]
+    #[error("invalid Confirm: {0}")]
+    Invalid(#[from] InvalidRequest),
+    #[error("no session '{}'", Shown(session_id))]
     UnknownSession { session_id: String },
-    #[error("no call '{call_id}' in session '{session_id}'")]
+    #[error("no call '{}' in session '{}'", Shown(call_id), Shown(session_id))]
     UnknownCall { session_id: String, call_id: String },
-    #[error("call '{call_id}' is not awaiting approval")]
+    #[error("call '{}' is not awaiting approval", Shown(call_id))]
     NotAwaitingApproval { call_id: String },
     /// The call's batch has completed; its prompt (if it had one) can no
     /// longer be answered. Known while its batch is retained (see
     /// [`crate::store::Retention`]); later it is [`ConfirmError::UnknownCall`].
     #[error(
-        "call '{call_id}' already ended ({state}) and its batch has completed; there is no prompt to answer"
+        "call '{}' already ended ({state}) and its batch has completed; there is no prompt to answer",
+        Shown(call_id)
     )]
     AlreadyEnded {
         call_id: String,
@@ -166,7 +178,9 @@ pub enum ConfirmError {
     /// The current prompt's id is deliberately not named: knowing it would
     /// let an answer to an old prompt approve the new one.
     #[error(
-        "correlation id '{given}' is not the current prompt of call '{call_id}' (the prompt was replaced or answered); answer the latest AwaitingApproval event"
+        "correlation id '{}' is not the current prompt of call '{}' (the prompt was replaced or answered); answer the latest AwaitingApproval event",
+        Shown(given),
+        Shown(call_id)
     )]
     StaleCorrelation { call_id: String, given: String },
     #[error(
@@ -184,7 +198,8 @@ pub enum ConfirmError {
     InvalidNewContent { message: String },
     /// The first answer to a prompt wins; this one differs from it.
     #[error(
-        "the prompt of call '{call_id}' was already answered with {winner}{}; the first answer wins and this different one changed nothing",
+        "the prompt of call '{}' was already answered with {winner}{}; the first answer wins and this different one changed nothing",
+        Shown(call_id),
         if *with_content { " (with new_content)" } else { "" }
     )]
     AnsweredDifferently {
@@ -199,9 +214,15 @@ pub enum ConfirmError {
 /// Why a Cancel was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum CancelError {
-    #[error("no session '{session_id}'")]
+    #[error("invalid Cancel: {0}")]
+    Invalid(#[from] InvalidRequest),
+    #[error("no session '{}'", Shown(session_id))]
     UnknownSession { session_id: String },
-    #[error("no batch '{batch_id}' running or queued in session '{session_id}'")]
+    #[error(
+        "no batch '{}' running or queued in session '{}'",
+        Shown(batch_id),
+        Shown(session_id)
+    )]
     UnknownBatch {
         session_id: String,
         batch_id: String,
@@ -222,6 +243,9 @@ pub(crate) struct Shared {
     /// Batches, their logs, request ids and answers.
     pub store: SharedStore<BatchEvent>,
     pub metrics: Arc<Metrics>,
+    /// The server's sandbox (its level is the most permissive a session may
+    /// choose).
+    pub sandbox: SharedSandbox,
     /// The sandbox of each level a session may choose.
     pub sandboxes: std::collections::BTreeMap<crate::sandbox::SandboxLevel, SharedSandbox>,
 }
@@ -243,11 +267,14 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Starts the hub. `shutdown` cancels every session, batch and call.
-    /// `registry` is an `Arc<Registry>` or a [`SharedRegistry`] that MCP
-    /// servers update.
+    /// Starts the hub. `sandbox` is `config.sandbox` probed (see
+    /// [`crate::sandbox::Sandbox::new`]); the other levels a session may
+    /// choose reuse that probe. `shutdown` cancels every session, batch and
+    /// call. `registry` is an `Arc<Registry>` or a [`SharedRegistry`] that
+    /// MCP servers update.
     pub fn start(
         config: SchedulerConfig,
+        sandbox: SharedSandbox,
         registry: impl Into<SharedRegistry>,
         policy: PolicyHandle,
         shutdown: CancellationToken,
@@ -256,13 +283,12 @@ impl Scheduler {
         let registry = registry.into();
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
-        let sandbox = config.sandbox.clone();
         let store: SharedStore<BatchEvent> = match &config.store {
             Some(DurableStore(store)) => store.clone(),
             None => Arc::new(crate::store::MemoryStore::new(config.retention)),
         };
         // The levels a session may switch to: those at most as permissive as
-        // the server's, each probed once here.
+        // the server's, each judged from the one probe of the kernel.
         let sandboxes = crate::sandbox::SandboxLevel::ALL
             .into_iter()
             .filter(|l| l.at_most(sandbox.config.level))
@@ -276,6 +302,7 @@ impl Scheduler {
             })
             .collect();
         let shared = Arc::new(Shared {
+            sandbox: sandbox.clone(),
             sandboxes,
             config,
             registry: registry.clone(),
@@ -337,7 +364,7 @@ impl Scheduler {
     /// A request id known with the same calls schedules nothing: the stream
     /// reads the original batch's log from the start ([`BatchStream::replayed`]).
     pub async fn schedule(&self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
-        // Validated by the hub; an invalid request's claim is abandoned.
+        request.validate()?;
         let batch_id = uuid::Uuid::new_v4().to_string();
         // Only a request id needs the digest: the hot path hashes nothing.
         let digest = match request.request_id {
@@ -378,6 +405,7 @@ impl Scheduler {
             Err(_) => Err(ScheduleError::ShuttingDown),
         };
         if result.is_err() {
+            // Refused after the claim: the request id is free again.
             self.store.abandon_batch(&session_id, &batch_id);
         }
         result
@@ -385,6 +413,7 @@ impl Scheduler {
 
     /// Re-attaches to a batch's log after `after_sequence`.
     pub async fn watch(&self, request: WatchRequest) -> Result<BatchStream, WatchError> {
+        request.validate()?;
         let log = self
             .store
             .batch(&request.session_id, &request.batch_id)
@@ -424,6 +453,7 @@ impl Scheduler {
 
     /// Answers an approval prompt.
     pub async fn confirm(&self, request: ConfirmRequest) -> Result<Confirmed, ConfirmError> {
+        request.validate()?;
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Confirm { request, reply })
@@ -434,6 +464,7 @@ impl Scheduler {
 
     /// Cancels a session's batches (or one of them).
     pub async fn cancel(&self, request: CancelRequest) -> Result<CancelSummary, CancelError> {
+        request.validate()?;
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Cancel { request, reply })

@@ -11,6 +11,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::events::{BatchEvent, CallRequest, StateUpdate, approx_size};
+use super::validate::{InvalidRequest, MAX_BATCH_ID_BYTES, MAX_SESSION_ID_BYTES, Shown};
 use crate::store::{CallsDigest, LogEvent, MergeKey, StoreError};
 use crate::tools::{ConfirmationDetails, Progress};
 
@@ -23,12 +24,39 @@ pub struct WatchRequest {
     pub after_sequence: u64,
 }
 
+impl WatchRequest {
+    /// Both ids present and within the limits the server issues them at.
+    pub fn validate(&self) -> Result<(), InvalidRequest> {
+        for (field, value, limit) in [
+            ("session_id", &self.session_id, MAX_SESSION_ID_BYTES),
+            ("batch_id", &self.batch_id, MAX_BATCH_ID_BYTES),
+        ] {
+            if value.is_empty() {
+                return Err(InvalidRequest::Empty { field });
+            }
+            if value.len() > limit {
+                return Err(InvalidRequest::TooLong {
+                    field,
+                    len: value.len(),
+                    limit,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Why a WatchBatch was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum WatchError {
+    #[error("invalid WatchBatch: {0}")]
+    Invalid(#[from] InvalidRequest),
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("after_sequence {after} is beyond the last event of batch '{batch_id}' ({last})")]
+    #[error(
+        "after_sequence {after} is beyond the last event of batch '{}' ({last})",
+        Shown(batch_id)
+    )]
     BeyondEnd {
         batch_id: String,
         after: u64,
@@ -256,7 +284,7 @@ mod tests {
 
     fn report(n: f64) -> Progress {
         Progress::Report {
-            progress: n,
+            progress: Some(n),
             total: None,
             percent: None,
             message: String::new(),

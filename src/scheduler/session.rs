@@ -187,7 +187,7 @@ impl Session {
         let mut session = Session {
             id,
             mode: shared.config.default_mode,
-            sandbox: shared.config.sandbox.clone(),
+            sandbox: shared.sandbox.clone(),
             shared,
             rules: SessionRules::default(),
             topic: None,

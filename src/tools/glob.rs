@@ -7,7 +7,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use globset::{GlobBuilder, GlobMatcher};
+use globset::GlobMatcher;
 use serde_json::{Value, json};
 
 use super::file::{
@@ -73,6 +73,8 @@ impl Tool for GlobTool {
 
     fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
         let pattern = str_arg(args, "pattern")?.to_string();
+        // Before anything repeats or compiles it.
+        super::pattern::check_length("pattern", &pattern, super::pattern::MAX_GLOB_PATTERN_BYTES)?;
         let case_sensitive = args
             .get("case_sensitive")
             .and_then(Value::as_bool)
@@ -90,16 +92,7 @@ impl Tool for GlobTool {
                 "argument 'pattern': '{pattern}' must be relative to dir_path and must not contain '..'. Put the directory in dir_path and the file pattern in pattern."
             )));
         }
-        let matcher = GlobBuilder::new(&pattern)
-            .literal_separator(true)
-            .case_insensitive(!case_sensitive)
-            .build()
-            .map_err(|e| {
-                ToolError::invalid_params(format!(
-                    "argument 'pattern': '{pattern}' is not a valid glob: {e}"
-                ))
-            })?
-            .compile_matcher();
+        let matcher = super::pattern::glob("pattern", &pattern, !case_sensitive)?;
         let dir = opt_str_arg(args, "dir_path").unwrap_or(".");
         let target = Target::new(&self.ws, dir)?;
         let path = target.path().to_path_buf();

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use globset::{GlobBuilder, GlobMatcher};
-use grep_regex::{RegexMatcher, RegexMatcherBuilder};
+use globset::GlobMatcher;
+use grep_regex::RegexMatcher;
 use grep_searcher::{
     BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
 };
@@ -107,15 +107,7 @@ struct PathGlob {
 
 impl PathGlob {
     fn new(field: &str, pattern: &str) -> Result<Self, ToolError> {
-        let matcher = GlobBuilder::new(pattern)
-            .literal_separator(true)
-            .build()
-            .map_err(|e| {
-                ToolError::invalid_params(format!(
-                    "argument '{field}': '{pattern}' is not a valid glob: {e}"
-                ))
-            })?
-            .compile_matcher();
+        let matcher = super::pattern::glob(field, pattern, false)?;
         Ok(Self {
             matcher,
             name_only: !pattern.contains('/'),
@@ -149,17 +141,7 @@ impl GrepTool {
         let flag = |key: &str| args.get(key).and_then(Value::as_bool).unwrap_or(false);
         let case_sensitive = flag("case_sensitive");
         let fixed_strings = flag("fixed_strings");
-        let matcher = RegexMatcherBuilder::new()
-            .case_insensitive(!case_sensitive)
-            .fixed_strings(fixed_strings)
-            .crlf(true)
-            .line_terminator(Some(b'\n'))
-            .build(&pattern)
-            .map_err(|e| {
-                ToolError::invalid_params(format!(
-                    "argument 'pattern': not a valid regular expression: {e}. Fix the pattern, or set fixed_strings to true to search for the text literally."
-                ))
-            })?;
+        let matcher = super::pattern::regex(&pattern, !case_sensitive, fixed_strings)?;
         let include = opt_str_arg(args, "include_pattern")
             .map(|p| PathGlob::new("include_pattern", p))
             .transpose()?;

@@ -74,7 +74,19 @@ impl Tool for ListDirectoryTool {
             .and_then(Value::as_array)
             .map(|a| a.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
+        if patterns.len() > super::pattern::MAX_IGNORE_PATTERNS {
+            return Err(ToolError::invalid_params(format!(
+                "argument 'ignore': {} patterns; at most {}",
+                patterns.len(),
+                super::pattern::MAX_IGNORE_PATTERNS
+            )));
+        }
         for (i, p) in patterns.iter().enumerate() {
+            super::pattern::check_length(
+                &format!("ignore/{i}"),
+                p,
+                super::pattern::MAX_GLOB_PATTERN_BYTES,
+            )?;
             let glob = Glob::new(p).map_err(|e| {
                 ToolError::invalid_params(format!(
                     "argument 'ignore/{i}': '{p}' is not a valid glob pattern: {e}"

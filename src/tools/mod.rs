@@ -16,6 +16,7 @@ mod glob;
 mod grep;
 mod list;
 pub mod mcp;
+pub mod pattern;
 mod read;
 mod shell;
 mod topic;
@@ -255,7 +256,8 @@ pub enum Progress {
     /// so far. A later report supersedes an earlier one, so reports may be
     /// merged while a reader lags.
     Report {
-        progress: f64,
+        /// `None` when the tool's value was not a finite number.
+        progress: Option<f64>,
         total: Option<f64>,
         /// `progress / total` in percent, when total is positive.
         percent: Option<f64>,

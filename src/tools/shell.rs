@@ -145,7 +145,9 @@ impl Invocation for ShellInvocation {
                     if let Some(sig) = signal {
                         text.push_str(&format!("\nSignal: {sig}"));
                     }
-                    result.insert("output".into(), Value::String(output));
+                    // The output is in the response text once; a second
+                    // copy here would double the event (issue 11 item 4).
+                    result.insert("output_bytes".into(), json!(output.len()));
                     ToolOutcome::Success {
                         output: Value::String(text),
                         result,

@@ -17,6 +17,8 @@ Tools:
 - exit_mid_call: writes to stderr and exits the process with `code`
 - fail: returns an isError result with the given text
 - add_tool: registers tool `late_tool` and sends tools/list_changed
+- progress_totals: progress whose later totals are 0, absent or negative
+- big_result: returns `size` bytes of text (an oversized result)
 """
 
 import asyncio
@@ -109,6 +111,23 @@ async def exit_mid_call(code: int, ctx: Context) -> str:
     await asyncio.sleep(0.2)
     print("fatal: simulated crash in exit_mid_call", file=sys.stderr, flush=True)
     os._exit(code)
+
+
+@mcp.tool()
+async def progress_totals(ctx: Context) -> str:
+    """Progress whose later totals are 0, absent or negative."""
+    await ctx.report_progress(1, total=0)
+    await ctx.report_progress(2, total=8)
+    await ctx.report_progress(4, total=0)
+    await ctx.report_progress(6)
+    await ctx.report_progress(7, total=-1)
+    return "totals done"
+
+
+@mcp.tool()
+def big_result(size: int, structured: bool = False) -> str:
+    """Returns `size` bytes of text (head 'HEAD', tail 'TAIL')."""
+    return "HEAD" + "x" * max(0, size - 8) + "TAIL"
 
 
 @mcp.tool()

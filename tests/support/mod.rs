@@ -546,9 +546,7 @@ pub fn yolo() -> SchedulerConfig {
 /// [`yolo`] with commands confined at the default level (workspace_write).
 pub fn yolo_confined() -> SchedulerConfig {
     SchedulerConfig {
-        sandbox: std::sync::Arc::new(toolsched::sandbox::Sandbox::new(
-            toolsched::sandbox::SandboxConfig::default(),
-        )),
+        sandbox: toolsched::sandbox::SandboxConfig::default(),
         ..yolo()
     }
 }

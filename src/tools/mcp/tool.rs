@@ -204,8 +204,9 @@ impl McpInvocation {
                 () = ctx.token.cancelled() => {
                     // `remote` tells the server without waiting for it: the
                     // call ends now and a late result is dropped with
-                    // `response`.
-                    return Ok(ToolOutcome::Cancelled { partial_output: merged.last_message() });
+                    // `response`. A progress message is not output: the
+                    // response is the cancellation alone.
+                    return Ok(ToolOutcome::Cancelled { partial_output: None });
                 }
                 Some(p) = progress.recv() => {
                     idle.as_mut().reset(tokio::time::Instant::now() + inactivity);
@@ -219,7 +220,7 @@ impl McpInvocation {
                         let _ = ctx.progress.send(merged.merge(p));
                     }
                     return match result {
-                        Ok(Ok(ServerResult::CallToolResult(result))) => Ok(map_result(result)),
+                        Ok(Ok(ServerResult::CallToolResult(result))) => Ok(map_result(result, ctx.output.max_bytes)),
                         Ok(Ok(other)) => Err(mcp_error(format!(
                             "MCP server '{}' answered tools/call for '{}' with an unexpected result: {}",
                             self.server, self.tool, serde_json::to_string(&other).unwrap_or_default()
@@ -326,7 +327,9 @@ impl Drop for RemoteCancel {
 }
 
 /// Progress of one call so far: a field missing from a notification keeps
-/// its earlier value.
+/// its earlier value; so does a total of 0 (servers send it for "unknown").
+/// A progress or total that is NaN or infinite is dropped (debug log): it
+/// would make every later percent meaningless.
 #[derive(Debug, Default)]
 struct Merged {
     progress: Option<f64>,
@@ -336,23 +339,31 @@ struct Merged {
 
 impl Merged {
     fn merge(&mut self, p: ProgressNotificationParam) -> Progress {
-        self.progress = Some(p.progress);
-        if let Some(total) = p.total {
-            self.total = Some(total);
+        if p.progress.is_finite() {
+            self.progress = Some(p.progress);
+        } else {
+            tracing::debug!(
+                progress = p.progress,
+                "MCP progress value is not finite; dropped"
+            );
+        }
+        match p.total {
+            Some(total) if total.is_finite() && total > 0.0 => self.total = Some(total),
+            Some(total) if !total.is_finite() => {
+                tracing::debug!(total, "MCP progress total is not finite; dropped");
+            }
+            // 0, negative or absent: the known total stays.
+            _ => {}
         }
         if let Some(message) = p.message {
             self.message = Some(message);
         }
         Progress::Report {
-            progress: p.progress,
+            progress: self.progress,
             total: self.total,
             percent: percent(self.progress, self.total),
             message: self.message.clone().unwrap_or_default(),
         }
-    }
-
-    fn last_message(&self) -> Option<String> {
-        self.message.clone()
     }
 }
 
@@ -369,7 +380,13 @@ fn percent(progress: Option<f64>, total: Option<f64>) -> Option<f64> {
 /// `{"inlineData": {"mimeType", "data"}}`); `isError: true` is an
 /// `mcp_tool_error` with the server's text. Structured content goes into the
 /// structured result as `structured_content`.
-fn map_result(result: CallToolResult) -> ToolOutcome {
+///
+/// Bounded like a command's output (`output_cap_bytes`): text beyond the
+/// cap keeps its head and tail around a note with the counts; inline data
+/// and structured content that do not fit in what is left are replaced by a
+/// note (a server returning 3 MB must not make an event a client cannot
+/// receive; FastMCP repeats a text result as structured content).
+fn map_result(result: CallToolResult, cap: usize) -> ToolOutcome {
     let mut texts: Vec<String> = Vec::new();
     let mut parts: Vec<Value> = Vec::new();
     let mut has_inline = false;
@@ -410,7 +427,7 @@ fn map_result(result: CallToolResult) -> ToolOutcome {
             other => text(unknown_block(&other), &mut parts),
         }
     }
-    let joined = texts.join("\n");
+    let joined = head_and_tail(texts.join("\n"), cap);
     if result.is_error == Some(true) {
         let message = if joined.is_empty() {
             "The MCP tool reported an error without a message.".to_string()
@@ -419,19 +436,74 @@ fn map_result(result: CallToolResult) -> ToolOutcome {
         };
         return mcp_error(message).into();
     }
-    let mut structured = Map::new();
-    if let Some(s) = result.structured_content {
-        structured.insert("structured_content".into(), s);
-    }
+    let mut budget = cap;
     let output = if has_inline {
+        let parts = parts
+            .into_iter()
+            .map(|part| {
+                let size = json_size(&part);
+                let part = match part.get("text").and_then(Value::as_str) {
+                    Some(t) if size > budget => json!({ "text": head_and_tail(t.to_string(), budget) }),
+                    _ if size > budget => json!({ "text": format!(
+                        "[inline data of {size} bytes left out: over the output cap of {cap} bytes (output_cap_bytes)]"
+                    ) }),
+                    _ => part,
+                };
+                budget = budget.saturating_sub(json_size(&part));
+                part
+            })
+            .collect();
         Value::Array(parts)
     } else {
+        budget = budget.saturating_sub(joined.len());
         Value::String(joined)
     };
+    let mut structured = Map::new();
+    if let Some(s) = result.structured_content {
+        let size = json_size(&s);
+        if size <= budget {
+            structured.insert("structured_content".into(), s);
+        } else {
+            structured.insert(
+                "structured_content_omitted".into(),
+                json!(format!(
+                    "structured content of {size} bytes left out: over what the output cap of {cap} bytes (output_cap_bytes) leaves after the output"
+                )),
+            );
+        }
+    }
     ToolOutcome::Success {
         output,
         result: structured,
     }
+}
+
+/// Bytes of `v` as JSON.
+fn json_size(v: &Value) -> usize {
+    serde_json::to_string(v).map_or(0, |s| s.len())
+}
+
+/// `text` within `cap` bytes: its first and last halves around a note with
+/// the counts, as a command's output is kept.
+fn head_and_tail(text: String, cap: usize) -> String {
+    if text.len() <= cap {
+        return text;
+    }
+    let mut head = cap / 2;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - cap / 2;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{}\n... [{} of {} bytes of the MCP result left out: over the output cap of {cap} bytes (output_cap_bytes)] ...\n{}",
+        &text[..head],
+        tail - head,
+        text.len(),
+        &text[tail..]
+    )
 }
 
 /// A content kind this build does not know, as its JSON (newer protocol
@@ -454,6 +526,52 @@ mod tests {
         let long = registered_name("server", &"x".repeat(100));
         assert_eq!(long.len(), MAX_NAME_LEN);
         assert!(long.starts_with("mcp_server_") && long.contains("___"));
+    }
+
+    fn note(progress: f64, total: Option<f64>) -> ProgressNotificationParam {
+        let mut p = ProgressNotificationParam::new(
+            rmcp::model::ProgressToken(rmcp::model::NumberOrString::Number(1)),
+            progress,
+        );
+        p.total = total;
+        p
+    }
+
+    #[test]
+    fn a_zero_absent_or_non_finite_total_keeps_the_known_one() {
+        let mut m = Merged::default();
+        let seen: Vec<_> = [
+            note(1.0, Some(0.0)),
+            note(2.0, Some(8.0)),
+            note(3.0, Some(0.0)),
+            note(4.0, None),
+            note(f64::NAN, Some(f64::INFINITY)),
+            note(5.0, Some(f64::NAN)),
+            note(f64::INFINITY, Some(-1.0)),
+        ]
+        .into_iter()
+        .map(|p| match m.merge(p) {
+            Progress::Report {
+                progress,
+                total,
+                percent,
+                ..
+            } => (progress, total, percent),
+            other => panic!("a report: {other:?}"),
+        })
+        .collect();
+        assert_eq!(
+            seen,
+            [
+                (Some(1.0), None, None),
+                (Some(2.0), Some(8.0), Some(25.0)),
+                (Some(3.0), Some(8.0), Some(37.5)),
+                (Some(4.0), Some(8.0), Some(50.0)),
+                (Some(4.0), Some(8.0), Some(50.0)),
+                (Some(5.0), Some(8.0), Some(62.5)),
+                (Some(5.0), Some(8.0), Some(62.5)),
+            ]
+        );
     }
 
     #[test]
