@@ -8,10 +8,10 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use toolsched::policy::shell::analyze;
 use toolsched::policy::{ApprovalMode, Policy, PolicyInput, SessionRules};
 use toolsched::sandbox::Workspace;
 use toolsched::scheduler::{BatchEvent, BatchRequest, CallRequest, SchedulerConfig};
+use toolsched::shell::analyze;
 use toolsched::tools::Registry;
 
 fn policy(c: &mut Criterion) {
@@ -41,6 +41,7 @@ fn policy(c: &mut Criterion) {
                 mode: ApprovalMode::Default,
                 interactive: true,
                 rules: &rules,
+                client_initiated: false,
             })
         })
     });
@@ -88,10 +89,12 @@ fn scheduler(c: &mut Criterion) {
                             name: "update_topic".into(),
                             args: std::sync::Arc::new(args.clone()),
                             wait_for_previous: false,
+                            client_initiated: false,
                         }],
                         approval_mode: None,
                         interactive: false,
                         sandbox_level: None,
+                        trace_parent: Default::default(),
                         request_id: None,
                         disconnect_grace: None,
                     })

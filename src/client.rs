@@ -29,6 +29,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
             name: name.clone(),
             args: Some(json_to_struct(&map)),
             wait_for_previous: false,
+            client_initiated: false,
         });
     }
     let mode = match args.approval_mode {

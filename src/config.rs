@@ -114,7 +114,9 @@ macro_rules! settings {
             }
         }
 
-        /// Every setting merged, the defaults filled in.
+        /// Every setting merged, the defaults filled in. (The token's two
+        /// settings are read before the merge, to name where it came from.)
+        #[allow(dead_code)]
         struct Values {
             $( $name: settings!(@type $ty $(, $default)?), )*
         }
@@ -220,6 +222,10 @@ settings! {
     /// Bearer token every ToolScheduler RPC must carry.
     #[arg(long, env = "TOOLSCHED_AUTH_TOKEN", hide_env_values = true)]
     auth_token: String,
+    /// File holding the bearer token (e.g. a Kubernetes Secret mounted as a
+    /// file); surrounding whitespace is ignored. Not with --auth-token.
+    #[arg(long, env = "TOOLSCHED_AUTH_TOKEN_FILE", conflicts_with = "auth_token")]
+    auth_token_file: PathBuf,
     /// Allow a non-loopback listen address without authentication.
     #[arg(long, env = "TOOLSCHED_INSECURE_NO_AUTH", num_args = 0..=1,
           require_equals = true, default_missing_value = "true",
@@ -231,9 +237,10 @@ settings! {
     /// Serve Prometheus metrics at http://ADDR/metrics [default: off].
     #[arg(long, env = "TOOLSCHED_METRICS_LISTEN")]
     metrics_listen: SocketAddr,
-    /// Export traces over OTLP/gRPC to this collector, e.g.
-    /// http://127.0.0.1:4317 [default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
-    /// OTEL_EXPORTER_OTLP_ENDPOINT; off when none is set].
+    /// Export traces over OTLP to this collector, e.g.
+    /// http://127.0.0.1:4317 (gRPC, or http/protobuf with
+    /// OTEL_EXPORTER_OTLP_PROTOCOL) [default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+    /// or OTEL_EXPORTER_OTLP_ENDPOINT; off when none is set].
     #[arg(long, env = "TOOLSCHED_OTLP_ENDPOINT")]
     otlp_endpoint: String,
     /// Do all file I/O of tools on the blocking thread pool, small reads
@@ -306,6 +313,24 @@ pub enum ConfigError {
         "listen address {addr} is not loopback: set --auth-token (TOOLSCHED_AUTH_TOKEN) or, where the network is already private, --insecure-no-auth"
     )]
     NeedsAuth { addr: SocketAddr },
+    #[error(
+        "the auth token {from} is not usable on the non-loopback address {addr}: {reason}; generate one with e.g. `openssl rand -hex 32`"
+    )]
+    WeakToken {
+        addr: SocketAddr,
+        from: String,
+        reason: String,
+    },
+    #[error("cannot read the auth token file {path}: {source}")]
+    TokenFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{first} and {second} are both set; give the token one way")]
+    TokenTwice {
+        first: &'static str,
+        second: &'static str,
+    },
     #[error("{field} must be greater than 0")]
     Zero { field: &'static str },
     #[error("mcp_servers.{name}: {message}")]
@@ -356,11 +381,18 @@ impl Settings {
             Some(path) => read_file(path)?,
             None => ServeArgs::default(),
         };
+        let (auth_token, token_file) = auth::resolve_token(&args, &file)?;
         let v = args.over(file).values();
-        let auth_token = v.auth_token.filter(|t| !t.is_empty());
-        if !v.listen.ip().is_loopback() && auth_token.is_none() && !v.insecure_no_auth {
-            return Err(ConfigError::NeedsAuth { addr: v.listen });
+        if !v.listen.ip().is_loopback() {
+            match &auth_token {
+                None if !v.insecure_no_auth => {
+                    return Err(ConfigError::NeedsAuth { addr: v.listen });
+                }
+                None => {}
+                Some((token, from)) => auth::check_strength(token, from, v.listen)?,
+            }
         }
+        let auth_token = auth_token.map(|(token, _)| token);
         for (field, value) in [
             ("execution_timeout_secs", v.execution_timeout_secs),
             ("output_cap_bytes", v.output_cap_bytes as u64),
@@ -402,11 +434,15 @@ impl Settings {
                 })?;
         }
         // The service's own config is never writable by a command (it
-        // could grant itself more on the next start) nor readable outside
-        // the workspace (it may hold the auth token).
+        // could grant itself more on the next start) nor readable, inside
+        // the workspace or out (it may hold the auth token); the token file
+        // likewise, and the policy file (a command must not rewrite the
+        // rules that judge it, nor read them).
         let protected_paths = v
             .config
             .iter()
+            .chain(token_file.iter())
+            .chain(v.policy_file.iter())
             .filter_map(|p| std::fs::canonicalize(p).ok())
             .collect();
         let sandbox = SandboxConfig {
@@ -484,6 +520,108 @@ fn store_url(given: Option<String>) -> Result<Option<String>, ConfigError> {
         Some(other) => Err(ConfigError::Store {
             prefix: other.chars().take(12).collect(),
         }),
+    }
+}
+
+/// The bearer token: where it comes from, and whether it is fit for a
+/// network.
+mod auth {
+    use super::*;
+
+    /// Fewest bytes a token must have on a non-loopback address: 32 random
+    /// bytes (or their 64 hex digits) cannot be guessed online, a word can.
+    pub const MIN_TOKEN_BYTES: usize = 32;
+
+    /// Words of example and template tokens ("change-me" was the one our own
+    /// manifests shipped): a token containing one was never generated.
+    const PLACEHOLDERS: &[&str] = &[
+        "change-me",
+        "changeme",
+        "change_me",
+        "replace-me",
+        "replaceme",
+        "placeholder",
+        "example",
+        "secret",
+        "password",
+        "your-token",
+    ];
+
+    /// The token and a description of its source, flag/environment before
+    /// the file, inline before a token file; and the token file's path (to
+    /// keep it from commands).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn resolve_token(
+        args: &ServeArgs,
+        file: &ServeArgs,
+    ) -> Result<(Option<(String, String)>, Option<PathBuf>), ConfigError> {
+        if file.auth_token.is_some() && file.auth_token_file.is_some() {
+            return Err(ConfigError::TokenTwice {
+                first: "auth_token",
+                second: "auth_token_file in the config file",
+            });
+        }
+        let inline = |token: &Option<String>, from: &str| {
+            token
+                .clone()
+                .filter(|t| !t.is_empty())
+                .map(|t| (t, from.to_string()))
+        };
+        if let Some(token) = inline(&args.auth_token, "from --auth-token (TOOLSCHED_AUTH_TOKEN)") {
+            return Ok((Some(token), None));
+        }
+        if let Some(path) = &args.auth_token_file {
+            return Ok((Some(read_token(path)?), Some(path.clone())));
+        }
+        if let Some(token) = inline(&file.auth_token, "from auth_token in the config file") {
+            return Ok((Some(token), None));
+        }
+        if let Some(path) = &file.auth_token_file {
+            return Ok((Some(read_token(path)?), Some(path.clone())));
+        }
+        Ok((None, None))
+    }
+
+    fn read_token(path: &Path) -> Result<(String, String), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::TokenFile {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let from = format!("in {}", path.display());
+        // `kubectl create secret --from-file` and editors keep a final
+        // newline; it is not part of the token.
+        Ok((text.trim().to_string(), from))
+    }
+
+    /// Refuses a token a network attacker could guess: shorter than
+    /// [`MIN_TOKEN_BYTES`] or a placeholder. The message names the rule
+    /// broken, never the token.
+    pub(super) fn check_strength(
+        token: &str,
+        from: &str,
+        addr: SocketAddr,
+    ) -> Result<(), ConfigError> {
+        let weak = |reason: String| ConfigError::WeakToken {
+            addr,
+            from: from.to_string(),
+            reason,
+        };
+        let lower = token.to_ascii_lowercase();
+        if let Some(word) = PLACEHOLDERS.iter().find(|w| lower.contains(*w)) {
+            return Err(weak(format!("it contains the placeholder word '{word}'")));
+        }
+        if token.len() < MIN_TOKEN_BYTES {
+            return Err(weak(format!(
+                "it is {} bytes; at least {MIN_TOKEN_BYTES} are needed",
+                token.len()
+            )));
+        }
+        let mut bytes = token.bytes();
+        let first = bytes.next();
+        if bytes.all(|b| Some(b) == first) {
+            return Err(weak("it repeats one character".into()));
+        }
+        Ok(())
     }
 }
 
@@ -701,5 +839,108 @@ mod tests {
         let s = Settings::resolve(cli.serve).unwrap();
         assert_eq!(s.server.max_event_bytes, 8 << 20);
         assert_eq!(s.scheduler.output.max_bytes, 4 << 20);
+    }
+
+    /// On a non-loopback address a placeholder or short token stops
+    /// start-up with the rule it broke, never the token; a token file is
+    /// read (trimmed), kept from commands, and exclusive with an inline one.
+    #[test]
+    fn network_tokens_must_be_long_and_not_placeholders() {
+        let dir = tempfile::tempdir().unwrap();
+        let token_file = dir.path().join("token");
+        let resolve = |token: Option<&str>, file: Option<&Path>| {
+            Settings::resolve(ServeArgs {
+                listen: Some("0.0.0.0:1".parse().unwrap()),
+                auth_token: token.map(String::from),
+                auth_token_file: file.map(Path::to_path_buf),
+                ..ServeArgs::default()
+            })
+        };
+        let weak = |r: Result<Settings, ConfigError>| match r {
+            Err(e @ ConfigError::WeakToken { .. }) => e.to_string(),
+            other => panic!("{:?}", other.map(|s| s.server.auth_token)),
+        };
+        let message = weak(resolve(Some("change-me"), None));
+        assert!(
+            message.contains("from --auth-token (TOOLSCHED_AUTH_TOKEN)")
+                && message.contains("the placeholder word 'change-me'")
+                && message.contains("0.0.0.0:1"),
+            "{message}"
+        );
+        let message = weak(resolve(Some("s3cret-but-short"), None));
+        assert!(
+            message.contains("it is 16 bytes; at least 32 are needed"),
+            "{message}"
+        );
+        assert!(!message.contains("s3cret-but-short"), "{message}");
+        let message = weak(resolve(Some(&"a".repeat(40)), None));
+        assert!(message.contains("repeats one character"), "{message}");
+
+        let good = "4f9c2a7e1b3d5f60718293a4b5c6d7e8f9011223344556677";
+        std::fs::write(&token_file, format!("{good}\n")).unwrap();
+        let s = resolve(None, Some(&token_file)).unwrap();
+        assert_eq!(s.server.auth_token.as_deref(), Some(good));
+        let canonical = std::fs::canonicalize(&token_file).unwrap();
+        assert!(s.scheduler.sandbox.protected_paths.contains(&canonical));
+        std::fs::write(&token_file, "CHANGE-ME-CHANGE-ME-CHANGE-ME-CHANGE-ME\n").unwrap();
+        let message = weak(resolve(None, Some(&token_file)));
+        assert!(
+            message.contains(&format!("in {}", token_file.display())),
+            "{message}"
+        );
+        let missing = dir.path().join("missing");
+        assert!(matches!(
+            resolve(None, Some(&missing)),
+            Err(ConfigError::TokenFile { .. })
+        ));
+        // On loopback nothing is exposed: a short token is the user's call.
+        let s = Settings::resolve(ServeArgs {
+            auth_token: Some("dev".into()),
+            ..ServeArgs::default()
+        })
+        .unwrap();
+        assert_eq!(s.server.auth_token.as_deref(), Some("dev"));
+
+        let config = dir.path().join("c.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "auth_token = \"{good}\"\nauth_token_file = \"{}\"\n",
+                token_file.display()
+            ),
+        )
+        .unwrap();
+        let twice = Settings::resolve(ServeArgs {
+            config: Some(config),
+            ..ServeArgs::default()
+        });
+        assert!(matches!(twice, Err(ConfigError::TokenTwice { .. })));
+    }
+
+    /// The config files the Kubernetes manifests ship are valid config files
+    /// (unknown keys are errors, so a renamed key would stop the pod).
+    #[test]
+    fn shipped_kubernetes_config_files_parse() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+        for file in [
+            "base/toolsched.toml",
+            "overlays/dev/toolsched.toml",
+            "overlays/production/toolsched.toml",
+        ] {
+            let parsed = read_file(&root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert_eq!(
+                parsed.auth_token_file.as_deref(),
+                Some(Path::new("/var/run/secrets/toolsched/auth/token")),
+                "{file}"
+            );
+            assert_eq!(parsed.auth_token, None, "{file}: no token in a ConfigMap");
+            assert_eq!(
+                parsed.sandbox_address_space_bytes,
+                Some(1 << 30),
+                "{file}: fits the pod's 2 GiB"
+            );
+        }
+        let policy = root.join("base/policy.toml");
+        crate::policy::Policy::from_file(&policy).unwrap();
     }
 }

@@ -6,6 +6,7 @@
 //! call states, waves, queueing, approval and cancellation; [`policy`]
 //! decides allow / deny / ask_user; [`tools`] declares and runs tools;
 //! [`sandbox`] keeps them inside the workspace; [`config`] merges settings.
+//! [`shell`] (bash command analysis) is a leaf that `policy` and `tools` use.
 
 #![deny(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -15,6 +16,7 @@ pub mod config;
 pub mod policy;
 pub mod sandbox;
 pub mod scheduler;
+pub mod shell;
 pub mod store;
 pub mod telemetry;
 pub mod text;

@@ -33,7 +33,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_tracing(settings.log_format);
     let telemetry = toolsched::telemetry::init(settings.otlp_endpoint.as_deref())?;
     if let Some(endpoint) = telemetry.endpoint() {
-        tracing::info!(%endpoint, "exporting traces over OTLP/gRPC");
+        tracing::info!(%endpoint, protocol = telemetry.protocol(), "exporting traces over OTLP");
     }
 
     let shutdown = CancellationToken::new();
@@ -108,10 +108,10 @@ async fn spawn_metrics(
         .await
         .with_context(|| format!("cannot listen on {addr} for metrics"))?;
     tracing::info!(listen = %listener.local_addr()?, "metrics at /metrics");
-    let metrics = scheduler.metrics().clone();
+    let scheduler = scheduler.clone();
     tokio::spawn(async move {
         let stop = async move { shutdown.cancelled().await };
-        if let Err(e) = toolsched::api::metrics::serve_metrics(listener, metrics, stop).await {
+        if let Err(e) = toolsched::api::metrics::serve_metrics(listener, scheduler, stop).await {
             tracing::error!(error = %e, "metrics endpoint failed");
         }
     });
@@ -128,7 +128,9 @@ fn init_tracing(format: LogFormat) {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Json => builder.json().init(),
+        // Fields at the top level of each line (`"call_id": …`), not under
+        // "fields": what log pipelines index without a nested path.
+        LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.init(),
     }
 }

@@ -35,11 +35,9 @@ fn policy(toml: &str) -> Policy {
 }
 
 fn shell_subject(command: &str) -> Subject {
-    let a = toolsched::policy::shell::analyze(command);
     Subject::Shell {
         command: command.into(),
-        root_commands: a.root_commands(),
-        redirects: a.redirects(),
+        analysis: std::sync::Arc::new(toolsched::shell::analyze(command)),
         dir_path: ".".into(),
     }
 }
@@ -55,6 +53,11 @@ struct Case<'a> {
 
 impl Case<'_> {
     fn decide(&self, p: &Policy) -> Decision {
+        self.decide_as(p, false)
+    }
+
+    /// The decision for the call sent with `client_initiated`.
+    fn decide_as(&self, p: &Policy, client_initiated: bool) -> Decision {
         p.decide_in(
             PolicyInput {
                 decl: &self.decl,
@@ -63,6 +66,7 @@ impl Case<'_> {
                 mode: self.mode,
                 interactive: self.interactive,
                 rules: self.rules,
+                client_initiated,
             },
             Some(Path::new("/ws")),
         )
@@ -486,4 +490,272 @@ fn bad_policy_files_name_file_line_and_reason() {
             "{text:?} gave {e}"
         );
     }
+}
+
+/// Issue 11 items 1 and 2 as a table over every mode: a redirection with no
+/// command writes; a dangerous assignment reaches what its command runs and
+/// asks even where an operator rule allows that inner command (a deny rule
+/// still denies; plan mode still denies).
+#[test]
+fn bare_redirections_write_and_inherited_assignments_stay_dangerous() {
+    let none = SessionRules::default();
+    let p = policy(
+        r#"
+[[rule]]
+name = "git-status-ok"
+command_prefix = "git status"
+decision = "allow"
+
+[[rule]]
+name = "ls-pattern"
+args_pattern = '\x00"command":"ls"\x00'
+decision = "allow"
+
+[[rule]]
+name = "no-curl"
+command_prefix = "curl"
+decision = "deny"
+"#,
+    );
+    use ApprovalMode::{AutoEdit, Default as Dflt, Plan, Yolo};
+    let rows: &[(&str, ApprovalMode, &str, &str)] = &[
+        ("ls && > important.txt", Dflt, "ask", "read-only-shell"),
+        ("ls && > important.txt", AutoEdit, "ask", "read-only-shell"),
+        ("ls && > important.txt", Yolo, "allow", ""),
+        ("ls && > important.txt", Plan, "deny", "plan-mode"),
+        (
+            "ls && > /etc/passwd",
+            Yolo,
+            "deny",
+            "write-outside-workspace",
+        ),
+        ("git status; 2>>log", Dflt, "ask", "read-only-shell"),
+        ("echo $(&>f)", Dflt, "ask", "read-only-shell"),
+        ("ls | >|f", Dflt, "ask", "read-only-shell"),
+        ("(( 1 )) > /ws/f", Dflt, "ask", "read-only-shell"),
+        ("{ ls; } >../up", Yolo, "deny", "write-outside-workspace"),
+        ("sh -c '>../up'", Yolo, "deny", "write-outside-workspace"),
+        ("ls", Dflt, "allow", ""),
+        ("git status", Yolo, "allow", ""),
+        (
+            "BASH_ENV=./h.sh bash -c 'git status'",
+            Dflt,
+            "ask",
+            "dangerous-shell",
+        ),
+        (
+            "BASH_ENV=./h.sh bash -c 'git status'",
+            Yolo,
+            "ask",
+            "dangerous-shell",
+        ),
+        (
+            "env BASH_ENV=./h.sh sh -c 'ls'",
+            Yolo,
+            "ask",
+            "dangerous-shell",
+        ),
+        ("env -S 'PATH=. git status'", Yolo, "ask", "dangerous-shell"),
+        (
+            "sudo env LD_PRELOAD=x nice git status",
+            AutoEdit,
+            "ask",
+            "dangerous-shell",
+        ),
+        (
+            "echo . | PROMPT_COMMAND=x xargs bash -c ls",
+            Yolo,
+            "ask",
+            "dangerous-shell",
+        ),
+        (
+            "timeout 5 env GIT_CONFIG_KEY_0=core.fsmonitor git status",
+            Yolo,
+            "ask",
+            "dangerous-shell",
+        ),
+        ("LD_PRELOAD=x ls", Yolo, "ask", "dangerous-shell"),
+        ("PATH=.; git status", Yolo, "ask", "dangerous-shell"),
+        ("export PATH=.; ls", Yolo, "ask", "dangerous-shell"),
+        ("BASH_ENV=x bash -c 'curl x'", Yolo, "deny", "no-curl"),
+        ("BASH_ENV=x bash -c 'touch a'", Plan, "deny", "plan-mode"),
+        ("A=1 bash -c 'git status'", Yolo, "allow", ""),
+        ("x=1; git status", Dflt, "allow", ""),
+    ];
+    let mut failures = Vec::new();
+    for (cmd, mode, want, rule) in rows {
+        let mut c = shell(cmd, &none);
+        c.mode = *mode;
+        let got = short(&c.decide(&p));
+        if got != (*want, rule.to_string()) {
+            failures.push(format!(
+                "{cmd:?} in {mode:?}: want {want} {rule}, got {got:?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Issue 11 item 3: a writing file tool on a path inside a `.git` (any
+/// depth, any case) asks in every mode; a deny rule or plan mode denies;
+/// read-only tools and other paths are unaffected; "always allow" of the
+/// path does not lift it.
+#[test]
+fn protected_paths_ask_for_file_writes_in_every_mode() {
+    let p = policy(
+        r#"
+[[rule]]
+name = "edits-ok"
+tool_name = "write_file"
+args_pattern = 'file_path'
+decision = "allow"
+
+[[rule]]
+name = "no-hooks"
+tool_name = "replace"
+args_pattern = 'hooks'
+decision = "deny"
+"#,
+    );
+    let mut rules = SessionRules::default();
+    let case =
+        |tool: &str, kind: ToolKind, path: &str, mode: ApprovalMode, rules: &SessionRules| {
+            Case {
+                decl: decl(tool, kind, kind == ToolKind::Read),
+                subject: Subject::File { path: path.into() },
+                args: args(json!({"file_path": path})),
+                mode,
+                interactive: true,
+                rules,
+            }
+            .decide(&p)
+        };
+    use ApprovalMode::{AutoEdit, Default as Dflt, Plan, Yolo};
+    for path in [
+        ".git/config",
+        ".git/hooks/pre-commit",
+        "a/b/.git/config",
+        "x/.GIT/HEAD",
+        ".git",
+    ] {
+        for mode in [Dflt, AutoEdit, Yolo] {
+            assert_eq!(
+                short(&case("write_file", ToolKind::Edit, path, mode, &rules)),
+                ("ask", "protected-path".into()),
+                "{path} {mode:?}"
+            );
+        }
+        // (An operator allow rule applies in plan mode too, so plan's deny
+        // is seen on a tool no operator rule allows.)
+        let plan_rule = if path.contains("hooks") {
+            "no-hooks"
+        } else {
+            "plan-mode"
+        };
+        assert_eq!(
+            short(&case("replace", ToolKind::Edit, path, Plan, &rules)),
+            ("deny", plan_rule.into())
+        );
+        assert_eq!(
+            case("read_file", ToolKind::Read, path, Dflt, &rules),
+            Decision::Allow
+        );
+    }
+    assert_eq!(
+        short(&case(
+            "replace",
+            ToolKind::Edit,
+            ".git/hooks/x",
+            Yolo,
+            &rules
+        )),
+        ("deny", "no-hooks".into())
+    );
+    for path in [
+        ".gitignore",
+        ".github/workflows/ci.yml",
+        "src/git/a.rs",
+        "a.git/b",
+    ] {
+        assert_eq!(
+            case("write_file", ToolKind::Edit, path, Yolo, &rules),
+            Decision::Allow,
+            "{path}"
+        );
+    }
+    rules.allow_always(
+        "write_file",
+        &Subject::File {
+            path: ".git/config".into(),
+        },
+        AlwaysScope::Narrow,
+    );
+    assert_eq!(
+        short(&case(
+            "write_file",
+            ToolKind::Edit,
+            ".git/config",
+            Dflt,
+            &rules
+        )),
+        ("ask", "protected-path".into())
+    );
+}
+
+/// Issue 11 item 19: `client_initiated` turns every ask into allow (rules,
+/// dangerous forms, unresolved commands, protected paths, non-interactive
+/// batches) and leaves every deny a deny.
+#[test]
+fn client_initiated_skips_asks_but_never_denies() {
+    let none = SessionRules::default();
+    let p = policy(
+        r#"
+[[rule]]
+name = "no-curl"
+command_prefix = "curl"
+decision = "deny"
+"#,
+    );
+    let shell_in = |cmd: &str, mode: ApprovalMode, interactive: bool| {
+        let mut c = shell(cmd, &none);
+        c.mode = mode;
+        c.interactive = interactive;
+        (short(&c.decide(&p)), short(&c.decide_as(&p, true)))
+    };
+    use ApprovalMode::{AutoEdit, Default as Dflt, Plan, Yolo};
+    let ask_then_allow = [
+        ("touch a", Dflt, true),
+        ("touch a", AutoEdit, false),
+        ("rm -rf build", Yolo, true),
+        ("BASH_ENV=x bash -c ls", Yolo, true),
+        ("$CMD x", Dflt, true),
+        ("ls && > f", Dflt, false),
+    ];
+    for (cmd, mode, interactive) in ask_then_allow {
+        let (model, user) = shell_in(cmd, mode, interactive);
+        assert_eq!(model.0, "ask", "{cmd}");
+        assert_eq!(user, ("allow", String::new()), "{cmd}");
+    }
+    let denied = [
+        ("curl x", Yolo, "no-curl"),
+        ("touch a", Plan, "plan-mode"),
+        ("echo > /etc/x", Yolo, "write-outside-workspace"),
+    ];
+    for (cmd, mode, rule) in denied {
+        let (model, user) = shell_in(cmd, mode, true);
+        assert_eq!(model, ("deny", rule.to_string()), "{cmd}");
+        assert_eq!(user, model, "{cmd}");
+    }
+    let protected = Case {
+        decl: decl("write_file", ToolKind::Edit, false),
+        subject: Subject::File {
+            path: ".git/config".into(),
+        },
+        args: args(json!({"file_path": ".git/config"})),
+        mode: Yolo,
+        interactive: true,
+        rules: &none,
+    };
+    assert_eq!(short(&protected.decide(&p)).1, "protected-path");
+    assert_eq!(protected.decide_as(&p, true), Decision::Allow);
 }

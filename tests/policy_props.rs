@@ -29,15 +29,13 @@ struct Call {
 }
 
 fn shell_call(command: &str) -> Call {
-    let a = toolsched::policy::shell::analyze(command);
     let mut args = Args::new();
     args.insert("command".into(), json!(command));
     Call {
         decl: decl("run_shell_command", ToolKind::Execute, false),
         subject: Subject::Shell {
             command: command.into(),
-            root_commands: a.root_commands(),
-            redirects: a.redirects(),
+            analysis: std::sync::Arc::new(toolsched::shell::analyze(command)),
             dir_path: ".".into(),
         },
         args,
@@ -67,6 +65,7 @@ fn decide(
             mode,
             interactive,
             rules,
+            client_initiated: false,
         },
         Some(Path::new("/ws")),
     )

@@ -160,6 +160,83 @@ fn table() -> Vec<(&'static str, Want)> {
         ),
         ("rm $OPTS x", Ask(DANGER, "rm $OPTS x")),
         ("sudo ls", Ask(DANGER, "sudo ls")),
+        // A redirection with no command is a write (issue 11, item 1):
+        // every form, wherever it stands; `important.txt` keeps its content.
+        ("ls && > important.txt", Ask(READ_ONLY, "> important.txt")),
+        (">important.txt", Ask(READ_ONLY, ">important.txt")),
+        (">>important.txt", Ask(READ_ONLY, ">>important.txt")),
+        ("&>important.txt", Ask(READ_ONLY, "&>important.txt")),
+        ("2>important.txt", Ask(READ_ONLY, "2>important.txt")),
+        (">|important.txt", Ask(READ_ONLY, ">|important.txt")),
+        ("ls | > important.txt", Ask(READ_ONLY, "> important.txt")),
+        ("ls; >important.txt; ls", Ask(READ_ONLY, ">important.txt")),
+        ("echo $(> important.txt)", Ask(READ_ONLY, "> important.txt")),
+        ("bash -c '>important.txt'", Ask(DEFAULT, ">important.txt")),
+        (
+            "(( 1 )) > important.txt",
+            Ask(READ_ONLY, "(( 1 )) > important.txt"),
+        ),
+        (
+            "while false; do :; done > important.txt",
+            Ask(READ_ONLY, "false"),
+        ),
+        ("(ls) > important.txt", Ask(READ_ONLY, "ls")),
+        ("cat <<EOF > important.txt\nhi\nEOF", Ask(READ_ONLY, "cat")),
+        (
+            "FOO=1 > important.txt",
+            Ask(READ_ONLY, "FOO=1 > important.txt"),
+        ),
+        ("ls && > ../outside.txt", Deny(OUTSIDE, "> ../outside.txt")),
+        (
+            "echo $(>/tmp/outside.txt)",
+            Deny(OUTSIDE, ">/tmp/outside.txt"),
+        ),
+        // A dangerous assignment stays dangerous through whatever runs the
+        // command, even where an operator rule (`touch-ok`) allows the
+        // inner command (issue 11, item 2). `evil.sh` never runs.
+        (
+            "BASH_ENV=./evil.sh bash -c 'touch marker'",
+            Ask(DANGER, "touch marker"),
+        ),
+        (
+            "env BASH_ENV=./evil.sh bash -c 'touch marker'",
+            Ask(DANGER, "touch marker"),
+        ),
+        (
+            "env -S 'BASH_ENV=./evil.sh bash -c \"touch marker\"'",
+            Ask(DANGER, "touch marker"),
+        ),
+        (
+            "env -S 'LD_PRELOAD=./evil.so touch marker'",
+            Ask(DANGER, "env -S 'LD_PRELOAD=./evil.so touch marker'"),
+        ),
+        (
+            "PATH=. timeout 5 sh -c 'touch marker'",
+            Ask(DANGER, "touch marker"),
+        ),
+        (
+            "echo x | ENV=./evil.sh xargs sh -c 'touch marker'",
+            Ask(DANGER, "touch marker"),
+        ),
+        (
+            "exec env PROMPT_COMMAND=./evil.sh bash -c 'touch marker'",
+            Ask(DANGER, "touch marker"),
+        ),
+        (
+            "nice sudo -u root bash -c 'touch marker'",
+            Ask(DANGER, "touch marker"),
+        ),
+        (
+            "BASH_ENV=./evil.sh touch marker",
+            Ask(DANGER, "BASH_ENV=./evil.sh touch marker"),
+        ),
+        ("PATH=.; touch marker", Ask(DANGER, "PATH=.")),
+        (
+            "export BASH_ENV=./evil.sh; bash -c 'touch marker'",
+            Ask(DANGER, "export BASH_ENV=./evil.sh"),
+        ),
+        // An ordinary assignment does not block the allowed command.
+        ("A=1 bash -c 'touch ok2.txt'", Allow),
         // What the parser cannot resolve asks.
         ("$CMD x", Ask(UNRESOLVED, "$CMD x")),
         ("/usr/bin/cur? x", Ask(UNRESOLVED, "/usr/bin/cur? x")),
@@ -180,9 +257,74 @@ async fn shell_commands_are_decided_by_their_strictest_segment() {
     std::fs::write(srv.path("a.txt"), "alpha\n").unwrap();
     std::fs::create_dir(srv.path("sub")).unwrap();
     std::fs::create_dir(srv.path("tmpdir")).unwrap();
+    std::fs::write(srv.path("important.txt"), "keep\n").unwrap();
+    std::fs::write(srv.path("evil.sh"), "touch evil-ran\n").unwrap();
 
     let table = table();
     assert!(table.len() >= 40);
+    let failures = check_table(&srv, "table", &table).await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // No segment of a denied or unapproved command ran.
+    assert!(!srv.path("marker").exists());
+    assert!(!srv.path("out.txt").exists());
+    assert!(!srv.path("sorted.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(srv.path("important.txt")).unwrap(),
+        "keep\n"
+    );
+    assert!(!srv.path("evil-ran").exists());
+    assert!(srv.path("ok2.txt").exists());
+    // Allowed ones did.
+    assert!(srv.path("ok.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(srv.path("printed.txt")).unwrap(),
+        "hi"
+    );
+    assert!(!srv.path("tmpdir").exists());
+}
+
+/// yolo allows writes inside the workspace, but a bare redirection outside
+/// it is denied and a dangerous assignment of an outer command still asks,
+/// whatever rule allows the inner command.
+#[tokio::test]
+async fn yolo_still_sees_bare_redirections_and_inherited_assignments() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.toml");
+    std::fs::write(&file, POLICY).unwrap();
+    let policy = PolicyHandle::fixed(Policy::from_file(&file).unwrap());
+    let srv = TestServer::with_policy(yolo(), ServerOptions::default(), policy).await;
+    std::fs::write(srv.path("important.txt"), "keep\n").unwrap();
+    std::fs::write(srv.path("evil.sh"), "touch evil-ran\n").unwrap();
+    let table = [
+        ("ls && > ../outside.txt", Deny(OUTSIDE, "> ../outside.txt")),
+        ("ls | >>~/outside.txt", Deny(OUTSIDE, ">>~/outside.txt")),
+        (
+            "bash -c 'ls; 2>/tmp/outside.txt'",
+            Deny(OUTSIDE, "2>/tmp/outside.txt"),
+        ),
+        (
+            "env BASH_ENV=./evil.sh bash -c 'touch marker'",
+            Ask(DANGER, "touch marker"),
+        ),
+        ("LD_PRELOAD=./evil.so sh -c 'ls'", Ask(DANGER, "ls")),
+        (
+            "env -S 'PATH=. touch marker'",
+            Ask(DANGER, "env -S 'PATH=. touch marker'"),
+        ),
+        // Inside the workspace yolo writes, bare redirections too.
+        ("ls && > yolo.txt", Allow),
+    ];
+    let failures = check_table(&srv, "yolo", &table).await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(!srv.path("marker").exists());
+    assert!(!srv.path("evil-ran").exists());
+    assert_eq!(std::fs::read_to_string(srv.path("yolo.txt")).unwrap(), "");
+    assert!(!dir.path().join("outside.txt").exists());
+}
+
+/// Runs `table` in one non-interactive batch of `session`; the rows whose
+/// outcome differs from the expected one, described.
+async fn check_table(srv: &TestServer, session: &str, table: &[(&str, Want)]) -> Vec<String> {
     let calls = table
         .iter()
         .enumerate()
@@ -196,11 +338,10 @@ async fn shell_commands_are_decided_by_their_strictest_segment() {
         .collect();
     let events = collect(
         srv.schedule_with(pb::ScheduleCallsRequest {
-            session_id: "table".into(),
+            session_id: session.into(),
             calls,
             approval_mode: 0,
             interactive: Some(false),
-            sandbox_level: 0,
             ..Default::default()
         })
         .await,
@@ -243,18 +384,7 @@ async fn shell_commands_are_decided_by_their_strictest_segment() {
             failures.push(format!("{cmd:?}: want {want:?}, got {got:?} ({detail})"));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    // No segment of a denied or unapproved command ran.
-    assert!(!srv.path("marker").exists());
-    assert!(!srv.path("out.txt").exists());
-    assert!(!srv.path("sorted.txt").exists());
-    // Allowed ones did.
-    assert!(srv.path("ok.txt").exists());
-    assert_eq!(
-        std::fs::read_to_string(srv.path("printed.txt")).unwrap(),
-        "hi"
-    );
-    assert!(!srv.path("tmpdir").exists());
+    failures
 }
 
 /// The decision, rule and segment named in a policy_violation message.

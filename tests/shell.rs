@@ -185,3 +185,74 @@ async fn the_environment_is_scrubbed_and_stdin_is_closed() {
     assert!(out.contains("stdin-closed"), "{out}");
     assert!(!out.contains("CARGO"), "server env leaked: {out}");
 }
+
+/// Every live output chunk of `id`, joined.
+fn streamed(events: &[Event]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::CallUpdate(pb::ToolCallUpdate {
+                state: Some(State::Executing(x)),
+                ..
+            }) => Some(x.output_chunk.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn binary_output_is_detected_counted_and_never_streamed() {
+    let srv = TestServer::with_config(yolo_confined()).await;
+    for (command, text, bytes) in [
+        // The example: text, then binary bytes.
+        (
+            "printf 'text before\\n'; head -c 70000 /dev/zero",
+            "text before\n",
+            70000,
+        ),
+        // Not UTF-8 from the first byte on, then random bytes.
+        ("printf '\\377\\376'; head -c 49998 /dev/urandom", "", 50000),
+        // An ELF binary after a line of text (its first NUL is byte 7:
+        // `\x7fELF\x02\x01\x01` are characters).
+        (
+            "echo header; cat /bin/true",
+            "header\n\u{7f}ELF\u{2}\u{1}\u{1}",
+            std::fs::metadata("/bin/true").unwrap().len() - 7,
+        ),
+    ] {
+        let events = srv
+            .run(
+                "s",
+                vec![call(
+                    "b",
+                    "run_shell_command",
+                    json!({ "command": command }),
+                )],
+            )
+            .await;
+        let result = result_of(&events, "b");
+        let out = command_output(&events, "b");
+        assert_eq!(
+            result["output_bytes"].as_u64(),
+            Some(out.len() as u64),
+            "{command}"
+        );
+        let offset = text.len();
+        assert_eq!(
+            out,
+            format!("{text}\n[binary output: {bytes} bytes from byte {offset} on, not shown]"),
+            "{command}"
+        );
+        let live = streamed(&events);
+        assert_eq!(
+            live,
+            format!("{text}\n[binary output detected at byte {offset}: not streamed]\n"),
+            "{command}"
+        );
+        let all = format!("{events:?}");
+        assert!(
+            !all.contains('\u{fffd}') && !all.contains("\\u{fffd}"),
+            "{command}"
+        );
+    }
+}

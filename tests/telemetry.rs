@@ -22,9 +22,11 @@ use tokio::sync::mpsc;
 use toolsched::api::pb;
 use toolsched::api::pb::tool_scheduler_client::ToolSchedulerClient;
 
-/// A span as received, with its resource's `service.name` and its scope.
+/// A span as received, with its resource's `service.name` and
+/// `service.version`, and its scope.
 struct Received {
     service: String,
+    version: String,
     scope: String,
     span: Span,
 }
@@ -41,11 +43,13 @@ impl TraceService for Collector {
         for resource_spans in request.into_inner().resource_spans {
             let resource = resource_spans.resource.unwrap_or_default().attributes;
             let service = attr(&resource, "service.name").unwrap_or_default();
+            let version = attr(&resource, "service.version").unwrap_or_default();
             for scope_spans in resource_spans.scope_spans {
                 let scope = scope_spans.scope.unwrap_or_default().name;
                 for span in scope_spans.spans {
                     let _ = self.0.send(Received {
                         service: service.clone(),
+                        version: version.clone(),
                         scope: scope.clone(),
                         span,
                     });
@@ -152,6 +156,12 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
     let mut client = ToolSchedulerClient::connect(format!("http://{}", bin.addr))
         .await
         .unwrap();
+    let tools = client
+        .list_tools(pb::ListToolsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
 
     // Batch 1, plan mode: the read is allowed, the write denied.
     let mut plan = request(
@@ -273,8 +283,18 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
     let received = receive(&mut spans, 8).await;
     for r in &received {
         assert_eq!(r.service, "toolsched");
+        assert_eq!(r.version, env!("CARGO_PKG_VERSION"));
         assert_eq!(r.scope, "toolsched");
     }
+    let description = |tool: &str| {
+        tools
+            .iter()
+            .find(|t| t.name == tool)
+            .map(|t| t.description.clone())
+            .unwrap_or_else(|| panic!("{tool} is declared"))
+    };
+    let (read_description, write_description) =
+        (description("read_file"), description("write_file"));
     let by_call = |id: &str| {
         received
             .iter()
@@ -332,13 +352,16 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
     );
 
     // The allowed read.
-    assert_eq!(read.name, "tool_call read_file");
+    assert_eq!(read.name, "execute_tool read_file");
     assert_eq!(event_names(read), states(&first, "r"));
     assert_eq!(
         attrs(read),
         map(&[
+            ("gen_ai.operation.name", "execute_tool"),
             ("gen_ai.tool.call.id", "r"),
             ("gen_ai.tool.name", "read_file"),
+            ("gen_ai.tool.type", "function"),
+            ("gen_ai.tool.description", &read_description),
             ("toolsched.session.id", "t"),
             ("toolsched.batch.id", &first_id),
             ("toolsched.call.state", "success"),
@@ -347,13 +370,16 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
     );
 
     // The denied write: Error with its kind and the deciding rule.
-    assert_eq!(denied.name, "tool_call write_file");
+    assert_eq!(denied.name, "execute_tool write_file");
     assert_eq!(event_names(denied), ["validating", "error"]);
     assert_eq!(
         attrs(denied),
         map(&[
+            ("gen_ai.operation.name", "execute_tool"),
             ("gen_ai.tool.call.id", "w"),
             ("gen_ai.tool.name", "write_file"),
+            ("gen_ai.tool.type", "function"),
+            ("gen_ai.tool.description", &write_description),
             ("toolsched.session.id", "t"),
             ("toolsched.batch.id", &first_id),
             ("toolsched.call.state", "error"),
@@ -382,8 +408,11 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
     assert_eq!(
         attrs(asked),
         map(&[
+            ("gen_ai.operation.name", "execute_tool"),
             ("gen_ai.tool.call.id", "e"),
             ("gen_ai.tool.name", "write_file"),
+            ("gen_ai.tool.type", "function"),
+            ("gen_ai.tool.description", &write_description),
             ("toolsched.session.id", "t"),
             ("toolsched.batch.id", &second_id),
             ("toolsched.call.state", "success"),
@@ -397,8 +426,11 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
     assert_eq!(
         attrs(rejected),
         map(&[
+            ("gen_ai.operation.name", "execute_tool"),
             ("gen_ai.tool.call.id", "x"),
             ("gen_ai.tool.name", "write_file"),
+            ("gen_ai.tool.type", "function"),
+            ("gen_ai.tool.description", &write_description),
             ("toolsched.session.id", "t"),
             ("toolsched.batch.id", &second_id),
             ("toolsched.call.state", "cancelled"),
@@ -410,13 +442,16 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
     );
 
     // The call of the batch cancelled while queued: one event, no decision.
-    assert_eq!(never_started.name, "tool_call read_file");
+    assert_eq!(never_started.name, "execute_tool read_file");
     assert_eq!(event_names(never_started), ["cancelled"]);
     assert_eq!(
         attrs(never_started),
         map(&[
+            ("gen_ai.operation.name", "execute_tool"),
             ("gen_ai.tool.call.id", "q"),
             ("gen_ai.tool.name", "read_file"),
+            ("gen_ai.tool.type", "function"),
+            ("gen_ai.tool.description", &read_description),
             ("toolsched.session.id", "t"),
             ("toolsched.batch.id", &third_id),
             ("toolsched.call.state", "cancelled"),
@@ -470,12 +505,253 @@ async fn opentelemetry_environment_variables_configure_the_export() {
     let received = receive(&mut spans, 2).await;
     let mut names: Vec<&str> = received.iter().map(|r| r.span.name.as_str()).collect();
     names.sort();
-    assert_eq!(names, ["batch", "tool_call read_file"]);
+    assert_eq!(names, ["batch", "execute_tool read_file"]);
     for r in &received {
         assert_eq!(r.service, "agent-tools");
         assert_eq!(
             attr(&r.span.attributes, "toolsched.batch.id"),
             Some(batch_id(&events))
         );
+    }
+}
+
+/// The W3C trace context of an agent frontend's own span.
+const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_traceparent_in_the_metadata_makes_the_batch_a_child_of_the_callers_span() {
+    let (endpoint, mut spans) = start_collector().await;
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("a"), "a\n").unwrap();
+    let bin = Binary::start(ws.path(), &["--otlp-endpoint", &endpoint]);
+    let mut client = ToolSchedulerClient::connect(format!("http://{}", bin.addr))
+        .await
+        .unwrap();
+    let mut request = tonic::Request::new(support::request(
+        "joined",
+        vec![call("r", "read_file", json!({"file_path": "a"}))],
+    ));
+    let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    request
+        .metadata_mut()
+        .insert("traceparent", traceparent.parse().unwrap());
+    request
+        .metadata_mut()
+        .insert("tracestate", "frontend=agent-1".parse().unwrap());
+    let events = collect(client.schedule_calls(request).await.unwrap().into_inner()).await;
+    assert_eq!(success_output(&events, "r"), "a\n");
+    // A batch without one stays a root of its own trace.
+    let root = collect(
+        client
+            .schedule_calls(support::request(
+                "joined",
+                vec![call("s", "read_file", json!({"file_path": "a"}))],
+            ))
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .await;
+    // The audit lines of the joined batch carry the caller's trace id.
+    let lines = audit_lines(&bin, "r", 2);
+    for line in &lines {
+        assert_eq!(line["trace_id"], CALLER_TRACE, "{line}");
+    }
+    let status = tokio::task::spawn_blocking(move || bin.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "toolsched exited with {status}");
+
+    let received = receive(&mut spans, 4).await;
+    let batch_of = |id: String| {
+        received
+            .iter()
+            .map(|r| &r.span)
+            .find(|s| {
+                s.name == "batch" && attr(&s.attributes, "toolsched.batch.id") == Some(id.clone())
+            })
+            .expect("batch span")
+    };
+    let joined = batch_of(batch_id(&events));
+    assert_eq!(hex(&joined.trace_id), CALLER_TRACE);
+    assert_eq!(hex(&joined.parent_span_id), CALLER_SPAN);
+    assert_eq!(joined.trace_state, "frontend=agent-1");
+    let call_span = received
+        .iter()
+        .map(|r| &r.span)
+        .find(|s| attr(&s.attributes, "gen_ai.tool.call.id").as_deref() == Some("r"))
+        .expect("call span");
+    assert_eq!(call_span.name, "execute_tool read_file");
+    assert_eq!(call_span.parent_span_id, joined.span_id);
+    assert_eq!(hex(&call_span.trace_id), CALLER_TRACE);
+    assert_eq!(
+        call_span.kind,
+        opentelemetry_proto::tonic::trace::v1::span::SpanKind::Internal as i32
+    );
+    let a = attrs(call_span);
+    assert_eq!(a["gen_ai.operation.name"], "execute_tool");
+    assert_eq!(a["gen_ai.tool.name"], "read_file");
+    assert_eq!(a["gen_ai.tool.type"], "function");
+    assert!(!a["gen_ai.tool.description"].is_empty());
+    let alone = batch_of(batch_id(&root));
+    assert!(alone.parent_span_id.is_empty());
+    assert_ne!(hex(&alone.trace_id), CALLER_TRACE);
+}
+
+/// The first `n` audit lines (JSON) of call `call_id` on `bin`'s stderr,
+/// waiting (bounded) for them.
+fn audit_lines(bin: &Binary, call_id: &str, n: usize) -> Vec<serde_json::Value> {
+    let mut lines = Vec::new();
+    while lines.len() < n {
+        let line = bin
+            .stderr_lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("audit lines within 60 s");
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if v["target"] == "toolsched::audit" && v["call_id"] == call_id && v["level"] == "INFO" {
+            lines.push(v);
+        }
+    }
+    lines
+}
+
+/// An OTLP/HTTP collector: `POST /v1/traces` with a protobuf body; each
+/// request's content type and spans go into the channel.
+async fn start_http_collector() -> (String, mpsc::UnboundedReceiver<(String, Received)>) {
+    use axum::body::Bytes;
+    use axum::http::HeaderMap;
+    use prost::Message as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+            let tx = tx.clone();
+            async move {
+                let content_type = headers
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                let request = ExportTraceServiceRequest::decode(body).expect("protobuf body");
+                for resource_spans in request.resource_spans {
+                    let resource = resource_spans.resource.unwrap_or_default().attributes;
+                    for scope_spans in resource_spans.scope_spans {
+                        let scope = scope_spans.scope.unwrap_or_default().name;
+                        for span in scope_spans.spans {
+                            let _ = tx.send((
+                                content_type.clone(),
+                                Received {
+                                    service: attr(&resource, "service.name").unwrap_or_default(),
+                                    version: attr(&resource, "service.version").unwrap_or_default(),
+                                    scope: scope.clone(),
+                                    span,
+                                },
+                            ));
+                        }
+                    }
+                }
+                ExportTraceServiceResponse {
+                    partial_success: None,
+                }
+                .encode_to_vec()
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.expect("collector ran") });
+    (format!("http://{addr}"), rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_go_over_otlp_http_protobuf_when_the_environment_says_so() {
+    let (endpoint, mut spans) = start_http_collector().await;
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("a"), "a\n").unwrap();
+    // The generic endpoint is a base URL: /v1/traces is appended.
+    let bin = Binary::start_with_env(
+        ws.path(),
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+        ],
+    );
+    let mut client = ToolSchedulerClient::connect(format!("http://{}", bin.addr))
+        .await
+        .unwrap();
+    let events = collect(
+        client
+            .schedule_calls(request(
+                "http",
+                vec![call("r", "read_file", json!({"file_path": "a"}))],
+            ))
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .await;
+    assert_eq!(success_output(&events, "r"), "a\n");
+    let status = tokio::task::spawn_blocking(move || bin.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "toolsched exited with {status}");
+    let mut received = Vec::new();
+    while received.len() < 2 {
+        let span = tokio::time::timeout(Duration::from_secs(60), spans.recv())
+            .await
+            .expect("2 spans within 60 s")
+            .expect("collector running");
+        received.push(span);
+    }
+    let mut names: Vec<&str> = received.iter().map(|(_, r)| r.span.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["batch", "execute_tool read_file"]);
+    for (content_type, r) in &received {
+        assert_eq!(content_type, "application/x-protobuf");
+        assert_eq!(r.service, "toolsched");
+        assert_eq!(r.version, env!("CARGO_PKG_VERSION"));
+    }
+}
+
+/// A protocol this build does not export stops start-up, naming the
+/// variable and the protocols it does speak (it used to be ignored).
+#[test]
+fn an_otlp_protocol_not_spoken_stops_start_up() {
+    let ws = tempfile::tempdir().unwrap();
+    for (var, value) in [
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "thrift"),
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolsched"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--otlp-endpoint",
+                NOWHERE,
+            ])
+            .arg("--workspace")
+            .arg(ws.path())
+            .env(var, value)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{var}='{value}' is not an OTLP protocol this build exports: use grpc (the default) or http/protobuf"
+            )),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("toolsched serving"), "{stderr}");
     }
 }

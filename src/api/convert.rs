@@ -12,8 +12,9 @@ use super::pb;
 use crate::policy::ApprovalMode;
 use crate::sandbox::{Sandbox, SandboxLevel};
 use crate::scheduler::{
-    BatchEvent, BatchRequest, CallRequest, CancelRequest, CancelSummary, ConfirmRequest,
-    ConfirmationOutcome, Confirmed, Event, FunctionResponse, StateUpdate, WatchRequest,
+    BatchEvent, BatchRequest, CallEnd, CallRequest, CallSummary, CancelRequest, CancelSummary,
+    ConfirmRequest, ConfirmationOutcome, Confirmed, Event, FunctionResponse, StateUpdate,
+    WatchRequest,
 };
 use crate::store::Entry;
 use crate::tools::{ConfirmationDetails, Declaration, ErrorKind, Progress, ToolKind};
@@ -114,6 +115,7 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
                 name: c.name,
                 args: std::sync::Arc::new(c.args.map(struct_to_json).unwrap_or_default()),
                 wait_for_previous: c.wait_for_previous,
+                client_initiated: c.client_initiated,
             })
             .collect();
         let sandbox_level = match pb::SandboxLevel::try_from(r.sandbox_level) {
@@ -138,6 +140,7 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
             approval_mode,
             interactive: r.interactive.unwrap_or(true),
             sandbox_level,
+            trace_parent: Default::default(),
             request_id: Some(r.request_id).filter(|id| !id.is_empty()),
             disconnect_grace: r
                 .disconnect_grace_secs
@@ -349,8 +352,9 @@ fn state(update: StateUpdate) -> pb::tool_call_update::State {
             duration,
         } => State::Success(pb::Success {
             response: Some(response.into()),
+            exit_code: crate::scheduler::events::exit_code(&result),
             result: Some(json_to_struct(&result)),
-            duration_ms: duration.as_millis() as u64,
+            duration_ms: millis(duration),
         }),
         StateUpdate::Error {
             kind,
@@ -390,6 +394,42 @@ fn executing(p: Option<Progress>) -> pb::Executing {
     e
 }
 
+/// Whole milliseconds of `d` (saturating: no call runs for 584 million years).
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl From<CallSummary> for pb::CompletedCall {
+    fn from(c: CallSummary) -> Self {
+        let (state, error_type, message, exit_code) = match c.end {
+            CallEnd::Success { exit_code } => (
+                pb::FinalState::Success,
+                pb::ErrorType::Unspecified,
+                String::new(),
+                exit_code,
+            ),
+            CallEnd::Error { kind, message } => {
+                (pb::FinalState::Error, error_type(kind), message, None)
+            }
+            CallEnd::Cancelled { reason } => (
+                pb::FinalState::Cancelled,
+                pb::ErrorType::Unspecified,
+                reason,
+                None,
+            ),
+        };
+        Self {
+            call_id: c.call_id,
+            tool_name: c.tool_name,
+            state: state as i32,
+            error_type: error_type as i32,
+            message,
+            duration_ms: millis(c.duration),
+            exit_code,
+        }
+    }
+}
+
 /// An event of a batch as the `sequence`-th message of its stream.
 pub fn event_to_pb(e: Event, sequence: u64) -> pb::ScheduleCallsResponse {
     use pb::schedule_calls_response::Event as E;
@@ -418,9 +458,11 @@ pub fn event_to_pb(e: Event, sequence: u64) -> pb::ScheduleCallsResponse {
         BatchEvent::Completed {
             batch_id,
             responses,
+            calls,
         } => E::BatchCompleted(pb::BatchCompleted {
             batch_id,
             responses: responses.into_iter().map(Into::into).collect(),
+            calls: calls.into_iter().map(Into::into).collect(),
         }),
     };
     pb::ScheduleCallsResponse {

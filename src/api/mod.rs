@@ -61,8 +61,16 @@ impl ToolScheduler for Service {
         request: Request<pb::ScheduleCallsRequest>,
     ) -> Result<Response<EventStream>, Status> {
         let (metadata, _, body) = request.into_parts();
-        let batch = BatchRequest::try_from(body)?;
+        // W3C Trace Context in the metadata: the batch's span joins the
+        // caller's trace.
+        let header = |name| metadata.get(name).and_then(|v| v.to_str().ok());
+        let parent = crate::telemetry::TraceParent::from_headers(
+            header("traceparent"),
+            header("tracestate"),
+        );
+        let mut batch = BatchRequest::try_from(body)?;
         routing::check(&metadata, &batch.session_id)?;
+        batch.trace_parent = parent;
         let session = batch.session_id.clone();
         let stream = self
             .scheduler
@@ -279,6 +287,7 @@ pub async fn serve(
             .max_decoding_message_size(options.max_request_bytes);
     let service = tonic::service::interceptor::InterceptedService::new(service, check_auth);
 
+    let grpc_metrics = metrics::GrpcMetricsLayer::new(scheduler.metrics().clone());
     let grace = options.shutdown_grace;
     let close = options.shutdown_close;
     let (cancelled_tx, cancelled_rx) = tokio::sync::oneshot::channel::<()>();
@@ -324,6 +333,8 @@ pub async fn serve(
         .max_concurrent_streams(options.max_concurrent_streams)
         .http2_keepalive_interval(Some(options.http2_keepalive_interval))
         .http2_keepalive_timeout(Some(options.http2_keepalive_timeout))
+        // Outermost: it sees the status as the client gets it.
+        .layer(grpc_metrics)
         .layer(tower::util::MapResponseLayer::new(
             move |response: http::Response<tonic::body::Body>| {
                 request_errors_as_client_errors(response, max_request_bytes)

@@ -288,9 +288,9 @@ fn start(program: &Path, args: &[&str]) -> anyhow::Result<Served> {
             break a.trim().parse()?;
         }
         if let Ok(v) = serde_json::from_str::<Value>(&line)
-            && v["fields"]["message"] == "toolsched serving"
+            && v["message"] == "toolsched serving"
         {
-            break v["fields"]["listen"].as_str().context("listen")?.parse()?;
+            break v["listen"].as_str().context("listen")?.parse()?;
         }
     };
     Ok(Served { child, addr })
@@ -362,6 +362,7 @@ fn fcall(id: &str, name: &str, args: Value, wait: bool) -> pb::FunctionCall {
         name: name.into(),
         args: Some(json_to_struct(&map)),
         wait_for_previous: wait,
+        client_initiated: false,
     }
 }
 

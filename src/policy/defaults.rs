@@ -17,8 +17,9 @@
 use std::sync::Arc;
 
 use super::ApprovalMode;
-use super::rules::{BuiltinMatch, NameMatch, Rule, RuleDecision, RuleOrigin, SHELL_TOOL, Tier};
-use super::shell::Segment;
+use super::rules::{BuiltinMatch, NameMatch, Rule, RuleDecision, RuleOrigin, Tier};
+use crate::shell::Segment;
+use crate::tools::SHELL_TOOL_NAME;
 
 /// How built-in rules are named in messages.
 pub const BUILTIN_FILE: &str = "<built-in>";
@@ -83,7 +84,7 @@ pub fn builtin_rules() -> Vec<Rule> {
             50,
             RuleDecision::Allow,
             Some(vec![M::Default, M::AutoEdit]),
-            vec![NameMatch::Exact(SHELL_TOOL.into())],
+            vec![NameMatch::Exact(SHELL_TOOL_NAME.into())],
             Some(BuiltinMatch::ReadOnlyShell),
             None,
         ),
@@ -217,6 +218,13 @@ const GIT_UNSAFE_OPTIONS: &[&str] = &["--output", "--ext-diff", "--textconv", "-
 /// nothing else. Environment assignments disqualify it (`GIT_PAGER=…`,
 /// `PATH=…` change what runs).
 pub fn is_read_only(seg: &Segment) -> bool {
+    if seg.is_bare() {
+        // `x=1` alone only sets a shell variable; one that changes what
+        // later commands run is a dangerous form (see [`dangerous_form`]).
+        // Its redirections (`> f`) are writes, decided by the caller.
+        return seg.wrappers.is_empty()
+            && !seg.assignments.iter().any(|a| is_dangerous_variable(a));
+    }
     if !seg.assignments.is_empty() || !seg.wrappers.iter().all(|w| w == "time" || w == "nice") {
         return false;
     }
@@ -256,31 +264,72 @@ pub fn is_read_only(seg: &Segment) -> bool {
     false
 }
 
-/// Environment variables whose assignment changes what runs.
+/// Environment variables whose assignment changes what runs: the program a
+/// name finds (`PATH`), code a shell or the loader runs at start-up
+/// (`BASH_ENV`, `ENV`, `LD_PRELOAD`, exported functions), or a command git
+/// runs (`GIT_SSH_COMMAND`, `core.fsmonitor` through `GIT_CONFIG_*` or a
+/// `HOME` whose `.gitconfig` the command chose).
 const DANGEROUS_VARIABLES: &[&str] = &[
     "PATH",
-    "LD_PRELOAD",
-    "LD_LIBRARY_PATH",
-    "LD_AUDIT",
     "BASH_ENV",
     "ENV",
     "IFS",
     "PROMPT_COMMAND",
-    "DYLD_INSERT_LIBRARIES",
+    "PS4",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "HOME",
+    "XDG_CONFIG_HOME",
+    "NODE_OPTIONS",
+    "PYTHONSTARTUP",
+    "PERL5OPT",
+    "RUBYOPT",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_EXEC_PATH",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_PAGER",
+    "GIT_EDITOR",
+    "GIT_ASKPASS",
+    "GIT_DIR",
+    "GIT_CONFIG",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
 ];
+/// Prefixes of such variables: the loader's (`LD_PRELOAD`, `LD_AUDIT`,
+/// `DYLD_INSERT_LIBRARIES`), bash's exported functions (`BASH_FUNC_ls%%`)
+/// and git's numbered config entries (`GIT_CONFIG_KEY_0`).
+const DANGEROUS_VARIABLE_PREFIXES: &[&str] = &["LD_", "DYLD_", "BASH_FUNC_", "GIT_CONFIG_"];
 
-/// The dangerous form `seg` takes, if any (shown in the prompt).
-pub fn dangerous_form(seg: &Segment) -> Option<String> {
+/// Whether assigning `name` changes what runs (see [`DANGEROUS_VARIABLES`]).
+pub fn is_dangerous_variable(name: &str) -> bool {
+    DANGEROUS_VARIABLES.contains(&name)
+        || DANGEROUS_VARIABLE_PREFIXES
+            .iter()
+            .any(|p| name.starts_with(p))
+}
+
+/// A dangerous form in how `seg` is run rather than in its words: behind
+/// `sudo`/`doas`, or with a dangerous variable assigned, by itself or by a
+/// command that runs it (`env BASH_ENV=x bash -c 'ls'` gives `ls` the
+/// assignment). A rule matches a segment's words, which do not show these,
+/// so no allow rule lifts them: they always ask (a deny still denies).
+pub fn context_danger(seg: &Segment) -> Option<String> {
     if let Some(w) = seg.wrappers.iter().find(|w| *w == "sudo" || *w == "doas") {
         return Some(format!("{w} (runs as another user)"));
     }
-    if let Some(v) = seg
-        .assignments
-        .iter()
-        .find(|a| DANGEROUS_VARIABLES.contains(&a.as_str()))
-    {
+    if let Some(v) = seg.assignments.iter().find(|a| is_dangerous_variable(a)) {
         return Some(format!("assigning {v}"));
     }
+    None
+}
+
+/// The dangerous form `seg`'s words take, if any (shown in the prompt): an
+/// operator rule naming the command (`command_prefix`, `args_pattern`) may
+/// allow it.
+pub fn dangerous_form(seg: &Segment) -> Option<String> {
     let name = seg.base_name()?;
     // `rm $opts x` may well be `rm -rf x`.
     if matches!(

@@ -5,7 +5,7 @@
 //! approval mode and whether a person can answer.
 //!
 //! A shell command is decided per simple command ("segment", found by
-//! [`shell::analyze`] with a real bash parser) and the strictest decision
+//! [`crate::shell::analyze`] with a real bash parser) and the strictest decision
 //! wins, so an allow rule for `ls` never lets `ls && rm -rf ~` through. Every
 //! decision names the rule that made it and, for the shell, the segment.
 //!
@@ -19,7 +19,6 @@ pub mod defaults;
 pub mod outcomes;
 pub mod reload;
 pub mod rules;
-pub mod shell;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -28,9 +27,9 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::shell::{self, Segment, ShellAnalysis};
 use crate::tools::{Args, Declaration, Subject};
 use rules::{MatchInput, Rule, RuleDecision, Tier};
-use shell::{Segment, ShellAnalysis};
 
 pub use outcomes::ConfirmationOutcome;
 pub use reload::{ReloadStatus, watch_file};
@@ -157,8 +156,8 @@ impl SessionRules {
     /// Records "always allow" for what `subject` does with `tool`.
     pub fn allow_always(&mut self, tool: &str, subject: &Subject, scope: AlwaysScope) {
         match (subject, scope) {
-            (Subject::Shell { root_commands, .. }, _) => {
-                for root in root_commands.iter().flatten() {
+            (Subject::Shell { analysis, .. }, _) => {
+                for root in analysis.root_commands().iter().flatten() {
                     if can_always_allow(root) {
                         self.shell_roots.insert(root.clone());
                     }
@@ -213,6 +212,10 @@ pub struct PolicyInput<'a> {
     pub interactive: bool,
     /// The session's "always allow" rules.
     pub rules: &'a SessionRules,
+    /// The user asked for the call directly (a frontend's `!ls`): what
+    /// would ask is allowed, in every mode, but a deny stays a deny (a deny
+    /// rule, plan mode, a write outside the workspace), as in Gemini CLI.
+    pub client_initiated: bool,
 }
 
 /// How strict a verdict is; the strictest over segments wins.
@@ -296,13 +299,14 @@ impl Policy {
         let args_text = rules::serialize_args(input.args);
         let verdict = match input.subject {
             Subject::Shell {
-                command, dir_path, ..
-            } => {
-                let analysis = shell::analyze(command);
-                self.shell_verdict(&input, &analysis, dir_path, workspace)
-            }
+                analysis, dir_path, ..
+            } => self.shell_verdict(&input, analysis, dir_path, workspace),
             _ => self.call_verdict(&input, &args_text),
         };
+        if input.client_initiated && verdict.level == Level::Ask {
+            // The person asking is the one a prompt would ask.
+            return Decision::Allow;
+        }
         into_decision(verdict, input.decl)
     }
 
@@ -332,6 +336,21 @@ impl Policy {
             read_only_segment: false,
         });
         let mut v = rule_verdict(rule, None);
+        if v.level < Level::Deny
+            && let Some(path) = protected_write(input)
+        {
+            // A hook or config planted in `.git` runs at the next git
+            // command, outside any sandbox: a dangerous form that no allow
+            // rule, mode or "always allow" lifts (a deny still denies).
+            return builtin_verdict(
+                Level::Ask,
+                "protected-path",
+                None,
+                format!(
+                    "it writes {path}, inside a .git directory (the sandbox's protected paths): it asks in every mode"
+                ),
+            );
+        }
         if v.level == Level::Ask && input.rules.allows(&input.decl.name, input.subject) {
             v = session_verdict(
                 None,
@@ -428,6 +447,18 @@ impl Policy {
             && rule.is_specific()
             && rule.decision == RuleDecision::Allow;
         if v.level < Level::Deny
+            && let Some(form) = defaults::context_danger(seg)
+        {
+            v = builtin_verdict(
+                Level::Ask,
+                "dangerous-shell",
+                Some(text),
+                format!(
+                    "`{form}` is a dangerous form: it asks in every mode, whatever rule allows the command it runs"
+                ),
+            );
+            session_may_allow = false;
+        } else if v.level < Level::Deny
             && !explicit
             && let Some(form) = defaults::dangerous_form(seg)
         {
@@ -495,6 +526,20 @@ impl Policy {
             );
         }
         v
+    }
+}
+
+/// The path a writing file tool's call writes, when it is protected (a
+/// `.git` at any depth, as the sandbox protects it from commands).
+fn protected_write<'a>(input: &PolicyInput<'a>) -> Option<&'a str> {
+    match input.subject {
+        Subject::File { path }
+            if !input.decl.read_only
+                && crate::sandbox::protected::is_protected_path(Path::new(path)) =>
+        {
+            Some(path.as_str())
+        }
+        _ => None,
     }
 }
 

@@ -22,8 +22,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::ApprovalMode;
-use super::shell::{Segment, base_name};
-use crate::tools::{Args, Declaration, Subject, ToolKind};
+use crate::shell::{Segment, base_name};
+use crate::tools::{Args, Declaration, SHELL_TOOL_NAME, Subject, ToolKind};
 
 /// Compiled size limit of one `args_pattern`, in bytes: a pattern such as
 /// `(a{1000}){1000}` is refused at load time instead of eating memory.
@@ -33,8 +33,6 @@ pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
 pub const MAX_POLICY_FILE_BYTES: u64 = 1 << 20;
 /// Largest absolute `priority`: keeps priorities human-sized and comparable.
 pub const MAX_PRIORITY: i64 = 1_000_000;
-/// Name of the shell tool, the only tool `command_prefix` applies to.
-pub const SHELL_TOOL: &str = "run_shell_command";
 
 /// What a rule decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -419,7 +417,7 @@ pub fn parse_rules(text: &str, file: &str) -> Result<Vec<Rule>, PolicyError> {
                 }
                 names
             }
-            None if !command_prefixes.is_empty() => vec![SHELL_TOOL.to_string()],
+            None if !command_prefixes.is_empty() => vec![SHELL_TOOL_NAME.to_string()],
             None => Vec::new(),
         };
         let mut tools = Vec::new();
@@ -427,12 +425,12 @@ pub fn parse_rules(text: &str, file: &str) -> Result<Vec<Rule>, PolicyError> {
             tools.push(parse_name(name).map_err(|reason| invalid(format!("{label}: {reason}")))?);
         }
         if !command_prefixes.is_empty()
-            && !tools
-                .iter()
-                .any(|t| matches!(t, NameMatch::Any) || *t == NameMatch::Exact(SHELL_TOOL.into()))
+            && !tools.iter().any(|t| {
+                matches!(t, NameMatch::Any) || *t == NameMatch::Exact(SHELL_TOOL_NAME.into())
+            })
         {
             return Err(invalid(format!(
-                "{label}: command_prefix applies only to {SHELL_TOOL}, which tool_name does not include"
+                "{label}: command_prefix applies only to {SHELL_TOOL_NAME}, which tool_name does not include"
             )));
         }
         let args_pattern = match r.args_pattern {

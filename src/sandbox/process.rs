@@ -624,6 +624,12 @@ impl Drop for CommandCgroup {
 /// was dropped in between, and streams live chunks up to
 /// `max_streamed_bytes`. Memory stays flat however much a command prints:
 /// the tail is a fixed ring written with slice copies.
+///
+/// Binary output (a NUL byte, or bytes that are not UTF-8) is detected as it
+/// arrives, as Gemini CLI's shell tool does: from the first such byte on
+/// nothing more is streamed or kept, only counted; the result keeps the
+/// text before it and says how many bytes of binary output followed, rather
+/// than tens of thousands of U+FFFD.
 struct OutputSink {
     limits: OutputLimits,
     head: Vec<u8>,
@@ -632,7 +638,67 @@ struct OutputSink {
     streamed: usize,
     /// Bytes of an incomplete UTF-8 sequence held back from streaming.
     pending: Vec<u8>,
+    /// The incomplete UTF-8 sequence that ended the previous chunk (at most
+    /// 3 bytes), so a character split across reads is not taken for binary.
+    carry: Vec<u8>,
+    /// Bytes seen so far.
+    seen: u64,
+    /// Once binary output began: where (byte offset) and how many bytes.
+    binary: Option<BinaryOutput>,
     events: Box<dyn ProcessEvents>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct BinaryOutput {
+    offset: u64,
+    bytes: u64,
+}
+
+/// How a chunk reads as text, given the incomplete UTF-8 sequence that
+/// ended the previous one (`carry`): where binary output begins in `chunk`
+/// (the first NUL byte or invalid UTF-8 sequence; 0 when the carried
+/// character does not complete), else the incomplete sequence it ends with.
+/// No copy of the chunk: this runs on every 64 KiB read.
+fn scan_text(carry: &[u8], chunk: &[u8]) -> Result<Vec<u8>, usize> {
+    let mut skip = 0;
+    if !carry.is_empty() {
+        // Complete the carried character with the chunk's first bytes.
+        let mut small = carry.to_vec();
+        for (i, b) in chunk.iter().take(4 - carry.len()).enumerate() {
+            small.push(*b);
+            match std::str::from_utf8(&small) {
+                Ok(_) => {
+                    skip = i + 1;
+                    break;
+                }
+                Err(e) if e.error_len().is_some() => return Err(0),
+                Err(_) => {}
+            }
+        }
+        if skip == 0 {
+            return if small.len() < 4 && chunk.len() < 4 - carry.len() {
+                Ok(small)
+            } else {
+                Err(0)
+            };
+        }
+    }
+    let rest = &chunk[skip..];
+    let nul = if rest.contains(&0) {
+        rest.iter().position(|b| *b == 0)
+    } else {
+        None
+    };
+    let (invalid, tail) = match std::str::from_utf8(rest) {
+        Ok(_) => (None, Vec::new()),
+        Err(e) if e.error_len().is_some() => (Some(e.valid_up_to()), Vec::new()),
+        Err(e) => (None, rest[e.valid_up_to()..].to_vec()),
+    };
+    match (nul, invalid) {
+        (Some(a), Some(b)) => Err(skip + a.min(b)),
+        (Some(a), None) | (None, Some(a)) => Err(skip + a),
+        (None, None) => Ok(tail),
+    }
 }
 
 impl OutputSink {
@@ -645,11 +711,40 @@ impl OutputSink {
             omitted: 0,
             streamed: 0,
             pending: Vec::new(),
+            carry: Vec::new(),
+            seen: 0,
+            binary: None,
             events,
         }
     }
 
     fn push(&mut self, chunk: &[u8]) {
+        if let Some(b) = &mut self.binary {
+            b.bytes += chunk.len() as u64;
+            return;
+        }
+        match scan_text(&self.carry, chunk) {
+            Err(text) => {
+                let offset = self.seen + text as u64;
+                self.binary = Some(BinaryOutput {
+                    offset,
+                    bytes: (chunk.len() - text) as u64,
+                });
+                self.keep(&chunk[..text]);
+                self.events.send_event(ProcessEvent::Output(format!(
+                    "\n[binary output detected at byte {offset}: not streamed]\n"
+                )));
+            }
+            Ok(tail) => {
+                self.carry = tail;
+                self.keep(chunk);
+            }
+        }
+    }
+
+    /// Streams and keeps (head and tail) a chunk of text.
+    fn keep(&mut self, chunk: &[u8]) {
+        self.seen += chunk.len() as u64;
         self.stream(chunk);
         let head_cap = self.limits.max_bytes / 2;
         let take = head_cap.saturating_sub(self.head.len()).min(chunk.len());
@@ -687,6 +782,12 @@ impl OutputSink {
             ));
         }
         out.push_str(&String::from_utf8_lossy(&self.tail.contents()));
+        if let Some(b) = self.binary {
+            out.push_str(&format!(
+                "\n[binary output: {} bytes from byte {} on, not shown]",
+                b.bytes, b.offset
+            ));
+        }
         out
     }
 }
@@ -764,6 +865,41 @@ mod tests {
             sink.finish(),
             "01234\n... [10 bytes of output omitted] ...\nfghij"
         );
+    }
+
+    #[test]
+    fn binary_output_stops_the_text_and_is_counted() {
+        let (tx, mut rx) = mpsc::unbounded_channel::<ProcessEvent>();
+        let mut sink = OutputSink::new(OutputLimits::default(), Box::new(tx));
+        // "é" split across two reads is text, not binary.
+        sink.push(b"caf\xc3");
+        sink.push(b"\xa9\n");
+        sink.push(b"more\x00\x01\xff");
+        sink.push(&[0xffu8; 1000]);
+        assert_eq!(
+            sink.finish(),
+            "caf\u{e9}\nmore\n[binary output: 1003 bytes from byte 10 on, not shown]"
+        );
+        let mut streamed = String::new();
+        while let Ok(ProcessEvent::Output(c)) = rx.try_recv() {
+            streamed.push_str(&c);
+        }
+        assert_eq!(
+            streamed,
+            "caf\u{e9}\nmore\n[binary output detected at byte 10: not streamed]\n"
+        );
+        for (carry, chunk, expected) in [
+            (&b""[..], &b"abc"[..], Ok(vec![])),
+            (b"", b"ab\xe2\x82", Ok(b"\xe2\x82".to_vec())),
+            (b"\xe2\x82", b"\xac!", Ok(vec![])),
+            (b"\xe2", b"\x82", Ok(b"\xe2\x82".to_vec())),
+            (b"\xe2", b"!", Err(0)),
+            (b"", b"a\x00", Err(1)),
+            (b"", b"ab\x80", Err(2)),
+            (b"\xc3", b"\xa9\x00", Err(1)),
+        ] {
+            assert_eq!(scan_text(carry, chunk), expected, "{carry:?} {chunk:?}");
+        }
     }
 
     #[test]

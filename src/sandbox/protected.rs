@@ -150,6 +150,24 @@ pub fn scan_once(root: &Path) -> Vec<PathBuf> {
     Listings::default().walk(root)
 }
 
+/// The name of the entries the walk protects, at any depth.
+pub const PROTECTED_NAME: &str = ".git";
+
+/// Whether `path` (relative to a workspace root, symlinks already resolved)
+/// is a protected path or lies beneath one: whether one of its components is
+/// [`PROTECTED_NAME`]. Compared ASCII-case-insensitively: on a
+/// case-insensitive filesystem (or an ext4 `casefold` directory) `.GIT` is
+/// the same entry as `.git`. For callers that check a single path (the file
+/// tools' policy) rather than walk the workspace.
+pub fn is_protected_path(path: &Path) -> bool {
+    path.components().any(|c| match c {
+        std::path::Component::Normal(name) => name
+            .to_str()
+            .is_some_and(|n| n.eq_ignore_ascii_case(PROTECTED_NAME)),
+        _ => false,
+    })
+}
+
 /// One [`ProtectedPaths`] per workspace root, shared by the sandboxes of
 /// every level (see [`super::Sandbox::at_level`]).
 #[derive(Debug, Default)]

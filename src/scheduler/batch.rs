@@ -24,7 +24,8 @@ use tokio_util::sync::CancellationToken;
 use super::Metrics;
 use super::call::{CallSlot, CallState, Terminal};
 use super::events::{
-    BatchEvent, CallRequest, FunctionResponse, MAX_RESPONSES_BYTES, StateUpdate, fit_responses,
+    BatchEvent, CallRequest, CallSummary, FunctionResponse, MAX_RESPONSES_BYTES, StateUpdate,
+    fit_responses,
 };
 use crate::policy::{
     ApprovalMode, Decision, DecisionSource, PolicyHandle, PolicyInput, SessionRules,
@@ -62,6 +63,7 @@ impl Decider<'_> {
             mode: self.mode,
             interactive: self.interactive,
             rules: self.rules,
+            client_initiated: slot.request.client_initiated,
         });
         slot.note_decision(&decision);
         Some(decision)
@@ -98,9 +100,12 @@ pub(crate) enum Effect {
     ArmCancelGuard { index: usize },
     /// `update_topic` succeeded: the session's topic is now this.
     Topic(String),
-    /// Every call is terminal: these are the function responses in request
-    /// order. The batch does nothing more.
-    Completed { responses: Vec<FunctionResponse> },
+    /// Every call is terminal: these are the function responses and final
+    /// states in request order. The batch does nothing more.
+    Completed {
+        responses: Vec<FunctionResponse>,
+        calls: Vec<CallSummary>,
+    },
 }
 
 /// The members of a wave (indices in execution order, terminal calls
@@ -149,6 +154,8 @@ pub(crate) struct BatchStart<'a> {
     pub session_id: &'a str,
     pub calls: Vec<CallRequest>,
     pub interactive: bool,
+    /// The caller's trace context, parent of the batch's span.
+    pub trace_parent: &'a crate::telemetry::TraceParent,
     /// Calls are built from this snapshot: a registry swapped in meanwhile
     /// (MCP tool lists changed) applies to later batches.
     pub registry: &'a Registry,
@@ -184,12 +191,14 @@ impl Batch {
             session_id,
             calls: requested,
             interactive,
+            trace_parent,
             registry,
             token,
             metrics,
             confirmation_timeout,
         } = start;
-        let trace = BatchTrace::start(session_id, &id, requested.len(), interactive);
+        let trace = BatchTrace::start(session_id, &id, requested.len(), interactive, trace_parent)
+            .observed_by(metrics.clone());
         // Topic first, stable otherwise.
         let mut order: Vec<usize> = (0..requested.len()).collect();
         order.sort_by_key(|&i| requested[i].name != TOPIC_TOOL_NAME);
@@ -208,7 +217,7 @@ impl Batch {
             let built = registry
                 .build(&call.name, &call.args)
                 .map_err(|e| (e.kind, e.message));
-            let span = trace.call(&call.id, &call.name);
+            let span = trace.call(&call, tool.as_ref().map(|t| t.declaration()));
             let (slot, update) = CallSlot::new(call, tool, built, span, metrics.clone());
             effects.push(Effect::Emit(call_update(&slot, update)));
             calls.push(slot);
@@ -275,6 +284,11 @@ impl Batch {
                         self.phase = Phase::Done;
                         effects.push(Effect::Completed {
                             responses: self.responses(),
+                            calls: self
+                                .request_order
+                                .iter()
+                                .filter_map(|&i| self.calls[i].summary())
+                                .collect(),
                         });
                         break;
                     }
@@ -652,6 +666,7 @@ mod tests {
             name: name.into(),
             args: Arc::new(args),
             wait_for_previous: wait,
+            client_initiated: false,
         }
     }
 
@@ -682,6 +697,7 @@ mod tests {
                 session_id: "s",
                 calls,
                 interactive: true,
+                trace_parent: &Default::default(),
                 registry: &registry,
                 token: CancellationToken::new(),
                 metrics: Arc::new(Metrics::new().expect("metrics")),
@@ -733,7 +749,7 @@ mod tests {
                     Effect::ArmConfirmTimeout { .. } => {}
                     Effect::ArmCancelGuard { index } => self.guards.push(index),
                     Effect::Topic(t) => self.topic = Some(t),
-                    Effect::Completed { responses } => {
+                    Effect::Completed { responses, .. } => {
                         assert!(self.completed.is_none(), "completed twice");
                         self.completed = Some(responses);
                     }
@@ -1156,6 +1172,7 @@ mod tests {
             session_id: "s",
             calls: vec![call("w", "W")],
             interactive: false,
+            trace_parent: &Default::default(),
             registry: &registry,
             token: CancellationToken::new(),
             metrics: Arc::new(Metrics::new().expect("metrics")),

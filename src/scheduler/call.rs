@@ -19,7 +19,9 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 
 use super::Metrics;
-use super::events::{CallRequest, ConfirmationOutcome, FunctionResponse, StateUpdate};
+use super::events::{
+    CallEnd, CallRequest, CallSummary, ConfirmationOutcome, FunctionResponse, StateUpdate,
+};
 use crate::policy::{Decision, DecisionSource};
 use crate::tools::{Args, ConfirmationDetails, ErrorKind, Invocation, Progress, Tool};
 
@@ -177,6 +179,11 @@ pub(crate) struct CallSlot {
     /// The call's span (empty when tracing is off).
     pub trace: crate::telemetry::CallTrace,
     metrics: Arc<Metrics>,
+    /// How long it was Executing, set when it left that state (zero until
+    /// then, and for a call that never executed).
+    ran_for: Duration,
+    /// When it started executing.
+    started: Option<Instant>,
 }
 
 impl CallSlot {
@@ -209,6 +216,8 @@ impl CallSlot {
             state,
             trace,
             metrics,
+            ran_for: Duration::ZERO,
+            started: None,
         };
         slot.trace_state();
         if let CallState::Done(t) = &slot.state {
@@ -258,6 +267,12 @@ impl CallSlot {
                 "refused an invalid call state transition"
             );
             return false;
+        }
+        if let S::Executing { started, .. } = &next {
+            self.started = Some(*started);
+        }
+        if let (Some(started), S::Done(_)) = (self.started, &next) {
+            self.ran_for = started.elapsed();
         }
         let was_prompt = matches!(self.state, S::AwaitingApproval { .. });
         let is_prompt = matches!(next, S::AwaitingApproval { .. });
@@ -424,6 +439,23 @@ impl CallSlot {
         }
     }
 
+    /// The final state of a terminal call, for `BatchEvent::Completed`.
+    pub fn summary(&self) -> Option<CallSummary> {
+        let CallState::Done(t) = &self.state else {
+            return None;
+        };
+        let duration = match t {
+            Terminal::Success { duration, .. } => *duration,
+            _ => self.ran_for,
+        };
+        Some(CallSummary {
+            call_id: self.request.id.clone(),
+            tool_name: self.request.name.clone(),
+            end: CallEnd::of(&t.update())?,
+            duration,
+        })
+    }
+
     /// Whether this call may join a parallel wave.
     pub fn parallelizable(&self) -> bool {
         !self.request.wait_for_previous
@@ -476,6 +508,7 @@ mod tests {
             name: "t".into(),
             args: Default::default(),
             wait_for_previous: false,
+            client_initiated: false,
         };
         let metrics = Arc::new(Metrics::new().expect("metrics"));
         CallSlot::new(

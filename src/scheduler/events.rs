@@ -18,6 +18,9 @@ pub struct CallRequest {
     pub args: Arc<Args>,
     /// Never join a parallel wave: wait for every earlier call.
     pub wait_for_previous: bool,
+    /// The user asked for it directly: no prompt, but denies still apply
+    /// (see [`crate::policy::PolicyInput::client_initiated`]).
+    pub client_initiated: bool,
 }
 
 /// A batch of function calls for one session.
@@ -32,6 +35,8 @@ pub struct BatchRequest {
     /// Switch the session to this sandbox level first (at most as
     /// permissive as the server's).
     pub sandbox_level: Option<crate::sandbox::SandboxLevel>,
+    /// The caller's span (W3C `traceparent`), parent of the batch's span.
+    pub trace_parent: crate::telemetry::TraceParent,
     /// The client's idempotency key: a repeat with the same calls attaches
     /// to the original batch instead of scheduling anything.
     pub request_id: Option<String>,
@@ -241,6 +246,61 @@ impl StateUpdate {
     }
 }
 
+/// A call's final state as `BatchEvent::Completed` reports it, so that a
+/// client reading only the last event knows what became of every call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallSummary {
+    pub call_id: String,
+    pub tool_name: String,
+    pub end: CallEnd,
+    /// Execution wall time: the Success's own duration, the time run before
+    /// an Error or Cancelled, zero for a call that never started executing.
+    pub duration: Duration,
+}
+
+/// The terminal state of a [`CallSummary`], with what a client switches on
+/// (the function response and the structured result are elsewhere).
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallEnd {
+    Success {
+        /// The shell's exit code, see [`exit_code`].
+        exit_code: Option<i32>,
+    },
+    Error {
+        kind: ErrorKind,
+        message: String,
+    },
+    Cancelled {
+        reason: String,
+    },
+}
+
+impl CallEnd {
+    /// The summary of a terminal update; `None` for a non-terminal one.
+    pub fn of(update: &StateUpdate) -> Option<Self> {
+        match update {
+            StateUpdate::Success { result, .. } => Some(Self::Success {
+                exit_code: exit_code(result),
+            }),
+            StateUpdate::Error { kind, message, .. } => Some(Self::Error {
+                kind: *kind,
+                message: message.clone(),
+            }),
+            StateUpdate::Cancelled { reason, .. } => Some(Self::Cancelled {
+                reason: reason.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// The exit code in a tool's structured result: `run_shell_command` puts the
+/// command's exit status under `"exit_code"` (null when a signal ended it).
+/// The one place that key is read, for the typed proto fields.
+pub fn exit_code(result: &Args) -> Option<i32> {
+    result.get("exit_code")?.as_i64()?.try_into().ok()
+}
+
 /// One event of a batch's stream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BatchEvent {
@@ -260,6 +320,9 @@ pub enum BatchEvent {
     Completed {
         batch_id: String,
         responses: Vec<FunctionResponse>,
+        /// Every call's final state, in request order (`calls[i]` is the
+        /// call of `responses[i]`).
+        calls: Vec<CallSummary>,
     },
     /// An event read back from a durable store, in the wire form `api`
     /// wrote it in (a batch this process did not run).

@@ -35,8 +35,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use events::{
-    BatchEvent, BatchRequest, CallRequest, CancelRequest, CancelSummary, ConfirmRequest,
-    ConfirmationOutcome, Event, FunctionResponse, StateUpdate,
+    BatchEvent, BatchRequest, CallEnd, CallRequest, CallSummary, CancelRequest, CancelSummary,
+    ConfirmRequest, ConfirmationOutcome, Event, FunctionResponse, StateUpdate,
 };
 pub use hub::BatchStream;
 use hub::{Hub, HubCommand};

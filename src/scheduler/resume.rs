@@ -152,6 +152,7 @@ impl LogEvent for BatchEvent {
                 BatchEvent::Completed {
                     batch_id,
                     responses,
+                    ..
                 } => batch_id.len() + responses.iter().map(|r| r.approx_size()).sum::<usize>(),
                 BatchEvent::Recorded(bytes) => bytes.len(),
             }
@@ -246,6 +247,7 @@ mod tests {
             name: "run_shell_command".into(),
             args: Arc::new(args.as_object().cloned().unwrap_or_default()),
             wait_for_previous: false,
+            client_initiated: false,
         }
     }
 

@@ -670,6 +670,7 @@ impl Session {
             session_id: &self.id,
             calls: request.calls,
             interactive: request.interactive,
+            trace_parent: &request.trace_parent,
             registry: &registry,
             token,
             metrics: self.shared.metrics.clone(),
@@ -755,7 +756,7 @@ impl Session {
                     });
                 }
                 Effect::Topic(topic) => self.topic = Some(topic),
-                Effect::Completed { responses } => self.complete(responses),
+                Effect::Completed { responses, calls } => self.complete(responses, calls),
             }
         }
         let drop_reason = self.drop_reason();
@@ -770,7 +771,11 @@ impl Session {
 
     /// The running batch completed: its responses go out and the next queued
     /// batch may start.
-    fn complete(&mut self, responses: Vec<super::FunctionResponse>) {
+    fn complete(
+        &mut self,
+        responses: Vec<super::FunctionResponse>,
+        calls: Vec<super::CallSummary>,
+    ) {
         let Some(active) = self.active.take() else {
             return;
         };
@@ -785,6 +790,7 @@ impl Session {
         active.events.emit(BatchEvent::Completed {
             batch_id: active.batch.id().to_string(),
             responses,
+            calls,
         });
         // After the last event, as the store expects (a durable one writes
         // the whole log then).
@@ -815,14 +821,25 @@ fn cancel_pending(
     reason: &str,
 ) {
     let mut responses = Vec::with_capacity(pending.request.calls.len());
+    let mut calls = Vec::with_capacity(pending.request.calls.len());
     let trace = crate::telemetry::BatchTrace::start(
         &pending.request.session_id,
         &pending.id,
         pending.request.calls.len(),
         pending.request.interactive,
+        &pending.request.trace_parent,
     );
     for call in &pending.request.calls {
-        trace.call(&call.id, &call.name).cancelled(reason);
+        let declaration = registry.get(&call.name).ok().map(|t| t.declaration());
+        trace.call(call, declaration).cancelled(reason);
+        calls.push(super::CallSummary {
+            call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            end: super::CallEnd::Cancelled {
+                reason: reason.to_string(),
+            },
+            duration: Duration::ZERO,
+        });
         let terminal = Terminal::cancelled(call, reason, None);
         let tool = registry
             .get(&call.name)
@@ -839,5 +856,6 @@ fn cancel_pending(
     pending.events.emit(BatchEvent::Completed {
         batch_id: pending.id,
         responses,
+        calls,
     });
 }

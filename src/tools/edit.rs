@@ -75,6 +75,17 @@ impl Tool for ReplaceTool {
             .get("allow_multiple")
             .and_then(Value::as_bool)
             .unwrap_or(false);
+        // As Gemini CLI: a placeholder in new_string that old_string does
+        // not hold would replace real code with the placeholder's text.
+        let old_placeholders = super::omission::placeholders(&old_string);
+        if let Some((line, text)) = super::omission::placeholders(&new_string)
+            .into_iter()
+            .find(|(_, p)| !old_placeholders.iter().any(|(_, o)| o == p))
+        {
+            return Err(ToolError::invalid_params(format!(
+                "argument 'new_string' holds an omission placeholder on line {line} (`{text}`) that old_string does not: the file would get the placeholder instead of the code. Send the exact, complete replacement text."
+            )));
+        }
         let target = Target::new(&self.ws, given)?;
         let path = target.path().to_path_buf();
         let display = self.ws.display(&path);

@@ -16,6 +16,7 @@ mod glob;
 mod grep;
 mod list;
 pub mod mcp;
+mod omission;
 pub mod pattern;
 mod read;
 mod shell;
@@ -34,13 +35,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::sandbox::{OutputLimits, SharedSandbox, Workspace};
+use crate::shell::ShellAnalysis;
 
 pub use edit::ReplaceTool;
 pub use glob::GlobTool;
 pub use grep::GrepTool;
 pub use list::ListDirectoryTool;
 pub use read::ReadFileTool;
-pub use shell::ShellTool;
+pub use shell::{SHELL_TOOL_NAME, ShellTool};
 pub use topic::{TOPIC_TOOL_NAME, UpdateTopicTool};
 pub use write::WriteFileTool;
 
@@ -226,12 +228,11 @@ pub enum ConfirmationDetails {
 /// What policy and "always allow" rules look at in a call.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Subject {
-    /// A shell command; `root_commands` is `None` when the script could not
-    /// be parsed completely. `redirects` is true when it writes to a file.
+    /// A shell command and its analysis, parsed once when the invocation
+    /// was built (root commands, segments, write targets).
     Shell {
         command: String,
-        root_commands: Option<Vec<String>>,
-        redirects: bool,
+        analysis: Arc<ShellAnalysis>,
         /// Working directory relative to the workspace root (`.` for the
         /// root): policy places relative redirection targets from it.
         dir_path: String,

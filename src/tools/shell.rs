@@ -11,9 +11,9 @@ use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation,
     Progress, Subject, Tool, ToolError, ToolKind, ToolOutcome, opt_str_arg, opt_u64_arg, str_arg,
 };
-use crate::policy::shell::analyze;
 use crate::sandbox::process::{ProcessEvent, ProcessEvents};
 use crate::sandbox::{ProcessOutcome, ProcessSpec, Workspace, run_process};
+use crate::shell::{ShellAnalysis, analyze};
 
 /// The tool's wire name.
 pub const SHELL_TOOL_NAME: &str = "run_shell_command";
@@ -55,6 +55,13 @@ impl Tool for ShellTool {
 
     fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
         let command = str_arg(args, "command")?.to_string();
+        // The schema's minLength lets "   " through; bash would run nothing
+        // (Gemini CLI refuses it too).
+        if command.trim().is_empty() {
+            return Err(ToolError::invalid_params(
+                "argument 'command' is empty or only whitespace; send the bash command to run.",
+            ));
+        }
         let dir_given = opt_str_arg(args, "dir_path").unwrap_or(".");
         let dir = self.ws.resolve(dir_given).map_err(|e| match e {
             crate::sandbox::PathError::OutsideWorkspace { .. } => {
@@ -70,7 +77,10 @@ impl Tool for ShellTool {
                 "argument 'dir_path': {dir_given} is not an existing directory"
             )));
         }
+        // Parsed once here; the policy and the prompt read this analysis.
+        let analysis = Arc::new(analyze(&command));
         Ok(Arc::new(ShellInvocation {
+            analysis,
             workspace: self.ws.root().to_path_buf(),
             dir_display: self.ws.display(&dir),
             dir,
@@ -89,6 +99,7 @@ impl ProcessEvents for mpsc::UnboundedSender<Progress> {
 
 struct ShellInvocation {
     command: String,
+    analysis: Arc<ShellAnalysis>,
     workspace: std::path::PathBuf,
     dir: std::path::PathBuf,
     dir_display: String,
@@ -97,22 +108,19 @@ struct ShellInvocation {
 
 impl Invocation for ShellInvocation {
     fn subject(&self) -> Subject {
-        let analysis = analyze(&self.command);
         Subject::Shell {
             command: self.command.clone(),
-            root_commands: analysis.root_commands(),
-            redirects: analysis.redirects(),
+            analysis: self.analysis.clone(),
             dir_path: self.dir_display.clone(),
         }
     }
 
     fn confirmation(&self) -> Result<ConfirmationDetails, ToolError> {
-        let analysis = analyze(&self.command);
         Ok(ConfirmationDetails::Exec {
             command: self.command.clone(),
-            root_commands: analysis.root_commands().unwrap_or_default(),
+            root_commands: self.analysis.root_commands().unwrap_or_default(),
             dir_path: self.dir_display.clone(),
-            write_targets: analysis.write_targets(),
+            write_targets: self.analysis.write_targets(),
         })
     }
 
@@ -195,5 +203,32 @@ impl Invocation for ShellInvocation {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The command is parsed once, when the invocation is built: the policy
+    /// and every later `subject()` read that one analysis.
+    #[test]
+    fn the_analysis_is_made_once_per_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let tool = ShellTool::new(Arc::new(Workspace::new(dir.path()).unwrap()));
+        let mut args = Args::new();
+        args.insert("command".into(), json!("ls && > f"));
+        let invocation = tool.build(&args).unwrap();
+        let (Subject::Shell { analysis: a, .. }, Subject::Shell { analysis: b, .. }) =
+            (invocation.subject(), invocation.subject())
+        else {
+            panic!("not a shell subject");
+        };
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.write_targets(), ["f"]);
+        let Ok(ConfirmationDetails::Exec { write_targets, .. }) = invocation.confirmation() else {
+            panic!("not an exec prompt");
+        };
+        assert_eq!(write_targets, ["f"]);
     }
 }

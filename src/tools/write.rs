@@ -62,6 +62,12 @@ impl Tool for WriteFileTool {
     fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
         let given = str_arg(args, "file_path")?;
         let content = str_arg(args, "content")?.to_string();
+        // As Gemini CLI: refused before anything runs or asks.
+        if let Some((line, text)) = super::omission::placeholders(&content).into_iter().next() {
+            return Err(ToolError::invalid_params(format!(
+                "argument 'content' holds an omission placeholder on line {line} (`{text}`): write_file replaces the whole file, so the omitted code would be lost. Send the complete file content, or use replace for a small change."
+            )));
+        }
         let target = Target::new(&self.ws, given)?;
         let path = target.path().to_path_buf();
         let display = self.ws.display(&path);

@@ -241,6 +241,7 @@ pub fn call(id: &str, name: &str, args: Value) -> pb::FunctionCall {
         name: name.into(),
         args: Some(json_to_struct(&map)),
         wait_for_previous: false,
+        ..Default::default()
     }
 }
 
@@ -500,11 +501,12 @@ impl Binary {
             let Ok(v) = serde_json::from_str::<Value>(&line) else {
                 continue;
             };
-            if v["fields"]["message"] == "metrics at /metrics" {
-                metrics_addr = v["fields"]["listen"].as_str().and_then(|a| a.parse().ok());
+            // `--log-format json` puts the fields at the top level.
+            if v["message"] == "metrics at /metrics" {
+                metrics_addr = v["listen"].as_str().and_then(|a| a.parse().ok());
             }
-            if v["fields"]["message"] == "toolsched serving" {
-                break v["fields"]["listen"]
+            if v["message"] == "toolsched serving" {
+                break v["listen"]
                     .as_str()
                     .expect("listen field")
                     .parse()

@@ -15,6 +15,11 @@
 //! from a variable) is reported in [`ShellAnalysis::unresolved`], and policy
 //! asks for it.
 //!
+//! A leaf module: it imports nothing of `policy`, `tools` or `scheduler`.
+//! The shell tool analyses a command once, when it builds the invocation,
+//! and carries the result (`Arc<ShellAnalysis>` in `Subject::Shell`) to the
+//! policy and the approval prompt, so a command is parsed once per call.
+//!
 //! Not here: deciding anything (see `policy`), running the command.
 
 use tree_sitter::{Node, Parser};
@@ -59,6 +64,9 @@ pub struct Redirect {
     pub target: Option<String>,
     /// The redirection's source text, e.g. `>> log.txt`.
     pub text: String,
+    /// Which redirection of the analysis this is (numbered in source
+    /// order), so the walk can tell whether a segment carries it.
+    id: usize,
 }
 
 /// A simple command the script runs.
@@ -73,7 +81,10 @@ pub struct Segment {
     /// Wrappers stripped in front of it, outermost first (`sudo`, `bash -c`).
     pub wrappers: Vec<String>,
     /// Names of variables assigned for this command (`FOO=1 cmd`, `env FOO=1
-    /// cmd`): they can change what a command does (`PATH`, `GIT_PAGER`).
+    /// cmd`, `export FOO=1`, a bare `FOO=1`), including those assigned by
+    /// the commands that run it: `BASH_ENV=x bash -c 'ls'` gives `ls` the
+    /// assignment of `BASH_ENV`, because the inner shell sees it. They can
+    /// change what a command does (`PATH`, `BASH_ENV`, `GIT_PAGER`).
     pub assignments: Vec<String>,
     /// Redirections to files that apply to it (its own and those of
     /// enclosing `{ …; } > f`, subshells, loops). Duplications (`2>&1`) and
@@ -82,6 +93,12 @@ pub struct Segment {
 }
 
 impl Segment {
+    /// Whether the segment runs no command: a redirection or assignment on
+    /// its own (`> f`, `FOO=1`, `(( x )) > f`). `words` is empty.
+    pub fn is_bare(&self) -> bool {
+        self.words.is_empty()
+    }
+
     /// The command name, when it is a literal.
     pub fn name(&self) -> Option<&str> {
         self.words.first().and_then(|w| w.literal.as_deref())
@@ -134,6 +151,8 @@ pub struct ShellAnalysis {
     /// The script changes directory (`cd`, `pushd`, `popd`), so relative
     /// write targets cannot be placed.
     pub changes_dir: bool,
+    /// Redirections numbered so far (see [`Redirect`]).
+    redirects_seen: usize,
 }
 
 impl ShellAnalysis {
@@ -182,16 +201,26 @@ impl ShellAnalysis {
 /// Analyses `script`.
 pub fn analyze(script: &str) -> ShellAnalysis {
     let mut out = ShellAnalysis::default();
-    analyze_into(script, 0, &[], &[], &mut out);
+    analyze_into(script, 0, &Inherited::default(), &[], &mut out);
     out
 }
 
-/// Analyses `script` at nesting `depth`; its segments get `wrappers` and
-/// `writes` of the command that ran it.
+/// What a nested script's segments inherit from the command that ran it.
+#[derive(Default)]
+struct Inherited {
+    /// Wrappers, outermost first (`sudo`, `bash -c`).
+    wrappers: Vec<String>,
+    /// Variables the outer commands assigned (`BASH_ENV=x bash -c …`,
+    /// `env LD_PRELOAD=x sh -c …`): the inner commands run with them.
+    assignments: Vec<String>,
+}
+
+/// Analyses `script` at nesting `depth`; its segments get the wrappers and
+/// assignments in `inherited` and the `writes` of the command that ran it.
 fn analyze_into(
     script: &str,
     depth: usize,
-    wrappers: &[String],
+    inherited: &Inherited,
     writes: &[Redirect],
     out: &mut ShellAnalysis,
 ) {
@@ -237,7 +266,7 @@ fn analyze_into(
     let mut walk = Walk {
         src: script,
         depth,
-        wrappers,
+        inherited,
         out,
     };
     walk.visit(root, writes);
@@ -258,9 +287,16 @@ fn truncate(s: &str) -> String {
 struct Walk<'a, 'o> {
     src: &'a str,
     depth: usize,
-    wrappers: &'a [String],
+    inherited: &'a Inherited,
     out: &'o mut ShellAnalysis,
 }
+
+/// Node kinds of a redirection.
+const REDIRECT_KINDS: &[&str] = &["file_redirect", "heredoc_redirect", "herestring_redirect"];
+
+/// Commands that assign the variable named by an argument (`read PATH`,
+/// `printf -v PATH …`): the names are assignments for the policy.
+const ASSIGNING_COMMANDS: &[&str] = &["read", "printf", "mapfile", "readarray", "getopts"];
 
 impl Walk<'_, '_> {
     fn text(&self, node: Node<'_>) -> String {
@@ -270,7 +306,9 @@ impl Walk<'_, '_> {
     /// Visits `node` with the file writes of enclosing statements.
     fn visit(&mut self, node: Node<'_>, writes: &[Redirect]) {
         match node.kind() {
-            "redirected_statement" => {
+            // `… > f`, and `f() { …; } > f` (applied at each call).
+            "redirected_statement" | "function_definition" => {
+                let start = self.out.segments.len();
                 let mut inner = writes.to_vec();
                 let mut cursor = node.walk();
                 let redirects: Vec<Node<'_>> = node
@@ -278,19 +316,69 @@ impl Walk<'_, '_> {
                     .collect();
                 for r in &redirects {
                     self.redirect(*r, &mut inner);
-                    self.visit_children(*r, writes);
+                    self.visit_inside_redirect(*r, writes);
                 }
-                if let Some(body) = node.child_by_field_name("body") {
+                let body = node.child_by_field_name("body");
+                if node.kind() == "function_definition" {
+                    // Visit the rest (name, body) as before, with the writes.
+                    let mut cursor = node.walk();
+                    let children: Vec<Node<'_>> = node.children(&mut cursor).collect();
+                    for child in children {
+                        if !REDIRECT_KINDS.contains(&child.kind()) {
+                            self.visit(child, &inner);
+                        }
+                    }
+                } else if let Some(body) = body {
                     self.redirected_body(body, writes, &inner);
                 }
+                // A redirection no command carries (`> f`, `ls && > f`,
+                // `(( x )) > f`, `case … esac > f`) still opens, and
+                // truncates, its file: it is a segment of its own.
+                self.carry(node, start, &inner[writes.len()..], Vec::new());
+            }
+            // A redirection outside any statement (`$(> f)`, or in a part
+            // the parser could not read): a write of its own.
+            kind if REDIRECT_KINDS.contains(&kind) => {
+                let start = self.out.segments.len();
+                let mut own = Vec::new();
+                self.redirect(node, &mut own);
+                self.visit_inside_redirect(node, writes);
+                self.carry(node, start, &own, Vec::new());
             }
             "command" => self.command(node, writes),
+            // A bare `FOO=1` (also in `A=1 B=2`): it changes what later
+            // commands of the script do when the variable is exported or
+            // special (`PATH=.; ls` runs `./ls`).
+            "variable_assignment" => {
+                let names = self.assigned_name(node).into_iter().collect();
+                self.push_segment(node, Vec::new(), Vec::new(), names, writes);
+                self.visit_children(node, writes);
+            }
+            // `for PATH in …; do …; done` assigns its variable.
+            "for_statement" => {
+                if let Some(var) = node.child_by_field_name("variable") {
+                    let name = self.text(var);
+                    self.push_segment(var, Vec::new(), Vec::new(), vec![name], writes);
+                }
+                self.visit_children(node, writes);
+            }
             "declaration_command" | "unset_command" => {
                 // `export PATH=…`, `declare -x …`: its words are its keyword
-                // and arguments; substitutions inside are visited.
+                // and arguments; substitutions inside are visited. The
+                // variables it assigns are its assignments.
                 let words = self.words_of(node);
-                self.push_segment(node, words, Vec::new(), Vec::new(), writes);
-                self.visit_children(node, writes);
+                let mut names = Vec::new();
+                let mut cursor = node.walk();
+                let children: Vec<Node<'_>> = node.named_children(&mut cursor).collect();
+                for child in &children {
+                    if child.kind() == "variable_assignment" {
+                        names.extend(self.assigned_name(*child));
+                    }
+                }
+                self.push_segment(node, words, Vec::new(), names, writes);
+                for child in children {
+                    self.visit_children(child, writes);
+                }
             }
             "test_command" => {
                 let words = vec![Word {
@@ -335,10 +423,62 @@ impl Walk<'_, '_> {
         }
     }
 
-    /// Records a file write of redirection node `r` into `writes`.
+    /// Visits what runs inside redirection `r` (`> $(cmd)`, a heredoc's
+    /// substitutions) without counting `r` or the redirections nested in
+    /// it (`cat <<EOF > f`) again: [`Walk::redirect`] recorded those.
+    fn visit_inside_redirect(&mut self, r: Node<'_>, writes: &[Redirect]) {
+        let mut cursor = r.walk();
+        let children: Vec<Node<'_>> = r.children(&mut cursor).collect();
+        for child in children {
+            if REDIRECT_KINDS.contains(&child.kind()) {
+                self.visit_inside_redirect(child, writes);
+            } else {
+                self.visit(child, writes);
+            }
+        }
+    }
+
+    /// Makes sure the redirections `own` of `node` are carried by a segment:
+    /// when none of the segments pushed since `start` has them (no command
+    /// ran under them, or the command could not be resolved), pushes a bare
+    /// segment with them and `assignments`.
+    fn carry(&mut self, node: Node<'_>, start: usize, own: &[Redirect], assignments: Vec<String>) {
+        let Some(first) = own.first() else {
+            return;
+        };
+        let carried = self.out.segments[start.min(self.out.segments.len())..]
+            .iter()
+            .any(|s| s.writes.iter().any(|w| w.id == first.id));
+        if !carried {
+            self.push_segment(node, Vec::new(), Vec::new(), assignments, own);
+        }
+    }
+
+    /// The name a `variable_assignment` assigns (`a[0]=1` assigns `a`).
+    fn assigned_name(&self, node: Node<'_>) -> Option<String> {
+        let name = node.child_by_field_name("name")?;
+        let text = self.text(name);
+        Some(match text.split_once('[') {
+            Some((base, _)) => base.to_string(),
+            None => text,
+        })
+    }
+
+    /// Records the file writes of redirection node `r` (and of the
+    /// redirections nested in it: `cat <<EOF > f`) into `writes`.
     fn redirect(&mut self, r: Node<'_>, writes: &mut Vec<Redirect>) {
         if r.kind() != "file_redirect" {
-            return; // heredoc / herestring: input
+            // heredoc / herestring: input, but `cat <<EOF > f` hangs the
+            // `> f` inside the heredoc's node.
+            let mut cursor = r.walk();
+            let nested: Vec<Node<'_>> = r
+                .named_children(&mut cursor)
+                .filter(|c| REDIRECT_KINDS.contains(&c.kind()))
+                .collect();
+            for n in nested {
+                self.redirect(n, writes);
+            }
+            return;
         }
         let mut op = None;
         let mut cursor = r.walk();
@@ -349,13 +489,18 @@ impl Walk<'_, '_> {
         }
         let dest = r.child_by_field_name("destination");
         let is_write = match op {
-            Some(">" | ">>" | "&>" | "&>>" | ">|" | "<>") => true,
             // `>&2`, `>&-` duplicate a descriptor; `>& file` writes it.
             Some(">&") => dest.is_some_and(|d| {
                 let t = self.text(d);
                 !(d.kind() == "number" || t == "-" || t.chars().all(|c| c.is_ascii_digit()))
             }),
-            _ => false,
+            // `<`, `<&0`: input.
+            Some(op) if op.starts_with('<') && !op.contains('>') => false,
+            Some("<&-" | "<&") => false,
+            // `>`, `>>`, `&>`, `&>>`, `>|`, `<>`, and any other form that
+            // opens a file for output: a write.
+            Some(op) => op.contains('>'),
+            None => false,
         };
         if !is_write {
             return;
@@ -366,9 +511,12 @@ impl Walk<'_, '_> {
         {
             return;
         }
+        let id = self.out.redirects_seen;
+        self.out.redirects_seen += 1;
         writes.push(Redirect {
             target,
             text: self.text(r),
+            id,
         });
     }
 
@@ -376,10 +524,7 @@ impl Walk<'_, '_> {
         let mut words = Vec::new();
         let mut cursor = node.walk();
         for child in node.named_children(&mut cursor) {
-            if matches!(
-                child.kind(),
-                "file_redirect" | "herestring_redirect" | "comment"
-            ) {
+            if REDIRECT_KINDS.contains(&child.kind()) || child.kind() == "comment" {
                 continue;
             }
             words.push(Word {
@@ -403,34 +548,70 @@ impl Walk<'_, '_> {
     }
 
     fn command(&mut self, node: Node<'_>, writes: &[Redirect]) {
+        let start = self.out.segments.len();
         let mut own_writes = writes.to_vec();
         let mut assignments = Vec::new();
+        self.command_inner(node, writes, &mut own_writes, &mut assignments);
+        // The command's own redirections write even when it pushed no
+        // segment (a bare `FOO=1 > f`, an unresolved `$cmd > f`, a
+        // `bash -c ''` script with nothing in it).
+        self.carry(node, start, &own_writes[writes.len()..], assignments);
+    }
+
+    /// [`Walk::command`]: fills `own_writes` (the inherited `writes`, then
+    /// the command's own) and `assignments` (the command's own) as it goes.
+    fn command_inner(
+        &mut self,
+        node: Node<'_>,
+        writes: &[Redirect],
+        own_writes: &mut Vec<Redirect>,
+        assignments: &mut Vec<String>,
+    ) {
         let mut words = Vec::new();
         let mut cursor = node.walk();
         let children: Vec<Node<'_>> = node.named_children(&mut cursor).collect();
         for child in &children {
             match child.kind() {
-                "file_redirect" | "herestring_redirect" | "heredoc_redirect" => {
-                    self.redirect(*child, &mut own_writes);
+                kind if REDIRECT_KINDS.contains(&kind) => {
+                    self.redirect(*child, own_writes);
                 }
                 "variable_assignment" => {
-                    if let Some(name) = child.child_by_field_name("name") {
-                        assignments.push(self.text(name));
-                    }
+                    assignments.extend(self.assigned_name(*child));
                 }
                 "comment" => {}
+                // `FOO=1 > f` parses with a missing command name.
+                "command_name" if child.named_child(0).is_some_and(|c| c.is_missing()) => {}
                 _ => words.push(Word {
                     literal: literal(*child, self.src),
                     text: self.text(*child),
                 }),
             }
         }
-        // Substitutions anywhere in the command run too.
+        // Substitutions anywhere in the command run too (the redirections
+        // themselves were recorded above).
         for child in &children {
-            self.visit(*child, writes);
+            match child.kind() {
+                kind if REDIRECT_KINDS.contains(&kind) => {
+                    self.visit_inside_redirect(*child, writes)
+                }
+                "variable_assignment" => self.visit_children(*child, writes),
+                _ => self.visit(*child, writes),
+            }
         }
         if words.is_empty() {
-            return; // `FOO=1` alone, or only redirections
+            // `FOO=1 > f`: a bare segment with the assignments and writes.
+            let mut own = std::mem::take(assignments);
+            if !own.is_empty() || own_writes.len() > writes.len() {
+                let carried = own_writes.clone();
+                self.push_segment(
+                    node,
+                    Vec::new(),
+                    Vec::new(),
+                    std::mem::take(&mut own),
+                    &carried,
+                );
+            }
+            return;
         }
         let (words, mut wrappers, more_assignments) = match strip_wrappers(words) {
             Ok(stripped) => stripped,
@@ -464,16 +645,31 @@ impl Walk<'_, '_> {
         if matches!(name.as_str(), "cd" | "pushd" | "popd") {
             self.out.changes_dir = true;
         }
+        // `read PATH`, `printf -v PATH …` assign the variable they name.
+        if ASSIGNING_COMMANDS.contains(&base_name(&name)) {
+            for w in words.iter().skip(1).filter_map(|w| w.literal.as_deref()) {
+                let var = w.strip_prefix("-v").unwrap_or(w);
+                if !var.is_empty() && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    assignments.push(var.to_string());
+                }
+            }
+        }
         // A script passed to a shell or eval: analyse it in place of the
-        // command that runs it.
+        // command that runs it. Its commands inherit the wrappers, the
+        // assignments (`BASH_ENV=x bash -c 'ls'`: the inner shell reads
+        // BASH_ENV) and the writes of the command that runs it.
         match nested_script(&name, &words) {
             Nested::None => {}
             Nested::Script(script, how) => {
-                let mut all = self.wrappers.to_vec();
-                all.append(&mut wrappers);
-                all.push(how);
+                let mut inherited = Inherited {
+                    wrappers: self.inherited.wrappers.clone(),
+                    assignments: self.inherited.assignments.clone(),
+                };
+                inherited.wrappers.append(&mut wrappers);
+                inherited.wrappers.push(how);
+                inherited.assignments.append(assignments);
                 let depth = self.depth + 1;
-                analyze_into(&script, depth, &all, &own_writes, self.out);
+                analyze_into(&script, depth, &inherited, own_writes, self.out);
                 return;
             }
             Nested::Opaque(reason) => {
@@ -484,7 +680,9 @@ impl Walk<'_, '_> {
                 return;
             }
         }
-        self.push_segment(node, words, wrappers, assignments, &own_writes);
+        let own = std::mem::take(assignments);
+        let carried = own_writes.clone();
+        self.push_segment(node, words, wrappers, own, &carried);
     }
 
     fn push_segment(
@@ -509,13 +707,15 @@ impl Walk<'_, '_> {
             }
             return;
         }
-        let mut all = self.wrappers.to_vec();
+        let mut all = self.inherited.wrappers.clone();
         all.extend(wrappers);
+        let mut assigned = self.inherited.assignments.clone();
+        assigned.extend(assignments);
         self.out.segments.push(Segment {
             text: self.text(node),
             words,
             wrappers: all,
-            assignments,
+            assignments: assigned,
             writes: writes.to_vec(),
         });
     }
@@ -889,6 +1089,14 @@ fn strip_wrappers(mut words: Vec<Word>) -> Result<Stripped, String> {
                 i += 1;
                 break;
             }
+            if spec.name == "env"
+                && let Some(split) = env_split_string(&words, i)?
+            {
+                // `env -S 'A=1 bash -c ls'` is `env A=1 bash -c ls`.
+                let (taken, split) = split;
+                words.splice(i..i + taken, split);
+                continue;
+            }
             if w.starts_with('-') && w.len() > 1 {
                 if spec.with_value.contains(&w) {
                     i += 2;
@@ -929,6 +1137,48 @@ fn strip_wrappers(mut words: Vec<Word>) -> Result<Stripped, String> {
         wrappers.push(name);
         words.drain(..i);
     }
+}
+
+/// `env -S STRING` / `--split-string=STRING` at `words[i]`: how many words
+/// it takes and the words STRING splits into. `None` when `words[i]` is no
+/// such option. A string with escapes or variables (`\_`, `${X}`, which env
+/// treats its own way) is an error: the analyser would guess.
+fn env_split_string(words: &[Word], i: usize) -> Result<Option<(usize, Vec<Word>)>, String> {
+    let Some(w) = words[i].literal.as_deref() else {
+        return Ok(None);
+    };
+    let (taken, value) = if w == "-S" || w == "--split-string" {
+        match words.get(i + 1) {
+            Some(Word {
+                literal: Some(v), ..
+            }) => (2, v.as_str()),
+            _ => return Err("`env -S` of a string computed at run time".into()),
+        }
+    } else if let Some(v) = w.strip_prefix("--split-string=") {
+        (1, v)
+    } else if let Some(v) = w.strip_prefix("-S")
+        && !v.is_empty()
+    {
+        (1, v)
+    } else {
+        return Ok(None);
+    };
+    if value.contains(['\\', '$']) {
+        return Err("`env -S` with escapes or variables, which env expands its own way".into());
+    }
+    let Some(parts) = shlex::split(value) else {
+        return Err("`env -S` string with unbalanced quotes".into());
+    };
+    Ok(Some((
+        taken,
+        parts
+            .into_iter()
+            .map(|p| Word {
+                literal: Some(p.clone()),
+                text: p,
+            })
+            .collect(),
+    )))
 }
 
 /// The script argument of a [`SCRIPT_TAKERS`] command. `trap 'cmd' EXIT`,
@@ -1082,6 +1332,100 @@ mod tests {
         let writes: Vec<usize> = a.segments.iter().map(|s| s.writes.len()).collect();
         assert_eq!(writes, [0, 0, 1]);
         assert_eq!(analyze("echo a &> 'b c'").write_targets(), ["b c"]);
+    }
+
+    /// (segment text, write targets) of every segment that writes.
+    fn writers(script: &str) -> Vec<(String, Vec<String>)> {
+        analyze(script)
+            .segments
+            .iter()
+            .filter(|s| !s.writes.is_empty())
+            .map(|s| {
+                let targets = s
+                    .writes
+                    .iter()
+                    .map(|w| w.target.clone().unwrap_or_else(|| w.text.clone()))
+                    .collect();
+                (s.text.clone(), targets)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_redirection_without_a_command_is_a_segment_that_writes() {
+        let w = |s: &str, t: &str| (s.to_string(), vec![t.to_string()]);
+        assert_eq!(
+            writers("ls && > important.txt"),
+            [w("> important.txt", "important.txt")]
+        );
+        for form in [">f", ">>f", "&>f", "&>>f", "2>f", "2>>f", ">|f", "1>f"] {
+            assert_eq!(writers(form), [w(form, "f")], "{form}");
+        }
+        // `<>` is not in the grammar: unresolved, and still a write.
+        let a = analyze("<>f");
+        assert!(!a.is_complete());
+        assert_eq!(a.write_targets(), ["f"]);
+        assert_eq!(analyze("cat <>f").write_targets(), ["f"]);
+        assert_eq!(writers("ls | > f"), [w("> f", "f")]);
+        assert_eq!(writers("ls && >f || >>g").len(), 2);
+        assert_eq!(writers("echo $(> f)"), [w("> f", "f")]);
+        assert_eq!(writers("echo \"$(>f)\""), [w(">f", "f")]);
+        assert_eq!(writers("x=$(>f)"), [w(">f", "f")]);
+        assert_eq!(writers("echo `> f`"), [w("> f", "f")]);
+        assert_eq!(writers("diff <(> f) a"), [w("> f", "f")]);
+        assert_eq!(writers("bash -c '> f'"), [w("> f", "f")]);
+        assert_eq!(writers("bash -c '' > f"), [w("bash -c '' > f", "f")]);
+        assert_eq!(writers("(( 1 )) > f"), [w("(( 1 )) > f", "f")]);
+        assert_eq!(writers("case a in b) ;; esac > f").len(), 1);
+        // Compound commands: every command inside carries it.
+        assert_eq!(writers("{ ls; } > f"), [w("ls", "f")]);
+        assert_eq!(writers("(ls) > f"), [w("ls", "f")]);
+        assert_eq!(
+            writers("while false; do :; done > f"),
+            [w("false", "f"), w(":", "f")]
+        );
+        assert_eq!(writers("f() { ls; } > f; f"), [w("ls", "f")]);
+        // Nested in a heredoc's node, and after an assignment.
+        assert_eq!(writers("cat <<EOF > f\nhi\nEOF"), [w("cat", "f")]);
+        let a = analyze("FOO=1 > f");
+        assert_eq!(a.write_targets(), ["f"]);
+        assert_eq!(a.segments[0].assignments, ["FOO"]);
+        // Reading is not writing; duplications are not either.
+        assert!(writers("< f").is_empty());
+        assert!(writers("cat < f 2>&1").is_empty());
+        assert!(writers("> /dev/null").is_empty());
+    }
+
+    #[test]
+    fn assignments_of_outer_commands_reach_what_they_run() {
+        let assigned = |script: &str| -> Vec<Vec<String>> {
+            analyze(script)
+                .segments
+                .iter()
+                .map(|s| s.assignments.clone())
+                .collect()
+        };
+        assert_eq!(assigned("BASH_ENV=./x bash -c 'ls'"), [["BASH_ENV"]]);
+        assert_eq!(
+            assigned("env BASH_ENV=./x bash -c 'ls; cat a'"),
+            [["BASH_ENV"], ["BASH_ENV"]]
+        );
+        assert_eq!(assigned("env -S 'LD_PRELOAD=x.so ls'"), [["LD_PRELOAD"]]);
+        assert_eq!(names("env -S 'LD_PRELOAD=x.so ls -la'"), ["ls -la"]);
+        assert_eq!(assigned("env -SPATH=. ls"), [["PATH"]]);
+        assert_eq!(assigned("sudo PATH=. sh -c \"bash -c 'ls'\""), [["PATH"]]);
+        assert_eq!(assigned("PATH=. xargs bash -c ls"), [["PATH"]]);
+        assert_eq!(assigned("ENV=x timeout 5 nice sh -c 'ls'"), [["ENV"]]);
+        assert_eq!(assigned("PATH=.; ls"), [vec!["PATH".to_string()], vec![]]);
+        assert_eq!(assigned("export PATH=. A=1"), [["PATH", "A"]]);
+        assert_eq!(
+            assigned("for PATH in .; do ls; done"),
+            [vec!["PATH".to_string()], vec![]]
+        );
+        assert_eq!(assigned("read PATH"), [["PATH"]]);
+        assert_eq!(assigned("a[0]=1"), [["a"]]);
+        assert!(!analyze("env -S 'A=${X} ls'").is_complete());
+        assert!(!analyze("env -S 'ls\\_-la'").is_complete());
     }
 
     #[test]

@@ -1,0 +1,533 @@
+//! File metadata outside the writable paths: mode (set-id bits included),
+//! owner, times and extended attributes, which Landlock does not govern.
+//!
+//! **Threat.** Landlock checks opens, creations, removals and renames, not
+//! `chmod`, `chown`, `utime*` or `*setxattr`. A command could make a file
+//! outside the workspace world-writable or setuid (`chmod u+s /usr/bin/x`),
+//! back-date it to hide a change (`touch -d`), or plant extended
+//! attributes, on every file its uid owns. For a root server that is every
+//! root-owned file on the host: dropping capabilities does not help, the
+//! owner needs none for these calls.
+//!
+//! **Mechanism: seccomp user notification, the worker performing the call.**
+//! seccomp cannot read the path a call names, and a check of the path
+//! followed by letting the kernel run the call would race (another thread
+//! rewrites the path between the check and the kernel's read). So every
+//! metadata call of the command traps to the worker ([`notify_program`]),
+//! which copies the arguments out of the command's memory once, resolves the
+//! object itself (relative to the command's cwd or directory fd, following
+//! symlinks exactly as the call would) to an `O_PATH` fd, asks the kernel
+//! where that object is (`/proc/self/fd`), and only if it lies beneath a
+//! writable root (the workspace at a writing level, the private tmp) and
+//! not beneath a protected path (every `.git`, the service's files) performs
+//! the call on that fd and returns its result; otherwise the call fails
+//! with EPERM. What is changed is the object that was checked, never a path
+//! read again. Objects that are no file (pipes, sockets) are left alone.
+//! The worker drops its capabilities before it serves (see
+//! [`super::supervise`]), so it never does more than the command could.
+//!
+//! Set-id bits are refused everywhere, inside the workspace too
+//! ([`super::seccomp`]: `chmod` family and `open`/`creat`/`mknod` with a
+//! set-id mode), because a root-owned setuid file in the workspace would be
+//! a root shell for every local user. `FS_IOC_SETFLAGS`/`FS_IOC_FSSETXATTR`
+//! (`chattr`) are refused there too, and the `*xattrat`/`file_setattr`
+//! calls answer ENOSYS so libc falls back to the calls trapped here.
+//!
+//! If the worker could not serve (it died), the kernel answers the trapped
+//! calls ENOSYS: fail closed.
+//!
+//! Not here: the other seccomp rules ([`super::seccomp`]).
+
+#![allow(unsafe_code)]
+
+use std::collections::BTreeSet;
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use seccompiler::{BpfProgram, sock_filter};
+
+/// The metadata system calls trapped to the worker.
+const TRAPPED: &[i64] = &[
+    libc::SYS_chmod,
+    libc::SYS_fchmod,
+    libc::SYS_fchmodat,
+    libc::SYS_fchmodat2,
+    libc::SYS_chown,
+    libc::SYS_fchown,
+    libc::SYS_lchown,
+    libc::SYS_fchownat,
+    libc::SYS_utime,
+    libc::SYS_utimes,
+    libc::SYS_futimesat,
+    libc::SYS_utimensat,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+];
+
+/// Longest path copied from the command (PATH_MAX).
+const MAX_PATH: usize = 4096;
+/// Longest attribute name (XATTR_NAME_MAX + NUL).
+const MAX_XATTR_NAME: usize = 256;
+/// Largest attribute value (XATTR_SIZE_MAX).
+const MAX_XATTR_VALUE: usize = 65536;
+
+/// The notifying filter: every call of [`TRAPPED`] goes to the listener.
+pub(super) fn notify_program() -> BpfProgram {
+    const LD_W_ABS: u16 = 0x20;
+    const JMP_JEQ_K: u16 = 0x05 | 0x10;
+    const RET_K: u16 = 0x06;
+    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+    let op = |code, k, jt, jf| sock_filter { code, jt, jf, k };
+    let n = TRAPPED.len();
+    let mut p = vec![
+        op(LD_W_ABS, 4, 0, 0),
+        // Another arch: the main filter already kills it.
+        op(JMP_JEQ_K, AUDIT_ARCH_X86_64, 0, (n + 1) as u8),
+        op(LD_W_ABS, 0, 0, 0),
+    ];
+    for (i, nr) in TRAPPED.iter().enumerate() {
+        // Match: jump to the USER_NOTIF return after the remaining checks.
+        p.push(op(JMP_JEQ_K, *nr as u32, (n - i) as u8, 0));
+    }
+    p.push(op(RET_K, libc::SECCOMP_RET_ALLOW, 0, 0));
+    p.push(op(RET_K, libc::SECCOMP_RET_USER_NOTIF, 0, 0));
+    p
+}
+
+/// Installs [`notify_program`] on this process; returns the listener.
+pub(super) fn install_notify() -> Result<OwnedFd, String> {
+    let program = notify_program();
+    let prog = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: a valid filter program that outlives the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if fd < 0 {
+        return Err(format!(
+            "seccomp listener: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: the kernel just returned this fd; nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Where the command may change metadata, and where not.
+pub(super) struct MetadataGuard {
+    /// Writable roots (canonical): the workspace at a writing level, the
+    /// private tmp.
+    pub roots: Vec<PathBuf>,
+    /// Never, even beneath a root: protected paths.
+    pub excluded: BTreeSet<PathBuf>,
+}
+
+type Errno = i32;
+
+/// How a trapped call names its object.
+enum Follow {
+    Yes,
+    No,
+}
+
+impl MetadataGuard {
+    /// Whether the object at `path` (as the kernel names it) may change.
+    pub(super) fn allows(&self, path: &Path) -> bool {
+        self.roots.iter().any(|r| path.starts_with(r))
+            && !self.excluded.iter().any(|e| path.starts_with(e))
+    }
+
+    /// Receives one notification on `listener` and answers it.
+    pub(super) fn serve_one(&self, listener: RawFd) {
+        // SAFETY: zeroed plain-data structs filled by the kernel.
+        let mut req: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+        // SAFETY: RECV writes into `req`, which has the kernel's layout.
+        if unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_RECV, &mut req) } != 0 {
+            // ENOENT: the caller died before we read it.
+            return;
+        }
+        let result = self.perform(listener, &req);
+        let resp = libc::seccomp_notif_resp {
+            id: req.id,
+            val: 0,
+            error: match result {
+                Ok(()) => 0,
+                Err(e) => -e,
+            },
+            flags: 0,
+        };
+        // SAFETY: SEND reads `resp`, which has the kernel's layout.
+        unsafe {
+            libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND, &resp);
+        }
+    }
+
+    fn perform(&self, listener: RawFd, req: &libc::seccomp_notif) -> Result<(), Errno> {
+        let t = Caller::open(req.pid)?;
+        let a = req.data.args;
+        let fd = |x: u64| x as u32 as i32;
+        let nr = i64::from(req.data.nr);
+        // Copy everything out of the caller's memory and resolve the object
+        // first; then make sure the notification (and so the pid) is still
+        // live before acting on it.
+        let (object, op) = match nr {
+            libc::SYS_chmod => (t.at(libc::AT_FDCWD, a[0], 0, Follow::Yes)?, Op::Mode(a[1])),
+            libc::SYS_fchmod => (t.fd(fd(a[0]))?, Op::Mode(a[1])),
+            libc::SYS_fchmodat => (t.at(fd(a[0]), a[1], 0, Follow::Yes)?, Op::Mode(a[2])),
+            libc::SYS_fchmodat2 => (t.at_flags(fd(a[0]), a[1], a[3])?, Op::Mode(a[2])),
+            libc::SYS_chown => (
+                t.at(libc::AT_FDCWD, a[0], 0, Follow::Yes)?,
+                Op::Owner(a[1], a[2]),
+            ),
+            libc::SYS_lchown => (
+                t.at(libc::AT_FDCWD, a[0], 0, Follow::No)?,
+                Op::Owner(a[1], a[2]),
+            ),
+            libc::SYS_fchown => (t.fd(fd(a[0]))?, Op::Owner(a[1], a[2])),
+            libc::SYS_fchownat => (t.at_flags(fd(a[0]), a[1], a[4])?, Op::Owner(a[2], a[3])),
+            libc::SYS_utime => (
+                t.at(libc::AT_FDCWD, a[0], 0, Follow::Yes)?,
+                Op::Times(t.utimbuf(a[1])?),
+            ),
+            libc::SYS_utimes => (
+                t.at(libc::AT_FDCWD, a[0], 0, Follow::Yes)?,
+                Op::Times(t.timevals(a[1])?),
+            ),
+            libc::SYS_futimesat => (
+                t.at(fd(a[0]), a[1], 0, Follow::Yes)?,
+                Op::Times(t.timevals(a[2])?),
+            ),
+            libc::SYS_utimensat => {
+                let object = if a[1] == 0 {
+                    // futimens(fd): the fd itself; AT_FDCWD with no path
+                    // is the kernel's EFAULT.
+                    if fd(a[0]) == libc::AT_FDCWD {
+                        return Err(libc::EFAULT);
+                    }
+                    t.fd(fd(a[0]))?
+                } else {
+                    t.at_flags(fd(a[0]), a[1], a[3])?
+                };
+                (object, Op::Times(t.timespecs(a[2])?))
+            }
+            libc::SYS_setxattr | libc::SYS_lsetxattr | libc::SYS_fsetxattr => {
+                let object = match nr {
+                    libc::SYS_fsetxattr => t.fd(fd(a[0]))?,
+                    libc::SYS_lsetxattr => t.at(libc::AT_FDCWD, a[0], 0, Follow::No)?,
+                    _ => t.at(libc::AT_FDCWD, a[0], 0, Follow::Yes)?,
+                };
+                let name = t.cstr(a[1], MAX_XATTR_NAME)?;
+                let size = a[3] as usize;
+                if size > MAX_XATTR_VALUE {
+                    return Err(libc::E2BIG);
+                }
+                let value = if size == 0 {
+                    Vec::new()
+                } else {
+                    t.bytes(a[2], size)?
+                };
+                (object, Op::SetXattr(name, value, a[4] as i32))
+            }
+            libc::SYS_removexattr | libc::SYS_lremovexattr | libc::SYS_fremovexattr => {
+                let object = match nr {
+                    libc::SYS_fremovexattr => t.fd(fd(a[0]))?,
+                    libc::SYS_lremovexattr => t.at(libc::AT_FDCWD, a[0], 0, Follow::No)?,
+                    _ => t.at(libc::AT_FDCWD, a[0], 0, Follow::Yes)?,
+                };
+                (object, Op::RemoveXattr(t.cstr(a[1], MAX_XATTR_NAME)?))
+            }
+            _ => return Err(libc::ENOSYS),
+        };
+        let mut id = req.id;
+        // SAFETY: ID_VALID reads the u64 id.
+        if unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &mut id) } != 0 {
+            return Err(libc::ESRCH);
+        }
+        let self_path = CString::new(format!("/proc/self/fd/{}", object.as_raw_fd()))
+            .map_err(|_| libc::EINVAL)?;
+        let located =
+            std::fs::read_link(Path::new(std::ffi::OsStr::from_bytes(self_path.as_bytes())))
+                .map_err(|_| libc::EPERM)?;
+        // Pipes, sockets and other anonymous inodes ("pipe:[…]") are no
+        // file anywhere: nothing to protect.
+        let on_disk = located.as_os_str().as_bytes().starts_with(b"/");
+        if on_disk && !self.allows(&strip_deleted(&located)) {
+            return Err(libc::EPERM);
+        }
+        op.apply(&object, &self_path)
+    }
+}
+
+/// `/proc/self/fd` names a deleted file `PATH (deleted)`.
+fn strip_deleted(p: &Path) -> PathBuf {
+    let b = p.as_os_str().as_bytes();
+    let b = b.strip_suffix(b" (deleted)").unwrap_or(b);
+    PathBuf::from(std::ffi::OsStr::from_bytes(b))
+}
+
+/// The change a trapped call asks for, with its arguments copied.
+enum Op {
+    Mode(u64),
+    Owner(u64, u64),
+    /// `None`: set both to now.
+    Times(Option<[libc::timespec; 2]>),
+    SetXattr(CString, Vec<u8>, i32),
+    RemoveXattr(CString),
+}
+
+impl Op {
+    /// Performs the change on `object` (an O_PATH fd; `path` is its
+    /// `/proc/self/fd` name, which reaches exactly that object).
+    fn apply(self, object: &OwnedFd, path: &CString) -> Result<(), Errno> {
+        // SAFETY: valid NUL-terminated strings, buffers and lengths that
+        // live across each call.
+        let r = unsafe {
+            match self {
+                Op::Mode(mode) => {
+                    libc::fchmodat(libc::AT_FDCWD, path.as_ptr(), mode as libc::mode_t, 0)
+                }
+                Op::Owner(uid, gid) => libc::fchownat(
+                    object.as_raw_fd(),
+                    c"".as_ptr(),
+                    uid as u32,
+                    gid as u32,
+                    libc::AT_EMPTY_PATH,
+                ),
+                Op::Times(t) => libc::utimensat(
+                    libc::AT_FDCWD,
+                    path.as_ptr(),
+                    t.as_ref().map_or(std::ptr::null(), |t| t.as_ptr()),
+                    0,
+                ),
+                Op::SetXattr(name, value, flags) => libc::setxattr(
+                    path.as_ptr(),
+                    name.as_ptr(),
+                    value.as_ptr().cast(),
+                    value.len(),
+                    flags,
+                ),
+                Op::RemoveXattr(name) => libc::removexattr(path.as_ptr(), name.as_ptr()),
+            }
+        };
+        if r == 0 { Ok(()) } else { Err(last_errno()) }
+    }
+}
+
+fn last_errno() -> Errno {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EPERM)
+}
+
+/// The calling thread, seen through `/proc/<tid>`.
+struct Caller {
+    tid: u32,
+    mem: File,
+}
+
+impl Caller {
+    fn open(tid: u32) -> Result<Self, Errno> {
+        let mem = File::open(format!("/proc/{tid}/mem"))
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EPERM))?;
+        Ok(Self { tid, mem })
+    }
+
+    fn bytes(&self, addr: u64, len: usize) -> Result<Vec<u8>, Errno> {
+        let mut buf = vec![0u8; len];
+        self.mem
+            .read_exact_at(&mut buf, addr)
+            .map_err(|_| libc::EFAULT)?;
+        Ok(buf)
+    }
+
+    /// A NUL-terminated string of at most `max` bytes (NUL included) at
+    /// `addr`, read a page at a time so that it may end just before an
+    /// unmapped page.
+    fn cstr(&self, addr: u64, max: usize) -> Result<CString, Errno> {
+        if addr == 0 {
+            return Err(libc::EFAULT);
+        }
+        const PAGE: u64 = 4096;
+        let mut out = Vec::new();
+        let mut at = addr;
+        while out.len() < max {
+            let room = (PAGE - at % PAGE) as usize;
+            let mut chunk = vec![0u8; room.min(max - out.len())];
+            let n = self.mem.read_at(&mut chunk, at).map_err(|_| libc::EFAULT)?;
+            if n == 0 {
+                return Err(libc::EFAULT);
+            }
+            if let Some(end) = chunk[..n].iter().position(|b| *b == 0) {
+                out.extend_from_slice(&chunk[..end]);
+                return CString::new(out).map_err(|_| libc::EINVAL);
+            }
+            out.extend_from_slice(&chunk[..n]);
+            at += n as u64;
+        }
+        Err(libc::ENAMETOOLONG)
+    }
+
+    fn open_path(&self, base: RawFd, path: &CString, follow: Follow) -> Result<OwnedFd, Errno> {
+        let mut flags = libc::O_PATH | libc::O_CLOEXEC;
+        if matches!(follow, Follow::No) {
+            flags |= libc::O_NOFOLLOW;
+        }
+        // SAFETY: a valid NUL-terminated path; the fd is owned below.
+        let fd = unsafe { libc::openat(base, path.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(last_errno());
+        }
+        // SAFETY: just returned by openat, owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// The caller's fd `fd` (or its cwd for AT_FDCWD), as an O_PATH fd of
+    /// ours: its `/proc/<tid>/fd` magic link reaches the very object.
+    fn fd(&self, fd: i32) -> Result<OwnedFd, Errno> {
+        let link = if fd == libc::AT_FDCWD {
+            format!("/proc/{}/cwd", self.tid)
+        } else if fd < 0 {
+            return Err(libc::EBADF);
+        } else {
+            format!("/proc/{}/fd/{fd}", self.tid)
+        };
+        let c = CString::new(link).map_err(|_| libc::EINVAL)?;
+        self.open_path(libc::AT_FDCWD, &c, Follow::Yes)
+            .map_err(|e| if e == libc::ENOENT { libc::EBADF } else { e })
+    }
+
+    /// The object `path` names relative to the caller's `dirfd`.
+    fn at(&self, dirfd: i32, path: u64, _flags: u64, follow: Follow) -> Result<OwnedFd, Errno> {
+        let p = self.cstr(path, MAX_PATH)?;
+        if p.as_bytes().is_empty() {
+            return Err(libc::ENOENT);
+        }
+        if p.as_bytes().starts_with(b"/") {
+            return self.open_path(libc::AT_FDCWD, &p, follow);
+        }
+        let base = self.fd(dirfd)?;
+        self.open_path(base.as_raw_fd(), &p, follow)
+    }
+
+    /// [`Caller::at`] with `AT_SYMLINK_NOFOLLOW` and `AT_EMPTY_PATH` flags.
+    fn at_flags(&self, dirfd: i32, path: u64, flags: u64) -> Result<OwnedFd, Errno> {
+        let flags = flags as i32;
+        let follow = if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
+            Follow::No
+        } else {
+            Follow::Yes
+        };
+        if flags & libc::AT_EMPTY_PATH != 0 && path != 0 {
+            let p = self.cstr(path, MAX_PATH)?;
+            if p.as_bytes().is_empty() {
+                return self.fd(dirfd);
+            }
+        }
+        self.at(dirfd, path, 0, follow)
+    }
+
+    /// `struct timespec[2]` at `addr`, or now for a null pointer.
+    fn timespecs(&self, addr: u64) -> Result<Option<[libc::timespec; 2]>, Errno> {
+        if addr == 0 {
+            return Ok(None);
+        }
+        let b = self.bytes(addr, 32)?;
+        let n = |i: usize| i64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        Ok(Some([
+            libc::timespec {
+                tv_sec: n(0),
+                tv_nsec: n(1),
+            },
+            libc::timespec {
+                tv_sec: n(2),
+                tv_nsec: n(3),
+            },
+        ]))
+    }
+
+    /// `struct timeval[2]` at `addr` (utimes, futimesat).
+    fn timevals(&self, addr: u64) -> Result<Option<[libc::timespec; 2]>, Errno> {
+        let Some([a, m]) = self.timespecs(addr)? else {
+            return Ok(None);
+        };
+        let conv = |t: libc::timespec| {
+            if !(0..1_000_000).contains(&t.tv_nsec) {
+                return Err(libc::EINVAL);
+            }
+            Ok(libc::timespec {
+                tv_sec: t.tv_sec,
+                tv_nsec: t.tv_nsec * 1000,
+            })
+        };
+        Ok(Some([conv(a)?, conv(m)?]))
+    }
+
+    /// `struct utimbuf` at `addr` (utime).
+    fn utimbuf(&self, addr: u64) -> Result<Option<[libc::timespec; 2]>, Errno> {
+        if addr == 0 {
+            return Ok(None);
+        }
+        let b = self.bytes(addr, 16)?;
+        let n = |i: usize| i64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        Ok(Some([
+            libc::timespec {
+                tv_sec: n(0),
+                tv_nsec: 0,
+            },
+            libc::timespec {
+                tv_sec: n(1),
+                tv_nsec: 0,
+            },
+        ]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_objects_beneath_a_root_and_outside_protected_paths_may_change() {
+        let g = MetadataGuard {
+            roots: vec!["/w".into(), "/t".into()],
+            excluded: ["/w/r/.git".into()].into_iter().collect(),
+        };
+        for (p, ok) in [
+            ("/w/a", true),
+            ("/w", true),
+            ("/t/x", true),
+            ("/w/r/src", true),
+            ("/w/r/.git/hooks/pre-commit", false),
+            ("/w/r/.git", false),
+            ("/wx", false),
+            ("/etc/passwd", false),
+        ] {
+            assert_eq!(g.allows(Path::new(p)), ok, "{p}");
+        }
+        assert_eq!(
+            strip_deleted(Path::new("/w/a (deleted)")),
+            PathBuf::from("/w/a")
+        );
+    }
+
+    #[test]
+    fn the_notify_program_traps_every_listed_call() {
+        let p = notify_program();
+        assert_eq!(p.len(), TRAPPED.len() + 5);
+    }
+}

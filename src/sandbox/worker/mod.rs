@@ -1,0 +1,335 @@
+//! The worker: `toolsched sandbox-exec [options] -- PROGRAM ARGS…`, this
+//! binary re-executed by the server for every command. It runs no async
+//! runtime (Landlock and seccomp bind the calling thread; a single-threaded
+//! process confines all of itself) and the server never confines itself.
+//!
+//! This file owns the worker's face: its command-line options
+//! ([`WorkerArgs`]), the fds the server passes (status, protected paths) and
+//! the status report. The mechanisms live beside it, one file each, as
+//! codex-rs's `linux-sandbox` splits them:
+//! - [`supervise`]: the supervisor (session, subreaper, cgroup, fork, wait,
+//!   kill the whole tree, reap);
+//! - [`confine`]: the forked command process up to `exec` (fds, signal mask,
+//!   capabilities, resource limits, then Landlock and seccomp);
+//! - [`landlock`]: the filesystem and network grants of each level;
+//! - [`seccomp`]: the system-call filters;
+//! - [`metadata`]: mode, owner, times and xattrs, which Landlock does not
+//!   govern: trapped to the worker, performed only beneath writable roots.
+//!
+//! Not here: spawning the worker and reading its output (`super::process`),
+//! finding the protected paths between commands (`super::protected`).
+//!
+//! The worker is a small supervisor:
+//! 1. It leads its own session, dies with the server (`PR_SET_PDEATHSIG`),
+//!    becomes a child subreaper (orphans of the command, including those
+//!    that `setsid` or double-fork, are re-parented to it, not to init), and
+//!    joins the per-command pids cgroup the server created, if any.
+//! 2. It forks the command process, which leads its own process group and
+//!    then, before `exec`: marks inherited fds close-on-exec, sets resource
+//!    limits and a parent-death signal, drops every capability, applies
+//!    Landlock (read: system directories, the workspace; write: the
+//!    workspace minus protected paths, a private tmp, `/dev/null`) and
+//!    seccomp (no non-UNIX sockets unless the level allows network; no
+//!    ptrace, io_uring, bpf, mount, namespaces, keyrings, module loading).
+//!    A failure there is reported on the status fd and the command never
+//!    runs: there is no silent fallback to running unconfined.
+//! 3. It waits. On SIGTERM (cancel, timeout) it sends SIGTERM to the
+//!    command's group and every descendant, SIGKILL after the grace; when the
+//!    command ends it SIGKILLs whatever descendants are left and reaps them
+//!    all, then reports how the command ended as one JSON line on the status
+//!    fd and exits the same way.
+//!
+//! Threat model of the protected paths: a command that can write `.git`
+//! (hooks, `config` with `core.fsmonitor`, …) gets code executed later by
+//! whoever runs git on the workspace outside the sandbox. Landlock grants are
+//! additive and always cover a whole subtree, so "the workspace except
+//! `.git`" cannot be one rule: the workspace is granted piecewise instead.
+//! Every directory on the way to a protected path gets only read rights;
+//! its other children get full rights (directories) or file rights (files).
+//! The price: in a directory that holds a protected path (a repository root)
+//! a command may change existing files but not create, delete or rename
+//! entries. Children are opened with `O_NOFOLLOW` relative to their parent's
+//! fd, so a symlink swapped in during the walk never earns a grant.
+//! Read-only bind mounts of each `.git` in a private mount namespace (where
+//! the worker may create one) would lift that price, but leave a hole the
+//! piecewise grants close: the command could rename the repository
+//! directory away and plant a new one, with its own `.git/hooks`, at the
+//! path the user trusts.
+//!
+//! Where the protected paths come from: the server finds them and keeps them
+//! between commands ([`super::protected`]), and passes them on
+//! [`PROTECTED_FD`]; the worker reads that fd before it opens anything else
+//! and refuses to run the command if it cannot. Without the option (the
+//! worker run by hand) it walks the workspace itself, fail-closed the same
+//! way.
+
+#![allow(unsafe_code)]
+
+mod confine;
+mod landlock;
+mod metadata;
+mod seccomp;
+mod supervise;
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::FromRawFd;
+use std::path::{Path, PathBuf};
+
+use super::{ResourceLimits, SandboxLevel};
+
+/// Exit code of the command process when its confinement failed (as `env`
+/// and `timeout` use 125 for their own failures). The status fd says why.
+pub const SETUP_FAILED_EXIT: i32 = 125;
+
+/// The fd the server passes the status pipe on.
+pub const STATUS_FD: i32 = 3;
+
+/// The fd the server passes the workspace's protected paths on (see
+/// [`WorkerArgs::protected_fd`]).
+pub const PROTECTED_FD: i32 = 4;
+
+/// Largest protected-path list the worker reads: far above what
+/// [`super::protected::MAX_SCAN_ENTRIES`] entries can yield; a longer one is
+/// a setup failure, not a truncated (fail-open) list.
+const MAX_PROTECTED_BYTES: u64 = 256 << 20;
+
+/// `toolsched sandbox-exec`: options the server passes (hidden subcommand).
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerArgs {
+    #[arg(long)]
+    pub level: SandboxLevel,
+    /// Canonical workspace root.
+    #[arg(long)]
+    pub workspace: PathBuf,
+    /// Private tmp directory of this command (writable at every level).
+    #[arg(long)]
+    pub tmp: PathBuf,
+    #[arg(long)]
+    pub cpu_secs: u64,
+    #[arg(long)]
+    pub address_space_bytes: u64,
+    #[arg(long)]
+    pub file_size_bytes: u64,
+    #[arg(long)]
+    pub processes: u64,
+    #[arg(long)]
+    pub open_files: u64,
+    /// Milliseconds between SIGTERM and SIGKILL on termination.
+    #[arg(long)]
+    pub kill_grace_ms: u64,
+    /// Never writable (and, outside the workspace, not readable).
+    #[arg(long)]
+    pub protect: Vec<PathBuf>,
+    /// Extra readable directories.
+    #[arg(long)]
+    pub read: Vec<PathBuf>,
+    /// A pids cgroup directory the server created for this command.
+    #[arg(long)]
+    pub cgroup: Option<PathBuf>,
+    /// Run with whatever the kernel enforces instead of refusing.
+    #[arg(long)]
+    pub best_effort: bool,
+    /// An fd holding the workspace's protected paths, as the server keeps
+    /// them (`.git` entries and, fail-closed, unread directories): each
+    /// absolute path followed by a NUL. Without it, the worker walks the
+    /// workspace itself. An fd that cannot be read fails the setup.
+    #[arg(long)]
+    pub protected_fd: Option<i32>,
+    /// The program and its arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<OsString>,
+}
+
+impl WorkerArgs {
+    /// The command line for these options (after the subcommand name).
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut a: Vec<OsString> = Vec::new();
+        let mut opt = |k: &str, v: OsString| {
+            a.push(format!("--{k}").into());
+            a.push(v);
+        };
+        opt("level", self.level.name().into());
+        opt("workspace", self.workspace.clone().into());
+        opt("tmp", self.tmp.clone().into());
+        opt("cpu-secs", self.cpu_secs.to_string().into());
+        opt(
+            "address-space-bytes",
+            self.address_space_bytes.to_string().into(),
+        );
+        opt("file-size-bytes", self.file_size_bytes.to_string().into());
+        opt("processes", self.processes.to_string().into());
+        opt("open-files", self.open_files.to_string().into());
+        opt("kill-grace-ms", self.kill_grace_ms.to_string().into());
+        for p in &self.protect {
+            opt("protect", p.clone().into());
+        }
+        for p in &self.read {
+            opt("read", p.clone().into());
+        }
+        if let Some(c) = &self.cgroup {
+            opt("cgroup", c.clone().into());
+        }
+        if self.best_effort {
+            a.push("--best-effort".into());
+        }
+        if let Some(fd) = self.protected_fd {
+            a.push("--protected-fd".into());
+            a.push(fd.to_string().into());
+        }
+        a.push("--".into());
+        a.extend(self.command.iter().cloned());
+        a
+    }
+
+    fn limits(&self) -> ResourceLimits {
+        ResourceLimits {
+            cpu_secs: self.cpu_secs,
+            address_space_bytes: self.address_space_bytes,
+            file_size_bytes: self.file_size_bytes,
+            processes: self.processes,
+            open_files: self.open_files,
+        }
+    }
+}
+
+/// How the command ended, as the worker reports it.
+enum Ended {
+    Code(i32),
+    Signal(i32),
+}
+
+/// Runs the worker; does not return (exits like the command did).
+pub fn main(args: WorkerArgs) -> ! {
+    // First, before this process opens an fd that could take its number.
+    let protected = args.protected_fd.map(read_protected).transpose();
+    // SAFETY: the status fd is ours, passed by the server on purpose; no
+    // other File owns it.
+    let mut status = unsafe { File::from_raw_fd(STATUS_FD) };
+    match protected.and_then(|p| supervise::supervise(&args, p.as_deref(), &mut status)) {
+        Ok(ended) => {
+            let line = match ended {
+                Ended::Code(c) => serde_json::json!({ "exit_code": c }),
+                Ended::Signal(s) => serde_json::json!({ "signal": s }),
+            };
+            let _ = writeln!(status, "{line}");
+            drop(status);
+            exit_like(ended)
+        }
+        Err(message) => {
+            let _ = writeln!(status, "{}", serde_json::json!({ "setup_error": message }));
+            std::process::exit(SETUP_FAILED_EXIT)
+        }
+    }
+}
+
+fn exit_like(ended: Ended) -> ! {
+    match ended {
+        Ended::Code(c) => std::process::exit(c),
+        Ended::Signal(s) => {
+            // SAFETY: plain libc calls on our own process; restoring the
+            // default action makes the signal end us as it ended the command.
+            unsafe {
+                libc::signal(s, libc::SIG_DFL);
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, s);
+                libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+                libc::raise(s);
+            }
+            std::process::exit(128 + s)
+        }
+    }
+}
+
+fn errno(what: &str) -> String {
+    format!("{what}: {}", std::io::Error::last_os_error())
+}
+
+/// Every `.git` (directory or file) beneath `root`, plus, fail-closed, the
+/// directories that could not be read or were not reached within
+/// [`super::protected::MAX_SCAN_ENTRIES`]. Symlinked directories are not
+/// followed (they get no grant anyway). The server keeps this set between
+/// commands ([`super::ProtectedPaths`]); this is the walk without the cache.
+pub fn protected_in(root: &Path) -> Vec<PathBuf> {
+    super::protected::scan_once(root)
+}
+
+/// The protected paths the server passed on `fd` (see
+/// [`WorkerArgs::protected_fd`]).
+fn read_protected(fd: i32) -> Result<Vec<PathBuf>, String> {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    let err = |e: std::io::Error| format!("reading the protected paths from fd {fd}: {e}");
+    // SAFETY: F_GETFD only asks whether the fd is open (owning a closed fd
+    // would abort the process on drop).
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    // SAFETY: the fd is open and was passed by the server for this purpose;
+    // nothing else in this process owns it.
+    let file = unsafe { File::from_raw_fd(fd) };
+    let mut text = Vec::new();
+    file.take(MAX_PROTECTED_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(err)?;
+    if text.len() as u64 > MAX_PROTECTED_BYTES {
+        return Err(format!(
+            "the protected paths on fd {fd} exceed {MAX_PROTECTED_BYTES} bytes"
+        ));
+    }
+    let mut paths = Vec::new();
+    for raw in text.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+        let p = PathBuf::from(std::ffi::OsStr::from_bytes(raw));
+        if !p.is_absolute() {
+            return Err(format!(
+                "a protected path on fd {fd} is not absolute: {}",
+                p.display()
+            ));
+        }
+        paths.push(p);
+    }
+    Ok(paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_args_round_trip() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct P {
+            #[command(flatten)]
+            a: WorkerArgs,
+        }
+        let a = WorkerArgs {
+            level: SandboxLevel::ReadOnly,
+            workspace: "/w".into(),
+            tmp: "/t".into(),
+            cpu_secs: 1,
+            address_space_bytes: 2,
+            file_size_bytes: 3,
+            processes: 4,
+            open_files: 5,
+            kill_grace_ms: 6,
+            protect: vec!["/w/c.toml".into()],
+            read: vec![],
+            cgroup: Some("/sys/fs/cgroup/pids/x".into()),
+            best_effort: true,
+            protected_fd: Some(PROTECTED_FD),
+            command: vec!["bash".into(), "-c".into(), "--x".into()],
+        };
+        let mut argv: Vec<OsString> = vec!["w".into()];
+        argv.extend(a.to_args());
+        let b = P::parse_from(argv).a;
+        assert_eq!(b.level, SandboxLevel::ReadOnly);
+        assert_eq!(b.protect, a.protect);
+        assert_eq!(b.cgroup, a.cgroup);
+        assert!(b.best_effort);
+        assert_eq!(b.protected_fd, Some(PROTECTED_FD));
+        assert_eq!(b.command, a.command);
+    }
+}

@@ -1,0 +1,408 @@
+//! The worker's supervision (steps 1 and 3 of [`super`]'s list): it leads
+//! its own session, dies with the server, becomes the child subreaper, joins
+//! the command's cgroup, forks the command process, waits for it and for
+//! SIGTERM, and kills and reaps every descendant.
+//!
+//! Not here: what the forked process does before `exec` ([`super::confine`]).
+
+#![allow(unsafe_code)]
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::confine::{confine_and_exec, drop_capabilities};
+use super::metadata::MetadataGuard;
+use super::protected_in;
+use super::{Ended, SETUP_FAILED_EXIT, WorkerArgs, errno};
+
+/// Steps 1 and 3 of the module doc; the fork in between.
+/// `protected`: the workspace's protected paths the server passed, if any.
+pub(super) fn supervise(
+    args: &WorkerArgs,
+    protected: Option<&[PathBuf]>,
+    status: &mut File,
+) -> Result<Ended, String> {
+    // SAFETY: plain syscalls on our own process with valid arguments.
+    let worker_pid = unsafe {
+        // EPERM when we already lead a group: fine, we are one then.
+        libc::setsid();
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+        {
+            return Err(errno("PR_SET_PDEATHSIG"));
+        }
+        // The server may have died before the line above took effect.
+        if libc::getppid() == 1 {
+            return Err("the server exited".into());
+        }
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) != 0 {
+            return Err(errno("PR_SET_CHILD_SUBREAPER"));
+        }
+        let no_core = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        libc::getpid()
+    };
+    if let Some(cg) = &args.cgroup {
+        // Joining before the fork puts the command and all it spawns in the
+        // cgroup, whose pids.max the server already set.
+        std::fs::write(cg.join("cgroup.procs"), "0")
+            .map_err(|e| format!("joining cgroup {}: {e}", cg.display()))?;
+    }
+    let signals = [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+    // SAFETY: building and installing a signal mask for this thread.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+
+    // The metadata listener's hand-over (see [`super::metadata`]): the
+    // command process installs the notifying filter, says which fd its
+    // listener is on `ready`, and waits on `go` until we hold a copy.
+    let handoff = if args.level.is_confined() {
+        Some((pipe()?, pipe()?))
+    } else {
+        None
+    };
+
+    // SAFETY: the worker is single-threaded (no async runtime, no threads
+    // spawned), so the child may allocate and run ordinary Rust code.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(errno("fork"));
+    }
+    if child == 0 {
+        let ends = handoff
+            .as_ref()
+            .map(|((_, ready_w), (go_r, _))| (ready_w.as_raw_fd(), go_r.as_raw_fd()));
+        let err = confine_and_exec(args, protected, worker_pid, ends);
+        let _ = writeln!(status, "{}", serde_json::json!({ "setup_error": err }));
+        // SAFETY: leaving the forked child without running the parent's
+        // destructors or atexit handlers.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+    }
+
+    let mut listener = match handoff {
+        Some(((ready_r, ready_w), (go_r, go_w))) => {
+            drop((ready_w, go_r));
+            match take_listener(child, ready_r, go_w) {
+                Ok(l) => l,
+                Err(e) => {
+                    // SAFETY: killing and reaping our own child.
+                    unsafe {
+                        libc::kill(child, libc::SIGKILL);
+                        libc::waitpid(child, std::ptr::null_mut(), 0);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        None => None,
+    };
+    let guard = metadata_guard(args, protected);
+    // From here on the worker only waits, signals, reads /proc and performs
+    // the command's allowed metadata calls: with no capability, it can never
+    // do more for the command than the command's uid could itself.
+    if args.level.is_confined() {
+        drop_capabilities()?;
+    }
+    // SAFETY: a signalfd for the signals blocked above.
+    let sfd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC) };
+    if sfd < 0 {
+        return Err(errno("signalfd"));
+    }
+    // SAFETY: just created, owned by nobody else.
+    let sfd = unsafe { OwnedFd::from_raw_fd(sfd) };
+
+    let grace = Duration::from_millis(args.kill_grace_ms);
+    let mut ended: Option<Ended> = None;
+    let mut deadline: Option<Instant> = None;
+    while ended.is_none() {
+        let sig = wait_event(&sfd, &mut listener, &guard, deadline);
+        match sig {
+            Some(libc::SIGCHLD) => {
+                reap(child, &mut ended, false);
+            }
+            Some(_) => {
+                if deadline.is_none() {
+                    kill_tree(worker_pid, child, args.cgroup.as_deref(), libc::SIGTERM);
+                    deadline = Some(Instant::now() + grace);
+                }
+            }
+            // Grace over: the final sweep below kills what is left.
+            None => break,
+        }
+    }
+    // The command is gone (or out of grace). Whatever it left behind dies
+    // now: in its group, re-parented to us, or in our cgroup.
+    loop {
+        kill_tree(worker_pid, child, args.cgroup.as_deref(), libc::SIGKILL);
+        if reap(child, &mut ended, true) {
+            break;
+        }
+    }
+    Ok(ended.unwrap_or(Ended::Signal(libc::SIGKILL)))
+}
+
+/// Waits for one of the blocked signals (read from `sfd`), serving the
+/// metadata listener meanwhile, until `deadline`. `None` on timeout.
+fn wait_event(
+    sfd: &OwnedFd,
+    listener: &mut Option<OwnedFd>,
+    guard: &MetadataGuard,
+    deadline: Option<Instant>,
+) -> Option<i32> {
+    loop {
+        let timeout_ms = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return None;
+                }
+                left.as_millis().clamp(1, i32::MAX as u128) as i32
+            }
+        };
+        let mut fds = [
+            libc::pollfd {
+                fd: sfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: listener.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfd entries (a negative fd is ignored).
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        if r < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return None;
+        }
+        if let Some(l) = listener.as_ref() {
+            if fds[1].revents & libc::POLLIN != 0 {
+                guard.serve_one(l.as_raw_fd());
+            } else if fds[1].revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+                // No process under the filter is left.
+                *listener = None;
+            }
+        }
+        if fds[0].revents & libc::POLLIN != 0 {
+            // SAFETY: signalfd_siginfo is plain data the kernel fills.
+            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+            let size = std::mem::size_of::<libc::signalfd_siginfo>();
+            // SAFETY: reading one record into a buffer of its size.
+            let n = unsafe {
+                libc::read(
+                    sfd.as_raw_fd(),
+                    (&mut info as *mut libc::signalfd_siginfo).cast(),
+                    size,
+                )
+            };
+            if n as usize == size {
+                return Some(info.ssi_signo as i32);
+            }
+        }
+    }
+}
+
+/// A close-on-exec pipe: (read end, write end).
+fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two fds into a valid array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(errno("pipe2"));
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Takes a copy of the command process's seccomp listener (its fd number
+/// arrives on `ready`), then lets it go on (`go`). `None` when the process
+/// failed before installing it (it reports why itself).
+fn take_listener(
+    child: libc::pid_t,
+    ready: OwnedFd,
+    go: OwnedFd,
+) -> Result<Option<OwnedFd>, String> {
+    let mut ready = File::from(ready);
+    let mut num = [0u8; 4];
+    if ready.read_exact(&mut num).is_err() {
+        return Ok(None);
+    }
+    let num = i32::from_ne_bytes(num);
+    // SAFETY: pidfd_open/pidfd_getfd on our own child; fds owned below.
+    let listener = unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, child, 0);
+        if pidfd < 0 {
+            return Err(errno("pidfd_open"));
+        }
+        let pidfd = OwnedFd::from_raw_fd(pidfd as RawFd);
+        let l = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), num, 0);
+        if l < 0 {
+            return Err(errno("pidfd_getfd of the metadata listener"));
+        }
+        OwnedFd::from_raw_fd(l as RawFd)
+    };
+    File::from(go)
+        .write_all(&[1])
+        .map_err(|e| format!("releasing the command: {e}"))?;
+    Ok(Some(listener))
+}
+
+/// Where the command may change metadata: the roots it may write, minus
+/// the protected paths (as [`super::landlock`] grants them).
+fn metadata_guard(args: &WorkerArgs, protected: Option<&[PathBuf]>) -> MetadataGuard {
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut roots = vec![canonical(&args.tmp)];
+    let mut excluded: BTreeSet<PathBuf> = args.protect.iter().map(|p| canonical(p)).collect();
+    if args.level.writes_workspace() {
+        roots.push(canonical(&args.workspace));
+        match protected {
+            Some(p) => excluded.extend(p.iter().cloned()),
+            None => excluded.extend(protected_in(&args.workspace)),
+        }
+    }
+    MetadataGuard { roots, excluded }
+}
+
+/// Reaps children. With `block`, waits for one child and returns true when
+/// none is left (ECHILD); otherwise reaps what has exited and returns false.
+fn reap(command: libc::pid_t, ended: &mut Option<Ended>, block: bool) -> bool {
+    loop {
+        let mut st: libc::c_int = 0;
+        let flags = if block { 0 } else { libc::WNOHANG };
+        // SAFETY: waitpid writes the status into a valid local.
+        let pid = unsafe { libc::waitpid(-1, &mut st, flags) };
+        if pid < 0 {
+            return match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                _ => true,
+            };
+        }
+        if pid == 0 {
+            return false;
+        }
+        if pid == command {
+            *ended = Some(if libc::WIFSIGNALED(st) {
+                Ended::Signal(libc::WTERMSIG(st))
+            } else {
+                Ended::Code(libc::WEXITSTATUS(st))
+            });
+        }
+        if block {
+            return false;
+        }
+    }
+}
+
+/// Sends `sig` to the command's process group, every descendant of the
+/// worker (found through `/proc`: those that left the group with `setsid`),
+/// and every process of the command's cgroup.
+fn kill_tree(worker: libc::pid_t, command: libc::pid_t, cgroup: Option<&Path>, sig: i32) {
+    // SAFETY: signalling processes we spawned; errors (ESRCH) are expected.
+    unsafe {
+        libc::kill(-command, sig);
+    }
+    // Reading every process's /proc stat is most of what the worker does
+    // for a short command; with no child left there is no descendant.
+    let mut targets = if has_children() {
+        descendants(worker)
+    } else {
+        Vec::new()
+    };
+    if let Some(cg) = cgroup
+        && let Ok(procs) = std::fs::read_to_string(cg.join("cgroup.procs"))
+    {
+        targets.extend(
+            procs
+                .lines()
+                .filter_map(|l| l.trim().parse::<libc::pid_t>().ok()),
+        );
+    }
+    for pid in targets {
+        if pid != worker && pid > 1 {
+            // SAFETY: as above.
+            unsafe {
+                libc::kill(pid, sig);
+            }
+        }
+    }
+}
+
+/// Whether this process has a child (running, stopped or a zombie). Every
+/// descendant's parent chain passes through a child (orphans are
+/// re-parented to us, the subreaper), so none means no descendant, and no
+/// new one can appear. Unsure (an error other than ECHILD) counts as yes.
+fn has_children() -> bool {
+    // SAFETY: waitid writes into a zeroed local; WNOWAIT reaps nothing.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(
+            libc::P_ALL,
+            0,
+            &mut info,
+            libc::WEXITED | libc::WSTOPPED | libc::WCONTINUED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        !(r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
+    }
+}
+
+/// Every process whose parent chain leads to `root`, from `/proc/*/stat`.
+fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
+    let mut parent_of: Vec<(libc::pid_t, libc::pid_t)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<libc::pid_t>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // `pid (comm) state ppid …`; comm may contain spaces and ')'.
+            let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
+            if let Some(ppid) = after
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse::<libc::pid_t>().ok())
+            {
+                parent_of.push((pid, ppid));
+            }
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
