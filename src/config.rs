@@ -219,6 +219,11 @@ settings! {
     /// replicas) [default: memory].
     #[arg(long, env = "TOOLSCHED_STORE", hide_env_values = true)]
     store: String,
+    /// Seconds a replica's lease on a session lasts unrenewed (a replica
+    /// that died holds its sessions at most this long; renewed every third
+    /// of it) [default: 10].
+    #[arg(long, env = "TOOLSCHED_STORE_LEASE_SECS")]
+    store_lease_secs: u64 = crate::store::LEASE_TTL.as_secs(),
     /// Bearer token every ToolScheduler RPC must carry.
     #[arg(long, env = "TOOLSCHED_AUTH_TOKEN", hide_env_values = true)]
     auth_token: String,
@@ -371,6 +376,8 @@ pub struct Settings {
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
     /// The PostgreSQL store's URL; `None` is the memory store.
     pub store_url: Option<String>,
+    /// How long a session's lease lasts unrenewed (a durable store).
+    pub store_lease: Duration,
 }
 
 impl Settings {
@@ -505,6 +512,7 @@ impl Settings {
             policy_file: v.policy_file,
             mcp_servers: v.mcp_servers,
             store_url: store_url(v.store)?,
+            store_lease: Duration::from_secs(v.store_lease_secs.max(1)),
         })
     }
 }

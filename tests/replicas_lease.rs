@@ -32,6 +32,7 @@ fn batch(session: &str, id: &str) -> NewBatch {
         batch_id: id.into(),
         request_id: None,
         digest: [0; 32],
+        request: None,
     }
 }
 

@@ -145,6 +145,7 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
             disconnect_grace: r
                 .disconnect_grace_secs
                 .map(|secs| std::time::Duration::from_secs(secs.into())),
+            outcome_unknown: Vec::new(),
         })
     }
 }
@@ -272,6 +273,7 @@ fn error_type(kind: ErrorKind) -> pb::ErrorType {
         ErrorKind::UnhandledException => P::UnhandledException,
         ErrorKind::PathIsNotADirectory => P::PathIsNotADirectory,
         ErrorKind::FileChangedConcurrently => P::FileChangedConcurrently,
+        ErrorKind::OutcomeUnknown => P::OutcomeUnknown,
     }
 }
 

@@ -30,7 +30,8 @@ fn store_status(e: &StoreError, message: String) -> Status {
         StoreError::UnknownBatch { .. } => Status::not_found(message),
         StoreError::Unavailable { .. }
         | StoreError::OwnedElsewhere { .. }
-        | StoreError::LeaseLost { .. } => Status::unavailable(message),
+        | StoreError::LeaseLost { .. }
+        | StoreError::RunningElsewhere { .. } => Status::unavailable(message),
     }
 }
 

@@ -43,6 +43,9 @@ pub struct BatchRequest {
     /// How long the batch keeps running once its last reader went away;
     /// `None` takes the server's default.
     pub disconnect_grace: Option<Duration>,
+    /// Calls that end `outcome_unknown` without running: set only when a
+    /// replica takes over a batch whose owner stopped while they executed.
+    pub outcome_unknown: Vec<String>,
 }
 
 pub use crate::policy::ConfirmationOutcome;

@@ -262,6 +262,9 @@ pub struct Scheduler {
     metrics: Arc<Metrics>,
     sandbox: SharedSandbox,
     store: SharedStore<BatchEvent>,
+    /// Whether the store is durable (batches' requests are recorded for a
+    /// replica taking them over).
+    durable: bool,
     /// The MCP servers feeding the registry, for their status.
     mcp: Option<crate::tools::mcp::McpManager>,
 }
@@ -283,6 +286,7 @@ impl Scheduler {
         let registry = registry.into();
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
+        let durable = config.store.is_some();
         let store: SharedStore<BatchEvent> = match &config.store {
             Some(DurableStore(store)) => store.clone(),
             None => Arc::new(crate::store::MemoryStore::new(config.retention)),
@@ -320,6 +324,7 @@ impl Scheduler {
             metrics,
             sandbox,
             store,
+            durable,
             mcp: None,
         }
     }
@@ -378,8 +383,26 @@ impl Scheduler {
                 batch_id: batch_id.clone(),
                 request_id: request.request_id.clone(),
                 digest,
+                request: self.durable.then(|| resume::encode_request(&request)),
             })
-            .await?;
+            .await;
+        let begun = match begun {
+            // A retry of a batch whose replica stopped: taken over here,
+            // nothing of it run twice.
+            Err(StoreError::RunningElsewhere {
+                session_id,
+                batch_id,
+            }) => {
+                return self
+                    .take_over(&session_id, &batch_id)
+                    .await
+                    .map_err(|e| match e {
+                        WatchError::Store(e) => ScheduleError::Store(e),
+                        _ => ScheduleError::ShuttingDown,
+                    });
+            }
+            other => other?,
+        };
         let writer = match begun {
             Begun::New(writer) => writer,
             Begun::Existing { batch_id, log } => {
@@ -414,10 +437,18 @@ impl Scheduler {
     /// Re-attaches to a batch's log after `after_sequence`.
     pub async fn watch(&self, request: WatchRequest) -> Result<BatchStream, WatchError> {
         request.validate()?;
-        let log = self
+        let log = match self
             .store
             .batch(&request.session_id, &request.batch_id)
-            .await?;
+            .await
+        {
+            Err(StoreError::RunningElsewhere { .. }) => {
+                // Its owner stopped (or this is UNAVAILABLE naming it): the
+                // batch goes on here, its log starting again.
+                return self.take_over(&request.session_id, &request.batch_id).await;
+            }
+            other => other?,
+        };
         self.attach(
             request.session_id,
             request.batch_id,
@@ -426,6 +457,65 @@ impl Scheduler {
             false,
         )
         .await
+    }
+
+    /// Takes over a running batch whose replica stopped ([`Store::adopt`]):
+    /// its calls recorded Executing end `outcome_unknown`, the others run
+    /// (a prompt is offered again, with a new correlation id). The stream
+    /// reads the batch's new log from its start.
+    ///
+    /// [`Store::adopt`]: crate::store::Store::adopt
+    async fn take_over(&self, session_id: &str, batch_id: &str) -> Result<BatchStream, WatchError> {
+        let unknown = || {
+            WatchError::Store(StoreError::UnknownBatch {
+                session_id: session_id.to_string(),
+                batch_id: batch_id.to_string(),
+                retention: self.store.retention().completed_for,
+            })
+        };
+        let Some(adopted) = self.store.adopt(session_id, batch_id).await? else {
+            // Completed meanwhile: read as any completed batch.
+            let log = self
+                .store
+                .batch(session_id, batch_id)
+                .await
+                .map_err(|e| match e {
+                    StoreError::RunningElsewhere { .. } => unknown(),
+                    e => WatchError::Store(e),
+                })?;
+            return self
+                .attach(session_id.to_string(), batch_id.to_string(), log, 0, false)
+                .await;
+        };
+        let mut request = match resume::decode_request(&adopted.request) {
+            Ok(request) => request,
+            Err(e) => {
+                return Err(WatchError::Store(StoreError::Unavailable {
+                    reason: e.to_string(),
+                }));
+            }
+        };
+        tracing::warn!(
+            session = %session_id,
+            batch = %batch_id,
+            outcome_unknown = adopted.executing.len(),
+            "taking over a batch whose replica stopped"
+        );
+        request.outcome_unknown = adopted.executing;
+        let (reply, rx) = oneshot::channel();
+        self.hub
+            .send(HubCommand::Schedule {
+                request,
+                batch_id: batch_id.to_string(),
+                writer: adopted.writer,
+                reply,
+            })
+            .await
+            .map_err(|_| WatchError::Unavailable)?;
+        match rx.await {
+            Ok(Ok(stream)) => Ok(stream),
+            _ => Err(WatchError::Unavailable),
+        }
     }
 
     async fn attach(

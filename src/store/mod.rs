@@ -35,7 +35,7 @@ use std::time::Duration;
 
 pub use log::{BatchLog, BeyondEnd, Entry, LAG_EVENTS, LogEvent, LogReader, LogWriter, MergeKey};
 pub use memory::MemoryStore;
-pub use postgres::{PostgresError, PostgresStore};
+pub use postgres::{LEASE_TTL, PostgresError, PostgresStore};
 
 /// A future returned by a store call that may need a round trip.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -56,6 +56,21 @@ pub struct NewBatch {
     /// The client's idempotency key, unique per session.
     pub request_id: Option<String>,
     pub digest: CallsDigest,
+    /// The batch's request as the scheduler encodes it, kept by a durable
+    /// store so that another replica can take the batch over if this one
+    /// dies (`None`: not needed, the memory store).
+    pub request: Option<Vec<u8>>,
+}
+
+/// A running batch taken over from a replica that stopped
+/// ([`Store::adopt`]): the lease is this replica's now.
+pub struct Adopted<E: LogEvent> {
+    /// The batch's new log (its events start again at sequence 1).
+    pub writer: LogWriter<E>,
+    /// [`NewBatch::request`] as recorded.
+    pub request: Vec<u8>,
+    /// Calls recorded Executing: they may have run, and are never run again.
+    pub executing: Vec<String>,
 }
 
 /// What [`Store::begin_batch`] found.
@@ -158,6 +173,14 @@ pub enum StoreError {
         owner: String,
         expires_in: Duration,
     },
+    /// The batch is running and this process is not running it: its owner
+    /// serves it, or, when that owner stopped, [`Store::adopt`] takes it
+    /// over.
+    #[error("batch '{batch_id}' of session '{session_id}' is running on another replica")]
+    RunningElsewhere {
+        session_id: String,
+        batch_id: String,
+    },
     /// This replica's lease on the session expired and another replica took
     /// it over: nothing more is written for it here (fencing).
     #[error(
@@ -189,6 +212,20 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
     /// calls' end states are kept for late Confirms, and the session's
     /// oldest completed batches beyond the bounds are dropped.
     fn complete_batch(&self, session_id: &str, batch_id: &str, ended: Vec<EndedCall>);
+
+    /// Takes over a running batch of another replica that stopped (its
+    /// lease expired or was let go): claims the session, gives the batch a
+    /// new log here and says what was recorded of it. `None`: nothing to
+    /// take over (the memory store; a batch that completed meanwhile).
+    /// [`StoreError::OwnedElsewhere`] while its owner still holds the lease.
+    fn adopt<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<Adopted<E>>, StoreError>> {
+        let _ = (session_id, batch_id);
+        Box::pin(async { Ok(None) })
+    }
 
     /// A side-effecting call is about to start; resolves once recorded.
     fn record_executing<'a>(

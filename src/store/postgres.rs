@@ -28,8 +28,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_postgres::NoTls;
 
 use super::{
-    Answer, AnswerRecord, BatchLog, Begun, EndedCall, Entry, EventCodec, LogEvent, MemoryStore,
-    NewBatch, Retention, Store, StoreError, StoreFuture,
+    Adopted, Answer, AnswerRecord, BatchLog, Begun, EndedCall, Entry, EventCodec, LogEvent,
+    MemoryStore, NewBatch, Retention, Store, StoreError, StoreFuture,
 };
 
 /// The schema's versions, in order: (version, name, SQL). A database at a
@@ -45,6 +45,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         2,
         "leases",
         include_str!("../../migrations/0002_leases.sql"),
+    ),
+    (
+        3,
+        "takeover",
+        include_str!("../../migrations/0003_takeover.sql"),
     ),
 ];
 
@@ -345,8 +350,9 @@ impl<E: LogEvent> PostgresStore<E> {
         let epoch = self.claim(&client, &new.session_id).await?;
         let inserted = client
             .query_opt(
-                "INSERT INTO toolsched_batches (session_id, batch_id, request_id, digest, epoch) \
-                 VALUES ($1, $2, $3, $4, $5) \
+                "INSERT INTO toolsched_batches \
+                   (session_id, batch_id, request_id, digest, epoch, request) \
+                 VALUES ($1, $2, $3, $4, $5, $6) \
                  ON CONFLICT (session_id, request_id) DO NOTHING RETURNING batch_id",
                 &[
                     &new.session_id,
@@ -354,6 +360,7 @@ impl<E: LogEvent> PostgresStore<E> {
                     &new.request_id,
                     &new.digest.as_slice(),
                     &epoch,
+                    &new.request,
                 ],
             )
             .await
@@ -410,8 +417,16 @@ impl<E: LogEvent> PostgresStore<E> {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        if found.is_none() {
+        let Some(found) = found else {
             return Err(unknown());
+        };
+        if !found.get::<_, bool>(0) {
+            // Running, and not here: its owner serves it, or it died and
+            // the batch is to be taken over (`Store::adopt`).
+            return Err(StoreError::RunningElsewhere {
+                session_id: session_id.to_string(),
+                batch_id: batch_id.to_string(),
+            });
         }
         let rows = client
             .query(
@@ -438,6 +453,74 @@ impl<E: LogEvent> PostgresStore<E> {
             });
         }
         Ok(BatchLog::recorded(entries))
+    }
+
+    async fn take_over(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+    ) -> Result<Option<Adopted<E>>, StoreError> {
+        let client = self.client().await?;
+        // Only a running batch whose owner's lease is gone (expired or let
+        // go) is claimed: a live owner keeps it (OwnedElsewhere).
+        self.claim(&client, session_id).await?;
+        let row = client
+            .query_opt(
+                "SELECT request, request_id, digest FROM toolsched_batches \
+                 WHERE session_id = $1 AND batch_id = $2 AND completed_at IS NULL",
+                &[&session_id, &batch_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let request: Option<Vec<u8>> = row.get(0);
+        let Some(request) = request else {
+            return Ok(None);
+        };
+        let request_id: Option<String> = row.get(1);
+        let digest: Vec<u8> = row.get(2);
+        let executing = client
+            .query(
+                "SELECT call_id FROM toolsched_executing \
+                 WHERE session_id = $1 AND batch_id = $2",
+                &[&session_id, &batch_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?
+            .into_iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>();
+        // This process's record of the batch, as if it had begun it here
+        // (the row is kept: its request id still names it).
+        let mut new = NewBatch {
+            session_id: session_id.to_string(),
+            batch_id: batch_id.to_string(),
+            request_id,
+            digest: [0; 32],
+            request: None,
+        };
+        if digest.len() == 32 {
+            new.digest.copy_from_slice(&digest);
+        }
+        let Begun::New(writer) = self.memory.begin_batch(new).await? else {
+            return Ok(None);
+        };
+        for call_id in &executing {
+            self.memory
+                .record_executing(session_id, batch_id, call_id)
+                .await?;
+        }
+        self.live().insert(
+            (session_id.to_string(), batch_id.to_string()),
+            writer.log().clone(),
+        );
+        Ok(Some(Adopted {
+            writer,
+            request,
+            executing,
+        }))
     }
 
     fn is_recorded_executing(&self, session_id: &str, batch_id: &str, call_id: &str) -> bool {
@@ -528,6 +611,14 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
             entries,
             ended,
         });
+    }
+
+    fn adopt<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<Adopted<E>>, StoreError>> {
+        Box::pin(self.take_over(session_id, batch_id))
     }
 
     fn record_executing<'a>(
