@@ -8,6 +8,7 @@ pub mod convert;
 pub use convert::WireCodec;
 pub mod error;
 pub mod metrics;
+pub mod relay;
 pub mod routing;
 
 use std::future::Future;
@@ -18,7 +19,9 @@ use tokio::net::TcpListener;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
-use crate::scheduler::{BatchRequest, CancelRequest, ConfirmRequest, Scheduler, WatchRequest};
+use crate::scheduler::{
+    BatchRequest, CancelError, CancelRequest, ConfirmError, ConfirmRequest, Scheduler, WatchRequest,
+};
 use error::{ApiError, AuthError};
 
 /// Generated proto types and service stubs.
@@ -104,14 +107,20 @@ impl ToolScheduler for Service {
         request: Request<pb::ConfirmRequest>,
     ) -> Result<Response<pb::ConfirmResponse>, Status> {
         let (metadata, _, body) = request.into_parts();
-        let confirm = ConfirmRequest::try_from(body)?;
+        let confirm = ConfirmRequest::try_from(body.clone())?;
         routing::check(&metadata, &confirm.session_id)?;
-        let confirmed = self
-            .scheduler
-            .confirm(confirm)
-            .await
-            .map_err(ApiError::from)?;
-        Ok(Response::new(confirmed.into()))
+        let session = confirm.session_id.clone();
+        match self.scheduler.confirm(confirm).await {
+            Ok(confirmed) => Ok(Response::new(confirmed.into())),
+            // Not here: the replica running the session answers.
+            Err(e @ (ConfirmError::UnknownSession { .. } | ConfirmError::UnknownCall { .. })) => {
+                match relay::to_owner(&self.scheduler, &session, relay::CONFIRM, &body).await? {
+                    Some(answer) => Ok(Response::new(answer)),
+                    None => Err(ApiError::from(e).into()),
+                }
+            }
+            Err(e) => Err(ApiError::from(e).into()),
+        }
     }
 
     async fn cancel(
@@ -119,13 +128,26 @@ impl ToolScheduler for Service {
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelResponse>, Status> {
         let (metadata, _, body) = request.into_parts();
-        let cancel = CancelRequest::try_from(body)?;
+        let cancel = CancelRequest::try_from(body.clone())?;
         routing::check(&metadata, &cancel.session_id)?;
-        let summary = self
-            .scheduler
-            .cancel(cancel)
-            .await
-            .map_err(ApiError::from)?;
+        let session = cancel.session_id.clone();
+        let here = self.scheduler.cancel(cancel).await;
+        // Nothing to cancel here: the replica running the session, if
+        // another one does, cancels there.
+        let elsewhere = match &here {
+            Ok(s) => s.cancelled_calls == 0 && s.cancelled_batches == 0,
+            Err(e) => matches!(
+                e,
+                CancelError::UnknownSession { .. } | CancelError::UnknownBatch { .. }
+            ),
+        };
+        if elsewhere
+            && let Some(answer) =
+                relay::to_owner(&self.scheduler, &session, relay::CANCEL, &body).await?
+        {
+            return Ok(Response::new(answer));
+        }
+        let summary = here.map_err(ApiError::from)?;
         Ok(Response::new(summary.into()))
     }
 
@@ -282,6 +304,7 @@ pub async fn serve(
             None => Err(ApiError::from(AuthError::Missing).into()),
         }
     };
+    relay::serve_inbox(&scheduler);
     let service =
         ToolSchedulerServer::new(Service::new(scheduler.clone(), options.max_event_bytes))
             .max_decoding_message_size(options.max_request_bytes);

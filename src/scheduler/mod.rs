@@ -568,6 +568,31 @@ impl Scheduler {
         let _ = self.hub.send(HubCommand::StopAccepting).await;
     }
 
+    /// The replica running `session_id`, when another one does (a durable
+    /// store): a request this replica cannot serve goes there.
+    pub async fn owner_elsewhere(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        self.store.owner_elsewhere(session_id).await
+    }
+
+    /// Relays a request to the replica running the session and waits for
+    /// its answer (see [`crate::store::Store::relay`]).
+    pub async fn relay(
+        &self,
+        owner: &str,
+        session_id: &str,
+        kind: &str,
+        body: Vec<u8>,
+    ) -> Result<Vec<u8>, StoreError> {
+        self.store.relay(owner, session_id, kind, body).await
+    }
+
+    /// The requests other replicas relay to this one (taken once).
+    pub fn take_inbox(
+        &self,
+    ) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::store::InboxItem>> {
+        self.store.take_inbox()
+    }
+
     /// Waits until no batch stream is open.
     pub async fn idle(&self) {
         let mut rx = self.open_streams.clone();

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 pub use log::{BatchLog, BeyondEnd, Entry, LAG_EVENTS, LogEvent, LogReader, LogWriter, MergeKey};
 pub use memory::MemoryStore;
-pub use postgres::{LEASE_TTL, PostgresError, PostgresStore};
+pub use postgres::{LEASE_TTL, PostgresError, PostgresStore, RELAY_TIMEOUT};
 
 /// A future returned by a store call that may need a round trip.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -139,6 +139,16 @@ impl Default for Retention {
     }
 }
 
+/// A request another replica relayed to this one, for the session it owns.
+pub struct InboxItem {
+    pub session_id: String,
+    /// What the request is (`confirm`, `cancel`): named by the API.
+    pub kind: String,
+    pub body: Vec<u8>,
+    /// The answer (in the API's wire form), recorded for the sender.
+    pub reply: tokio::sync::oneshot::Sender<Vec<u8>>,
+}
+
 /// Why a store call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -225,6 +235,40 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
     ) -> StoreFuture<'a, Result<Option<Adopted<E>>, StoreError>> {
         let _ = (session_id, batch_id);
         Box::pin(async { Ok(None) })
+    }
+
+    /// The replica holding an unexpired lease on the session, when it is
+    /// not this one (`None`: the memory store, nobody, or this replica).
+    fn owner_elsewhere<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<String>, StoreError>> {
+        let _ = session_id;
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Records a request (`kind`, `body` in the API's wire form) for the
+    /// session's owner `owner`, wakes it, and resolves to its answer.
+    fn relay<'a>(
+        &'a self,
+        owner: &'a str,
+        session_id: &'a str,
+        kind: &'a str,
+        body: Vec<u8>,
+    ) -> StoreFuture<'a, Result<Vec<u8>, StoreError>> {
+        let _ = (owner, session_id, kind, body);
+        Box::pin(async {
+            Err(StoreError::Unavailable {
+                reason: "this store relays nothing".into(),
+            })
+        })
+    }
+
+    /// The requests other replicas relay to this one ([`Store::relay`]),
+    /// taken once by the server that applies them; `None` for a store
+    /// that relays nothing.
+    fn take_inbox(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<InboxItem>> {
+        None
     }
 
     /// A side-effecting call is about to start; resolves once recorded.

@@ -28,8 +28,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_postgres::NoTls;
 
 use super::{
-    Adopted, Answer, AnswerRecord, BatchLog, Begun, EndedCall, Entry, EventCodec, LogEvent,
-    MemoryStore, NewBatch, Retention, Store, StoreError, StoreFuture,
+    Adopted, Answer, AnswerRecord, BatchLog, Begun, EndedCall, Entry, EventCodec, InboxItem,
+    LogEvent, MemoryStore, NewBatch, Retention, Store, StoreError, StoreFuture,
 };
 
 /// The schema's versions, in order: (version, name, SQL). A database at a
@@ -51,7 +51,18 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "takeover",
         include_str!("../../migrations/0003_takeover.sql"),
     ),
+    (4, "inbox", include_str!("../../migrations/0004_inbox.sql")),
 ];
+
+/// Longest a request relayed to a session's owner ([`Store::relay`]) waits
+/// for its answer: an owner that does not answer by then is taken to be
+/// gone (its lease runs out within `LEASE_TTL`), and the caller gets
+/// UNAVAILABLE.
+pub const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Relayed requests are kept this long after they were posted (for the
+/// record), then swept.
+const INBOX_KEPT: Duration = Duration::from_secs(3600);
 
 /// How long a session's lease lasts unrenewed: a replica that died (or is
 /// paused, or cut off) holds its sessions at most this long; renewed every
@@ -156,6 +167,11 @@ pub struct PostgresStore<E: LogEvent> {
     lease_ttl: Duration,
     /// The epoch this replica holds for each session it owns.
     epochs: Mutex<HashMap<String, i64>>,
+    /// Requests relayed by this replica, awaiting the owner's answer, by id.
+    waiters: Mutex<HashMap<i64, tokio::sync::oneshot::Sender<Vec<u8>>>>,
+    /// Requests relayed to this replica, for the API to apply (taken once).
+    inbox: Mutex<Option<mpsc::UnboundedReceiver<InboxItem>>>,
+    inbox_tx: mpsc::UnboundedSender<InboxItem>,
 }
 
 fn reason(e: &(dyn std::error::Error + 'static)) -> String {
@@ -202,6 +218,7 @@ impl<E: LogEvent> PostgresStore<E> {
         if config.get_application_name().is_none() {
             config.application_name("toolsched");
         }
+        let listen_config = config.clone();
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -219,6 +236,7 @@ impl<E: LogEvent> PostgresStore<E> {
         migrate(&pool).await?;
 
         let (writes, rx) = mpsc::unbounded_channel();
+        let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
         let (reachable_tx, reachable) = watch::channel(true);
         tokio::spawn(writer(pool.clone(), rx, retention));
         tokio::spawn(probe(pool.clone(), reachable_tx));
@@ -233,8 +251,12 @@ impl<E: LogEvent> PostgresStore<E> {
             replica: uuid::Uuid::new_v4().to_string().into(),
             lease_ttl,
             epochs: Mutex::new(HashMap::new()),
+            waiters: Mutex::new(HashMap::new()),
+            inbox: Mutex::new(Some(inbox_rx)),
+            inbox_tx,
         });
         tokio::spawn(renew(Arc::downgrade(&store)));
+        tokio::spawn(listen(listen_config, Arc::downgrade(&store)));
         Ok(store)
     }
 
@@ -523,6 +545,152 @@ impl<E: LogEvent> PostgresStore<E> {
         }))
     }
 
+    fn waiters(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<i64, tokio::sync::oneshot::Sender<Vec<u8>>>> {
+        // Inserts and removes only: consistent after any panic.
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn owner_of(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                "SELECT owner FROM toolsched_leases \
+                 WHERE session_id = $1 AND expires_at > now() AND owner <> $2",
+                &[&session_id, &&*self.replica],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    async fn post(
+        &self,
+        owner: &str,
+        session_id: &str,
+        kind: &str,
+        body: Vec<u8>,
+    ) -> Result<Vec<u8>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "WITH posted AS (INSERT INTO toolsched_inbox (owner, session_id, kind, body) \
+                   VALUES ($1, $2, $3, $4) RETURNING id) \
+                 SELECT id, pg_notify('toolsched_inbox', $1) FROM posted",
+                &[&owner, &session_id, &kind, &body],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let id: i64 = row.get(0);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.waiters().insert(id, tx);
+        // Answered before the waiter was in place: read it now.
+        let early = client
+            .query_opt(
+                "SELECT answer FROM toolsched_inbox WHERE id = $1 AND answer IS NOT NULL",
+                &[&id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        drop(client);
+        if let Some(row) = early {
+            self.waiters().remove(&id);
+            return Ok(row.get(0));
+        }
+        match tokio::time::timeout(RELAY_TIMEOUT, rx).await {
+            Ok(Ok(answer)) => Ok(answer),
+            _ => {
+                self.waiters().remove(&id);
+                Err(StoreError::Unavailable {
+                    reason: format!(
+                        "the replica running session '{}' did not answer within {} s",
+                        session_id.chars().take(64).collect::<String>(),
+                        RELAY_TIMEOUT.as_secs()
+                    ),
+                })
+            }
+        }
+    }
+
+    /// Claims the requests posted to this replica and hands them to the
+    /// API; each answer is recorded and its sender woken.
+    async fn take_posted(self: &Arc<Self>) -> Result<(), String> {
+        let rows = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| reason(&e))?
+            .query(
+                "UPDATE toolsched_inbox SET claimed_at = now() \
+                 WHERE owner = $1 AND claimed_at IS NULL RETURNING id, session_id, kind, body",
+                &[&&*self.replica],
+            )
+            .await
+            .map_err(|e| reason(&e))?;
+        for row in rows {
+            let id: i64 = row.get(0);
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let item = InboxItem {
+                session_id: row.get(1),
+                kind: row.get(2),
+                body: row.get(3),
+                reply,
+            };
+            if self.inbox_tx.send(item).is_err() {
+                continue;
+            }
+            let pool = self.pool.clone();
+            tokio::spawn(async move {
+                let Ok(answer) = answer.await else {
+                    return;
+                };
+                let answered = async {
+                    pool.get()
+                        .await
+                        .map_err(|e| reason(&e))?
+                        .execute(
+                            "WITH answered AS (UPDATE toolsched_inbox \
+                               SET answer = $2, answered_at = now() WHERE id = $1 RETURNING id) \
+                             SELECT pg_notify('toolsched_answer', id::text) FROM answered",
+                            &[&id, &answer],
+                        )
+                        .await
+                        .map_err(|e| reason(&e))
+                };
+                if let Err(reason) = answered.await {
+                    tracing::warn!(%reason, id, "store: recording a relayed request's answer failed");
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// The answer to relayed request `id` arrived: its waiter gets it.
+    async fn answered(&self, id: i64) -> Result<(), String> {
+        if !self.waiters().contains_key(&id) {
+            return Ok(());
+        }
+        let row = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| reason(&e))?
+            .query_opt(
+                "SELECT answer FROM toolsched_inbox WHERE id = $1 AND answer IS NOT NULL",
+                &[&id],
+            )
+            .await
+            .map_err(|e| reason(&e))?;
+        if let Some(row) = row
+            && let Some(waiter) = self.waiters().remove(&id)
+        {
+            let _ = waiter.send(row.get(0));
+        }
+        Ok(())
+    }
+
     fn is_recorded_executing(&self, session_id: &str, batch_id: &str, call_id: &str) -> bool {
         self.memory
             .recorded_executing(session_id, batch_id)
@@ -619,6 +787,27 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
         batch_id: &'a str,
     ) -> StoreFuture<'a, Result<Option<Adopted<E>>, StoreError>> {
         Box::pin(self.take_over(session_id, batch_id))
+    }
+
+    fn owner_elsewhere<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(self.owner_of(session_id))
+    }
+
+    fn relay<'a>(
+        &'a self,
+        owner: &'a str,
+        session_id: &'a str,
+        kind: &'a str,
+        body: Vec<u8>,
+    ) -> StoreFuture<'a, Result<Vec<u8>, StoreError>> {
+        Box::pin(self.post(owner, session_id, kind, body))
+    }
+
+    fn take_inbox(&self) -> Option<mpsc::UnboundedReceiver<InboxItem>> {
+        self.inbox.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     fn record_executing<'a>(
@@ -850,6 +1039,13 @@ async fn sweep(pool: &Pool, retention: Retention) -> Result<(), String> {
             &[&retention.completed_for.as_secs_f64()],
         )
         .await
+        .map_err(|e| reason(&e))?;
+    client
+        .execute(
+            "DELETE FROM toolsched_inbox WHERE posted_at < now() - make_interval(secs => $1)",
+            &[&INBOX_KEPT.as_secs_f64()],
+        )
+        .await
         .map(drop)
         .map_err(|e| reason(&e))
 }
@@ -893,6 +1089,72 @@ async fn renew<E: LogEvent>(store: std::sync::Weak<PostgresStore<E>>) {
         if let Err(reason) = renewed.await {
             tracing::warn!(%reason, "store: renewing leases failed");
         }
+    }
+}
+
+/// The LISTEN connection: wakes this replica for requests posted to it and
+/// for answers to those it posted. Reconnects after a loss (and then picks
+/// up what was posted meanwhile).
+async fn listen<E: LogEvent>(
+    config: tokio_postgres::Config,
+    store: std::sync::Weak<PostgresStore<E>>,
+) {
+    use futures::StreamExt;
+    loop {
+        if store.strong_count() == 0 {
+            return;
+        }
+        let (client, mut connection) = match config.connect(NoTls).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(reason = %reason(&e), "store: LISTEN connection failed; retrying");
+                tokio::time::sleep(RETRY_EVERY).await;
+                continue;
+            }
+        };
+        let (tx, mut notifications) = mpsc::unbounded_channel();
+        let driver = tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = messages.next().await {
+                if let tokio_postgres::AsyncMessage::Notification(n) = message
+                    && tx.send(n).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        if let Err(e) = client
+            .batch_execute("LISTEN toolsched_inbox; LISTEN toolsched_answer")
+            .await
+        {
+            tracing::debug!(reason = %reason(&e), "store: LISTEN failed; retrying");
+            driver.abort();
+            tokio::time::sleep(RETRY_EVERY).await;
+            continue;
+        }
+        if let Some(s) = store.upgrade()
+            && let Err(reason) = s.take_posted().await
+        {
+            tracing::warn!(%reason, "store: reading relayed requests failed");
+        }
+        while let Some(n) = notifications.recv().await {
+            let Some(s) = store.upgrade() else {
+                return;
+            };
+            let done = match n.channel() {
+                "toolsched_inbox" if n.payload() == &*s.replica => s.take_posted().await,
+                "toolsched_answer" => match n.payload().parse::<i64>() {
+                    Ok(id) => s.answered(id).await,
+                    Err(_) => Ok(()),
+                },
+                _ => Ok(()),
+            };
+            if let Err(reason) = done {
+                tracing::warn!(%reason, "store: handling a notification failed");
+            }
+        }
+        drop(client);
+        tokio::time::sleep(RETRY_EVERY).await;
     }
 }
 
