@@ -253,6 +253,39 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_request_reads_back_as_it_was_sent() {
+        let mut waits = call("b", json!({"command": "echo x >> log", "timeout": 5}));
+        waits.wait_for_previous = true;
+        waits.client_initiated = true;
+        let request = BatchRequest {
+            session_id: "s".into(),
+            calls: vec![call("a", json!({"command": "ls", "n": [1, 2.5, null]})), waits],
+            approval_mode: Some(ApprovalMode::AutoEdit),
+            interactive: false,
+            sandbox_level: Some(crate::sandbox::SandboxLevel::WorkspaceWriteNetwork),
+            trace_parent: Default::default(),
+            request_id: Some("r-1".into()),
+            disconnect_grace: Some(Duration::from_secs(30)),
+            outcome_unknown: Vec::new(),
+        };
+        let back = decode_request(&encode_request(&request)).expect("decodes");
+        assert_eq!(back, request);
+        let bare = BatchRequest {
+            approval_mode: None,
+            sandbox_level: None,
+            request_id: None,
+            disconnect_grace: None,
+            ..request
+        };
+        assert_eq!(decode_request(&encode_request(&bare)).expect("decodes"), bare);
+        let err = decode_request(b"{").unwrap_err().to_string();
+        assert!(
+            err.starts_with("the recorded request of the batch cannot be read: "),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn the_digest_ignores_key_order_and_sees_every_other_difference() {
         let a = calls_digest(&[call("c", json!({"command": "ls", "dir_path": "."}))]);
         let b = calls_digest(&[call("c", json!({"dir_path": ".", "command": "ls"}))]);
