@@ -160,3 +160,90 @@ async fn a_cancel_sent_to_another_replica_stops_the_command_on_the_owner() {
         .into_inner();
     assert_eq!((nothing.cancelled_calls, nothing.cancelled_batches), (0, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_batch_on_another_replica_follows_the_running_batch_from_the_store() {
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let a = replica(workspace.path(), &url, &[]);
+    let b = replica(workspace.path(), &url, &[]);
+
+    let mut on_a = client(a.addr)
+        .await
+        .schedule_calls(request(
+            "s-watch",
+            vec![call(
+                "w",
+                "write_file",
+                json!({"file_path": "out.txt", "content": "once\n"}),
+            )],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen_a = Vec::new();
+    let prompt = support::await_prompt(&mut on_a, &mut seen_a, "w").await;
+    let batch = match &seen_a[0] {
+        Event::BatchAccepted(x) => x.batch_id.clone(),
+        other => panic!("{other:?}"),
+    };
+
+    let mut cb = client(b.addr).await;
+    let watch = |after_sequence| pb::WatchBatchRequest {
+        session_id: "s-watch".into(),
+        batch_id: batch.clone(),
+        after_sequence,
+    };
+    let mut on_b = cb.watch_batch(watch(0)).await.unwrap().into_inner();
+    let mut seen_b = Vec::new();
+    let prompt_b = support::await_prompt(&mut on_b, &mut seen_b, "w").await;
+    assert_eq!(prompt_b.correlation_id, prompt.correlation_id);
+    // From a sequence on, as on the owner.
+    let mut later = cb.watch_batch(watch(2)).await.unwrap().into_inner();
+
+    cb.confirm(pb::ConfirmRequest {
+        session_id: "s-watch".into(),
+        call_id: "w".into(),
+        correlation_id: prompt.correlation_id.clone(),
+        outcome: pb::ConfirmationOutcome::ProceedOnce as i32,
+        new_content: None,
+    })
+    .await
+    .unwrap();
+    let mut a_all = Vec::new();
+    while let Some(m) = on_a.message().await.unwrap() {
+        a_all.push(m);
+    }
+    let mut b_all = Vec::new();
+    while let Some(m) = on_b.message().await.unwrap() {
+        b_all.push(m);
+    }
+    let mut later_all = Vec::new();
+    while let Some(m) = later.message().await.unwrap() {
+        later_all.push(m);
+    }
+    // B's stream went on past the prompt to the end, with the owner's
+    // events and sequences.
+    let tail_a: Vec<(u64, Option<Event>)> = a_all
+        .iter()
+        .map(|m| (m.sequence, m.event.clone()))
+        .collect();
+    let b_events: Vec<(u64, Option<Event>)> = b_all
+        .iter()
+        .map(|m| (m.sequence, m.event.clone()))
+        .collect();
+    assert!(matches!(
+        b_events.last(),
+        Some((_, Some(Event::BatchCompleted(_))))
+    ));
+    assert_eq!(b_events, tail_a);
+    assert_eq!(later_all.first().map(|m| m.sequence), Some(3));
+    assert_eq!(
+        later_all.last().map(|m| m.sequence),
+        a_all.last().map(|m| m.sequence)
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("out.txt")).unwrap(),
+        "once\n"
+    );
+}

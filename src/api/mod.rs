@@ -20,8 +20,10 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use crate::scheduler::{
-    BatchRequest, CancelError, CancelRequest, ConfirmError, ConfirmRequest, Scheduler, WatchRequest,
+    BatchRequest, CancelError, CancelRequest, ConfirmError, ConfirmRequest, Scheduler, WatchError,
+    WatchRequest,
 };
+use crate::store::StoreError;
 use error::{ApiError, AuthError};
 
 /// Generated proto types and service stubs.
@@ -94,9 +96,26 @@ impl ToolScheduler for Service {
         request: Request<pb::WatchBatchRequest>,
     ) -> Result<Response<EventStream>, Status> {
         let (metadata, _, body) = request.into_parts();
-        let watch = WatchRequest::try_from(body)?;
+        let watch = WatchRequest::try_from(body.clone())?;
         routing::check(&metadata, &watch.session_id)?;
-        let stream = self.scheduler.watch(watch).await.map_err(ApiError::from)?;
+        let stream = match self.scheduler.watch(watch.clone()).await {
+            Ok(stream) => stream,
+            // Running on another replica: it mirrors the batch's log into
+            // the store, which this replica reads as it grows.
+            Err(e @ WatchError::Store(StoreError::OwnedElsewhere { .. })) => {
+                match relay::to_owner::<()>(&self.scheduler, &watch.session_id, relay::WATCH, &body)
+                    .await?
+                {
+                    Some(()) => self
+                        .scheduler
+                        .watch_store(watch)
+                        .await
+                        .map_err(ApiError::from)?,
+                    None => return Err(ApiError::from(e).into()),
+                }
+            }
+            Err(e) => return Err(ApiError::from(e).into()),
+        };
         let max_event_bytes = self.max_event_bytes;
         let events = stream.map(move |entry| Ok(wire_event(&entry, false, max_event_bytes)));
         Ok(Response::new(Box::pin(events)))

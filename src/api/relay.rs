@@ -18,6 +18,8 @@ use crate::scheduler::{CancelRequest, ConfirmRequest, ScheduleError, Scheduler};
 /// What a relayed request is, as recorded.
 pub(super) const CONFIRM: &str = "confirm";
 pub(super) const CANCEL: &str = "cancel";
+/// A WatchBatch: the owner mirrors the batch's log into the store.
+pub(super) const WATCH: &str = "watch";
 
 /// The owner's answer: a status, and the response when it is OK.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -92,6 +94,10 @@ pub(super) async fn apply(scheduler: &Scheduler, kind: &str, body: &[u8]) -> Vec
             Ok(request) => cancel_here(scheduler, request).await,
             Err(e) => Err(unreadable(e)),
         }),
+        WATCH => encode(match pb::WatchBatchRequest::decode(body) {
+            Ok(request) => mirror_here(scheduler, request).await,
+            Err(e) => Err(unreadable(e)),
+        }),
         other => encode::<pb::ConfirmResponse>(Err(Status::internal(format!(
             "unknown relayed request '{}'",
             other.chars().take(16).collect::<String>()
@@ -106,6 +112,21 @@ async fn confirm_here(
     let confirm = ConfirmRequest::try_from(request)?;
     let confirmed = scheduler.confirm(confirm).await.map_err(ApiError::from)?;
     Ok(confirmed.into())
+}
+
+async fn mirror_here(scheduler: &Scheduler, request: pb::WatchBatchRequest) -> Result<(), Status> {
+    match scheduler
+        .mirror(&request.session_id, &request.batch_id)
+        .await
+        .map_err(store_status)?
+    {
+        true => Ok(()),
+        false => Err(Status::not_found(format!(
+            "batch '{}' is not running on the replica that owns session '{}'",
+            request.batch_id.chars().take(64).collect::<String>(),
+            request.session_id.chars().take(64).collect::<String>()
+        ))),
+    }
 }
 
 async fn cancel_here(

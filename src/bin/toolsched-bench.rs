@@ -586,11 +586,31 @@ async fn store_beside_memory(env: &Env) -> anyhow::Result<Vec<Row>> {
         Arc::new(|_| write_small("sw-one"));
     // (metric, memory runs, postgres runs)
     let mut figures: Vec<(String, Vec<f64>, Vec<f64>)> = vec![
-        (format!("S1 RPC/s, 1 read_file per batch, C={c} over K={k}"), vec![], vec![]),
-        (format!("S1 RPC/s, 1 write_file (yolo) per batch, C={c} over K={k}"), vec![], vec![]),
-        ("S2 read_file end of stream p50 (µs), C=1".into(), vec![], vec![]),
-        ("S2 write_file end of stream p50 (µs), C=1".into(), vec![], vec![]),
-        ("S2 write_file end of stream p99 (µs), C=1".into(), vec![], vec![]),
+        (
+            format!("S1 RPC/s, 1 read_file per batch, C={c} over K={k}"),
+            vec![],
+            vec![],
+        ),
+        (
+            format!("S1 RPC/s, 1 write_file (yolo) per batch, C={c} over K={k}"),
+            vec![],
+            vec![],
+        ),
+        (
+            "S2 read_file end of stream p50 (µs), C=1".into(),
+            vec![],
+            vec![],
+        ),
+        (
+            "S2 write_file end of stream p50 (µs), C=1".into(),
+            vec![],
+            vec![],
+        ),
+        (
+            "S2 write_file end of stream p99 (µs), C=1".into(),
+            vec![],
+            vec![],
+        ),
     ];
     for run in 0..env.runs {
         // Interleaved: memory then postgres, each figure, each run.
@@ -604,13 +624,45 @@ async fn store_beside_memory(env: &Env) -> anyhow::Result<Vec<Row>> {
                     figures[at].2.push(x)
                 }
             };
-            let r = load(server.addr, k, c, Duration::from_secs(secs), reads.clone(), 1).await?;
+            let r = load(
+                server.addr,
+                k,
+                c,
+                Duration::from_secs(secs),
+                reads.clone(),
+                1,
+            )
+            .await?;
             push(&mut figures, 0, r.calls_per_s);
-            let w = load(server.addr, k, c, Duration::from_secs(secs), writes.clone(), 1).await?;
+            let w = load(
+                server.addr,
+                k,
+                c,
+                Duration::from_secs(secs),
+                writes.clone(),
+                1,
+            )
+            .await?;
             push(&mut figures, 1, w.calls_per_s);
-            let r1 = load(server.addr, 1, 1, Duration::from_secs(secs), one_read.clone(), 1).await?;
+            let r1 = load(
+                server.addr,
+                1,
+                1,
+                Duration::from_secs(secs),
+                one_read.clone(),
+                1,
+            )
+            .await?;
             push(&mut figures, 2, percentile(&r1.end, 0.5));
-            let w1 = load(server.addr, 1, 1, Duration::from_secs(secs), one_write.clone(), 1).await?;
+            let w1 = load(
+                server.addr,
+                1,
+                1,
+                Duration::from_secs(secs),
+                one_write.clone(),
+                1,
+            )
+            .await?;
             push(&mut figures, 3, percentile(&w1.end, 0.5));
             push(&mut figures, 4, percentile(&w1.end, 0.99));
         }
@@ -623,7 +675,9 @@ async fn store_beside_memory(env: &Env) -> anyhow::Result<Vec<Row>> {
             let throughput = i < 2;
             Row {
                 scenario: "store",
-                metric: format!("{metric}; toolsched column --store postgres, floor column --store memory"),
+                metric: format!(
+                    "{metric}; toolsched column --store postgres, floor column --store memory"
+                ),
                 toolsched: ps,
                 floor: Some(ms),
                 ratio: throughput.then(|| ps.median / ms.median),

@@ -593,6 +593,30 @@ impl Scheduler {
         self.store.take_inbox()
     }
 
+    /// Copies the log of a batch running here into the store as it grows,
+    /// for a WatchBatch on another replica; `false` when it does not run
+    /// here.
+    pub async fn mirror(&self, session_id: &str, batch_id: &str) -> Result<bool, StoreError> {
+        self.store.mirror(session_id, batch_id).await
+    }
+
+    /// WatchBatch of a batch another replica runs (and mirrors): its log
+    /// read from the store as it grows.
+    pub async fn watch_store(&self, request: WatchRequest) -> Result<BatchStream, WatchError> {
+        let log = self
+            .store
+            .tail(&request.session_id, &request.batch_id)
+            .await?;
+        self.attach(
+            request.session_id,
+            request.batch_id,
+            log,
+            request.after_sequence,
+            false,
+        )
+        .await
+    }
+
     /// Waits until no batch stream is open.
     pub async fn idle(&self) {
         let mut rx = self.open_streams.clone();

@@ -259,7 +259,10 @@ mod tests {
         waits.client_initiated = true;
         let request = BatchRequest {
             session_id: "s".into(),
-            calls: vec![call("a", json!({"command": "ls", "n": [1, 2.5, null]})), waits],
+            calls: vec![
+                call("a", json!({"command": "ls", "n": [1, 2.5, null]})),
+                waits,
+            ],
             approval_mode: Some(ApprovalMode::AutoEdit),
             interactive: false,
             sandbox_level: Some(crate::sandbox::SandboxLevel::WorkspaceWriteNetwork),
@@ -277,7 +280,10 @@ mod tests {
             disconnect_grace: None,
             ..request
         };
-        assert_eq!(decode_request(&encode_request(&bare)).expect("decodes"), bare);
+        assert_eq!(
+            decode_request(&encode_request(&bare)).expect("decodes"),
+            bare
+        );
         let err = decode_request(b"{").unwrap_err().to_string();
         assert!(
             err.starts_with("the recorded request of the batch cannot be read: "),

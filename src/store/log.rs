@@ -275,6 +275,31 @@ impl<E: LogEvent> LogWriter<E> {
         wakers.into_iter().for_each(Waker::wake);
     }
 
+    /// Appends an entry as another replica logged it (read back from a
+    /// durable store), its sequence and time kept. Only the next sequence
+    /// is taken; returns whether it was.
+    pub fn append_recorded(&self, entry: Entry<E>) -> bool {
+        let mut state = self.log.lock();
+        if entry.sequence != state.entries.len() as u64 + 1 {
+            return false;
+        }
+        state.bytes += entry.event.approx_bytes();
+        state.entries.push(Arc::new(entry));
+        true
+    }
+
+    /// Closes a log whose last entry [`LogWriter::append_recorded`] took:
+    /// the batch completed; readers end after it.
+    pub fn finish_recorded(self) {
+        let wakers = {
+            let mut state = self.log.lock();
+            state.closed = true;
+            state.finished = true;
+            take_wakers(&mut state)
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
     /// Appends the batch's last event and closes the log; readers end after
     /// it.
     pub fn finish(self, event: E) -> u64 {

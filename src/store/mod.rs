@@ -271,6 +271,35 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
         None
     }
 
+    /// Copies the log of a batch running here into the store as it grows
+    /// (for readers on other replicas, [`Store::tail`]); resolves once what
+    /// is logged so far is written. `false`: the batch is not running here.
+    fn mirror<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+        let _ = (session_id, batch_id);
+        Box::pin(async { Ok(false) })
+    }
+
+    /// The log of a batch another replica runs and mirrors, read from the
+    /// store as it grows; it ends when the batch completes, or (unfinished)
+    /// when its owner's lease runs out.
+    fn tail<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<Arc<BatchLog<E>>, StoreError>> {
+        Box::pin(async move {
+            Err(StoreError::UnknownBatch {
+                session_id: session_id.to_string(),
+                batch_id: batch_id.to_string(),
+                retention: self.retention().completed_for,
+            })
+        })
+    }
+
     /// A side-effecting call is about to start; resolves once recorded.
     fn record_executing<'a>(
         &'a self,

@@ -60,6 +60,14 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
 /// UNAVAILABLE.
 pub const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A reader of a batch another replica runs ([`Store::tail`]) reads the
+/// store at least this often (woken sooner by NOTIFY): it also notices so
+/// that the owner died.
+const TAIL_POLL: Duration = Duration::from_secs(1);
+
+/// Entries a mirror writes in one statement (a backlog goes in chunks).
+const MIRROR_CHUNK: usize = 256;
+
 /// Relayed requests are kept this long after they were posted (for the
 /// record), then swept.
 const INBOX_KEPT: Duration = Duration::from_secs(3600);
@@ -172,6 +180,13 @@ pub struct PostgresStore<E: LogEvent> {
     /// Requests relayed to this replica, for the API to apply (taken once).
     inbox: Mutex<Option<mpsc::UnboundedReceiver<InboxItem>>>,
     inbox_tx: mpsc::UnboundedSender<InboxItem>,
+    /// Batches whose log is copied into the store as it grows.
+    mirrored: Mutex<std::collections::HashSet<(String, String)>>,
+    /// Readers here of batches another replica runs, woken by NOTIFY, by
+    /// batch id.
+    tails: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
+    /// This store, for the tasks it starts.
+    me: std::sync::OnceLock<std::sync::Weak<Self>>,
 }
 
 fn reason(e: &(dyn std::error::Error + 'static)) -> String {
@@ -254,7 +269,11 @@ impl<E: LogEvent> PostgresStore<E> {
             waiters: Mutex::new(HashMap::new()),
             inbox: Mutex::new(Some(inbox_rx)),
             inbox_tx,
+            mirrored: Mutex::new(Default::default()),
+            tails: Mutex::new(HashMap::new()),
+            me: std::sync::OnceLock::new(),
         });
+        let _ = store.me.set(Arc::downgrade(&store));
         tokio::spawn(renew(Arc::downgrade(&store)));
         tokio::spawn(listen(listen_config, Arc::downgrade(&store)));
         Ok(store)
@@ -691,6 +710,170 @@ impl<E: LogEvent> PostgresStore<E> {
         Ok(())
     }
 
+    fn mirrored(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<(String, String)>> {
+        // Inserts and removes only: consistent after any panic.
+        self.mirrored.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn tails(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Notify>>> {
+        // Inserts and removes only: consistent after any panic.
+        self.tails.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn start_mirror(&self, session_id: &str, batch_id: &str) -> Result<bool, StoreError> {
+        let key = (session_id.to_string(), batch_id.to_string());
+        let Some(log) = self.live().get(&key).cloned() else {
+            return Ok(false);
+        };
+        if !self.mirrored().insert(key.clone()) {
+            return Ok(true);
+        }
+        let Ok(mut reader) = log.reader(0) else {
+            return Ok(false);
+        };
+        let mut first = Vec::new();
+        while let Some(Some(entry)) = futures::FutureExt::now_or_never(reader.next()) {
+            first.push(entry);
+        }
+        for chunk in first.chunks(MIRROR_CHUNK) {
+            write_entries(&self.pool, &*self.codec, session_id, batch_id, chunk)
+                .await
+                .map_err(|reason| StoreError::Unavailable { reason })?;
+        }
+        let (pool, codec) = (self.pool.clone(), self.codec.clone());
+        let (session, batch) = key;
+        tokio::spawn(async move {
+            while let Some(next) = reader.next().await {
+                let mut chunk = vec![next];
+                while chunk.len() < MIRROR_CHUNK
+                    && let Some(Some(entry)) = futures::FutureExt::now_or_never(reader.next())
+                {
+                    chunk.push(entry);
+                }
+                // In order, retried: a reader elsewhere waits for it.
+                while let Err(reason) =
+                    write_entries(&pool, &*codec, &session, &batch, &chunk).await
+                {
+                    tracing::warn!(%reason, "store: mirroring a batch's log failed; retrying");
+                    tokio::time::sleep(RETRY_EVERY).await;
+                }
+            }
+        });
+        Ok(true)
+    }
+
+    async fn start_tail(
+        self: Arc<Self>,
+        session_id: &str,
+        batch_id: &str,
+    ) -> Result<Arc<BatchLog<E>>, StoreError> {
+        let (log, writer) = BatchLog::new();
+        let notify = self
+            .tails()
+            .entry(batch_id.to_string())
+            .or_default()
+            .clone();
+        // What is recorded so far is in the log before it is returned.
+        let (mut last, ended) = self.read_tail(session_id, batch_id, &writer, 0).await?;
+        if ended {
+            writer.finish_recorded();
+            return Ok(log);
+        }
+        let (session, batch) = (session_id.to_string(), batch_id.to_string());
+        let store = Arc::downgrade(&self);
+        drop(self);
+        tokio::spawn(async move {
+            loop {
+                let notified = notify.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let Some(s) = store.upgrade() else {
+                    return;
+                };
+                match s.read_tail(&session, &batch, &writer, last).await {
+                    Ok((_, true)) => {
+                        s.tails().remove(&batch);
+                        writer.finish_recorded();
+                        return;
+                    }
+                    Ok((seen, false)) => last = seen,
+                    Err(StoreError::OwnedElsewhere { .. }) => {
+                        // The owner stopped: readers end; a WatchBatch again
+                        // takes the batch over.
+                        s.tails().remove(&batch);
+                        return;
+                    }
+                    Err(e) => tracing::debug!(reason = %e, "store: reading a batch's log failed"),
+                }
+                drop(s);
+                tokio::select! {
+                    () = &mut notified => {}
+                    () = tokio::time::sleep(TAIL_POLL) => {}
+                }
+            }
+        });
+        Ok(log)
+    }
+
+    /// Appends the recorded entries after `after` to `writer`; returns the
+    /// last sequence and whether the batch completed (every entry is then
+    /// in). `OwnedElsewhere` (with no owner) when it is unfinished and its
+    /// owner's lease ran out.
+    async fn read_tail(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        writer: &super::LogWriter<E>,
+        after: i64,
+    ) -> Result<(i64, bool), StoreError> {
+        let client = self.client().await?;
+        let status = client
+            .query_opt(
+                "SELECT b.completed_at IS NOT NULL, EXISTS (SELECT 1 FROM toolsched_leases l \
+                   WHERE l.session_id = b.session_id AND l.expires_at > now()) \
+                 FROM toolsched_batches b WHERE b.session_id = $1 AND b.batch_id = $2",
+                &[&session_id, &batch_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let Some(status) = status else {
+            return Err(StoreError::UnknownBatch {
+                session_id: session_id.to_string(),
+                batch_id: batch_id.to_string(),
+                retention: self.retention.completed_for,
+            });
+        };
+        let (completed, owned): (bool, bool) = (status.get(0), status.get(1));
+        let rows = client
+            .query(
+                "SELECT sequence, at, body FROM toolsched_events \
+                 WHERE session_id = $1 AND batch_id = $2 AND sequence > $3 ORDER BY sequence",
+                &[&session_id, &batch_id, &after],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let mut last = after;
+        for row in rows {
+            let sequence: i64 = row.get(0);
+            if writer.append_recorded(Entry {
+                sequence: sequence as u64,
+                at: row.get(1),
+                event: self.codec.decode(row.get(2)),
+            }) {
+                last = sequence;
+            }
+        }
+        writer.publish();
+        if !completed && !owned {
+            return Err(StoreError::OwnedElsewhere {
+                session_id: session_id.to_string(),
+                owner: String::new(),
+                expires_in: Duration::ZERO,
+            });
+        }
+        Ok((last, completed))
+    }
+
     fn is_recorded_executing(&self, session_id: &str, batch_id: &str, call_id: &str) -> bool {
         self.memory
             .recorded_executing(session_id, batch_id)
@@ -759,6 +942,8 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
     }
 
     fn complete_batch(&self, session_id: &str, batch_id: &str, ended: Vec<EndedCall>) {
+        self.mirrored()
+            .remove(&(session_id.to_string(), batch_id.to_string()));
         self.memory
             .complete_batch(session_id, batch_id, ended.clone());
         let Some(log) = self
@@ -804,6 +989,29 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
         body: Vec<u8>,
     ) -> StoreFuture<'a, Result<Vec<u8>, StoreError>> {
         Box::pin(self.post(owner, session_id, kind, body))
+    }
+
+    fn mirror<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+        Box::pin(self.start_mirror(session_id, batch_id))
+    }
+
+    fn tail<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<Arc<BatchLog<E>>, StoreError>> {
+        Box::pin(async move {
+            let Some(me) = self.me.get().and_then(std::sync::Weak::upgrade) else {
+                return Err(StoreError::Unavailable {
+                    reason: "the store is closing".into(),
+                });
+            };
+            me.start_tail(session_id, batch_id).await
+        })
     }
 
     fn take_inbox(&self) -> Option<mpsc::UnboundedReceiver<InboxItem>> {
@@ -1124,7 +1332,9 @@ async fn listen<E: LogEvent>(
             }
         });
         if let Err(e) = client
-            .batch_execute("LISTEN toolsched_inbox; LISTEN toolsched_answer")
+            .batch_execute(
+                "LISTEN toolsched_inbox; LISTEN toolsched_answer; LISTEN toolsched_events",
+            )
             .await
         {
             tracing::debug!(reason = %reason(&e), "store: LISTEN failed; retrying");
@@ -1143,6 +1353,12 @@ async fn listen<E: LogEvent>(
             };
             let done = match n.channel() {
                 "toolsched_inbox" if n.payload() == &*s.replica => s.take_posted().await,
+                "toolsched_events" => {
+                    if let Some(notify) = s.tails().get(n.payload()) {
+                        notify.notify_waiters();
+                    }
+                    Ok(())
+                }
                 "toolsched_answer" => match n.payload().parse::<i64>() {
                     Ok(id) => s.answered(id).await,
                     Err(_) => Ok(()),
@@ -1156,6 +1372,34 @@ async fn listen<E: LogEvent>(
         drop(client);
         tokio::time::sleep(RETRY_EVERY).await;
     }
+}
+
+/// Writes `entries` of a running batch (a mirror, [`Store::mirror`]) and
+/// wakes its readers elsewhere (NOTIFY toolsched_events, payload the batch
+/// id). Entries already written are kept.
+async fn write_entries<E: LogEvent>(
+    pool: &Pool,
+    codec: &dyn EventCodec<E>,
+    session_id: &str,
+    batch_id: &str,
+    entries: &[Arc<Entry<E>>],
+) -> Result<(), String> {
+    let sequences: Vec<i64> = entries.iter().map(|e| e.sequence as i64).collect();
+    let times: Vec<SystemTime> = entries.iter().map(|e| e.at).collect();
+    let bodies: Vec<Vec<u8>> = entries.iter().map(|e| codec.encode(e)).collect();
+    pool.get()
+        .await
+        .map_err(|e| reason(&e))?
+        .execute(
+            "WITH written AS (INSERT INTO toolsched_events (session_id, batch_id, sequence, at, body) \
+               SELECT $1, $2, * FROM unnest($3::bigint[], $4::timestamptz[], $5::bytea[]) \
+               ON CONFLICT DO NOTHING RETURNING 1) \
+             SELECT pg_notify('toolsched_events', $2) FROM (SELECT count(*) FROM written) w",
+            &[&session_id, &batch_id, &sequences, &times, &bodies],
+        )
+        .await
+        .map(drop)
+        .map_err(|e| reason(&e))
 }
 
 async fn probe(pool: Pool, reachable: watch::Sender<bool>) {
