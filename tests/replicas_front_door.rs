@@ -247,3 +247,65 @@ async fn watch_batch_on_another_replica_follows_the_running_batch_from_the_store
         "once\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_sent_to_another_replica_is_queued_behind_the_running_one_on_its_owner() {
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let a = replica(workspace.path(), &url, &[]);
+    let b = replica(workspace.path(), &url, &[]);
+
+    let mut first = client(a.addr)
+        .await
+        .schedule_calls(request(
+            "s-queue",
+            vec![call(
+                "w",
+                "write_file",
+                json!({"file_path": "out.txt", "content": "first\n"}),
+            )],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    let prompt = support::await_prompt(&mut first, &mut seen, "w").await;
+
+    // A read of what the first batch writes, sent to B while the first
+    // waits for its prompt: queued behind it on A, not run beside it.
+    let mut cb = client(b.addr).await;
+    let mut second = cb
+        .schedule_calls(request(
+            "s-queue",
+            vec![call("r", "read_file", json!({"file_path": "out.txt"}))],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let accepted = second.message().await.unwrap().unwrap();
+    match accepted.event {
+        Some(Event::BatchAccepted(x)) => {
+            assert!(x.queued, "{x:?}");
+            assert_eq!(x.batches_ahead, 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    cb.confirm(pb::ConfirmRequest {
+        session_id: "s-queue".into(),
+        call_id: "w".into(),
+        correlation_id: prompt.correlation_id,
+        outcome: pb::ConfirmationOutcome::ProceedOnce as i32,
+        new_content: None,
+    })
+    .await
+    .unwrap();
+    let first_rest = support::collect(first).await;
+    assert!(matches!(
+        support::terminal(&first_rest, "w"),
+        State::Success(_)
+    ));
+    let second_rest = support::collect(second).await;
+    assert_eq!(support::success_output(&second_rest, "r"), "first\n");
+    let completed = support::completed(&second_rest);
+    assert_eq!(completed.calls.len(), 1);
+}

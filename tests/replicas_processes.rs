@@ -46,8 +46,9 @@ async fn one_session_runs_on_one_replica_and_sigterm_hands_it_over() {
     })
     .await;
 
-    // B does not run a second batch of the session beside A's.
-    let err = cb
+    // B does not run a second batch of the session beside A's: it is
+    // queued behind A's, on A, through the store (as on one replica).
+    let mut queued = cb
         .schedule_calls(request(
             "s-one",
             vec![call(
@@ -57,14 +58,13 @@ async fn one_session_runs_on_one_replica_and_sigterm_hands_it_over() {
             )],
         ))
         .await
-        .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::Unavailable);
-    assert!(
-        err.message()
-            .starts_with("session 's-one' is run by another replica ("),
-        "{}",
-        err.message()
-    );
+        .unwrap()
+        .into_inner();
+    let first = queued.message().await.unwrap().unwrap();
+    match first.event {
+        Some(Event::BatchAccepted(a)) => assert!(a.queued, "{a:?}"),
+        other => panic!("{other:?}"),
+    }
     assert!(!workspace.path().join("log").exists());
 
     // A is rolled: SIGTERM, no grace. Its batch ends; its lease is let go.
@@ -77,6 +77,10 @@ async fn one_session_runs_on_one_replica_and_sigterm_hands_it_over() {
         ),
         "{rest:?}"
     );
+
+    // The queued batch ended with A, never run.
+    let rest_b = messages(queued).await;
+    assert!(!workspace.path().join("log").exists(), "{rest_b:?}");
 
     // The next request on B runs at once.
     let done = messages(

@@ -20,8 +20,8 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use crate::scheduler::{
-    BatchRequest, CancelError, CancelRequest, ConfirmError, ConfirmRequest, Scheduler, WatchError,
-    WatchRequest,
+    BatchRequest, CancelError, CancelRequest, ConfirmError, ConfirmRequest, ScheduleError,
+    Scheduler, WatchError, WatchRequest,
 };
 use crate::store::StoreError;
 use error::{ApiError, AuthError};
@@ -73,15 +73,54 @@ impl ToolScheduler for Service {
             header("traceparent"),
             header("tracestate"),
         );
+        // Kept for the session's owner, should another replica run it
+        // (a durable store only: the memory store's hot path copies nothing).
+        let relay_body = self
+            .scheduler
+            .is_durable()
+            .then(|| prost::Message::encode_to_vec(&body));
         let mut batch = BatchRequest::try_from(body)?;
         routing::check(&metadata, &batch.session_id)?;
         batch.trace_parent = parent;
         let session = batch.session_id.clone();
-        let stream = self
-            .scheduler
-            .schedule(batch)
-            .await
-            .map_err(ApiError::from)?;
+        let stream = match self.scheduler.schedule(batch).await {
+            Ok(stream) => stream,
+            // Another replica runs the session: the batch is queued there
+            // through the store, and its log read here as it grows.
+            Err(ScheduleError::Store(e @ StoreError::OwnedElsewhere { .. })) => {
+                let accepted = match relay_body {
+                    Some(body) => {
+                        relay::to_owner::<pb::BatchAccepted>(
+                            &self.scheduler,
+                            &session,
+                            relay::SCHEDULE,
+                            body,
+                        )
+                        .await?
+                    }
+                    None => None,
+                };
+                let Some(accepted) = accepted else {
+                    return Err(ApiError::from(ScheduleError::Store(e)).into());
+                };
+                let watch = WatchRequest {
+                    session_id: session.clone(),
+                    batch_id: accepted.batch_id,
+                    after_sequence: 0,
+                };
+                let stream = self
+                    .scheduler
+                    .watch_store(watch)
+                    .await
+                    .map_err(ApiError::from)?;
+                let replayed = accepted.replayed;
+                let max_event_bytes = self.max_event_bytes;
+                let events =
+                    stream.map(move |entry| Ok(wire_event(&entry, replayed, max_event_bytes)));
+                return Ok(Response::new(Box::pin(events)));
+            }
+            Err(e) => return Err(ApiError::from(e).into()),
+        };
         tracing::debug!(%session, batch = stream.batch_id(), replayed = stream.replayed(), "batch accepted");
         let replayed = stream.replayed();
         let max_event_bytes = self.max_event_bytes;
@@ -103,8 +142,13 @@ impl ToolScheduler for Service {
             // Running on another replica: it mirrors the batch's log into
             // the store, which this replica reads as it grows.
             Err(e @ WatchError::Store(StoreError::OwnedElsewhere { .. })) => {
-                match relay::to_owner::<()>(&self.scheduler, &watch.session_id, relay::WATCH, &body)
-                    .await?
+                match relay::to_owner::<()>(
+                    &self.scheduler,
+                    &watch.session_id,
+                    relay::WATCH,
+                    prost::Message::encode_to_vec(&body),
+                )
+                .await?
                 {
                     Some(()) => self
                         .scheduler
@@ -133,7 +177,14 @@ impl ToolScheduler for Service {
             Ok(confirmed) => Ok(Response::new(confirmed.into())),
             // Not here: the replica running the session answers.
             Err(e @ (ConfirmError::UnknownSession { .. } | ConfirmError::UnknownCall { .. })) => {
-                match relay::to_owner(&self.scheduler, &session, relay::CONFIRM, &body).await? {
+                match relay::to_owner(
+                    &self.scheduler,
+                    &session,
+                    relay::CONFIRM,
+                    prost::Message::encode_to_vec(&body),
+                )
+                .await?
+                {
                     Some(answer) => Ok(Response::new(answer)),
                     None => Err(ApiError::from(e).into()),
                 }
@@ -161,8 +212,13 @@ impl ToolScheduler for Service {
             ),
         };
         if elsewhere
-            && let Some(answer) =
-                relay::to_owner(&self.scheduler, &session, relay::CANCEL, &body).await?
+            && let Some(answer) = relay::to_owner(
+                &self.scheduler,
+                &session,
+                relay::CANCEL,
+                prost::Message::encode_to_vec(&body),
+            )
+            .await?
         {
             return Ok(Response::new(answer));
         }

@@ -20,6 +20,10 @@ pub(super) const CONFIRM: &str = "confirm";
 pub(super) const CANCEL: &str = "cancel";
 /// A WatchBatch: the owner mirrors the batch's log into the store.
 pub(super) const WATCH: &str = "watch";
+/// A ScheduleCalls: the owner accepts the batch (queued behind the
+/// session's others, as on one replica), runs it to its end and mirrors its
+/// log.
+pub(super) const SCHEDULE: &str = "schedule";
 
 /// The owner's answer: a status, and the response when it is OK.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -65,7 +69,7 @@ pub(super) async fn to_owner<T: Message + Default>(
     scheduler: &Scheduler,
     session_id: &str,
     kind: &str,
-    body: &impl Message,
+    body: Vec<u8>,
 ) -> Result<Option<T>, Status> {
     let Some(owner) = scheduler
         .owner_elsewhere(session_id)
@@ -75,7 +79,7 @@ pub(super) async fn to_owner<T: Message + Default>(
         return Ok(None);
     };
     let answer = scheduler
-        .relay(&owner, session_id, kind, body.encode_to_vec())
+        .relay(&owner, session_id, kind, body)
         .await
         .map_err(store_status)?;
     decode(&answer).map(Some)
@@ -92,6 +96,10 @@ pub(super) async fn apply(scheduler: &Scheduler, kind: &str, body: &[u8]) -> Vec
         }),
         CANCEL => encode(match pb::CancelRequest::decode(body) {
             Ok(request) => cancel_here(scheduler, request).await,
+            Err(e) => Err(unreadable(e)),
+        }),
+        SCHEDULE => encode(match pb::ScheduleCallsRequest::decode(body) {
+            Ok(request) => schedule_here(scheduler, request).await,
             Err(e) => Err(unreadable(e)),
         }),
         WATCH => encode(match pb::WatchBatchRequest::decode(body) {
@@ -112,6 +120,28 @@ async fn confirm_here(
     let confirm = ConfirmRequest::try_from(request)?;
     let confirmed = scheduler.confirm(confirm).await.map_err(ApiError::from)?;
     Ok(confirmed.into())
+}
+
+async fn schedule_here(
+    scheduler: &Scheduler,
+    request: pb::ScheduleCallsRequest,
+) -> Result<pb::BatchAccepted, Status> {
+    let batch = crate::scheduler::BatchRequest::try_from(request)?;
+    let session = batch.session_id.clone();
+    let mut stream = scheduler.schedule(batch).await.map_err(ApiError::from)?;
+    let accepted = pb::BatchAccepted {
+        batch_id: stream.batch_id().to_string(),
+        replayed: stream.replayed(),
+        ..Default::default()
+    };
+    scheduler
+        .mirror(&session, &accepted.batch_id)
+        .await
+        .map_err(store_status)?;
+    // Its reader here: the batch runs to its end (its client, on the other
+    // replica, reads the mirrored log; Cancel stops it from anywhere).
+    tokio::spawn(async move { while stream.next().await.is_some() {} });
+    Ok(accepted)
 }
 
 async fn mirror_here(scheduler: &Scheduler, request: pb::WatchBatchRequest) -> Result<(), Status> {

@@ -593,6 +593,12 @@ impl Scheduler {
         self.store.take_inbox()
     }
 
+    /// Whether the store is durable (and may hold sessions of other
+    /// replicas).
+    pub fn is_durable(&self) -> bool {
+        self.durable
+    }
+
     /// Copies the log of a batch running here into the store as it grows,
     /// for a WatchBatch on another replica; `false` when it does not run
     /// here.

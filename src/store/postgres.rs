@@ -55,9 +55,9 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
 ];
 
 /// Longest a request relayed to a session's owner ([`Store::relay`]) waits
-/// for its answer: an owner that does not answer by then is taken to be
-/// gone (its lease runs out within `LEASE_TTL`), and the caller gets
-/// UNAVAILABLE.
+/// for its answer (or the lease's length, when shorter): an owner that does
+/// not answer by then is taken to be gone (its lease runs out by then), and
+/// the caller gets UNAVAILABLE.
 pub const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A reader of a batch another replica runs ([`Store::tail`]) reads the
@@ -618,7 +618,9 @@ impl<E: LogEvent> PostgresStore<E> {
             self.waiters().remove(&id);
             return Ok(row.get(0));
         }
-        match tokio::time::timeout(RELAY_TIMEOUT, rx).await {
+        // An owner that does not answer within its lease is gone.
+        let wait = RELAY_TIMEOUT.min(self.lease_ttl);
+        match tokio::time::timeout(wait, rx).await {
             Ok(Ok(answer)) => Ok(answer),
             _ => {
                 self.waiters().remove(&id);
@@ -626,7 +628,7 @@ impl<E: LogEvent> PostgresStore<E> {
                     reason: format!(
                         "the replica running session '{}' did not answer within {} s",
                         session_id.chars().take(64).collect::<String>(),
-                        RELAY_TIMEOUT.as_secs()
+                        wait.as_secs_f64()
                     ),
                 })
             }
