@@ -105,6 +105,7 @@ async fn measure_process(
             limits: toolsched::sandbox::OutputLimits::default(),
             sandbox: sandbox.clone(),
             workspace: workspace.path().to_path_buf(),
+            spill: None,
         };
         let (tx, _rx) =
             tokio::sync::mpsc::unbounded_channel::<toolsched::sandbox::process::ProcessEvent>();

@@ -224,6 +224,23 @@ settings! {
     /// of it) [default: 10].
     #[arg(long, env = "TOOLSCHED_STORE_LEASE_SECS")]
     store_lease_secs: u64 = crate::store::LEASE_TTL.as_secs(),
+    /// Directory where the whole output of a shell command beyond
+    /// --output-cap-bytes is kept for read_file [default: a private temp
+    /// directory, removed when the server stops].
+    #[arg(long, env = "TOOLSCHED_KEPT_OUTPUT_DIR")]
+    kept_output_dir: PathBuf,
+    /// Bytes of one command's whole output kept beyond the cap; 0 keeps
+    /// none [default: 67108864].
+    #[arg(long, env = "TOOLSCHED_MAX_KEPT_OUTPUT_BYTES")]
+    max_kept_output_bytes: u64 = crate::tools::kept::KeptOutputConfig::default().per_call,
+    /// Bytes of kept output per session, its oldest removed first
+    /// [default: 268435456].
+    #[arg(long, env = "TOOLSCHED_MAX_KEPT_OUTPUT_SESSION_BYTES")]
+    max_kept_output_session_bytes: u64 =
+        crate::tools::kept::KeptOutputConfig::default().per_session,
+    /// Seconds a kept output stays readable [default: 1800].
+    #[arg(long, env = "TOOLSCHED_KEPT_OUTPUT_TTL_SECS")]
+    kept_output_ttl_secs: u64 = crate::tools::kept::KeptOutputConfig::default().ttl.as_secs(),
     /// Bearer token every ToolScheduler RPC must carry.
     #[arg(long, env = "TOOLSCHED_AUTH_TOKEN", hide_env_values = true)]
     auth_token: String,
@@ -490,6 +507,12 @@ impl Settings {
             },
             // Connected in main (from `store_url`): connecting is async.
             store: None,
+            kept_output: crate::tools::kept::KeptOutputConfig {
+                dir: v.kept_output_dir,
+                per_call: v.max_kept_output_bytes,
+                per_session: v.max_kept_output_session_bytes,
+                ttl: Duration::from_secs(v.kept_output_ttl_secs),
+            },
         };
         let server = ServerOptions {
             auth_token,

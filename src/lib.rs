@@ -41,6 +41,25 @@ pub enum BuildError {
     Registry(#[from] tools::RegistryError),
     #[error("metrics registry: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("kept output directory: {0}")]
+    KeptOutput(std::io::Error),
+}
+
+/// The keeper of whole shell outputs for `config`; its directory joins the
+/// paths no command may read or write.
+fn kept_output(
+    config: &mut scheduler::SchedulerConfig,
+) -> Result<Option<Arc<tools::kept::OutputKeeper>>, BuildError> {
+    if config.kept_output.per_call == 0 {
+        return Ok(None);
+    }
+    let keeper = tools::kept::OutputKeeper::new(config.kept_output.clone())
+        .map_err(BuildError::KeptOutput)?;
+    config
+        .sandbox
+        .protected_paths
+        .push(keeper.dir().to_path_buf());
+    Ok(Some(Arc::new(keeper)))
 }
 
 /// Builds the scheduler over `workspace` with the built-in tools and the
@@ -57,13 +76,14 @@ pub fn build_scheduler(
 /// [`policy::watch_file`], which follows the operator's policy file).
 pub fn build_scheduler_with_policy(
     workspace: &Path,
-    config: scheduler::SchedulerConfig,
+    mut config: scheduler::SchedulerConfig,
     policy: policy::PolicyHandle,
     shutdown: CancellationToken,
 ) -> Result<scheduler::Scheduler, BuildError> {
+    let kept = kept_output(&mut config)?;
     let (workspace, sandbox) = prepare(workspace, &config)?;
     let policy = policy.with_workspace(workspace.root());
-    let registry = Arc::new(tools::Registry::builtin(workspace)?);
+    let registry = Arc::new(tools::Registry::builtin_with(workspace, kept)?);
     let metrics = Arc::new(scheduler::Metrics::new()?);
     Ok(scheduler::Scheduler::start(
         config, sandbox, registry, policy, shutdown, metrics,
@@ -77,14 +97,15 @@ pub fn build_scheduler_with_policy(
 /// backoff. `shutdown` also stops the servers.
 pub async fn build_scheduler_with_mcp(
     workspace: &Path,
-    config: scheduler::SchedulerConfig,
+    mut config: scheduler::SchedulerConfig,
     policy: policy::PolicyHandle,
     mcp_servers: &std::collections::BTreeMap<String, tools::mcp::McpServerConfig>,
     shutdown: CancellationToken,
 ) -> Result<(scheduler::Scheduler, tools::mcp::McpManager), BuildError> {
+    let kept = kept_output(&mut config)?;
     let (workspace, sandbox) = prepare(workspace, &config)?;
     let policy = policy.with_workspace(workspace.root());
-    let builtin = tools::Registry::builtin(workspace)?;
+    let builtin = tools::Registry::builtin_with(workspace, kept)?;
     let (manager, registry) =
         tools::mcp::McpManager::start(&builtin, mcp_servers, shutdown.clone())?;
     manager.wait_started().await;

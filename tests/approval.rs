@@ -188,6 +188,61 @@ async fn inline_new_content_is_applied_and_run() {
         std::fs::read_to_string(srv.path("n.txt")).unwrap(),
         "person's"
     );
+    // The stream shows the arguments that ran, and the model is told.
+    let modified = json!({"file_path": "n.txt", "content": "person's"});
+    assert_eq!(
+        scheduled_args(&seen, "w"),
+        [Some(modified.as_object().unwrap().clone())]
+    );
+    let response = success_response(&seen, "w");
+    assert_eq!(
+        response["user_modification"],
+        "The user modified the `content` to be:\nperson's"
+    );
+}
+
+#[tokio::test]
+async fn a_call_approved_as_proposed_says_nothing_of_a_modification() {
+    let srv = TestServer::start().await;
+    let (stream, mut seen, prompt) = srv
+        .prompt(
+            "s",
+            call(
+                "w",
+                "write_file",
+                json!({"file_path": "p.txt", "content": "x"}),
+            ),
+        )
+        .await;
+    srv.confirm("s", "w", &prompt.correlation_id, O::ProceedOnce, None)
+        .await
+        .unwrap();
+    seen.extend(collect(stream).await);
+    assert_eq!(scheduled_args(&seen, "w"), [None]);
+    assert!(!success_response(&seen, "w").contains_key("user_modification"));
+    // Resending the model's own content is no modification either.
+    let (stream, mut seen, prompt) = srv
+        .prompt(
+            "s",
+            call(
+                "v",
+                "write_file",
+                json!({"file_path": "q.txt", "content": "same"}),
+            ),
+        )
+        .await;
+    srv.confirm(
+        "s",
+        "v",
+        &prompt.correlation_id,
+        O::ProceedOnce,
+        Some("same"),
+    )
+    .await
+    .unwrap();
+    seen.extend(collect(stream).await);
+    assert_eq!(scheduled_args(&seen, "v"), [None]);
+    assert!(!success_response(&seen, "v").contains_key("user_modification"));
 }
 
 #[tokio::test]
@@ -247,6 +302,14 @@ async fn modify_with_editor_prompts_again_with_a_new_correlation_id() {
         std::fs::read_to_string(srv.path("m.txt")).unwrap(),
         "second\n"
     );
+    // Modified in the editor, then approved as shown: still the person's.
+    assert_eq!(
+        success_response(&seen, "w")["user_modification"],
+        "The user modified the `content` to be:\nsecond\n"
+    );
+    let args = scheduled_args(&seen, "w");
+    assert_eq!(args.len(), 1);
+    assert_eq!(args[0].as_ref().unwrap()["content"], "second\n");
 }
 
 #[tokio::test]

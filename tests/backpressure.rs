@@ -90,6 +90,19 @@ async fn a_progress_flood_to_a_client_that_stops_reading_is_merged_to_the_latest
         reports.len()
     );
     eprintln!("{} of {SENT} reports reached the client", reports.len());
+    // Every report the client did not get one by one is counted as merged.
+    let text = srv.metrics.render(&Default::default());
+    let merged: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("toolsched_events_lagged_total{action=\"merged\"} "))
+        .expect("the merged series is exported")
+        .parse()
+        .expect("a count");
+    assert_eq!(
+        merged + reports.len() as u64,
+        u64::from(SENT),
+        "merged + delivered = sent"
+    );
     let rest = collect(next).await;
     assert_eq!(states(&rest, "w").last(), Some(&"success"));
 }

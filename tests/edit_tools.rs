@@ -530,6 +530,14 @@ async fn inline_new_content_replaces_new_string() {
         ]
     );
     assert_eq!(bytes(&srv, "f.txt"), b"x = 42\r\ny = $1\r\n");
+    // The model learns which argument the person changed, and to what.
+    assert_eq!(
+        success_response(&seen, "r")["user_modification"],
+        "The user modified the `new_string` to be:\nx = 42\ny = $1"
+    );
+    let args = scheduled_args(&seen, "r").remove(0).expect("modified args");
+    assert_eq!(args["new_string"], "x = 42\ny = $1");
+    assert_eq!(args["old_string"], "x = 1");
 }
 
 #[tokio::test]

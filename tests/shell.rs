@@ -23,11 +23,16 @@ fn command_output(events: &[Event], id: &str) -> String {
     let text = success_output(events, id);
     let start = text.find("\nOutput: ").expect("an Output section") + "\nOutput: ".len();
     let rest = &text[start..];
-    let end = [rest.rfind("\nExit Code: "), rest.rfind("\nSignal: ")]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(rest.len());
+    let end = [
+        rest.rfind("\nExit Code: "),
+        rest.rfind("\nSignal: "),
+        // The kept-output note (tests/kept_output.rs) follows the output.
+        rest.rfind("\n[The output was longer than the cap"),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+    .unwrap_or(rest.len());
     rest[..end].to_string()
 }
 

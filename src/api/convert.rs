@@ -323,7 +323,9 @@ fn state(update: StateUpdate) -> pb::tool_call_update::State {
         StateUpdate::Validating { args } => State::Validating(pb::Validating {
             args: Some(json_to_struct(&args)),
         }),
-        StateUpdate::Scheduled => State::Scheduled(pb::Scheduled {}),
+        StateUpdate::Scheduled { args } => State::Scheduled(pb::Scheduled {
+            args: args.as_deref().map(json_to_struct),
+        }),
         StateUpdate::AwaitingApproval {
             correlation_id,
             details: d,

@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 pub use level::{ResourceLimits, SandboxConfig, SandboxLevel, allowed_summary};
 pub use probe::{ProbeReport, ProcessLimitKind};
-pub use process::{OutputLimits, ProcessOutcome, ProcessSpec, run_process};
+pub use process::{OutputLimits, ProcessOutcome, ProcessSpec, Spill, run_process};
 pub use protected::ProtectedPaths;
 pub use worker::WorkerArgs;
 pub use workspace::{BeneathError, PathError, Workspace, temp_name};

@@ -109,7 +109,7 @@ impl Default for OutputLimits {
 }
 
 /// What to run.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ProcessSpec {
     pub program: String,
     pub args: Vec<String>,
@@ -121,6 +121,35 @@ pub struct ProcessSpec {
     pub sandbox: SharedSandbox,
     /// The canonical workspace root (what the level lets it write).
     pub workspace: PathBuf,
+    /// Where the whole output goes once it outgrows
+    /// [`OutputLimits::max_bytes`]; `None` keeps only head and tail.
+    pub spill: Option<Spill>,
+}
+
+/// A place for the whole output of a command that outgrows its cap: opened
+/// only when it does (most commands never need it), written with the
+/// output's text up to `cap` bytes (binary output after its start is not
+/// kept). `written` says afterwards how many bytes it took (0: never
+/// opened or nothing written).
+pub struct Spill {
+    pub open: Box<dyn FnOnce() -> Option<(std::fs::File, u64)> + Send + Sync>,
+    pub written: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl std::fmt::Debug for Spill {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spill").finish_non_exhaustive()
+    }
+}
+
+enum SpillState {
+    Armed(Spill),
+    Writing {
+        file: std::fs::File,
+        room: u64,
+        written: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    },
+    Off,
 }
 
 /// How a command ended. `output` is stdout and stderr interleaved as read,
@@ -188,7 +217,7 @@ impl ProcessEvents for mpsc::UnboundedSender<ProcessEvent> {
 /// held open by background children: after the worker exits, the pipes are
 /// drained for at most [`DRAIN_TIMEOUT`].
 pub async fn run_process(
-    spec: ProcessSpec,
+    mut spec: ProcessSpec,
     token: CancellationToken,
     events: impl ProcessEvents,
 ) -> ProcessOutcome {
@@ -326,6 +355,9 @@ pub async fn run_process(
     drop(chunk_tx);
 
     let mut sink = OutputSink::new(spec.limits, Box::new(events));
+    if let Some(spill) = spec.spill.take() {
+        sink.spill = SpillState::Armed(spill);
+    }
     let deadline = tokio::time::sleep(spec.timeout);
     tokio::pin!(deadline);
 
@@ -646,6 +678,7 @@ struct OutputSink {
     /// Once binary output began: where (byte offset) and how many bytes.
     binary: Option<BinaryOutput>,
     events: Box<dyn ProcessEvents>,
+    spill: SpillState,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -715,6 +748,7 @@ impl OutputSink {
             seen: 0,
             binary: None,
             events,
+            spill: SpillState::Off,
         }
     }
 
@@ -749,7 +783,63 @@ impl OutputSink {
         let head_cap = self.limits.max_bytes / 2;
         let take = head_cap.saturating_sub(self.head.len()).min(chunk.len());
         self.head.extend_from_slice(&chunk[..take]);
+        self.spill(&chunk[take..]);
         self.omitted += self.tail.push(&chunk[take..]);
+    }
+
+    /// Copies the output to the spill file once it outgrows the cap: at
+    /// that moment head and tail still hold every byte so far (nothing was
+    /// dropped yet), so the file gets head, tail and `rest` (the part of
+    /// this chunk past the head), then every later chunk.
+    fn spill(&mut self, rest: &[u8]) {
+        match &mut self.spill {
+            SpillState::Off => {}
+            SpillState::Armed(_) => {
+                if self.seen <= self.limits.max_bytes as u64 {
+                    return;
+                }
+                let SpillState::Armed(spill) = std::mem::replace(&mut self.spill, SpillState::Off)
+                else {
+                    return;
+                };
+                let Some((file, cap)) = (spill.open)() else {
+                    return;
+                };
+                self.spill = SpillState::Writing {
+                    file,
+                    room: cap,
+                    written: spill.written,
+                };
+                let so_far = [self.head.clone(), self.tail.contents(), rest.to_vec()].concat();
+                self.write_spill(&so_far);
+            }
+            // The head is full by now: all of `rest` is new output.
+            SpillState::Writing { .. } => self.write_spill(rest),
+        }
+    }
+
+    fn write_spill(&mut self, data: &[u8]) {
+        use std::io::Write;
+        let SpillState::Writing {
+            file,
+            room,
+            written,
+        } = &mut self.spill
+        else {
+            return;
+        };
+        let part = &data[..data.len().min(*room as usize)];
+        if part.is_empty() {
+            return;
+        }
+        match file.write_all(part) {
+            Ok(()) => {
+                *room -= part.len() as u64;
+                written.fetch_add(part.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            // A full disk stops keeping; what was written stays readable.
+            Err(_) => self.spill = SpillState::Off,
+        }
     }
 
     fn stream(&mut self, chunk: &[u8]) {

@@ -9,7 +9,6 @@
 //! (`session.rs`, from [`Confirmed::always`]), building the prompt's
 //! details (off the runtime, by the session).
 
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::ConfirmError;
@@ -88,7 +87,7 @@ impl Batch {
             invocation = registry
                 .build(&slot.request.name, &args)
                 .map_err(|e| ConfirmError::InvalidNewContent { message: e.message })?;
-            self.calls[index].request.args = Arc::new(args);
+            self.calls[index].modify(args);
         }
         let slot = &mut self.calls[index];
         slot.note_approval(req.outcome);

@@ -463,6 +463,11 @@ impl Batch {
             (CallState::Executing { started, .. }, ToolOutcome::Success { output, result }) => {
                 let mut response =
                     FunctionResponse::success(&slot.request.id, &slot.request.name, output);
+                if let Some(note) = slot.modification_note() {
+                    response
+                        .response
+                        .insert("user_modification".into(), note.into());
+                }
                 fit_responses(std::slice::from_mut(&mut response), MAX_RESPONSES_BYTES);
                 Terminal::Success {
                     response,
@@ -903,7 +908,7 @@ mod tests {
     fn update_name(u: &StateUpdate) -> &'static str {
         match u {
             StateUpdate::Validating { .. } => "validating",
-            StateUpdate::Scheduled => "scheduled",
+            StateUpdate::Scheduled { .. } => "scheduled",
             StateUpdate::AwaitingApproval { .. } => "awaiting_approval",
             StateUpdate::Executing(_) => "executing",
             StateUpdate::Success { .. } => "success",

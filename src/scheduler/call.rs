@@ -184,6 +184,9 @@ pub(crate) struct CallSlot {
     ran_for: Duration,
     /// When it started executing.
     started: Option<Instant>,
+    /// The arguments the person changed at the prompt (their names and
+    /// new values), empty when the call runs as the model proposed it.
+    user_modified: Vec<(String, serde_json::Value)>,
 }
 
 impl CallSlot {
@@ -218,6 +221,7 @@ impl CallSlot {
             metrics,
             ran_for: Duration::ZERO,
             started: None,
+            user_modified: Vec::new(),
         };
         slot.trace_state();
         if let CallState::Done(t) = &slot.state {
@@ -297,8 +301,44 @@ impl CallSlot {
 
     /// Validating or AwaitingApproval → Scheduled with `invocation`.
     pub fn schedule(&mut self, invocation: Arc<dyn Invocation>) -> Option<StateUpdate> {
+        let args = (!self.user_modified.is_empty()).then(|| self.request.args.clone());
         self.set(CallState::Scheduled { invocation })
-            .then_some(StateUpdate::Scheduled)
+            .then_some(StateUpdate::Scheduled { args })
+    }
+
+    /// The person replaced the call's arguments with `args` at its prompt:
+    /// remembers which ones changed, for the Scheduled event and the
+    /// function response.
+    pub fn modify(&mut self, args: Args) {
+        for (name, value) in &args {
+            if self.request.args.get(name) != Some(value) {
+                match self.user_modified.iter_mut().find(|(n, _)| n == name) {
+                    Some(entry) => entry.1 = value.clone(),
+                    None => self.user_modified.push((name.clone(), value.clone())),
+                }
+            }
+        }
+        self.request.args = Arc::new(args);
+    }
+
+    /// What the model is told about the person's changes, if any (as
+    /// Gemini CLI tells it: which argument, and what it is now).
+    pub fn modification_note(&self) -> Option<String> {
+        if self.user_modified.is_empty() {
+            return None;
+        }
+        let parts: Vec<String> = self
+            .user_modified
+            .iter()
+            .map(|(name, value)| {
+                let value = match value {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                format!("The user modified the `{name}` to be:\n{value}")
+            })
+            .collect();
+        Some(parts.join("\n\n"))
     }
 
     /// Validating or AwaitingApproval → PreparingPrompt: nothing to tell
@@ -537,7 +577,10 @@ mod tests {
         assert!(s.finish(success()).is_none());
         assert_eq!(s.state.name(), "validating");
         // Validating → Scheduled → Executing → Success, then nothing.
-        assert_eq!(s.schedule(Arc::new(Noop)), Some(StateUpdate::Scheduled));
+        assert_eq!(
+            s.schedule(Arc::new(Noop)),
+            Some(StateUpdate::Scheduled { args: None })
+        );
         let (_, update) = s.execute(CancellationToken::new()).expect("executes");
         assert_eq!(update, StateUpdate::Executing(None));
         assert_eq!(s.finish(success()), Some(success().update()));

@@ -210,7 +210,11 @@ pub enum StateUpdate {
     Validating {
         args: Arc<Args>,
     },
-    Scheduled,
+    /// `args` only when the person changed the call at its prompt: the
+    /// arguments that will run.
+    Scheduled {
+        args: Option<Arc<Args>>,
+    },
     AwaitingApproval {
         correlation_id: String,
         details: ConfirmationDetails,

@@ -38,6 +38,10 @@ pub(crate) struct ExecJob {
     pub timeout: Duration,
     pub output: OutputLimits,
     pub sandbox: SharedSandbox,
+    /// The call's session.
+    pub session: std::sync::Arc<str>,
+    /// Counts the reports merged here (`events_lagged_total`).
+    pub metrics: std::sync::Arc<super::Metrics>,
 }
 
 /// Starts `job`. A tool that finishes at its first poll without reporting
@@ -56,6 +60,8 @@ pub(crate) fn start(
         timeout,
         output,
         sandbox,
+        session,
+        metrics,
     } = job;
     // Drained without waiting by the task below (or right here); see
     // `ExecContext::progress` for what bounds the producers.
@@ -66,12 +72,14 @@ pub(crate) fn start(
         timeout,
         output,
         sandbox,
+        session,
     };
     let mut run = invocation.execute(ctx);
     let relay = Relay {
         batch_id,
         index,
         reports: reports.clone(),
+        metrics: Some(metrics),
     };
     if let Some(outcome) = (&mut run).now_or_never() {
         if progress_rx.is_empty() {
@@ -119,6 +127,8 @@ struct Relay {
     batch_id: String,
     index: usize,
     reports: mpsc::UnboundedSender<Internal>,
+    /// Where merged reports are counted (none in the unit test).
+    metrics: Option<std::sync::Arc<super::Metrics>>,
 }
 
 impl Relay {
@@ -131,6 +141,9 @@ impl Relay {
         while let Ok(next) = rx.try_recv() {
             pending = match (pending, next) {
                 (Some(Progress::Report { .. }), next @ Progress::Report { .. }) if merge => {
+                    if let Some(m) = &self.metrics {
+                        m.events_lagged(super::metrics::LagAction::Merged, 1);
+                    }
                     Some(next)
                 }
                 (Some(earlier), next) => {
@@ -174,6 +187,7 @@ fn merged(reports: Vec<Progress>) -> Vec<Progress> {
         batch_id: "b".into(),
         index: 0,
         reports: out_tx,
+        metrics: None,
     };
     relay.drain(None, &mut rx);
     let mut out = Vec::new();

@@ -10,10 +10,12 @@
 //! Not here: sequence numbers and readers (the log), what the events mean
 //! (`events.rs`), how they merge (`resume.rs` says which are reports).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
+use super::Metrics;
 use super::events::BatchEvent;
+use super::metrics::LagAction;
 use crate::store::{BatchLog, LogWriter};
 
 /// Appends a batch's events to its log. The events of one step of the
@@ -29,14 +31,20 @@ pub(crate) struct EventSink {
     /// Marks the batch's session busy until the batch is done (see
     /// `Hub::evict_oldest_idle`), whether or not anyone reads it.
     _busy: Arc<()>,
+    /// The highest sequence appended: an append that returns one at or
+    /// below it merged into an unread report (`events_lagged_total`).
+    last: Cell<u64>,
+    metrics: Arc<Metrics>,
 }
 
 impl EventSink {
-    pub fn new(writer: LogWriter<BatchEvent>, busy: Arc<()>) -> Self {
+    pub fn new(writer: LogWriter<BatchEvent>, busy: Arc<()>, metrics: Arc<Metrics>) -> Self {
         Self {
             log: writer.log().clone(),
             writer: RefCell::new(Some(writer)),
             _busy: busy,
+            last: Cell::new(0),
+            metrics,
         }
     }
 
@@ -47,7 +55,12 @@ impl EventSink {
                 w.finish(event);
             }
         } else if let Some(w) = writer.as_ref() {
-            w.append(event);
+            let sequence = w.append(event);
+            if sequence <= self.last.get() {
+                self.metrics.events_lagged(LagAction::Merged, 1);
+            } else {
+                self.last.set(sequence);
+            }
         }
         // Else the log is finished: nothing comes after Completed.
     }

@@ -296,7 +296,7 @@ impl Hub {
             .map_err(|_| ScheduleError::ShuttingDown)?;
         // The batch keeps its session busy until it completes, streams or
         // not: a detached batch in its grace is not evicted.
-        let events = EventSink::new(writer, entry.streams.clone());
+        let events = EventSink::new(writer, entry.streams.clone(), self.shared.metrics.clone());
         entry.sent();
         self.shared.metrics.batch_accepted();
         entry

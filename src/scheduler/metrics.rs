@@ -97,7 +97,7 @@ impl Metrics {
         let events_lagged = IntCounterVec::new(
             Opts::new(
                 "events_lagged_total",
-                "Events a client reading too slowly did not get one by one, by action (merged into a later event, or dropped)",
+                "Progress reports not delivered one by one because their reader lagged (the client reading the stream, or the session behind a tool reporting faster than it handles), by action (merged into a later report, or dropped)",
             ),
             &["action"],
         )?;

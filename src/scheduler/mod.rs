@@ -91,6 +91,8 @@ pub struct SchedulerConfig {
     /// A durable store (`--store postgres://…`); `None` is the embedded
     /// memory store.
     pub store: Option<DurableStore>,
+    /// Where and how much of shell output beyond the cap is kept.
+    pub kept_output: crate::tools::kept::KeptOutputConfig,
 }
 
 /// The store a server was configured with, when not the memory one.
@@ -120,6 +122,7 @@ impl Default for SchedulerConfig {
             max_disconnect_grace: Duration::from_secs(600),
             retention: crate::store::Retention::default(),
             store: None,
+            kept_output: Default::default(),
         }
     }
 }

@@ -183,7 +183,7 @@ fn update_bytes(update: &StateUpdate) -> usize {
     match update {
         // Shared with the call (an `Arc`), but kept alive by the log too.
         StateUpdate::Validating { args } => object(args),
-        StateUpdate::Scheduled => 0,
+        StateUpdate::Scheduled { args } => args.as_deref().map_or(0, object),
         StateUpdate::AwaitingApproval {
             correlation_id,
             details,

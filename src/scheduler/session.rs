@@ -727,6 +727,8 @@ impl Session {
                         timeout: self.shared.config.execution_timeout,
                         output: self.shared.config.output,
                         sandbox: self.sandbox.clone(),
+                        session: self.id.as_str().into(),
+                        metrics: self.shared.metrics.clone(),
                     };
                     let slot = &active.batch.calls[index];
                     let read_only = slot

@@ -14,6 +14,7 @@ mod encoding;
 mod file;
 mod glob;
 mod grep;
+pub mod kept;
 mod list;
 pub mod mcp;
 mod omission;
@@ -298,6 +299,9 @@ pub struct ExecContext {
     pub output: OutputLimits,
     /// The sandbox side effects run in.
     pub sandbox: SharedSandbox,
+    /// The session the call belongs to (what per-session bounds count by,
+    /// e.g. kept output).
+    pub session: Arc<str>,
 }
 
 /// How an execution ended.
@@ -389,14 +393,23 @@ pub struct Registry {
 impl Registry {
     /// The built-in tools over `workspace`.
     pub fn builtin(workspace: Arc<Workspace>) -> Result<Self, RegistryError> {
+        Self::builtin_with(workspace, None)
+    }
+
+    /// The built-in tools over `workspace`; the shell keeps the whole output
+    /// of a command beyond the cap in `kept`, and `read_file` reads it.
+    pub fn builtin_with(
+        workspace: Arc<Workspace>,
+        kept: Option<Arc<kept::OutputKeeper>>,
+    ) -> Result<Self, RegistryError> {
         Self::new(vec![
-            Arc::new(ReadFileTool::new(workspace.clone())),
+            Arc::new(ReadFileTool::new(workspace.clone()).with_kept_output(kept.clone())),
             Arc::new(ListDirectoryTool::new(workspace.clone())),
             Arc::new(WriteFileTool::new(workspace.clone())),
             Arc::new(ReplaceTool::new(workspace.clone())),
             Arc::new(GlobTool::new(workspace.clone())),
             Arc::new(GrepTool::new(workspace.clone())),
-            Arc::new(ShellTool::new(workspace)),
+            Arc::new(ShellTool::new(workspace).with_kept_output(kept)),
             Arc::new(UpdateTopicTool::new()),
         ])
     }

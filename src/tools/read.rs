@@ -44,6 +44,9 @@ const CUT_LINES_NAMED: usize = 5;
 pub struct ReadFileTool {
     ws: Arc<Workspace>,
     decl: Declaration,
+    /// Whole outputs of shell commands, readable by the path the shell
+    /// tool's response names (the one place outside the workspace).
+    kept: Option<Arc<super::kept::OutputKeeper>>,
 }
 
 impl ReadFileTool {
@@ -58,7 +61,7 @@ impl ReadFileTool {
             parameters: json!({
                 "type": "object",
                 "properties": {
-                    "file_path": {"type": "string", "minLength": 1, "description": "Path of the file, relative to the workspace root (or absolute inside it)."},
+                    "file_path": {"type": "string", "minLength": 1, "description": "Path of the file, relative to the workspace root (or absolute inside it), or the path of a command's whole output that run_shell_command named."},
                     "start_line": {"type": "integer", "minimum": 1, "description": "First line to read, 1-based. Default 1."},
                     "end_line": {"type": "integer", "minimum": 1, "description": format!("Last line to read, 1-based, inclusive. Default: start_line + {}.", DEFAULT_MAX_LINES - 1)}
                 },
@@ -73,7 +76,17 @@ impl ReadFileTool {
             parallelizable: true,
             read_only: true,
         };
-        Self { ws, decl }
+        Self {
+            ws,
+            decl,
+            kept: None,
+        }
+    }
+
+    /// Also reads the kept outputs of `kept` (by their exact paths).
+    pub fn with_kept_output(mut self, kept: Option<Arc<super::kept::OutputKeeper>>) -> Self {
+        self.kept = kept;
+        self
     }
 }
 
@@ -84,8 +97,18 @@ impl Tool for ReadFileTool {
 
     fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
         let given = str_arg(args, "file_path")?;
-        let target = Target::new(&self.ws, given)?;
-        let path = target.path().to_path_buf();
+        let kept = self.kept.as_ref().and_then(|k| k.lookup(given));
+        let (target, display) = match kept {
+            Some(path) => {
+                let display = path.display().to_string();
+                (Source::Kept(path), display)
+            }
+            None => {
+                let target = Target::new(&self.ws, given)?;
+                let display = self.ws.display(target.path());
+                (Source::Workspace(target), display)
+            }
+        };
         let start = opt_u64_arg(args, "start_line");
         let end = opt_u64_arg(args, "end_line");
         if let (Some(s), Some(e)) = (start, end)
@@ -97,15 +120,44 @@ impl Tool for ReadFileTool {
         }
         Ok(Arc::new(ReadFile {
             target,
-            display: self.ws.display(&path),
+            display,
             start,
             end,
         }))
     }
 }
 
+/// What a read opens: a workspace file, or a kept shell output.
+enum Source {
+    Workspace(Target),
+    Kept(std::path::PathBuf),
+}
+
+impl Source {
+    fn blocking_io(&self) -> bool {
+        match self {
+            Self::Workspace(t) => t.workspace().blocking_io(),
+            Self::Kept(_) => false,
+        }
+    }
+
+    fn open(&self, display: &str) -> Result<std::fs::File, ToolError> {
+        match self {
+            Self::Workspace(t) => t.open_unchanged(),
+            Self::Kept(path) => {
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(path)
+                    .map_err(|e| ToolError::io(&e, display))
+            }
+        }
+    }
+}
+
 struct ReadFile {
-    target: Target,
+    target: Source,
     display: String,
     start: Option<u64>,
     end: Option<u64>,
@@ -131,7 +183,7 @@ impl Invocation for ReadFile {
     /// the blocking pool; with [`Workspace::blocking_io`] (a network
     /// filesystem, where an open can stall) every read is.
     fn execute(self: Arc<Self>, ctx: ExecContext) -> BoxFuture<ToolOutcome> {
-        if self.target.workspace().blocking_io() {
+        if self.target.blocking_io() {
             return blocking(move || {
                 self.open_checked()
                     .and_then(|file| self.read(file, &ctx))
@@ -168,7 +220,7 @@ impl ReadFile {
     /// type and size checked are those of the file read, and a directory
     /// swapped for a symlink after the check cannot redirect any pass.
     fn open_checked(&self) -> Result<Opened, ToolError> {
-        let file = self.target.open_unchanged()?;
+        let file = self.target.open(&self.display)?;
         let meta = file
             .metadata()
             .map_err(|e| ToolError::io(&e, &self.display))?;
@@ -638,6 +690,7 @@ mod tests {
             timeout: std::time::Duration::from_secs(10),
             output: Default::default(),
             sandbox: Default::default(),
+            session: "s".into(),
         };
         let big = 2 * READ_WHOLE_BYTES as usize;
         let line = "caf\u{e9} line\r\n";
@@ -665,7 +718,7 @@ mod tests {
             assert!(bytes.len() as u64 > READ_WHOLE_BYTES, "{name}");
             std::fs::write(dir.path().join(name), &bytes).unwrap();
             let read = ReadFile {
-                target: Target::new(&ws, name).unwrap(),
+                target: Source::Workspace(Target::new(&ws, name).unwrap()),
                 display: name.to_string(),
                 start: Some(2),
                 end: Some(40),

@@ -7,12 +7,13 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::kept::OutputKeeper;
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation,
     Progress, Subject, Tool, ToolError, ToolKind, ToolOutcome, opt_str_arg, opt_u64_arg, str_arg,
 };
 use crate::sandbox::process::{ProcessEvent, ProcessEvents};
-use crate::sandbox::{ProcessOutcome, ProcessSpec, Workspace, run_process};
+use crate::sandbox::{ProcessOutcome, ProcessSpec, Spill, Workspace, run_process};
 use crate::shell::{ShellAnalysis, analyze};
 
 /// The tool's wire name.
@@ -22,13 +23,15 @@ pub const SHELL_TOOL_NAME: &str = "run_shell_command";
 pub struct ShellTool {
     ws: Arc<Workspace>,
     decl: Declaration,
+    /// Where output beyond the cap is kept (none: only head and tail).
+    kept: Option<Arc<OutputKeeper>>,
 }
 
 impl ShellTool {
     pub fn new(ws: Arc<Workspace>) -> Self {
         let decl = Declaration {
             name: SHELL_TOOL_NAME.into(),
-            description: "Runs a bash command (`bash -c <command>`) in the workspace, in its own process group with stdin closed. Returns stdout and stderr interleaved, the exit code and any signal. Output is bounded (head and tail kept). Background processes the command leaves behind are stopped when it ends.".into(),
+            description: "Runs a bash command (`bash -c <command>`) in the workspace, in its own process group with stdin closed. Returns stdout and stderr interleaved, the exit code and any signal. Output is bounded (head and tail kept; beyond the cap the whole output is kept for a while and the response names a path to read it with read_file). Background processes the command leaves behind are stopped when it ends.".into(),
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -44,7 +47,17 @@ impl ShellTool {
             parallelizable: false,
             read_only: false,
         };
-        Self { ws, decl }
+        Self {
+            ws,
+            decl,
+            kept: None,
+        }
+    }
+
+    /// Keeps the whole output of commands that outgrow the cap in `kept`.
+    pub fn with_kept_output(mut self, kept: Option<Arc<OutputKeeper>>) -> Self {
+        self.kept = kept;
+        self
     }
 }
 
@@ -86,6 +99,7 @@ impl Tool for ShellTool {
             dir,
             timeout: opt_u64_arg(args, "timeout").map(Duration::from_secs),
             command,
+            kept: self.kept.clone(),
         }))
     }
 }
@@ -104,6 +118,61 @@ struct ShellInvocation {
     dir: std::path::PathBuf,
     dir_display: String,
     timeout: Option<Duration>,
+    kept: Option<Arc<OutputKeeper>>,
+}
+
+/// Where one command's whole output went, once known.
+struct KeptSlot {
+    keeper: Arc<OutputKeeper>,
+    path: Arc<std::sync::Mutex<Option<std::path::PathBuf>>>,
+    written: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl KeptSlot {
+    fn new(keeper: Arc<OutputKeeper>, session: Arc<str>) -> (Self, Spill) {
+        let path = Arc::new(std::sync::Mutex::new(None));
+        let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (k, p) = (keeper.clone(), path.clone());
+        let spill = Spill {
+            open: Box::new(move || match k.create(&session) {
+                Ok(Some(f)) => {
+                    *p.lock().unwrap_or_else(|e| e.into_inner()) = Some(f.path);
+                    Some((f.file, f.cap))
+                }
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not keep a command's whole output");
+                    None
+                }
+            }),
+            written: written.clone(),
+        };
+        (
+            Self {
+                keeper,
+                path,
+                written,
+            },
+            spill,
+        )
+    }
+
+    /// The kept file's path and size, after the command ended.
+    fn settle(&self) -> Option<(std::path::PathBuf, u64)> {
+        let path = self.path.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        let bytes = self.written.load(std::sync::atomic::Ordering::Relaxed);
+        self.keeper.settle(&path, bytes);
+        Some((path, bytes))
+    }
+
+    /// The sentence telling the model where the rest is.
+    fn note(&self, path: &std::path::Path, bytes: u64) -> String {
+        format!(
+            "\n[The output was longer than the cap; the whole output ({bytes} bytes of text) is kept for {} min: read it with read_file and file_path \"{}\" (start_line/end_line to page through it).]",
+            self.keeper.ttl().as_secs() / 60,
+            path.display()
+        )
+    }
 }
 
 impl Invocation for ShellInvocation {
@@ -127,6 +196,13 @@ impl Invocation for ShellInvocation {
     fn execute(self: Arc<Self>, ctx: ExecContext) -> BoxFuture<ToolOutcome> {
         Box::pin(async move {
             let timeout = self.timeout.map_or(ctx.timeout, |t| t.min(ctx.timeout));
+            let (kept, spill) = match &self.kept {
+                Some(k) => {
+                    let (slot, spill) = KeptSlot::new(k.clone(), ctx.session.clone());
+                    (Some(slot), Some(spill))
+                }
+                None => (None, None),
+            };
             let spec = ProcessSpec {
                 program: "bash".into(),
                 args: vec!["-c".into(), self.command.clone()],
@@ -135,8 +211,17 @@ impl Invocation for ShellInvocation {
                 limits: ctx.output,
                 sandbox: ctx.sandbox.clone(),
                 workspace: self.workspace.clone(),
+                spill,
             };
             let outcome = run_process(spec, ctx.token.clone(), ctx.progress.clone()).await;
+            let kept = kept.and_then(|slot| {
+                let (path, bytes) = slot.settle()?;
+                Some((slot.note(&path, bytes), path, bytes))
+            });
+            let with_note = |output: String| match &kept {
+                Some((note, ..)) => output + note,
+                None => output,
+            };
             match outcome {
                 ProcessOutcome::Exited {
                     exit_code,
@@ -153,6 +238,11 @@ impl Invocation for ShellInvocation {
                     if let Some(sig) = signal {
                         text.push_str(&format!("\nSignal: {sig}"));
                     }
+                    if let Some((note, path, bytes)) = &kept {
+                        text.push_str(note);
+                        result.insert("full_output_path".into(), json!(path));
+                        result.insert("full_output_bytes".into(), json!(bytes));
+                    }
                     // The output is in the response text once; a second
                     // copy here would double the event (issue 11 item 4).
                     result.insert("output_bytes".into(), json!(output.len()));
@@ -167,11 +257,11 @@ impl Invocation for ShellInvocation {
                         "Command timed out after {} s and was stopped (its whole process group was killed). Run it with a larger 'timeout' or make it finish sooner.",
                         timeout.as_secs_f64()
                     ),
-                    partial_output: Some(output),
+                    partial_output: Some(with_note(output)),
                 }
                 .into(),
                 ProcessOutcome::Cancelled { output } => ToolOutcome::Cancelled {
-                    partial_output: Some(output),
+                    partial_output: Some(with_note(output)),
                 },
                 ProcessOutcome::SandboxDenied {
                     exit_code,
@@ -187,7 +277,7 @@ impl Invocation for ShellInvocation {
                         evidence = evidence.trim(),
                         allowed = crate::sandbox::allowed_summary(ctx.sandbox.config.level),
                     ),
-                    partial_output: Some(output),
+                    partial_output: Some(with_note(output)),
                 }
                 .into(),
                 ProcessOutcome::SandboxSetupFailed { message, output } => ToolError {
@@ -195,7 +285,7 @@ impl Invocation for ShellInvocation {
                     message: format!(
                         "The sandbox could not be set up, so the command did not run: {message}"
                     ),
-                    partial_output: Some(output),
+                    partial_output: Some(with_note(output)),
                 }
                 .into(),
                 ProcessOutcome::SpawnFailed { message } => {

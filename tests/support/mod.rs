@@ -25,6 +25,8 @@ pub struct TestServer {
     pub workspace: tempfile::TempDir,
     /// The MCP servers' manager, when started with [`TestServer::with_mcp`].
     pub mcp: Option<toolsched::tools::mcp::McpManager>,
+    /// The scheduler's metrics (what `/metrics` renders).
+    pub metrics: std::sync::Arc<toolsched::scheduler::Metrics>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<()>>,
 }
@@ -84,6 +86,7 @@ impl TestServer {
         )
         .await
         .expect("scheduler");
+        let metrics = scheduler.metrics().clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             serve(listener, scheduler, shutdown, options, async {
@@ -100,6 +103,7 @@ impl TestServer {
             client,
             workspace,
             mcp: (!servers.is_empty()).then_some(mcp),
+            metrics,
             stop: Some(stop),
             server: Some(server),
         }
@@ -354,6 +358,32 @@ pub fn completed(events: &[Event]) -> pb::BatchCompleted {
 /// A function response's JSON `response` object.
 pub fn response_json(r: &pb::FunctionResponse) -> serde_json::Map<String, Value> {
     struct_to_json(r.response.clone().unwrap_or_default())
+}
+
+/// The arguments each Scheduled event of `call_id` carried (`None` when the
+/// call runs as the model proposed it).
+pub fn scheduled_args(
+    events: &[Event],
+    call_id: &str,
+) -> Vec<Option<serde_json::Map<String, Value>>> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::CallUpdate(u) if u.call_id == call_id => match &u.state {
+                Some(State::Scheduled(s)) => Some(s.args.clone().map(struct_to_json)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// The function response object of a successful call.
+pub fn success_response(events: &[Event], call_id: &str) -> serde_json::Map<String, Value> {
+    match terminal(events, call_id) {
+        State::Success(s) => response_json(s.response.as_ref().expect("response")),
+        other => panic!("{call_id} did not succeed: {other:?}"),
+    }
 }
 
 /// The `output` string of a successful call.

@@ -251,8 +251,10 @@ class Validating(_message.Message):
     def __init__(self, args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class Scheduled(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("args",)
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    args: _struct_pb2.Struct
+    def __init__(self, args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class AwaitingApproval(_message.Message):
     __slots__ = ("correlation_id", "edit", "exec", "mcp", "info", "outcomes", "deadline", "reason", "policy_rule")
