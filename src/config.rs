@@ -287,6 +287,13 @@ settings! {
           require_equals = true, default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new())]
     sandbox_allow_weaker: bool = false,
+    /// Keep protected paths with Landlock alone, without the per-command
+    /// mount namespace (read-only .git mounts, a /proc showing only the
+    /// command's processes); the fallback where namespaces are unavailable.
+    #[arg(long, env = "TOOLSCHED_SANDBOX_LANDLOCK_ONLY", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    sandbox_landlock_only: bool = false,
     /// CPU seconds per command (RLIMIT_CPU) [default: 300].
     #[arg(long, env = "TOOLSCHED_SANDBOX_CPU_SECS")]
     sandbox_cpu_secs: u64 = ResourceLimits::default().cpu_secs,
@@ -482,6 +489,7 @@ impl Settings {
             worker_exe: v.sandbox_worker_exe,
             protected_paths,
             extra_read_paths: v.sandbox_extra_read_paths,
+            landlock_only: v.sandbox_landlock_only,
         };
         let scheduler = SchedulerConfig {
             default_mode: v.approval_mode,

@@ -142,6 +142,8 @@ fn prepare(
         landlock_abi = probe.landlock_abi,
         seccomp = probe.seccomp,
         user_namespaces = probe.user_namespaces,
+        mount_namespace = probe.mount_namespace,
+        proc_hidden = probe.proc_hidden,
         process_limit = probe.process_limit.name(),
         enforced = sandbox.enforced(),
         "sandbox probed"

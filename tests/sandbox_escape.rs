@@ -120,7 +120,17 @@ async fn reading_the_servers_environment_is_denied() {
         .await;
     let (kind, message) = error_of(&events, "c");
     assert_eq!(kind, pb::ErrorType::SandboxDenied, "{message}");
-    assert!(message.contains("Permission denied"), "{message}");
+    // The command's private /proc (hidepid=noaccess) refuses the whole
+    // /proc/<pid> of a process outside its Landlock domain (EPERM) before
+    // the environ file's own ptrace check (EACCES) is reached; with
+    // `sandbox_landlock_only` it is that check's "Permission denied".
+    let probe = toolsched::sandbox::probe::probe(SandboxLevel::WorkspaceWrite);
+    let refusal = if probe.proc_hidden {
+        "Operation not permitted"
+    } else {
+        "Permission denied"
+    };
+    assert!(message.contains(refusal), "{message}");
     let State::Error(e) = terminal(&events, "c") else {
         unreachable!()
     };

@@ -92,12 +92,11 @@ async fn a_git_made_by_one_command_is_read_only_for_later_batches_and_sessions()
     // The server has the workspace's protected set (none yet) before the
     // repositories appear.
     run_ok(&srv, "a", "true").await;
-    run_ok(
-        &srv,
-        "a",
-        "git init -q pkg/sub && mkdir -p pkg/src/inner/.git/hooks",
-    )
-    .await;
+    // A confined command cannot make a repository any more (issue 11, item
+    // 12: tests/sandbox_entries.rs); they appear from outside, as a user's
+    // `git init` or `git clone` would make them.
+    std::fs::create_dir_all(srv.path("pkg/sub/.git/hooks")).unwrap();
+    std::fs::create_dir_all(srv.path("pkg/src/inner/.git/hooks")).unwrap();
     assert!(srv.path("pkg/sub/.git/hooks").is_dir());
     // The next batch of the same session.
     assert_git_dir_read_only(&srv, "a", "pkg/sub/.git").await;
@@ -144,21 +143,22 @@ async fn a_git_made_after_the_listings_were_kept_is_read_only() {
     // This walk keeps the listings; the next ones reuse them.
     run_ok(&srv, "a", "true").await;
     run_ok(&srv, "a", "true").await;
-    run_ok(
-        &srv,
-        "a",
-        "mkdir -p lib/a/b/.git/hooks && touch -d 2001-01-01 lib/a/b",
-    )
-    .await;
+    // Made from outside (a confined command cannot make a `.git`, and
+    // cannot move a repository it did not make: tests/sandbox_entries.rs,
+    // tests/sandbox_namespace.rs), the parent's mtime set back.
+    let sh = |script: &str| {
+        let st = std::process::Command::new("bash")
+            .args(["-c", script])
+            .current_dir(srv.path(""))
+            .status()
+            .unwrap();
+        assert!(st.success(), "{script}");
+    };
+    sh("mkdir -p lib/a/b/.git/hooks && touch -d 2001-01-01 lib/a/b");
     assert_git_dir_read_only(&srv, "a", "lib/a/b/.git").await;
     assert_git_dir_read_only(&srv, "b", "lib/a/b/.git").await;
     // A repository moved in from elsewhere in the workspace.
-    run_ok(
-        &srv,
-        "a",
-        "mkdir -p staging/r/.git/hooks && mv staging/r dest/r",
-    )
-    .await;
+    sh("mkdir -p staging/r/.git/hooks && mv staging/r dest/r");
     assert_git_dir_read_only(&srv, "b", "dest/r/.git").await;
 }
 
@@ -191,7 +191,14 @@ fn run_worker_with_nofile(
             "4<&-"
         },
         env: vec![("PROTECTED", protected.unwrap_or(Path::new("")).into())],
-        extra: vec!["--protected-fd".into(), "4".into()],
+        // The Landlock-only path (the fallback without a mount namespace):
+        // its refusals are Landlock's "Permission denied". The mount
+        // namespace's are in tests/sandbox_namespace.rs.
+        extra: vec![
+            "--protected-fd".into(),
+            "4".into(),
+            "--landlock-only".into(),
+        ],
     };
     run_worker_process(workspace, run, command)
 }

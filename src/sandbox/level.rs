@@ -147,6 +147,12 @@ pub struct SandboxConfig {
     /// Directories outside the system ones that commands may read and
     /// execute (toolchains under a home directory, for example).
     pub extra_read_paths: Vec<PathBuf>,
+    /// Never use a private mount namespace for commands: protected paths
+    /// are kept by Landlock alone (the directories on the way to one lose
+    /// create, remove and rename) and `/proc` shows every process. Off by
+    /// default; for hosts where namespaces misbehave, and for tests of the
+    /// fallback.
+    pub landlock_only: bool,
 }
 
 /// One sentence on what commands may do at `level`, for error messages.
@@ -156,10 +162,10 @@ pub fn allowed_summary(level: SandboxLevel) -> &'static str {
             "read system directories and the workspace, and write only their private $TMPDIR and /dev/null; no network"
         }
         SandboxLevel::WorkspaceWrite => {
-            "read system directories and the workspace, and write the workspace (except .git directories and the service's config; and no file may be created, removed or renamed directly in a directory that holds a .git, such as a repository's root, because Landlock cannot exempt one entry: existing files there stay writable, subdirectories are free), their private $TMPDIR and /dev/null; no network"
+            "read system directories and the workspace, and write the workspace (except every .git, which stays read-only, and the service's config; no entry named .git may be made anywhere, so git init and git clone fail; a directory holding a .git cannot be renamed; where the server reports no mount namespace, nothing may be created, removed or renamed in a directory on the way to a .git), their private $TMPDIR and /dev/null; no network"
         }
         SandboxLevel::WorkspaceWriteNetwork => {
-            "read system directories and the workspace, write the workspace (except .git directories and the service's config; and no file may be created, removed or renamed directly in a directory that holds a .git, such as a repository's root, because Landlock cannot exempt one entry: existing files there stay writable, subdirectories are free), their private $TMPDIR and /dev/null, and use the network"
+            "read system directories and the workspace, write the workspace (except every .git, which stays read-only, and the service's config; no entry named .git may be made anywhere, so git init and git clone fail; a directory holding a .git cannot be renamed; where the server reports no mount namespace, nothing may be created, removed or renamed in a directory on the way to a .git), their private $TMPDIR and /dev/null, and use the network"
         }
         SandboxLevel::None => "do anything the server's user may do",
     }

@@ -68,7 +68,13 @@ impl Sandbox {
     /// Probes the kernel for `config`. Never fails: [`Sandbox::check`] says
     /// whether the result is good enough to start.
     pub fn new(config: SandboxConfig) -> Self {
-        let probe = probe::probe(config.level);
+        let mut probe = probe::probe(config.level);
+        if config.landlock_only {
+            // What the worker will do, not what the kernel could.
+            probe.mount_namespace = false;
+            probe.proc_hidden = false;
+            probe = probe.at_level(config.level);
+        }
         Self {
             config,
             probe,

@@ -58,6 +58,13 @@ pub struct ProbeReport {
     /// Unprivileged user namespaces look available (a possible stronger
     /// tier; not used by this version).
     pub user_namespaces: bool,
+    /// The worker can make a private mount namespace per command (see
+    /// `worker::mounts`): protected paths become read-only mounts, so only
+    /// they are locked, not the directories on the way to them.
+    pub mount_namespace: bool,
+    /// The worker can mount a `/proc` that shows a command only its own
+    /// processes (root, or a user namespace with its own pid namespace).
+    pub proc_hidden: bool,
     /// How a command's processes are counted and bounded.
     pub process_limit: ProcessLimitKind,
     /// What the configured level needs and the kernel lacks. Non-empty means
@@ -69,10 +76,13 @@ pub struct ProbeReport {
 
 /// Probes the running kernel for `level`.
 pub fn probe(level: SandboxLevel) -> ProbeReport {
+    let (mount_namespace, proc_hidden) = super::worker::probe_namespace();
     ProbeReport {
         landlock_abi: landlock_abi(),
         seccomp: seccomp_filters(),
         user_namespaces: user_namespaces(),
+        mount_namespace,
+        proc_hidden,
         process_limit: process_limit(),
         missing: Vec::new(),
         gaps: Vec::new(),
@@ -108,6 +118,18 @@ impl ProbeReport {
             if !seccomp {
                 missing.push("seccomp filters (CONFIG_SECCOMP_FILTER)".to_string());
             }
+            if !self.mount_namespace {
+                gaps.push(
+                    "no private mount namespace for commands (needs root or unprivileged user namespaces): protected paths are kept by Landlock alone, so no entry may be created, removed or renamed in any directory on the way to a .git (up to the workspace root)"
+                        .to_string(),
+                );
+            }
+            if !self.proc_hidden {
+                gaps.push(
+                    "no private /proc for commands (needs root and a private mount namespace): confined commands can read other processes' /proc/<pid>/cmdline, the server's included"
+                        .to_string(),
+                );
+            }
         }
         if process_limit == ProcessLimitKind::None {
             gaps.push(
@@ -119,6 +141,8 @@ impl ProbeReport {
             landlock_abi,
             seccomp,
             user_namespaces: self.user_namespaces,
+            mount_namespace: self.mount_namespace,
+            proc_hidden: self.proc_hidden,
             process_limit,
             missing,
             gaps,

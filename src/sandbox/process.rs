@@ -74,6 +74,9 @@ const DENIAL_MARKERS: &[&str] = &[
     "Permission denied",
     "Operation not permitted",
     "Read-only file system",
+    // Renaming or removing a protected path, a mount point of the
+    // command's mount namespace.
+    "Device or resource busy",
     "fork: Resource temporarily unavailable",
     "fork: retry: Resource temporarily unavailable",
 ];
@@ -274,6 +277,7 @@ pub async fn run_process(
         cgroup: cgroup.as_ref().map(|c| c.dir.clone()),
         best_effort: config.allow_weaker,
         protected_fd: protected.as_ref().map(|_| PROTECTED_FD),
+        landlock_only: config.landlock_only,
         command,
     };
     let exe = super::worker_exe(config.worker_exe.as_deref());

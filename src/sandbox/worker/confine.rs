@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use super::landlock::{apply_landlock, fs_rules, landlock_ruleset};
 use super::metadata::install_notify;
+use super::mounts::MountView;
 use super::seccomp::apply_seccomp;
 use super::{ResourceLimits, WorkerArgs, errno};
 
@@ -22,6 +23,7 @@ use super::{ResourceLimits, WorkerArgs, errno};
 pub(super) fn confine_and_exec(
     args: &WorkerArgs,
     protected: Option<&[PathBuf]>,
+    mounts: MountView,
     worker_pid: libc::pid_t,
     handoff: Option<(RawFd, RawFd)>,
 ) -> String {
@@ -67,7 +69,7 @@ pub(super) fn confine_and_exec(
             Err(e) => return e,
         };
         // Grants are opened before capabilities go, as they always were.
-        if let Err(e) = fs_rules(args, protected, &mut ruleset) {
+        if let Err(e) = fs_rules(args, protected, mounts, &mut ruleset) {
             return e;
         }
         if let Err(e) = drop_capabilities() {

@@ -18,6 +18,7 @@ use landlock::{
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 
+use super::mounts::MountView;
 use super::{WorkerArgs, protected_in};
 
 /// Landlock ABI whose access rights we ask for (best effort below it; the
@@ -75,7 +76,7 @@ impl Grants<'_> {
 /// Whether `set` holds `dir` or a path beneath it. Paths order component
 /// by component, so everything beneath `dir` follows it contiguously: the
 /// first element not below `dir` answers.
-fn any_at_or_beneath(set: &BTreeSet<PathBuf>, dir: &Path) -> bool {
+pub(super) fn any_at_or_beneath(set: &BTreeSet<PathBuf>, dir: &Path) -> bool {
     set.range::<Path, _>((Bound::Included(dir), Bound::Unbounded))
         .next()
         .is_some_and(|p| p.starts_with(dir))
@@ -161,13 +162,20 @@ fn grant_except(
 /// The filesystem grants for `args.level` (step 2 of the module doc),
 /// added to `ruleset` as they are found. `protected`: the workspace's
 /// protected paths from the server; `None` walks the workspace for them.
+/// When `mounts` made them read-only mounts, the workspace is granted
+/// whole (around the service's own files only): the mounts keep them.
 pub(super) fn fs_rules(
     args: &WorkerArgs,
     protected: Option<&[PathBuf]>,
+    mounts: MountView,
     ruleset: &mut RulesetCreated,
 ) -> Result<(), String> {
     let read = AccessFs::from_read(TARGET_ABI);
-    let all = AccessFs::from_all(TARGET_ABI);
+    // Regular files, directories and symlinks are made by the worker on
+    // the command's behalf, never by the kernel for it: no `.git` may be
+    // created (see [`super::entries`]).
+    let all = AccessFs::from_all(TARGET_ABI)
+        & !(AccessFs::MakeReg | AccessFs::MakeDir | AccessFs::MakeSym);
     let grants = &mut Grants { ruleset };
     let none = BTreeSet::new();
     let config_protected: BTreeSet<PathBuf> = args.protect.iter().cloned().collect();
@@ -230,6 +238,7 @@ pub(super) fn fs_rules(
         .map_err(|e| format!("open workspace {}: {e}", args.workspace.display()))?;
     if args.level.writes_workspace() {
         let mut protected: BTreeSet<PathBuf> = match protected {
+            _ if mounts.protected_read_only => BTreeSet::new(),
             Some(p) => p.iter().cloned().collect(),
             None => protected_in(&args.workspace).into_iter().collect(),
         };

@@ -50,18 +50,28 @@ use std::path::{Path, PathBuf};
 
 use seccompiler::{BpfProgram, sock_filter};
 
+use super::entries::{CREATING_FLAGS, Reply, TRAPPED_WITH_FLAGS};
+
 /// The metadata system calls trapped to the worker.
 const TRAPPED: &[i64] = &[
+    // The path forms without `at`: x86_64 has them, aarch64 (asm-generic
+    // numbering) only the `*at` forms, which libc uses there.
+    #[cfg(target_arch = "x86_64")]
     libc::SYS_chmod,
     libc::SYS_fchmod,
     libc::SYS_fchmodat,
-    libc::SYS_fchmodat2,
+    SYS_FCHMODAT2,
+    #[cfg(target_arch = "x86_64")]
     libc::SYS_chown,
     libc::SYS_fchown,
+    #[cfg(target_arch = "x86_64")]
     libc::SYS_lchown,
     libc::SYS_fchownat,
+    #[cfg(target_arch = "x86_64")]
     libc::SYS_utime,
+    #[cfg(target_arch = "x86_64")]
     libc::SYS_utimes,
+    #[cfg(target_arch = "x86_64")]
     libc::SYS_futimesat,
     libc::SYS_utimensat,
     libc::SYS_setxattr,
@@ -72,33 +82,73 @@ const TRAPPED: &[i64] = &[
     libc::SYS_fremovexattr,
 ];
 
+/// `fchmodat2` (Linux 6.6): 452 on every architecture (the unified
+/// numbering from 424 on); the libc crate defines it for x86_64 only.
+pub(super) const SYS_FCHMODAT2: i64 = 452;
+
+/// The audit architecture of this build, as `seccomp_data.arch` holds it.
+#[cfg(target_arch = "x86_64")]
+pub(super) const AUDIT_ARCH: u32 = 0xC000_003E;
+/// The audit architecture of this build, as `seccomp_data.arch` holds it.
+#[cfg(target_arch = "aarch64")]
+pub(super) const AUDIT_ARCH: u32 = 0xC000_00B7;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("the worker's seccomp filters know x86_64 and aarch64 system call numbers only");
+
 /// Longest path copied from the command (PATH_MAX).
-const MAX_PATH: usize = 4096;
+pub(super) const MAX_PATH: usize = 4096;
 /// Longest attribute name (XATTR_NAME_MAX + NUL).
 const MAX_XATTR_NAME: usize = 256;
 /// Largest attribute value (XATTR_SIZE_MAX).
 const MAX_XATTR_VALUE: usize = 65536;
 
-/// The notifying filter: every call of [`TRAPPED`] goes to the listener.
+/// The notifying filter: every call of [`TRAPPED`] and of
+/// [`super::entries::TRAPPED`] goes to the listener, and the calls of
+/// [`TRAPPED_WITH_FLAGS`] when their flags ask for a new file.
 pub(super) fn notify_program() -> BpfProgram {
     const LD_W_ABS: u16 = 0x20;
     const JMP_JEQ_K: u16 = 0x05 | 0x10;
+    const JMP_JSET_K: u16 = 0x05 | 0x40;
     const RET_K: u16 = 0x06;
-    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+    /// `seccomp_data.args[i]`, low 32 bits (both targets are little-endian).
+    const ARGS_OFFSET: u32 = 16;
     let op = |code, k, jt, jf| sock_filter { code, jt, jf, k };
-    let n = TRAPPED.len();
+    let always: Vec<i64> = TRAPPED
+        .iter()
+        .chain(super::entries::TRAPPED)
+        .copied()
+        .collect();
+    let (n, m) = (always.len(), TRAPPED_WITH_FLAGS.len());
+    // Layout: arch check, load nr, one jump per always-trapped call, one
+    // per flag-checked call, ALLOW, NOTIFY, then per flag-checked call its
+    // own four (load the flags, test them, NOTIFY, ALLOW): BPF jumps only
+    // go forward.
+    let allow = 3 + n + m; // index of the ALLOW return
+    let notify = allow + 1;
+    let check = |j: usize| notify + 1 + 4 * j;
+    let rel = |from: usize, to: usize| (to - from - 1) as u8;
     let mut p = vec![
         op(LD_W_ABS, 4, 0, 0),
         // Another arch: the main filter already kills it.
-        op(JMP_JEQ_K, AUDIT_ARCH_X86_64, 0, (n + 1) as u8),
+        op(JMP_JEQ_K, AUDIT_ARCH, 0, rel(1, allow)),
         op(LD_W_ABS, 0, 0, 0),
     ];
-    for (i, nr) in TRAPPED.iter().enumerate() {
-        // Match: jump to the USER_NOTIF return after the remaining checks.
-        p.push(op(JMP_JEQ_K, *nr as u32, (n - i) as u8, 0));
+    for nr in &always {
+        let at = p.len();
+        p.push(op(JMP_JEQ_K, *nr as u32, rel(at, notify), 0));
+    }
+    for (j, (nr, _)) in TRAPPED_WITH_FLAGS.iter().enumerate() {
+        let at = p.len();
+        p.push(op(JMP_JEQ_K, *nr as u32, rel(at, check(j)), 0));
     }
     p.push(op(RET_K, libc::SECCOMP_RET_ALLOW, 0, 0));
     p.push(op(RET_K, libc::SECCOMP_RET_USER_NOTIF, 0, 0));
+    for (_, arg) in TRAPPED_WITH_FLAGS {
+        p.push(op(LD_W_ABS, ARGS_OFFSET + 8 * arg, 0, 0));
+        p.push(op(JMP_JSET_K, CREATING_FLAGS, 0, 1));
+        p.push(op(RET_K, libc::SECCOMP_RET_USER_NOTIF, 0, 0));
+        p.push(op(RET_K, libc::SECCOMP_RET_ALLOW, 0, 0));
+    }
     p
 }
 
@@ -135,12 +185,17 @@ pub(super) struct MetadataGuard {
     pub roots: Vec<PathBuf>,
     /// Never, even beneath a root: protected paths.
     pub excluded: BTreeSet<PathBuf>,
+    /// Paths the Landlock grants go around piecewise: no entry may be
+    /// added, removed or renamed in a directory on the way to one (every
+    /// protected path without the mount namespace; the service's own files
+    /// always). See [`super::entries`].
+    pub way_locked: BTreeSet<PathBuf>,
 }
 
-type Errno = i32;
+pub(super) type Errno = i32;
 
 /// How a trapped call names its object.
-enum Follow {
+pub(super) enum Follow {
     Yes,
     No,
 }
@@ -161,15 +216,25 @@ impl MetadataGuard {
             // ENOENT: the caller died before we read it.
             return;
         }
-        let result = self.perform(listener, &req);
+        let reply = if super::entries::handles(i64::from(req.data.nr)) {
+            self.serve_entry(listener, &req)
+        } else {
+            match self.perform(listener, &req) {
+                Ok(()) => Reply::Value(0),
+                Err(e) => Reply::Error(e),
+            }
+        };
+        let (val, error, flags) = match reply {
+            Reply::Value(v) => (v, 0, 0),
+            Reply::Error(e) => (0, -e, 0),
+            Reply::Continue => (0, 0, libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32),
+            Reply::Sent => return,
+        };
         let resp = libc::seccomp_notif_resp {
             id: req.id,
-            val: 0,
-            error: match result {
-                Ok(()) => 0,
-                Err(e) => -e,
-            },
-            flags: 0,
+            val,
+            error,
+            flags,
         };
         // SAFETY: SEND reads `resp`, which has the kernel's layout.
         unsafe {
@@ -186,28 +251,34 @@ impl MetadataGuard {
         // first; then make sure the notification (and so the pid) is still
         // live before acting on it.
         let (object, op) = match nr {
+            #[cfg(target_arch = "x86_64")]
             libc::SYS_chmod => (t.at(libc::AT_FDCWD, a[0], 0, Follow::Yes)?, Op::Mode(a[1])),
             libc::SYS_fchmod => (t.fd(fd(a[0]))?, Op::Mode(a[1])),
             libc::SYS_fchmodat => (t.at(fd(a[0]), a[1], 0, Follow::Yes)?, Op::Mode(a[2])),
-            libc::SYS_fchmodat2 => (t.at_flags(fd(a[0]), a[1], a[3])?, Op::Mode(a[2])),
+            SYS_FCHMODAT2 => (t.at_flags(fd(a[0]), a[1], a[3])?, Op::Mode(a[2])),
+            #[cfg(target_arch = "x86_64")]
             libc::SYS_chown => (
                 t.at(libc::AT_FDCWD, a[0], 0, Follow::Yes)?,
                 Op::Owner(a[1], a[2]),
             ),
+            #[cfg(target_arch = "x86_64")]
             libc::SYS_lchown => (
                 t.at(libc::AT_FDCWD, a[0], 0, Follow::No)?,
                 Op::Owner(a[1], a[2]),
             ),
             libc::SYS_fchown => (t.fd(fd(a[0]))?, Op::Owner(a[1], a[2])),
             libc::SYS_fchownat => (t.at_flags(fd(a[0]), a[1], a[4])?, Op::Owner(a[2], a[3])),
+            #[cfg(target_arch = "x86_64")]
             libc::SYS_utime => (
                 t.at(libc::AT_FDCWD, a[0], 0, Follow::Yes)?,
                 Op::Times(t.utimbuf(a[1])?),
             ),
+            #[cfg(target_arch = "x86_64")]
             libc::SYS_utimes => (
                 t.at(libc::AT_FDCWD, a[0], 0, Follow::Yes)?,
                 Op::Times(t.timevals(a[1])?),
             ),
+            #[cfg(target_arch = "x86_64")]
             libc::SYS_futimesat => (
                 t.at(fd(a[0]), a[1], 0, Follow::Yes)?,
                 Op::Times(t.timevals(a[2])?),
@@ -274,7 +345,7 @@ impl MetadataGuard {
 }
 
 /// `/proc/self/fd` names a deleted file `PATH (deleted)`.
-fn strip_deleted(p: &Path) -> PathBuf {
+pub(super) fn strip_deleted(p: &Path) -> PathBuf {
     let b = p.as_os_str().as_bytes();
     let b = b.strip_suffix(b" (deleted)").unwrap_or(b);
     PathBuf::from(std::ffi::OsStr::from_bytes(b))
@@ -328,20 +399,56 @@ impl Op {
     }
 }
 
-fn last_errno() -> Errno {
+pub(super) fn last_errno() -> Errno {
     std::io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EPERM)
 }
 
 /// The calling thread, seen through `/proc/<tid>`.
-struct Caller {
+pub(super) struct Caller {
     tid: u32,
     mem: File,
 }
 
 impl Caller {
-    fn open(tid: u32) -> Result<Self, Errno> {
+    /// The calling thread's id.
+    pub(super) fn tid(&self) -> u32 {
+        self.tid
+    }
+
+    /// The path at `addr`, with the names that mean "the caller itself"
+    /// (`/proc/self`, `/proc/thread-self`, `/dev/fd`, `/dev/std*`) spelled
+    /// as the caller's `/proc/<tid>`: resolved by the worker they would
+    /// name the worker's own fds.
+    pub(super) fn path(&self, addr: u64) -> Result<CString, Errno> {
+        let p = self.cstr(addr, MAX_PATH)?;
+        let b = p.as_bytes();
+        let tid = self.tid;
+        let fixed: Option<Vec<u8>> = [
+            (&b"/proc/self/"[..], format!("/proc/{tid}/")),
+            (
+                &b"/proc/thread-self/"[..],
+                format!("/proc/{tid}/task/{tid}/"),
+            ),
+            (&b"/dev/fd/"[..], format!("/proc/{tid}/fd/")),
+            (&b"/dev/stdin"[..], format!("/proc/{tid}/fd/0")),
+            (&b"/dev/stdout"[..], format!("/proc/{tid}/fd/1")),
+            (&b"/dev/stderr"[..], format!("/proc/{tid}/fd/2")),
+        ]
+        .into_iter()
+        .find_map(|(prefix, with)| {
+            let rest = b.strip_prefix(prefix)?;
+            let whole = !prefix.ends_with(b"/");
+            (!whole || rest.is_empty()).then(|| [with.as_bytes(), rest].concat())
+        });
+        match fixed {
+            Some(f) => CString::new(f).map_err(|_| libc::EINVAL),
+            None => Ok(p),
+        }
+    }
+
+    pub(super) fn open(tid: u32) -> Result<Self, Errno> {
         let mem = File::open(format!("/proc/{tid}/mem"))
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EPERM))?;
         Ok(Self { tid, mem })
@@ -358,7 +465,7 @@ impl Caller {
     /// A NUL-terminated string of at most `max` bytes (NUL included) at
     /// `addr`, read a page at a time so that it may end just before an
     /// unmapped page.
-    fn cstr(&self, addr: u64, max: usize) -> Result<CString, Errno> {
+    pub(super) fn cstr(&self, addr: u64, max: usize) -> Result<CString, Errno> {
         if addr == 0 {
             return Err(libc::EFAULT);
         }
@@ -382,7 +489,12 @@ impl Caller {
         Err(libc::ENAMETOOLONG)
     }
 
-    fn open_path(&self, base: RawFd, path: &CString, follow: Follow) -> Result<OwnedFd, Errno> {
+    pub(super) fn open_path(
+        &self,
+        base: RawFd,
+        path: &CString,
+        follow: Follow,
+    ) -> Result<OwnedFd, Errno> {
         let mut flags = libc::O_PATH | libc::O_CLOEXEC;
         if matches!(follow, Follow::No) {
             flags |= libc::O_NOFOLLOW;
@@ -398,7 +510,7 @@ impl Caller {
 
     /// The caller's fd `fd` (or its cwd for AT_FDCWD), as an O_PATH fd of
     /// ours: its `/proc/<tid>/fd` magic link reaches the very object.
-    fn fd(&self, fd: i32) -> Result<OwnedFd, Errno> {
+    pub(super) fn fd(&self, fd: i32) -> Result<OwnedFd, Errno> {
         let link = if fd == libc::AT_FDCWD {
             format!("/proc/{}/cwd", self.tid)
         } else if fd < 0 {
@@ -412,8 +524,14 @@ impl Caller {
     }
 
     /// The object `path` names relative to the caller's `dirfd`.
-    fn at(&self, dirfd: i32, path: u64, _flags: u64, follow: Follow) -> Result<OwnedFd, Errno> {
-        let p = self.cstr(path, MAX_PATH)?;
+    pub(super) fn at(
+        &self,
+        dirfd: i32,
+        path: u64,
+        _flags: u64,
+        follow: Follow,
+    ) -> Result<OwnedFd, Errno> {
+        let p = self.path(path)?;
         if p.as_bytes().is_empty() {
             return Err(libc::ENOENT);
         }
@@ -461,6 +579,7 @@ impl Caller {
     }
 
     /// `struct timeval[2]` at `addr` (utimes, futimesat).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn timevals(&self, addr: u64) -> Result<Option<[libc::timespec; 2]>, Errno> {
         let Some([a, m]) = self.timespecs(addr)? else {
             return Ok(None);
@@ -478,6 +597,7 @@ impl Caller {
     }
 
     /// `struct utimbuf` at `addr` (utime).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn utimbuf(&self, addr: u64) -> Result<Option<[libc::timespec; 2]>, Errno> {
         if addr == 0 {
             return Ok(None);
@@ -506,6 +626,7 @@ mod tests {
         let g = MetadataGuard {
             roots: vec!["/w".into(), "/t".into()],
             excluded: ["/w/r/.git".into()].into_iter().collect(),
+            way_locked: BTreeSet::new(),
         };
         for (p, ok) in [
             ("/w/a", true),
@@ -528,6 +649,17 @@ mod tests {
     #[test]
     fn the_notify_program_traps_every_listed_call() {
         let p = notify_program();
-        assert_eq!(p.len(), TRAPPED.len() + 5);
+        // Arch check, load, one jump per call, ALLOW, NOTIFY, and four
+        // instructions per flag check.
+        assert_eq!(
+            p.len(),
+            5 + TRAPPED.len() + super::super::entries::TRAPPED.len() + 5 * TRAPPED_WITH_FLAGS.len()
+        );
+        // Every jump lands inside the program.
+        for (i, ins) in p.iter().enumerate() {
+            if ins.code & 0x07 == 0x05 {
+                assert!(i + 1 + usize::from(ins.jt.max(ins.jf)) < p.len(), "{i}");
+            }
+        }
     }
 }

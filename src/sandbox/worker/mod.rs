@@ -14,7 +14,11 @@
 //! - [`landlock`]: the filesystem and network grants of each level;
 //! - [`seccomp`]: the system-call filters;
 //! - [`metadata`]: mode, owner, times and xattrs, which Landlock does not
-//!   govern: trapped to the worker, performed only beneath writable roots.
+//!   govern: trapped to the worker, performed only beneath writable roots;
+//! - [`entries`]: new files, directories, links and renames, made by the
+//!   worker so that none is named `.git`;
+//! - [`mounts`]: the private mount namespace (read-only protected paths, a
+//!   `/proc` showing only the command's processes).
 //!
 //! Not here: spawning the worker and reading its output (`super::process`),
 //! finding the protected paths between commands (`super::protected`).
@@ -43,18 +47,18 @@
 //! (hooks, `config` with `core.fsmonitor`, …) gets code executed later by
 //! whoever runs git on the workspace outside the sandbox. Landlock grants are
 //! additive and always cover a whole subtree, so "the workspace except
-//! `.git`" cannot be one rule: the workspace is granted piecewise instead.
-//! Every directory on the way to a protected path gets only read rights;
-//! its other children get full rights (directories) or file rights (files).
-//! The price: in a directory that holds a protected path (a repository root)
-//! a command may change existing files but not create, delete or rename
-//! entries. Children are opened with `O_NOFOLLOW` relative to their parent's
-//! fd, so a symlink swapped in during the walk never earns a grant.
-//! Read-only bind mounts of each `.git` in a private mount namespace (where
-//! the worker may create one) would lift that price, but leave a hole the
-//! piecewise grants close: the command could rename the repository
-//! directory away and plant a new one, with its own `.git/hooks`, at the
-//! path the user trusts.
+//! `.git`" cannot be one Landlock rule. Where the worker can make a private
+//! mount namespace ([`mounts`]) every protected path is a read-only bind
+//! mount and every directory on the way to one a mount point of its own (so
+//! the repository cannot be renamed away and replaced); the workspace then
+//! keeps a whole grant. Elsewhere (the fallback, `--landlock-only`) the
+//! workspace is granted piecewise: every directory on the way to a protected
+//! path gets only read rights, its other children full rights (directories)
+//! or file rights (files), so such a directory takes no new, removed or
+//! renamed entry. Children are opened with `O_NOFOLLOW` relative to their
+//! parent's fd, so a symlink swapped in during the walk never earns a grant.
+//! In both, no `.git` may be made at all ([`entries`]): a repository made by
+//! the command would be unprotected until the next one.
 //!
 //! Where the protected paths come from: the server finds them and keeps them
 //! between commands ([`super::protected`]), and passes them on
@@ -66,8 +70,10 @@
 #![allow(unsafe_code)]
 
 mod confine;
+mod entries;
 mod landlock;
 mod metadata;
+mod mounts;
 mod seccomp;
 mod supervise;
 
@@ -76,6 +82,8 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
+
+pub use mounts::{MAX_BIND_MOUNTS, probe as probe_namespace};
 
 use super::{ResourceLimits, SandboxLevel};
 
@@ -137,6 +145,10 @@ pub struct WorkerArgs {
     /// workspace itself. An fd that cannot be read fails the setup.
     #[arg(long)]
     pub protected_fd: Option<i32>,
+    /// No private mount namespace: protected paths by Landlock alone (see
+    /// [`mounts`]).
+    #[arg(long)]
+    pub landlock_only: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
@@ -177,6 +189,9 @@ impl WorkerArgs {
         if let Some(fd) = self.protected_fd {
             a.push("--protected-fd".into());
             a.push(fd.to_string().into());
+        }
+        if self.landlock_only {
+            a.push("--landlock-only".into());
         }
         a.push("--".into());
         a.extend(self.command.iter().cloned());
@@ -320,6 +335,7 @@ mod tests {
             cgroup: Some("/sys/fs/cgroup/pids/x".into()),
             best_effort: true,
             protected_fd: Some(PROTECTED_FD),
+            landlock_only: true,
             command: vec!["bash".into(), "-c".into(), "--x".into()],
         };
         let mut argv: Vec<OsString> = vec!["w".into()];
@@ -330,6 +346,7 @@ mod tests {
         assert_eq!(b.cgroup, a.cgroup);
         assert!(b.best_effort);
         assert_eq!(b.protected_fd, Some(PROTECTED_FD));
+        assert!(b.landlock_only);
         assert_eq!(b.command, a.command);
     }
 }

@@ -39,7 +39,9 @@ fn seccomp_program(network: bool) -> Result<BpfProgram, String> {
         libc::SYS_swapoff,
         libc::SYS_acct,
         libc::SYS_syslog,
+        #[cfg(target_arch = "x86_64")]
         libc::SYS_iopl,
+        #[cfg(target_arch = "x86_64")]
         libc::SYS_ioperm,
         libc::SYS_settimeofday,
         libc::SYS_clock_settime,
@@ -142,14 +144,20 @@ fn seccomp_program(network: bool) -> Result<BpfProgram, String> {
         Ok(out)
     };
     const O_TMPFILE_BIT: u64 = 0x40_0000; // __O_TMPFILE
+    // The forms without `at` exist on x86_64 only (aarch64 has the `*at`
+    // forms, which its libc uses for every call).
     for (nr, mode_arg, flags_arg) in [
+        #[cfg(target_arch = "x86_64")]
         (libc::SYS_chmod, 1, None),
         (libc::SYS_fchmod, 1, None),
         (libc::SYS_fchmodat, 2, None),
-        (libc::SYS_fchmodat2, 2, None),
+        (super::metadata::SYS_FCHMODAT2, 2, None),
+        #[cfg(target_arch = "x86_64")]
         (libc::SYS_creat, 1, None),
+        #[cfg(target_arch = "x86_64")]
         (libc::SYS_mknod, 1, None),
         (libc::SYS_mknodat, 2, None),
+        #[cfg(target_arch = "x86_64")]
         (libc::SYS_open, 2, Some(1)),
         (libc::SYS_openat, 3, Some(2)),
     ] {

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::confine::{confine_and_exec, drop_capabilities};
 use super::metadata::MetadataGuard;
+use super::mounts::MountView;
 use super::protected_in;
 use super::{Ended, SETUP_FAILED_EXIT, WorkerArgs, errno};
 
@@ -60,6 +61,26 @@ pub(super) fn supervise(
         std::fs::write(cg.join("cgroup.procs"), "0")
             .map_err(|e| format!("joining cgroup {}: {e}", cg.display()))?;
     }
+    // The workspace's protected paths, walked here once when the server
+    // passed none: the mounts, the grants and the metadata guard use them.
+    let walked;
+    let protected: Option<&[PathBuf]> = match protected {
+        Some(p) => Some(p),
+        None if args.level.writes_workspace() => {
+            walked = protected_in(&args.workspace);
+            Some(&walked)
+        }
+        None => None,
+    };
+    // Before the fork, so the worker (which performs the trapped calls) and
+    // the command see the same read-only mounts; while the worker still has
+    // its capabilities.
+    let mounts = super::mounts::enter(
+        args.level.is_confined() && !args.landlock_only,
+        args.level.writes_workspace(),
+        &args.workspace,
+        protected.unwrap_or_default(),
+    );
     let signals = [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
     // SAFETY: building and installing a signal mask for this thread.
     let set = unsafe {
@@ -91,7 +112,7 @@ pub(super) fn supervise(
         let ends = handoff
             .as_ref()
             .map(|((_, ready_w), (go_r, _))| (ready_w.as_raw_fd(), go_r.as_raw_fd()));
-        let err = confine_and_exec(args, protected, worker_pid, ends);
+        let err = confine_and_exec(args, protected, mounts, worker_pid, ends);
         let _ = writeln!(status, "{}", serde_json::json!({ "setup_error": err }));
         // SAFETY: leaving the forked child without running the parent's
         // destructors or atexit handlers.
@@ -115,7 +136,7 @@ pub(super) fn supervise(
         }
         None => None,
     };
-    let guard = metadata_guard(args, protected);
+    let guard = metadata_guard(args, protected, mounts);
     // From here on the worker only waits, signals, reads /proc and performs
     // the command's allowed metadata calls: with no capability, it can never
     // do more for the command than the command's uid could itself.
@@ -272,18 +293,29 @@ fn take_listener(
 
 /// Where the command may change metadata: the roots it may write, minus
 /// the protected paths (as [`super::landlock`] grants them).
-fn metadata_guard(args: &WorkerArgs, protected: Option<&[PathBuf]>) -> MetadataGuard {
+fn metadata_guard(
+    args: &WorkerArgs,
+    protected: Option<&[PathBuf]>,
+    mounts: MountView,
+) -> MetadataGuard {
     let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     let mut roots = vec![canonical(&args.tmp)];
     let mut excluded: BTreeSet<PathBuf> = args.protect.iter().map(|p| canonical(p)).collect();
+    let mut way_locked = excluded.clone();
     if args.level.writes_workspace() {
         roots.push(canonical(&args.workspace));
-        match protected {
-            Some(p) => excluded.extend(p.iter().cloned()),
-            None => excluded.extend(protected_in(&args.workspace)),
+        let protected =
+            protected.map_or_else(|| protected_in(&args.workspace), <[PathBuf]>::to_vec);
+        if !mounts.protected_read_only {
+            way_locked.extend(protected.iter().cloned());
         }
+        excluded.extend(protected);
     }
-    MetadataGuard { roots, excluded }
+    MetadataGuard {
+        roots,
+        excluded,
+        way_locked,
+    }
 }
 
 /// Reaps children. With `block`, waits for one child and returns true when

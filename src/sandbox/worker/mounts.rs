@@ -1,0 +1,368 @@
+//! The worker's private mount namespace: every protected path a read-only
+//! bind mount, and a `/proc` of its own that shows only the command's own
+//! processes.
+//!
+//! **Protected paths (threat: a hook or `core.fsmonitor` planted in a
+//! `.git`, run later by git outside the sandbox).** Landlock grants cover a
+//! whole subtree and cannot say "except", so without a mount namespace the
+//! workspace is granted piecewise ([`super::landlock`]) and every directory
+//! on the way to a `.git` loses create, remove and rename, up to the
+//! workspace root. Here each protected path is instead re-mounted on itself
+//! read-only (`open_tree` clone + `mount_setattr(MOUNT_ATTR_RDONLY)` +
+//! `move_mount`, all on fds opened with `O_NOFOLLOW`, so a symlink swapped in
+//! never redirects a mount), and the rest of the workspace keeps a full
+//! Landlock grant. Writes beneath a protected path fail `EROFS`; renaming or
+//! removing the mount point itself fails `EBUSY` (a mount point of this
+//! namespace); a hard link out of it fails `EXDEV`. Renaming an *ancestor*
+//! would move the repository away (its read-only `.git` with it) and let
+//! the command plant a new repository with a hook at the path the user
+//! trusts, so every directory between the workspace root and a protected
+//! path is also a mount point of its own (bound on itself, read-write):
+//! entries in it are created, removed and renamed freely, but it cannot be
+//! renamed or removed itself (`EBUSY`). The price: a rename or hard link
+//! between two of those levels (`mv x vendor/lib/` when
+//! `vendor/lib/.git` exists) crosses mounts and fails `EXDEV` (`mv`
+//! copies instead).
+//!
+//! **`/proc` (threat: reading the server's or another command's
+//! `/proc/<pid>/cmdline`, which may hold secrets passed on a command line).**
+//! A fresh procfs instance with `hidepid=noaccess` is mounted over `/proc`
+//! (Linux 5.8 gave each procfs mount its own options). hidepid opens a
+//! process's `/proc/<pid>` only to callers that may ptrace-read it (others
+//! get `EPERM`, a denial the output shows; `invisible` would answer
+//! `ENOENT`, which reads as "no such process" rather than as the
+//! sandbox's refusal), and Landlock refuses a
+//! confined process that access to every process outside its own domain: the
+//! server, the worker, other commands (each has its own domain), pid 1. The
+//! command still sees itself and its descendants (`/proc/self`, `ps`,
+//! `<(…)` through `/dev/fd`).
+//!
+//! The namespace is private (`MS_SLAVE` from `/`): nothing mounted here
+//! reaches the host, and it ends with the command's last process. As root
+//! the worker unshares the mount namespace directly; otherwise inside a new
+//! user namespace mapping only its own uid and gid, where the read-only
+//! binds work but a procfs mount does not (it needs a pid namespace of that
+//! user namespace): `/proc` then stays as it is. Where no namespace can be
+//! made (containers without user namespaces, `kernel.unprivileged_userns_
+//! clone=0`), the worker falls back to the piecewise grants; the start-up
+//! probe reports both as gaps ([`crate::sandbox::probe`]).
+//!
+//! Not here: the Landlock grants ([`super::landlock`]), the seccomp rules
+//! of the command ([`super::seccomp`]: it may not mount or unshare).
+
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Most protected paths made read-only mounts; beyond it the worker falls
+/// back to the piecewise grants: each mount costs a few microseconds and a
+/// slot of the per-namespace mount limit (`fs.mount-max`, 100,000).
+pub const MAX_BIND_MOUNTS: usize = 10_000;
+
+/// What the namespace gave this command.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct MountView {
+    /// Every protected path is a read-only mount: the workspace may be
+    /// granted whole.
+    pub protected_read_only: bool,
+    /// `/proc` is a fresh `hidepid=noaccess` instance.
+    pub proc_hidden: bool,
+}
+
+const OPEN_TREE_CLONE: u32 = 1;
+const AT_RECURSIVE: u32 = 0x8000;
+const MOUNT_ATTR_RDONLY: u64 = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
+
+/// `struct mount_attr` of `mount_setattr(2)`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Enters a private mount namespace and sets it up for a command confined
+/// at `confined` that may write the `workspace` (`writes`), with the
+/// workspace's `protected` paths. Call it in the worker before the fork,
+/// while it still has its capabilities. Never fails: what could not be
+/// done is reported false and the caller falls back.
+pub(super) fn enter(
+    confined: bool,
+    writes: bool,
+    workspace: &Path,
+    protected: &[PathBuf],
+) -> MountView {
+    if !confined || unshare_mount_namespace().is_err() {
+        return MountView::default();
+    }
+    // SAFETY: plain mount(2) with NUL-terminated constants.
+    let private = unsafe {
+        libc::mount(
+            c"none".as_ptr(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_SLAVE,
+            std::ptr::null(),
+        )
+    } == 0;
+    if !private {
+        // Mounts made now could propagate to the host: make none.
+        return MountView::default();
+    }
+    let proc_hidden = mount_hidden_proc();
+    let pinned = pinned_ancestors(workspace, protected);
+    let bind_all = |paths: &[PathBuf], read_only: bool| {
+        paths.iter().all(|p| match bind(p, read_only) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(path = %p.display(), error = %e, "bind failed");
+                false
+            }
+        })
+    };
+    // Ancestors first (shortest paths first), each on itself read-write;
+    // then the protected paths read-only, inside them.
+    let protected_read_only = writes
+        && pinned.len() + protected.len() <= MAX_BIND_MOUNTS
+        && bind_all(&pinned, false)
+        && bind_all(protected, true);
+    MountView {
+        protected_read_only,
+        proc_hidden,
+    }
+}
+
+/// `unshare(CLONE_NEWNS)`, inside a new user namespace (own uid and gid
+/// mapped to themselves) when not root.
+fn unshare_mount_namespace() -> std::io::Result<()> {
+    // SAFETY: getters that cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if uid == 0 {
+        // SAFETY: unshare on our own single-threaded process.
+        if unsafe { libc::unshare(libc::CLONE_NEWNS) } == 0 {
+            return Ok(());
+        }
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above; the worker runs no other thread (CLONE_NEWUSER
+    // requires it).
+    if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    std::fs::write("/proc/self/setgroups", "deny")?;
+    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+    Ok(())
+}
+
+/// Mounts a procfs instance with `hidepid=noaccess` over `/proc`. Its
+/// `gid=` group sees every process; left out it is group 0, root's, which
+/// would exempt a root command: so it names a group this process (and so
+/// the command) is not in.
+fn mount_hidden_proc() -> bool {
+    let Some(gid) = group_not_held() else {
+        return false;
+    };
+    let Ok(options) = CString::new(format!("hidepid=noaccess,gid={gid}")) else {
+        return false;
+    };
+    // SAFETY: plain mount(2) with NUL-terminated strings.
+    unsafe {
+        libc::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            options.as_ptr().cast(),
+        ) == 0
+    }
+}
+
+/// A group id this process is not in (neither its effective group nor a
+/// supplementary one): 65534 (`nogroup`) or the first free one below it.
+fn group_not_held() -> Option<libc::gid_t> {
+    let mut groups = [0 as libc::gid_t; 256];
+    // SAFETY: getgroups writes at most `groups.len()` entries.
+    let n = unsafe { libc::getgroups(groups.len() as i32, groups.as_mut_ptr()) };
+    let held = &groups[..usize::try_from(n).ok()?];
+    // SAFETY: cannot fail.
+    let (egid, gid) = unsafe { (libc::getegid(), libc::getgid()) };
+    (1..=65534)
+        .rev()
+        .find(|g| *g != egid && *g != gid && !held.contains(g))
+}
+
+fn check(r: libc::c_long) -> std::io::Result<libc::c_long> {
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Every directory strictly between the workspace root and a protected
+/// path, shortest first. Each becomes a mount point of its own (bound on
+/// itself, read-write), because a mount point cannot be renamed or removed
+/// (`EBUSY`): `mv a/b/repo elsewhere` (or `mv a …`) followed by a new
+/// `a/b/repo/.git` with a hook would otherwise replace the repository at
+/// the path the user trusts, while its read-only `.git` moved away with it.
+fn pinned_ancestors(workspace: &Path, protected: &[PathBuf]) -> Vec<PathBuf> {
+    let mut dirs = std::collections::BTreeSet::new();
+    for p in protected {
+        let mut at = p.parent();
+        while let Some(dir) = at {
+            if dir == workspace || !dir.starts_with(workspace) || !dirs.insert(dir.to_path_buf()) {
+                break;
+            }
+            at = dir.parent();
+        }
+    }
+    let mut dirs: Vec<PathBuf> = dirs.into_iter().collect();
+    dirs.sort_by_key(|d| d.components().count());
+    dirs
+}
+
+/// Re-mounts `path` on itself (recursively), read-only when `read_only`.
+/// A path that is gone needs nothing; a symlink is bound at its target (a
+/// `.git` symlink points at the directory git uses).
+fn bind(path: &Path, read_only: bool) -> std::io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let open = |flags: i32| -> std::io::Result<OwnedFd> {
+        // SAFETY: a valid NUL-terminated path; the fd is owned below.
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_PATH | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: just returned by open, owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let target = match open(libc::O_NOFOLLOW) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    // SAFETY: fstat into a zeroed local.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd and a valid buffer.
+    check(unsafe { libc::fstat(target.as_raw_fd(), &mut st) }.into())?;
+    let target = if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+        match open(0) {
+            Ok(fd) => fd,
+            // Dangling: nothing to write through it.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    } else {
+        target
+    };
+    // SAFETY: open_tree, mount_setattr and move_mount on fds we own, with
+    // empty NUL-terminated paths and a struct of the kernel's layout.
+    unsafe {
+        let tree = check(libc::syscall(
+            libc::SYS_open_tree,
+            target.as_raw_fd(),
+            c"".as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as u32 | libc::AT_EMPTY_PATH as u32 | AT_RECURSIVE,
+        ))?;
+        let tree = OwnedFd::from_raw_fd(tree as i32);
+        let attr = MountAttr {
+            attr_set: if read_only { MOUNT_ATTR_RDONLY } else { 0 },
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        check(libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as u32 | AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ))?;
+        check(libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            target.as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        ))?;
+    }
+    Ok(())
+}
+
+/// Whether this kernel and user may make the namespace: the start-up
+/// probe's question, answered by a forked child that tries (the answer for
+/// protected paths, the answer for `/proc`).
+pub fn probe() -> (bool, bool) {
+    // SAFETY: the child only makes system calls and `_exit`s; it touches
+    // no lock another thread of the server could hold (no allocation: the
+    // strings are constants, the uid/gid maps are written with `write`).
+    unsafe {
+        let pid = libc::fork();
+        if pid < 0 {
+            return (false, false);
+        }
+        if pid == 0 {
+            let code = probe_child();
+            libc::_exit(code);
+        }
+        let mut st = 0;
+        if libc::waitpid(pid, &mut st, 0) != pid || !libc::WIFEXITED(st) {
+            return (false, false);
+        }
+        match libc::WEXITSTATUS(st) {
+            0 => (true, true),
+            1 => (true, false),
+            _ => (false, false),
+        }
+    }
+}
+
+/// The probe's child: 0 both work, 1 only the mount namespace, 2 neither.
+///
+/// # Safety
+/// Only in a freshly forked child: it changes namespaces of the caller.
+unsafe fn probe_child() -> i32 {
+    // SAFETY: plain system calls on this (forked) process.
+    unsafe {
+        let uid = libc::geteuid();
+        if uid == 0 {
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return 2;
+            }
+        } else {
+            // Writing the maps needs formatting without allocating: the
+            // probe only needs "may unshare", which the write of `deny`
+            // and the maps do not change for the unprivileged case.
+            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
+                return 2;
+            }
+        }
+        if libc::mount(
+            c"none".as_ptr(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_SLAVE,
+            std::ptr::null(),
+        ) != 0
+        {
+            return 2;
+        }
+        let hidden = libc::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            c"hidepid=noaccess".as_ptr().cast(),
+        ) == 0;
+        if hidden { 0 } else { 1 }
+    }
+}

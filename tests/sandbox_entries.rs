@@ -1,0 +1,213 @@
+//! No confined command may create a `.git` (issue 11, item 12): a
+//! repository a command made could carry a hook that git, run outside the
+//! sandbox, executes before the server protects it at the next command. So
+//! every way to make an entry named `.git` (any case) is refused, in the
+//! workspace and in the private tmp alike, while ordinary files,
+//! directories, links and renames work as before, with the command's umask.
+//! Through the real gRPC server (yolo mode) and the real worker, with the
+//! mount namespace and with `sandbox_landlock_only`.
+
+mod support;
+
+use serde_json::json;
+use support::*;
+use toolsched::api::pb;
+use toolsched::sandbox::{SandboxConfig, SandboxLevel};
+use toolsched::scheduler::SchedulerConfig;
+
+fn shell(id: &str, command: &str) -> pb::FunctionCall {
+    call(id, "run_shell_command", json!({ "command": command }))
+}
+
+fn landlock_only() -> SchedulerConfig {
+    SchedulerConfig {
+        sandbox: SandboxConfig {
+            landlock_only: true,
+            ..SandboxConfig::default()
+        },
+        ..yolo()
+    }
+}
+
+/// The output of a command that must succeed (what follows `Output: `).
+async fn run_ok(srv: &TestServer, command: &str) -> String {
+    let events = srv.run("s", vec![shell("ok", command)]).await;
+    assert_eq!(
+        states(&events, "ok"),
+        ["validating", "scheduled", "executing", "success"],
+        "{command}: {events:?}"
+    );
+    let out = success_output(&events, "ok");
+    out.split_once("Output: ")
+        .map(|(_, o)| o.to_string())
+        .unwrap_or_default()
+}
+
+/// A command that must end `sandbox_denied` with `refusal` in its output.
+async fn assert_refused(srv: &TestServer, command: &str, refusal: &str) {
+    let events = srv.run("s", vec![shell("c", command)]).await;
+    assert_eq!(
+        states(&events, "c"),
+        ["validating", "scheduled", "executing", "error"],
+        "{command}: {events:?}"
+    );
+    let (kind, message) = error_of(&events, "c");
+    assert_eq!(kind, pb::ErrorType::SandboxDenied, "{command}: {message}");
+    assert!(message.contains(refusal), "{command}: {message}");
+}
+
+/// Every `.git` beneath `dir` (a walk of the real filesystem).
+fn gits_beneath(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    toolsched::sandbox::protected::scan_once(dir)
+}
+
+async fn no_command_makes_a_git(config: SchedulerConfig) {
+    let srv = TestServer::with_config(config).await;
+    // The issue's example (HOME unset so that git does not stop at the
+    // unreadable ~/.gitconfig and gets as far as making the repository).
+    assert_refused(
+        &srv,
+        "unset HOME; git init -q x && echo evil > x/.git/hooks/pre-commit",
+        "x/.git: Operation not permitted",
+    )
+    .await;
+    // A hand-made one.
+    assert_refused(
+        &srv,
+        "mkdir -p y/.git/hooks && echo evil > y/.git/hooks/pre-commit",
+        "cannot create directory ‘y/.git’: Operation not permitted",
+    )
+    .await;
+    // One laid out in the private tmp and moved in, or renamed in place.
+    assert_refused(
+        &srv,
+        "mkdir -p $TMPDIR/r/hooks z && touch $TMPDIR/r/hooks/pre-commit && mv $TMPDIR/r z/.git",
+        "Operation not permitted",
+    )
+    .await;
+    assert_refused(
+        &srv,
+        "mkdir -p w/gitdir/hooks && mv w/gitdir w/.GIT",
+        "Operation not permitted",
+    )
+    .await;
+    // A `.git` file (gitlink) or symlink pointing at a directory laid out
+    // as a git dir, and a hard link named `.git`.
+    assert_refused(
+        &srv,
+        "mkdir -p v && echo 'gitdir: ../w/gitdir' > v/.git",
+        "v/.git: Operation not permitted",
+    )
+    .await;
+    assert_refused(
+        &srv,
+        "mkdir -p u && ln -s ../w/gitdir u/.git",
+        "Operation not permitted",
+    )
+    .await;
+    assert_refused(
+        &srv,
+        "mkdir -p t && echo x > t/f && ln t/f t/.Git",
+        "Operation not permitted",
+    )
+    .await;
+    // In the private tmp too.
+    assert_refused(&srv, "mkdir $TMPDIR/.git", "Operation not permitted").await;
+    assert_eq!(
+        gits_beneath(&srv.path("")),
+        Vec::<std::path::PathBuf>::new()
+    );
+    assert!(!srv.path("x/.git").exists() && !srv.path("w/.GIT").exists());
+}
+
+#[tokio::test]
+async fn no_command_makes_a_git_with_the_mount_namespace() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    no_command_makes_a_git(yolo_confined()).await;
+}
+
+#[tokio::test]
+async fn no_command_makes_a_git_landlock_only() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    no_command_makes_a_git(landlock_only()).await;
+}
+
+async fn ordinary_entries_are_made_as_before(config: SchedulerConfig) {
+    let srv = TestServer::with_config(config).await;
+    let script = "umask 027 && echo hi > f && mkdir d && mkdir -p d/e/f && ln -s f l && ln f h \
+        && mv f g && mkfifo p && cp g d/c && echo more >> g && mknod n p && touch .gitignore x.git \
+        && mkdir $TMPDIR/t && touch $TMPDIR/t/f && mv $TMPDIR/t/f $TMPDIR/u \
+        && /usr/bin/python3 -c 'import tempfile; f = tempfile.TemporaryFile(dir=\".\"); f.write(b\"x\"); f.seek(0); print(f.read())' \
+        && stat -c '%n %A %h' d d/e/f g h l p d/c n .gitignore x.git | sort && cat g && ls $TMPDIR \
+        && rmdir $TMPDIR/t";
+    assert_eq!(
+        run_ok(&srv, script).await,
+        "b'x'\n\
+         .gitignore -rw-r----- 1\n\
+         d drwxr-x--- 3\n\
+         d/c -rw-r----- 1\n\
+         d/e/f drwxr-x--- 2\n\
+         g -rw-r----- 2\n\
+         h -rw-r----- 2\n\
+         l lrwxrwxrwx 1\n\
+         n prw-r----- 1\n\
+         p prw-r----- 1\n\
+         x.git -rw-r----- 1\n\
+         hi\nmore\nt\nu\n"
+    );
+    assert!(srv.path("d/e/f").is_dir() && !srv.path("f").exists());
+    // Outside the writable paths nothing is made, as before (Landlock).
+    assert_refused(
+        &srv,
+        "mkdir /etc/toolsched-entries-test",
+        "Permission denied",
+    )
+    .await;
+    assert_refused(
+        &srv,
+        "touch /usr/toolsched-entries-test",
+        "Permission denied",
+    )
+    .await;
+    assert!(!std::path::Path::new("/etc/toolsched-entries-test").exists());
+}
+
+#[tokio::test]
+async fn ordinary_entries_are_made_as_before_with_the_mount_namespace() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    ordinary_entries_are_made_as_before(yolo_confined()).await;
+}
+
+#[tokio::test]
+async fn ordinary_entries_are_made_as_before_landlock_only() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    ordinary_entries_are_made_as_before(landlock_only()).await;
+}
+
+#[tokio::test]
+async fn landlock_only_still_locks_the_way_to_a_git_for_new_entries() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(landlock_only()).await;
+    std::fs::create_dir_all(srv.path("a/repo/.git")).unwrap();
+    std::fs::create_dir_all(srv.path("a/repo/src")).unwrap();
+    // The worker makes entries only where the piecewise grants would let
+    // the kernel: not in a directory on the way to the `.git`.
+    assert_refused(&srv, "mkdir a/new", "Permission denied").await;
+    assert_refused(&srv, "ln -s x a/repo/l", "Permission denied").await;
+    assert_refused(&srv, "mv a/repo a/old", "Permission denied").await;
+    assert_eq!(
+        run_ok(&srv, "mkdir a/repo/src/new && echo ok").await,
+        "ok\n"
+    );
+    assert!(srv.path("a/repo/.git").is_dir() && !srv.path("a/new").exists());
+}
