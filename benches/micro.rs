@@ -97,6 +97,7 @@ fn scheduler(c: &mut Criterion) {
                         trace_parent: Default::default(),
                         request_id: None,
                         disconnect_grace: None,
+                        outcome_unknown: Vec::new(),
                     })
                     .await
                     .unwrap();

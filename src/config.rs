@@ -214,6 +214,16 @@ settings! {
     /// dropped first [default: 67108864].
     #[arg(long, env = "TOOLSCHED_MAX_RETAINED_BYTES")]
     max_retained_bytes: usize = crate::store::Retention::default().max_bytes_per_session,
+    /// Where batches, logs, request ids and answers are kept: `memory`
+    /// (this process) or a PostgreSQL URL `postgres://…` (restarts and
+    /// replicas) [default: memory].
+    #[arg(long, env = "TOOLSCHED_STORE", hide_env_values = true)]
+    store: String,
+    /// Seconds a replica's lease on a session lasts unrenewed (a replica
+    /// that died holds its sessions at most this long; renewed every third
+    /// of it) [default: 10].
+    #[arg(long, env = "TOOLSCHED_STORE_LEASE_SECS")]
+    store_lease_secs: u64 = crate::store::LEASE_TTL.as_secs(),
     /// Directory where the whole output of a shell command beyond
     /// --output-cap-bytes is kept for read_file [default: a private temp
     /// directory, removed when the server stops].
@@ -398,6 +408,8 @@ pub enum ConfigError {
     Zero { field: &'static str },
     #[error("mcp_servers.{name}: {message}")]
     McpServer { name: String, message: String },
+    #[error("store '{prefix}…' is neither 'memory' nor a postgres:// URL")]
+    Store { prefix: String },
     #[error(
         "output_cap_bytes = {output_cap} does not fit in one event: at most max_event_bytes - {headroom} = {limit} (raise max_event_bytes too, for clients that receive larger messages)"
     )]
@@ -430,6 +442,10 @@ pub struct Settings {
     pub policy_file: Option<PathBuf>,
     /// Configured MCP servers by name (checked: each has a command or a URL).
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// The PostgreSQL store's URL; `None` is the memory store.
+    pub store_url: Option<String>,
+    /// How long a session's lease lasts unrenewed (a durable store).
+    pub store_lease: Duration,
 }
 
 impl Settings {
@@ -582,6 +598,8 @@ impl Settings {
                 max_batches_per_session: v.max_retained_batches,
                 max_bytes_per_session: v.max_retained_bytes,
             },
+            // Connected in main (from `store_url`): connecting is async.
+            store: None,
             kept_output: crate::tools::kept::KeptOutputConfig {
                 dir: v.kept_output_dir,
                 per_call: v.max_kept_output_bytes,
@@ -612,7 +630,23 @@ impl Settings {
             otlp_endpoint: v.otlp_endpoint.filter(|e| !e.trim().is_empty()),
             policy_file: v.policy_file,
             mcp_servers: v.mcp_servers,
+            store_url: store_url(v.store)?,
+            store_lease: Duration::from_secs(v.store_lease_secs.max(1)),
         })
+    }
+}
+
+/// `memory` (or nothing) is `None`; a PostgreSQL URL is kept as given. An
+/// error shows only a short prefix (a URL may hold a password).
+fn store_url(given: Option<String>) -> Result<Option<String>, ConfigError> {
+    match given.as_deref().map(str::trim) {
+        None | Some("" | "memory") => Ok(None),
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            Ok(Some(url.to_string()))
+        }
+        Some(other) => Err(ConfigError::Store {
+            prefix: other.chars().take(12).collect(),
+        }),
     }
 }
 

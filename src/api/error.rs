@@ -28,7 +28,10 @@ fn store_status(e: &StoreError, message: String) -> Status {
     match e {
         StoreError::RequestIdConflict { .. } => Status::already_exists(message),
         StoreError::UnknownBatch { .. } => Status::not_found(message),
-        StoreError::Unavailable { .. } => Status::unavailable(message),
+        StoreError::Unavailable { .. }
+        | StoreError::OwnedElsewhere { .. }
+        | StoreError::LeaseLost { .. }
+        | StoreError::RunningElsewhere { .. } => Status::unavailable(message),
     }
 }
 

@@ -6,9 +6,12 @@
 pub mod auth;
 pub mod bound;
 pub mod convert;
+pub use convert::WireCodec;
 pub mod error;
 pub mod jwt;
 pub mod metrics;
+pub mod relay;
+pub mod routing;
 pub mod tls;
 
 use std::future::Future;
@@ -19,7 +22,11 @@ use tokio::net::TcpListener;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
-use crate::scheduler::{BatchRequest, CancelRequest, ConfirmRequest, Scheduler, WatchRequest};
+use crate::scheduler::{
+    BatchRequest, CancelError, CancelRequest, ConfirmError, ConfirmRequest, ScheduleError,
+    Scheduler, WatchError, WatchRequest,
+};
+use crate::store::StoreError;
 use error::ApiError;
 
 /// Generated proto types and service stubs.
@@ -62,21 +69,65 @@ impl ToolScheduler for Service {
         request: Request<pb::ScheduleCallsRequest>,
     ) -> Result<Response<EventStream>, Status> {
         let principal = auth::principal(&request);
+        let (metadata, _, body) = request.into_parts();
         // W3C Trace Context in the metadata: the batch's span joins the
         // caller's trace.
-        let header = |name| request.metadata().get(name).and_then(|v| v.to_str().ok());
+        let header = |name| metadata.get(name).and_then(|v| v.to_str().ok());
         let parent = crate::telemetry::TraceParent::from_headers(
             header("traceparent"),
             header("tracestate"),
         );
-        let mut batch = BatchRequest::try_from(request.into_inner())?;
+        // Kept for the session's owner, should another replica run it
+        // (a durable store only: the memory store's hot path copies nothing).
+        let relay_body = self
+            .scheduler
+            .is_durable()
+            .then(|| prost::Message::encode_to_vec(&body));
+        let mut batch = BatchRequest::try_from(body)?;
+        routing::check(&metadata, &batch.session_id)?;
         batch.trace_parent = parent;
         let session = batch.session_id.clone();
-        let stream = self
-            .scheduler
-            .schedule_as(&principal.tenant, batch)
-            .await
-            .map_err(ApiError::from)?;
+        // The store's key of the session: its owner, on another replica,
+        // applies what is relayed in the same tenant's namespace.
+        let key = principal.tenant.session_key(&session);
+        let stream = match self.scheduler.schedule_as(&principal.tenant, batch).await {
+            Ok(stream) => stream,
+            // Another replica runs the session: the batch is queued there
+            // through the store, and its log read here as it grows.
+            Err(ScheduleError::Store(e @ StoreError::OwnedElsewhere { .. })) => {
+                let accepted = match relay_body {
+                    Some(body) => {
+                        relay::to_owner::<pb::BatchAccepted>(
+                            &self.scheduler,
+                            &key,
+                            relay::SCHEDULE,
+                            body,
+                        )
+                        .await?
+                    }
+                    None => None,
+                };
+                let Some(accepted) = accepted else {
+                    return Err(ApiError::from(ScheduleError::Store(e)).into());
+                };
+                let watch = WatchRequest {
+                    session_id: key,
+                    batch_id: accepted.batch_id,
+                    after_sequence: 0,
+                };
+                let stream = self
+                    .scheduler
+                    .watch_store(watch)
+                    .await
+                    .map_err(ApiError::from)?;
+                let replayed = accepted.replayed;
+                let max_event_bytes = self.max_event_bytes;
+                let events =
+                    stream.map(move |entry| Ok(wire_event(&entry, replayed, max_event_bytes)));
+                return Ok(Response::new(Box::pin(events)));
+            }
+            Err(e) => return Err(ApiError::from(e).into()),
+        };
         tracing::debug!(
             tenant = %principal.tenant,
             principal = &*principal.name,
@@ -98,12 +149,40 @@ impl ToolScheduler for Service {
         request: Request<pb::WatchBatchRequest>,
     ) -> Result<Response<EventStream>, Status> {
         let principal = auth::principal(&request);
-        let watch = WatchRequest::try_from(request.into_inner())?;
-        let stream = self
+        let (metadata, _, body) = request.into_parts();
+        let watch = WatchRequest::try_from(body.clone())?;
+        routing::check(&metadata, &watch.session_id)?;
+        let key = principal.tenant.session_key(&watch.session_id);
+        let stream = match self
             .scheduler
-            .watch_as(&principal.tenant, watch)
+            .watch_as(&principal.tenant, watch.clone())
             .await
-            .map_err(ApiError::from)?;
+        {
+            Ok(stream) => stream,
+            // Running on another replica: it mirrors the batch's log into
+            // the store, which this replica reads as it grows.
+            Err(e @ WatchError::Store(StoreError::OwnedElsewhere { .. })) => {
+                match relay::to_owner::<()>(
+                    &self.scheduler,
+                    &key,
+                    relay::WATCH,
+                    prost::Message::encode_to_vec(&body),
+                )
+                .await?
+                {
+                    Some(()) => self
+                        .scheduler
+                        .watch_store(WatchRequest {
+                            session_id: key,
+                            ..watch
+                        })
+                        .await
+                        .map_err(ApiError::from)?,
+                    None => return Err(ApiError::from(e).into()),
+                }
+            }
+            Err(e) => return Err(ApiError::from(e).into()),
+        };
         let max_event_bytes = self.max_event_bytes;
         let events = stream.map(move |entry| Ok(wire_event(&entry, false, max_event_bytes)));
         Ok(Response::new(Box::pin(events)))
@@ -114,13 +193,28 @@ impl ToolScheduler for Service {
         request: Request<pb::ConfirmRequest>,
     ) -> Result<Response<pb::ConfirmResponse>, Status> {
         let principal = auth::principal(&request);
-        let confirm = ConfirmRequest::try_from(request.into_inner())?;
-        let confirmed = self
-            .scheduler
-            .confirm_as(&principal.tenant, confirm)
-            .await
-            .map_err(ApiError::from)?;
-        Ok(Response::new(confirmed.into()))
+        let (metadata, _, body) = request.into_parts();
+        let confirm = ConfirmRequest::try_from(body.clone())?;
+        routing::check(&metadata, &confirm.session_id)?;
+        let key = principal.tenant.session_key(&confirm.session_id);
+        match self.scheduler.confirm_as(&principal.tenant, confirm).await {
+            Ok(confirmed) => Ok(Response::new(confirmed.into())),
+            // Not here: the replica running the session answers.
+            Err(e @ (ConfirmError::UnknownSession { .. } | ConfirmError::UnknownCall { .. })) => {
+                match relay::to_owner(
+                    &self.scheduler,
+                    &key,
+                    relay::CONFIRM,
+                    prost::Message::encode_to_vec(&body),
+                )
+                .await?
+                {
+                    Some(answer) => Ok(Response::new(answer)),
+                    None => Err(ApiError::from(e).into()),
+                }
+            }
+            Err(e) => Err(ApiError::from(e).into()),
+        }
     }
 
     async fn cancel(
@@ -128,12 +222,32 @@ impl ToolScheduler for Service {
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::CancelResponse>, Status> {
         let principal = auth::principal(&request);
-        let cancel = CancelRequest::try_from(request.into_inner())?;
-        let summary = self
-            .scheduler
-            .cancel_as(&principal.tenant, cancel)
-            .await
-            .map_err(ApiError::from)?;
+        let (metadata, _, body) = request.into_parts();
+        let cancel = CancelRequest::try_from(body.clone())?;
+        routing::check(&metadata, &cancel.session_id)?;
+        let key = principal.tenant.session_key(&cancel.session_id);
+        let here = self.scheduler.cancel_as(&principal.tenant, cancel).await;
+        // Nothing to cancel here: the replica running the session, if
+        // another one does, cancels there.
+        let elsewhere = match &here {
+            Ok(s) => s.cancelled_calls == 0 && s.cancelled_batches == 0,
+            Err(e) => matches!(
+                e,
+                CancelError::UnknownSession { .. } | CancelError::UnknownBatch { .. }
+            ),
+        };
+        if elsewhere
+            && let Some(answer) = relay::to_owner(
+                &self.scheduler,
+                &key,
+                relay::CANCEL,
+                prost::Message::encode_to_vec(&body),
+            )
+            .await?
+        {
+            return Ok(Response::new(answer));
+        }
+        let summary = here.map_err(ApiError::from)?;
         Ok(Response::new(summary.into()))
     }
 
@@ -278,6 +392,8 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<ToolSchedulerServer<Service>>().await;
+    let draining = tokio_util::sync::CancellationToken::new();
+    follow_store(&scheduler, &health, &draining);
     // Both reflection versions: grpcurl 1.8.6 only speaks v1alpha.
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -293,6 +409,7 @@ pub async fn serve(
         options.jwt.as_ref(),
     )?
     .interceptor();
+    relay::serve_inbox(&scheduler);
     let service =
         ToolSchedulerServer::new(Service::new(scheduler.clone(), options.max_event_bytes))
             .max_decoding_message_size(options.max_request_bytes);
@@ -305,6 +422,7 @@ pub async fn serve(
     let drain = async move {
         signal.await;
         tracing::info!("shutting down: refusing new batches");
+        draining.cancel();
         // The server-wide status first: probes that check "" (the default
         // of grpc_health_probe and Kubernetes' gRPC probe) stop routing
         // here as well.
@@ -383,6 +501,43 @@ pub async fn serve(
         ),
     }
     Ok(())
+}
+
+/// Health (`toolsched.v1.ToolScheduler`) follows a store that can be lost: NOT_SERVING while it cannot
+/// be reached (new batches fail UNAVAILABLE by themselves), SERVING when it
+/// is back, until the drain takes health over.
+fn follow_store(
+    scheduler: &Scheduler,
+    health: &tonic_health::server::HealthReporter,
+    draining: &tokio_util::sync::CancellationToken,
+) {
+    use tonic::server::NamedService;
+    let Some(mut reachable) = scheduler.store_reachable() else {
+        return;
+    };
+    let (health, draining) = (health.clone(), draining.clone());
+    tokio::spawn(async move {
+        loop {
+            let status = if *reachable.borrow_and_update() {
+                tonic_health::ServingStatus::Serving
+            } else {
+                tonic_health::ServingStatus::NotServing
+            };
+            if draining.is_cancelled() {
+                return;
+            }
+            // The named service only: readiness follows the store; ""
+            // (liveness) stays SERVING, as restarting a replica would not
+            // bring the store back.
+            health
+                .set_service_status(<ToolSchedulerServer<Service> as NamedService>::NAME, status)
+                .await;
+            tokio::select! {
+                () = draining.cancelled() => return,
+                changed = reachable.changed() => if changed.is_err() { return },
+            }
+        }
+    });
 }
 
 /// Rewrites the status of requests the codec could not take: a request

@@ -54,6 +54,11 @@ struct Cli {
     /// The toolsched binary [default: `toolsched` beside this one].
     #[arg(long)]
     server: Option<PathBuf>,
+    /// A PostgreSQL URL: scenario `store` runs S1 and S2 with
+    /// `--store <URL>` beside `--store memory` (tests/services.sh writes
+    /// one to .services/postgres.url).
+    #[arg(long, env = "TOOLSCHED_BENCH_STORE", hide_env_values = true)]
+    store: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -164,19 +169,21 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
         ws: ws.path().to_path_buf(),
         runs: cli.runs.max(1),
         quick: cli.quick,
+        store: cli.store.clone(),
     };
     type Scenario = for<'a> fn(
         &'a Env,
     ) -> Pin<
         Box<dyn std::future::Future<Output = anyhow::Result<Vec<Row>>> + 'a>,
     >;
-    let all: [(&str, &'static str, Scenario); 6] = [
+    let all: [(&str, &'static str, Scenario); 7] = [
         ("s1", "S1", |e| Box::pin(s1_throughput(e))),
         ("s2", "S2", |e| Box::pin(s2_latency(e))),
         ("s3", "S3", |e| Box::pin(s3_waves(e))),
         ("s4", "S4", |e| Box::pin(s4_scale(e))),
         ("s5", "S5", |e| Box::pin(s5_search(e))),
         ("s6", "S6", |e| Box::pin(s6_shell(e))),
+        ("store", "store", |e| Box::pin(store_beside_memory(e))),
     ];
     for (key, name, run) in all {
         if !scenarios.iter().any(|s| s == key) {
@@ -225,6 +232,7 @@ struct Env {
     ws: PathBuf,
     runs: usize,
     quick: bool,
+    store: Option<String>,
 }
 
 /// A child process serving on a loopback port.
@@ -540,6 +548,149 @@ async fn s1_throughput(env: &Env) -> anyhow::Result<Vec<Row>> {
             target: String::new(),
         },
     ])
+}
+
+// === store: S1 and S2 with --store postgres beside --store memory ===
+
+/// A write in yolo mode: a side-effecting call (recorded Executing in a
+/// durable store before it starts).
+fn write_small(session: &str) -> pb::ScheduleCallsRequest {
+    let mut request = batch(
+        session,
+        vec![fcall(
+            "w",
+            "write_file",
+            json!({"file_path": format!("w-{session}.txt"), "content": "written\n"}),
+            false,
+        )],
+    );
+    request.approval_mode = pb::ApprovalMode::Yolo as i32;
+    request
+}
+
+async fn store_beside_memory(env: &Env) -> anyhow::Result<Vec<Row>> {
+    let Some(url) = env.store.as_deref() else {
+        bail!("scenario 'store' needs --store postgres://… (see tests/services.sh)");
+    };
+    let (k, c) = (8, 64);
+    let secs = if env.quick { 1 } else { 4 };
+    let memory = start_toolsched(env, &[])?;
+    let durable = start_toolsched(env, &["--store", url])?;
+    let reads: Arc<dyn Fn(usize) -> pb::ScheduleCallsRequest + Send + Sync> =
+        Arc::new(|s| read_small(&format!("st-{s}")));
+    let writes: Arc<dyn Fn(usize) -> pb::ScheduleCallsRequest + Send + Sync> =
+        Arc::new(|s| write_small(&format!("sw-{s}")));
+    let one_read: Arc<dyn Fn(usize) -> pb::ScheduleCallsRequest + Send + Sync> =
+        Arc::new(|_| read_small("st-one"));
+    let one_write: Arc<dyn Fn(usize) -> pb::ScheduleCallsRequest + Send + Sync> =
+        Arc::new(|_| write_small("sw-one"));
+    // (metric, memory runs, postgres runs)
+    let mut figures: Vec<(String, Vec<f64>, Vec<f64>)> = vec![
+        (
+            format!("S1 RPC/s, 1 read_file per batch, C={c} over K={k}"),
+            vec![],
+            vec![],
+        ),
+        (
+            format!("S1 RPC/s, 1 write_file (yolo) per batch, C={c} over K={k}"),
+            vec![],
+            vec![],
+        ),
+        (
+            "S2 read_file end of stream p50 (µs), C=1".into(),
+            vec![],
+            vec![],
+        ),
+        (
+            "S2 write_file end of stream p50 (µs), C=1".into(),
+            vec![],
+            vec![],
+        ),
+        (
+            "S2 write_file end of stream p99 (µs), C=1".into(),
+            vec![],
+            vec![],
+        ),
+    ];
+    for run in 0..env.runs {
+        // Interleaved: memory then postgres, each figure, each run.
+        for (i, server) in [&memory, &durable].into_iter().enumerate() {
+            let name = if i == 0 { "memory" } else { "postgres" };
+            progress(&format!("[store] run {}/{}: {name}", run + 1, env.runs));
+            let push = |figures: &mut Vec<(String, Vec<f64>, Vec<f64>)>, at: usize, x: f64| {
+                if i == 0 {
+                    figures[at].1.push(x)
+                } else {
+                    figures[at].2.push(x)
+                }
+            };
+            let r = load(
+                server.addr,
+                k,
+                c,
+                Duration::from_secs(secs),
+                reads.clone(),
+                1,
+            )
+            .await?;
+            push(&mut figures, 0, r.calls_per_s);
+            let w = load(
+                server.addr,
+                k,
+                c,
+                Duration::from_secs(secs),
+                writes.clone(),
+                1,
+            )
+            .await?;
+            push(&mut figures, 1, w.calls_per_s);
+            let r1 = load(
+                server.addr,
+                1,
+                1,
+                Duration::from_secs(secs),
+                one_read.clone(),
+                1,
+            )
+            .await?;
+            push(&mut figures, 2, percentile(&r1.end, 0.5));
+            let w1 = load(
+                server.addr,
+                1,
+                1,
+                Duration::from_secs(secs),
+                one_write.clone(),
+                1,
+            )
+            .await?;
+            push(&mut figures, 3, percentile(&w1.end, 0.5));
+            push(&mut figures, 4, percentile(&w1.end, 0.99));
+        }
+    }
+    Ok(figures
+        .into_iter()
+        .enumerate()
+        .map(|(i, (metric, m, p))| {
+            let (ms, ps) = (Stat::of(m), Stat::of(p));
+            let throughput = i < 2;
+            Row {
+                scenario: "store",
+                metric: format!(
+                    "{metric}; toolsched column --store postgres, floor column --store memory"
+                ),
+                toolsched: ps,
+                floor: Some(ms),
+                ratio: throughput.then(|| ps.median / ms.median),
+                target: if i == 0 {
+                    "≥ 0.5 of memory".into()
+                } else if throughput {
+                    String::new()
+                } else {
+                    format!("postgres − memory = {:.0} µs", ps.median - ms.median)
+                },
+            }
+        })
+        .collect())
 }
 
 // === S2: latency ===

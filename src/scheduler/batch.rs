@@ -164,7 +164,13 @@ pub(crate) struct BatchStart<'a> {
     pub metrics: Arc<Metrics>,
     /// An unanswered prompt is cancelled after this; `None` waits forever.
     pub confirmation_timeout: Option<Duration>,
+    /// Calls found Executing with no result when this batch was taken over
+    /// from a replica that stopped: they end `outcome_unknown`, never run.
+    pub outcome_unknown: &'a [String],
 }
+
+/// The message of a call that ends `outcome_unknown`.
+pub const OUTCOME_UNKNOWN: &str = "the server running this call stopped; it was not re-run";
 
 /// One running batch.
 pub(crate) struct Batch {
@@ -196,6 +202,7 @@ impl Batch {
             token,
             metrics,
             confirmation_timeout,
+            outcome_unknown,
         } = start;
         let trace = BatchTrace::start(session_id, &id, requested.len(), interactive, trace_parent)
             .observed_by(metrics.clone());
@@ -214,9 +221,13 @@ impl Batch {
                 continue; // `order` is a permutation: never taken twice
             };
             let tool = registry.get(&call.name).ok().cloned();
-            let built = registry
-                .build(&call.name, &call.args)
-                .map_err(|e| (e.kind, e.message));
+            let built = if outcome_unknown.contains(&call.id) {
+                Err((ErrorKind::OutcomeUnknown, OUTCOME_UNKNOWN.to_string()))
+            } else {
+                registry
+                    .build(&call.name, &call.args)
+                    .map_err(|e| (e.kind, e.message))
+            };
             let span = trace.call(&call, tool.as_ref().map(|t| t.declaration()));
             let (slot, update) = CallSlot::new(call, tool, built, span, metrics.clone());
             effects.push(Effect::Emit(call_update(&slot, update)));
@@ -707,6 +718,7 @@ mod tests {
                 token: CancellationToken::new(),
                 metrics: Arc::new(Metrics::new().expect("metrics")),
                 confirmation_timeout: Some(Duration::from_secs(60)),
+                outcome_unknown: &[],
             });
             let mut h = Self {
                 batch,
@@ -1182,6 +1194,7 @@ mod tests {
             token: CancellationToken::new(),
             metrics: Arc::new(Metrics::new().expect("metrics")),
             confirmation_timeout: None,
+            outcome_unknown: &[],
         });
         let policy = PolicyHandle::default();
         let rules = SessionRules::default();

@@ -43,6 +43,9 @@ pub struct BatchRequest {
     /// How long the batch keeps running once its last reader went away;
     /// `None` takes the server's default.
     pub disconnect_grace: Option<Duration>,
+    /// Calls that end `outcome_unknown` without running: set only when a
+    /// replica takes over a batch whose owner stopped while they executed.
+    pub outcome_unknown: Vec<String>,
 }
 
 pub use crate::policy::ConfirmationOutcome;
@@ -328,6 +331,9 @@ pub enum BatchEvent {
         /// call of `responses[i]`).
         calls: Vec<CallSummary>,
     },
+    /// An event read back from a durable store, in the wire form `api`
+    /// wrote it in (a batch this process did not run).
+    Recorded(Arc<[u8]>),
 }
 
 /// An event with the time it happened.

@@ -89,8 +89,21 @@ pub struct SchedulerConfig {
     /// How long and how much of completed batches is kept for WatchBatch
     /// and request_id replays.
     pub retention: crate::store::Retention,
+    /// A durable store (`--store postgres://…`); `None` is the embedded
+    /// memory store.
+    pub store: Option<DurableStore>,
     /// Where and how much of shell output beyond the cap is kept.
     pub kept_output: crate::tools::kept::KeptOutputConfig,
+}
+
+/// The store a server was configured with, when not the memory one.
+#[derive(Clone)]
+pub struct DurableStore(pub SharedStore<BatchEvent>);
+
+impl std::fmt::Debug for DurableStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DurableStore")
+    }
 }
 
 impl Default for SchedulerConfig {
@@ -109,6 +122,7 @@ impl Default for SchedulerConfig {
             disconnect_grace: Duration::ZERO,
             max_disconnect_grace: Duration::from_secs(600),
             retention: crate::store::Retention::default(),
+            store: None,
             kept_output: Default::default(),
         }
     }
@@ -310,6 +324,9 @@ pub struct Scheduler {
     metrics: Arc<Metrics>,
     sandbox: SharedSandbox,
     store: SharedStore<BatchEvent>,
+    /// Whether the store is durable (batches' requests are recorded for a
+    /// replica taking them over).
+    durable: bool,
     /// The MCP servers feeding the registry, for their status.
     mcp: Option<crate::tools::mcp::McpManager>,
 }
@@ -331,8 +348,11 @@ impl Scheduler {
         let registry = registry.into();
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
-        let store: SharedStore<BatchEvent> =
-            Arc::new(crate::store::MemoryStore::new(config.retention));
+        let durable = config.store.is_some();
+        let store: SharedStore<BatchEvent> = match &config.store {
+            Some(DurableStore(store)) => store.clone(),
+            None => Arc::new(crate::store::MemoryStore::new(config.retention)),
+        };
         // The levels a session may switch to: those at most as permissive as
         // the server's, each judged from the one probe of the kernel.
         let sandboxes = crate::sandbox::SandboxLevel::ALL
@@ -366,6 +386,7 @@ impl Scheduler {
             metrics,
             sandbox,
             store,
+            durable,
             mcp: None,
         }
     }
@@ -387,6 +408,11 @@ impl Scheduler {
     /// The scheduler's metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// Whether the store can be reached (`None`: it cannot be lost).
+    pub fn store_reachable(&self) -> Option<watch::Receiver<bool>> {
+        self.store.reachable()
     }
 
     /// The sandbox commands run in (for `GetServerInfo`).
@@ -436,8 +462,26 @@ impl Scheduler {
                 batch_id: batch_id.clone(),
                 request_id: request.request_id.clone(),
                 digest,
+                request: self.durable.then(|| resume::encode_request(&request)),
             })
-            .await?;
+            .await;
+        let begun = match begun {
+            // A retry of a batch whose replica stopped: taken over here,
+            // nothing of it run twice.
+            Err(StoreError::RunningElsewhere {
+                session_id,
+                batch_id,
+            }) => {
+                return self
+                    .take_over(&session_id, &batch_id)
+                    .await
+                    .map_err(|e| match e {
+                        WatchError::Store(e) => ScheduleError::Store(e),
+                        _ => ScheduleError::ShuttingDown,
+                    });
+            }
+            other => other?,
+        };
         let writer = match begun {
             Begun::New(writer) => writer,
             Begun::Existing { batch_id, log } => {
@@ -487,10 +531,18 @@ impl Scheduler {
     }
 
     async fn watch_key(&self, request: WatchRequest) -> Result<BatchStream, WatchError> {
-        let log = self
+        let log = match self
             .store
             .batch(&request.session_id, &request.batch_id)
-            .await?;
+            .await
+        {
+            Err(StoreError::RunningElsewhere { .. }) => {
+                // Its owner stopped (or this is UNAVAILABLE naming it): the
+                // batch goes on here, its log starting again.
+                return self.take_over(&request.session_id, &request.batch_id).await;
+            }
+            other => other?,
+        };
         self.attach(
             request.session_id,
             request.batch_id,
@@ -499,6 +551,65 @@ impl Scheduler {
             false,
         )
         .await
+    }
+
+    /// Takes over a running batch whose replica stopped ([`Store::adopt`]):
+    /// its calls recorded Executing end `outcome_unknown`, the others run
+    /// (a prompt is offered again, with a new correlation id). The stream
+    /// reads the batch's new log from its start.
+    ///
+    /// [`Store::adopt`]: crate::store::Store::adopt
+    async fn take_over(&self, session_id: &str, batch_id: &str) -> Result<BatchStream, WatchError> {
+        let unknown = || {
+            WatchError::Store(StoreError::UnknownBatch {
+                session_id: session_id.to_string(),
+                batch_id: batch_id.to_string(),
+                retention: self.store.retention().completed_for,
+            })
+        };
+        let Some(adopted) = self.store.adopt(session_id, batch_id).await? else {
+            // Completed meanwhile: read as any completed batch.
+            let log = self
+                .store
+                .batch(session_id, batch_id)
+                .await
+                .map_err(|e| match e {
+                    StoreError::RunningElsewhere { .. } => unknown(),
+                    e => WatchError::Store(e),
+                })?;
+            return self
+                .attach(session_id.to_string(), batch_id.to_string(), log, 0, false)
+                .await;
+        };
+        let mut request = match resume::decode_request(&adopted.request) {
+            Ok(request) => request,
+            Err(e) => {
+                return Err(WatchError::Store(StoreError::Unavailable {
+                    reason: e.to_string(),
+                }));
+            }
+        };
+        tracing::warn!(
+            session = %session_id,
+            batch = %batch_id,
+            outcome_unknown = adopted.executing.len(),
+            "taking over a batch whose replica stopped"
+        );
+        request.outcome_unknown = adopted.executing;
+        let (reply, rx) = oneshot::channel();
+        self.hub
+            .send(HubCommand::Schedule {
+                request,
+                batch_id: batch_id.to_string(),
+                writer: adopted.writer,
+                reply,
+            })
+            .await
+            .map_err(|_| WatchError::Unavailable)?;
+        match rx.await {
+            Ok(Ok(stream)) => Ok(stream),
+            _ => Err(WatchError::Unavailable),
+        }
     }
 
     async fn attach(
@@ -579,6 +690,61 @@ impl Scheduler {
     /// Refuses new batches from now on (shutdown has begun).
     pub async fn stop_accepting(&self) {
         let _ = self.hub.send(HubCommand::StopAccepting).await;
+    }
+
+    /// The replica running `session_id`, when another one does (a durable
+    /// store): a request this replica cannot serve goes there.
+    pub async fn owner_elsewhere(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        self.store.owner_elsewhere(session_id).await
+    }
+
+    /// Relays a request to the replica running the session and waits for
+    /// its answer (see [`crate::store::Store::relay`]).
+    pub async fn relay(
+        &self,
+        owner: &str,
+        session_id: &str,
+        kind: &str,
+        body: Vec<u8>,
+    ) -> Result<Vec<u8>, StoreError> {
+        self.store.relay(owner, session_id, kind, body).await
+    }
+
+    /// The requests other replicas relay to this one (taken once).
+    pub fn take_inbox(
+        &self,
+    ) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::store::InboxItem>> {
+        self.store.take_inbox()
+    }
+
+    /// Whether the store is durable (and may hold sessions of other
+    /// replicas).
+    pub fn is_durable(&self) -> bool {
+        self.durable
+    }
+
+    /// Copies the log of a batch running here into the store as it grows,
+    /// for a WatchBatch on another replica; `false` when it does not run
+    /// here.
+    pub async fn mirror(&self, session_id: &str, batch_id: &str) -> Result<bool, StoreError> {
+        self.store.mirror(session_id, batch_id).await
+    }
+
+    /// WatchBatch of a batch another replica runs (and mirrors): its log
+    /// read from the store as it grows.
+    pub async fn watch_store(&self, request: WatchRequest) -> Result<BatchStream, WatchError> {
+        let log = self
+            .store
+            .tail(&request.session_id, &request.batch_id)
+            .await?;
+        self.attach(
+            request.session_id,
+            request.batch_id,
+            log,
+            request.after_sequence,
+            false,
+        )
+        .await
     }
 
     /// Waits until no batch stream is open.

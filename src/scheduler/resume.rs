@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::events::{BatchEvent, CallRequest, StateUpdate, approx_size};
+use super::events::{BatchEvent, BatchRequest, CallRequest, StateUpdate, approx_size};
 use super::validate::{InvalidRequest, MAX_BATCH_ID_BYTES, MAX_SESSION_ID_BYTES, Shown};
+use crate::policy::ApprovalMode;
 use crate::store::{CallsDigest, LogEvent, MergeKey, StoreError};
 use crate::tools::{ConfirmationDetails, Progress};
 
@@ -154,6 +155,7 @@ impl LogEvent for BatchEvent {
                     responses,
                     ..
                 } => batch_id.len() + responses.iter().map(|r| r.approx_size()).sum::<usize>(),
+                BatchEvent::Recorded(bytes) => bytes.len(),
             }
     }
 
@@ -251,6 +253,45 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_request_reads_back_as_it_was_sent() {
+        let mut waits = call("b", json!({"command": "echo x >> log", "timeout": 5}));
+        waits.wait_for_previous = true;
+        waits.client_initiated = true;
+        let request = BatchRequest {
+            session_id: "s".into(),
+            calls: vec![
+                call("a", json!({"command": "ls", "n": [1, 2.5, null]})),
+                waits,
+            ],
+            approval_mode: Some(ApprovalMode::AutoEdit),
+            interactive: false,
+            sandbox_level: Some(crate::sandbox::SandboxLevel::WorkspaceWriteNetwork),
+            trace_parent: Default::default(),
+            request_id: Some("r-1".into()),
+            disconnect_grace: Some(Duration::from_secs(30)),
+            outcome_unknown: Vec::new(),
+        };
+        let back = decode_request(&encode_request(&request)).expect("decodes");
+        assert_eq!(back, request);
+        let bare = BatchRequest {
+            approval_mode: None,
+            sandbox_level: None,
+            request_id: None,
+            disconnect_grace: None,
+            ..request
+        };
+        assert_eq!(
+            decode_request(&encode_request(&bare)).expect("decodes"),
+            bare
+        );
+        let err = decode_request(b"{").unwrap_err().to_string();
+        assert!(
+            err.starts_with("the recorded request of the batch cannot be read: "),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn the_digest_ignores_key_order_and_sees_every_other_difference() {
         let a = calls_digest(&[call("c", json!({"command": "ls", "dir_path": "."}))]);
         let b = calls_digest(&[call("c", json!({"dir_path": ".", "command": "ls"}))]);
@@ -322,4 +363,107 @@ mod tests {
             "the client went away and did not come back within 30 s"
         );
     }
+}
+
+/// A batch's request as a durable store keeps it (JSON), so that a replica
+/// taking the batch over runs the same calls. The trace parent is not kept
+/// (the batch's new span starts a trace of its own).
+pub(crate) fn encode_request(request: &BatchRequest) -> Vec<u8> {
+    let calls: Vec<serde_json::Value> = request
+        .calls
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "id": c.id,
+                "name": c.name,
+                "args": &*c.args,
+                "wait_for_previous": c.wait_for_previous,
+                "client_initiated": c.client_initiated,
+            })
+        })
+        .collect();
+    let mode = request.approval_mode.map(|m| match m {
+        ApprovalMode::Default => "default",
+        ApprovalMode::AutoEdit => "auto_edit",
+        ApprovalMode::Yolo => "yolo",
+        ApprovalMode::Plan => "plan",
+    });
+    serde_json::json!({
+        "session_id": request.session_id,
+        "calls": calls,
+        "approval_mode": mode,
+        "interactive": request.interactive,
+        "sandbox_level": request.sandbox_level.map(|l| l.name()),
+        "request_id": request.request_id,
+        "disconnect_grace_secs": request.disconnect_grace.map(|g| g.as_secs_f64()),
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// Why a recorded request could not be read back.
+#[derive(Debug, thiserror::Error)]
+#[error("the recorded request of the batch cannot be read: {0}")]
+pub struct RecordedRequestError(String);
+
+/// The request [`encode_request`] recorded.
+pub(crate) fn decode_request(bytes: &[u8]) -> Result<BatchRequest, RecordedRequestError> {
+    #[derive(serde::Deserialize)]
+    struct Call {
+        id: String,
+        name: String,
+        args: crate::tools::Args,
+        wait_for_previous: bool,
+        client_initiated: bool,
+    }
+    #[derive(serde::Deserialize)]
+    struct Recorded {
+        session_id: String,
+        calls: Vec<Call>,
+        approval_mode: Option<String>,
+        interactive: bool,
+        sandbox_level: Option<String>,
+        request_id: Option<String>,
+        disconnect_grace_secs: Option<f64>,
+    }
+    let r: Recorded =
+        serde_json::from_slice(bytes).map_err(|e| RecordedRequestError(e.to_string()))?;
+    let approval_mode = r
+        .approval_mode
+        .map(|m| m.parse::<ApprovalMode>())
+        .transpose()
+        .map_err(RecordedRequestError)?;
+    let sandbox_level = match r.sandbox_level {
+        None => None,
+        Some(name) => Some(
+            crate::sandbox::SandboxLevel::ALL
+                .into_iter()
+                .find(|l| l.name() == name)
+                .ok_or_else(|| RecordedRequestError(format!("unknown sandbox level '{name}'")))?,
+        ),
+    };
+    Ok(BatchRequest {
+        session_id: r.session_id,
+        calls: r
+            .calls
+            .into_iter()
+            .map(|c| CallRequest {
+                id: c.id,
+                name: c.name,
+                args: std::sync::Arc::new(c.args),
+                wait_for_previous: c.wait_for_previous,
+                client_initiated: c.client_initiated,
+            })
+            .collect(),
+        approval_mode,
+        interactive: r.interactive,
+        sandbox_level,
+        trace_parent: Default::default(),
+        request_id: r.request_id,
+        disconnect_grace: r
+            .disconnect_grace_secs
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64),
+        outcome_unknown: Vec::new(),
+    })
 }

@@ -444,15 +444,14 @@ impl Session {
                 state: "cancelled",
             })
             .collect();
-        self.shared
-            .store
-            .complete_batch(&self.id, &pending.id, ended);
+        let batch_id = pending.id.clone();
         cancel_pending(
             &self.shared.metrics,
             &self.shared.registry.load(),
             pending,
             reason,
         );
+        self.shared.store.complete_batch(&self.id, &batch_id, ended);
     }
 
     // === internal reports ===
@@ -676,6 +675,7 @@ impl Session {
             token,
             metrics: self.shared.metrics.clone(),
             confirmation_timeout: self.shared.config.confirmation_timeout,
+            outcome_unknown: &request.outcome_unknown,
         });
         self.active = Some(ActiveBatch {
             batch,
@@ -730,7 +730,24 @@ impl Session {
                         session: self.id.as_str().into(),
                         metrics: self.shared.metrics.clone(),
                     };
-                    if let Some(outcome) = exec::start(job, &self.internal_tx) {
+                    let slot = &active.batch.calls[index];
+                    let read_only = slot
+                        .tool
+                        .as_ref()
+                        .is_some_and(|t| t.declaration().read_only);
+                    let call_id = slot.request.id.clone();
+                    if self.shared.config.store.is_some() && !read_only {
+                        // A durable store: the call is recorded Executing
+                        // before its tool starts, so that a replica taking
+                        // the batch over never runs it again.
+                        record_then_start(
+                            self.shared.store.clone(),
+                            self.id.clone(),
+                            call_id,
+                            job,
+                            self.internal_tx.clone(),
+                        );
+                    } else if let Some(outcome) = exec::start(job, &self.internal_tx) {
                         finished.push((index, outcome));
                     }
                 }
@@ -790,15 +807,52 @@ impl Session {
                 state,
             })
             .collect();
-        self.shared
-            .store
-            .complete_batch(&self.id, active.batch.id(), ended);
         active.events.emit(BatchEvent::Completed {
             batch_id: active.batch.id().to_string(),
             responses,
             calls,
         });
+        // After the last event, as the store expects (a durable one writes
+        // the whole log then).
+        self.shared
+            .store
+            .complete_batch(&self.id, active.batch.id(), ended);
     }
+}
+
+/// Records call `call_id` Executing in the store, then starts `job`; a
+/// call that could not be recorded does not start (it ends Error saying
+/// why).
+fn record_then_start(
+    store: crate::store::SharedStore<BatchEvent>,
+    session_id: String,
+    call_id: String,
+    job: ExecJob,
+    reports: mpsc::UnboundedSender<Internal>,
+) {
+    tokio::spawn(async move {
+        let (batch_id, index) = (job.batch_id.clone(), job.index);
+        let outcome = match store
+            .record_executing(&session_id, &batch_id, &call_id)
+            .await
+        {
+            Ok(()) => exec::start(job, &reports),
+            Err(e) => Some(
+                crate::tools::ToolError::new(
+                    crate::tools::ErrorKind::UnhandledException,
+                    format!("the call was not started: it could not be recorded ({e})"),
+                )
+                .into(),
+            ),
+        };
+        if let Some(outcome) = outcome {
+            let _ = reports.send(Internal::Executed {
+                batch_id,
+                index,
+                outcome,
+            });
+        }
+    });
 }
 
 /// An internal report addressed to the running batch.

@@ -130,6 +130,24 @@ impl<E: LogEvent> BatchLog<E> {
         (log.clone(), LogWriter { log })
     }
 
+    /// A finished log holding `entries` as recorded (a durable store
+    /// reading back a batch it did not write in this process).
+    pub fn recorded(entries: Vec<Entry<E>>) -> Arc<Self> {
+        let bytes = entries.iter().map(|e| e.event.approx_bytes()).sum();
+        Arc::new(Self {
+            state: Mutex::new(LogState {
+                entries: entries.into_iter().map(Arc::new).collect(),
+                bytes,
+                closed: true,
+                finished: true,
+                readers: Vec::new(),
+                last_report: HashMap::new(),
+                generation: 0,
+            }),
+            next_reader: AtomicU64::new(1),
+        })
+    }
+
     fn lock(&self) -> MutexGuard<'_, LogState<E>> {
         // A panic while appending leaves a consistent Vec (a push either
         // happened or not): the data is still good.
@@ -252,6 +270,31 @@ impl<E: LogEvent> LogWriter<E> {
     pub fn publish(&self) {
         let wakers = {
             let mut state = self.log.lock();
+            take_wakers(&mut state)
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Appends an entry as another replica logged it (read back from a
+    /// durable store), its sequence and time kept. Only the next sequence
+    /// is taken; returns whether it was.
+    pub fn append_recorded(&self, entry: Entry<E>) -> bool {
+        let mut state = self.log.lock();
+        if entry.sequence != state.entries.len() as u64 + 1 {
+            return false;
+        }
+        state.bytes += entry.event.approx_bytes();
+        state.entries.push(Arc::new(entry));
+        true
+    }
+
+    /// Closes a log whose last entry [`LogWriter::append_recorded`] took:
+    /// the batch completed; readers end after it.
+    pub fn finish_recorded(self) {
+        let wakers = {
+            let mut state = self.log.lock();
+            state.closed = true;
+            state.finished = true;
             take_wakers(&mut state)
         };
         wakers.into_iter().for_each(Waker::wake);

@@ -351,6 +351,7 @@ mod tests {
             batch_id: batch.into(),
             request_id: request_id.map(Into::into),
             digest: [digest; 32],
+            request: None,
         }
     }
 

@@ -26,6 +26,7 @@
 
 mod log;
 mod memory;
+mod postgres;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,6 +35,7 @@ use std::time::Duration;
 
 pub use log::{BatchLog, BeyondEnd, Entry, LAG_EVENTS, LogEvent, LogReader, LogWriter, MergeKey};
 pub use memory::MemoryStore;
+pub use postgres::{LEASE_TTL, PostgresError, PostgresStore, RELAY_TIMEOUT};
 
 /// A future returned by a store call that may need a round trip.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -54,6 +56,21 @@ pub struct NewBatch {
     /// The client's idempotency key, unique per session.
     pub request_id: Option<String>,
     pub digest: CallsDigest,
+    /// The batch's request as the scheduler encodes it, kept by a durable
+    /// store so that another replica can take the batch over if this one
+    /// dies (`None`: not needed, the memory store).
+    pub request: Option<Vec<u8>>,
+}
+
+/// A running batch taken over from a replica that stopped
+/// ([`Store::adopt`]): the lease is this replica's now.
+pub struct Adopted<E: LogEvent> {
+    /// The batch's new log (its events start again at sequence 1).
+    pub writer: LogWriter<E>,
+    /// [`NewBatch::request`] as recorded.
+    pub request: Vec<u8>,
+    /// Calls recorded Executing: they may have run, and are never run again.
+    pub executing: Vec<String>,
 }
 
 /// What [`Store::begin_batch`] found.
@@ -122,6 +139,16 @@ impl Default for Retention {
     }
 }
 
+/// A request another replica relayed to this one, for the session it owns.
+pub struct InboxItem {
+    pub session_id: String,
+    /// What the request is (`confirm`, `cancel`): named by the API.
+    pub kind: String,
+    pub body: Vec<u8>,
+    /// The answer (in the API's wire form), recorded for the sender.
+    pub reply: tokio::sync::oneshot::Sender<Vec<u8>>,
+}
+
 /// Why a store call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -146,6 +173,30 @@ pub enum StoreError {
     /// The store cannot be reached (a durable store only).
     #[error("the store is unavailable: {reason}")]
     Unavailable { reason: String },
+    /// Another replica holds the session's lease (a durable store only).
+    #[error(
+        "session '{session_id}' is run by another replica ({owner}) for up to {} s more; retry (it is taken over once that replica stops renewing), or route by the x-toolsched-session header",
+        expires_in.as_secs()
+    )]
+    OwnedElsewhere {
+        session_id: String,
+        owner: String,
+        expires_in: Duration,
+    },
+    /// The batch is running and this process is not running it: its owner
+    /// serves it, or, when that owner stopped, [`Store::adopt`] takes it
+    /// over.
+    #[error("batch '{batch_id}' of session '{session_id}' is running on another replica")]
+    RunningElsewhere {
+        session_id: String,
+        batch_id: String,
+    },
+    /// This replica's lease on the session expired and another replica took
+    /// it over: nothing more is written for it here (fencing).
+    #[error(
+        "this replica no longer owns session '{session_id}' (its lease passed to another replica)"
+    )]
+    LeaseLost { session_id: String },
 }
 
 /// The scheduler's view of durable state. `E` is what a batch's log holds.
@@ -171,6 +222,83 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
     /// calls' end states are kept for late Confirms, and the session's
     /// oldest completed batches beyond the bounds are dropped.
     fn complete_batch(&self, session_id: &str, batch_id: &str, ended: Vec<EndedCall>);
+
+    /// Takes over a running batch of another replica that stopped (its
+    /// lease expired or was let go): claims the session, gives the batch a
+    /// new log here and says what was recorded of it. `None`: nothing to
+    /// take over (the memory store; a batch that completed meanwhile).
+    /// [`StoreError::OwnedElsewhere`] while its owner still holds the lease.
+    fn adopt<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<Adopted<E>>, StoreError>> {
+        let _ = (session_id, batch_id);
+        Box::pin(async { Ok(None) })
+    }
+
+    /// The replica holding an unexpired lease on the session, when it is
+    /// not this one (`None`: the memory store, nobody, or this replica).
+    fn owner_elsewhere<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<String>, StoreError>> {
+        let _ = session_id;
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Records a request (`kind`, `body` in the API's wire form) for the
+    /// session's owner `owner`, wakes it, and resolves to its answer.
+    fn relay<'a>(
+        &'a self,
+        owner: &'a str,
+        session_id: &'a str,
+        kind: &'a str,
+        body: Vec<u8>,
+    ) -> StoreFuture<'a, Result<Vec<u8>, StoreError>> {
+        let _ = (owner, session_id, kind, body);
+        Box::pin(async {
+            Err(StoreError::Unavailable {
+                reason: "this store relays nothing".into(),
+            })
+        })
+    }
+
+    /// The requests other replicas relay to this one ([`Store::relay`]),
+    /// taken once by the server that applies them; `None` for a store
+    /// that relays nothing.
+    fn take_inbox(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<InboxItem>> {
+        None
+    }
+
+    /// Copies the log of a batch running here into the store as it grows
+    /// (for readers on other replicas, [`Store::tail`]); resolves once what
+    /// is logged so far is written. `false`: the batch is not running here.
+    fn mirror<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+        let _ = (session_id, batch_id);
+        Box::pin(async { Ok(false) })
+    }
+
+    /// The log of a batch another replica runs and mirrors, read from the
+    /// store as it grows; it ends when the batch completes, or (unfinished)
+    /// when its owner's lease runs out.
+    fn tail<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<Arc<BatchLog<E>>, StoreError>> {
+        Box::pin(async move {
+            Err(StoreError::UnknownBatch {
+                session_id: session_id.to_string(),
+                batch_id: batch_id.to_string(),
+                retention: self.retention().completed_for,
+            })
+        })
+    }
 
     /// A side-effecting call is about to start; resolves once recorded.
     fn record_executing<'a>(
@@ -200,6 +328,21 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
 
     /// How long completed batches are kept (named in errors).
     fn retention(&self) -> Retention;
+
+    /// Whether the store can be reached, for a store that can be lost (the
+    /// server's health follows it); `None` for one that cannot.
+    fn reachable(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        None
+    }
+}
+
+/// How a durable store writes a log's entries and reads them back. The
+/// store keeps the bytes opaque; the encoding (the wire form) belongs to
+/// the layer that owns it (`api`).
+pub trait EventCodec<E>: Send + Sync + 'static {
+    fn encode(&self, entry: &Entry<E>) -> Vec<u8>;
+    /// The event recorded as `bytes` (sequence and time are kept apart).
+    fn decode(&self, bytes: Vec<u8>) -> E;
 }
 
 /// The store the scheduler holds.

@@ -108,6 +108,10 @@ pub enum ErrorKind {
     /// The file changed on disk while an edit was being written; nothing
     /// was written.
     FileChangedConcurrently,
+    /// The server running the call stopped while it executed (another
+    /// replica took the batch over): it may have had its effect; it was
+    /// not run again.
+    OutcomeUnknown,
 }
 
 impl ErrorKind {
@@ -134,6 +138,7 @@ impl ErrorKind {
             Self::UnhandledException => "unhandled_exception",
             Self::PathIsNotADirectory => "path_is_not_a_directory",
             Self::FileChangedConcurrently => "file_changed_concurrently",
+            Self::OutcomeUnknown => "outcome_unknown",
         }
     }
 }

@@ -107,6 +107,7 @@ class ErrorType(str, enum.Enum):
     UNHANDLED_EXCEPTION = "unhandled_exception"
     PATH_IS_NOT_A_DIRECTORY = "path_is_not_a_directory"
     FILE_CHANGED_CONCURRENTLY = "file_changed_concurrently"
+    OUTCOME_UNKNOWN = "outcome_unknown"
 
 
 class FinalState(str, enum.Enum):

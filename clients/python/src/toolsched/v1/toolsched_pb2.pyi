@@ -42,6 +42,7 @@ class ErrorType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_TYPE_UNHANDLED_EXCEPTION: _ClassVar[ErrorType]
     ERROR_TYPE_PATH_IS_NOT_A_DIRECTORY: _ClassVar[ErrorType]
     ERROR_TYPE_FILE_CHANGED_CONCURRENTLY: _ClassVar[ErrorType]
+    ERROR_TYPE_OUTCOME_UNKNOWN: _ClassVar[ErrorType]
 
 class FinalState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -113,6 +114,7 @@ ERROR_TYPE_MCP_TOOL_ERROR: ErrorType
 ERROR_TYPE_UNHANDLED_EXCEPTION: ErrorType
 ERROR_TYPE_PATH_IS_NOT_A_DIRECTORY: ErrorType
 ERROR_TYPE_FILE_CHANGED_CONCURRENTLY: ErrorType
+ERROR_TYPE_OUTCOME_UNKNOWN: ErrorType
 FINAL_STATE_UNSPECIFIED: FinalState
 FINAL_STATE_SUCCESS: FinalState
 FINAL_STATE_ERROR: FinalState

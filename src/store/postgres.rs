@@ -1,0 +1,1434 @@
+//! The PostgreSQL store (`--store postgres://…`): what the memory store
+//! holds, also written to PostgreSQL, so that a restarted server (or another
+//! replica) still serves a completed batch within its retention.
+//!
+//! The owner of a batch keeps its live log in memory (the
+//! [`MemoryStore`] inside) and readers in this process read it there. The
+//! store's round trips are only those [`Store`] awaits: claiming a batch and
+//! its request id ([`Store::begin_batch`]) and recording a side-effecting
+//! call before its tool starts ([`Store::record_executing`]). Everything
+//! else (a completed batch's events, answers, the end of a batch) goes
+//! through one writer task in order, retried until the database takes it,
+//! so that a store lost for a while loses nothing that was recorded.
+//!
+//! The schema is versioned: the files of `migrations/` are embedded and
+//! applied at start-up, once, under an advisory lock (replicas starting
+//! together apply them once).
+//!
+//! Not here: what the events mean or how they are encoded (an
+//! [`EventCodec`] given by the caller).
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio::sync::{mpsc, watch};
+use tokio_postgres::NoTls;
+
+use super::{
+    Adopted, Answer, AnswerRecord, BatchLog, Begun, EndedCall, Entry, EventCodec, InboxItem,
+    LogEvent, MemoryStore, NewBatch, Retention, Store, StoreError, StoreFuture,
+};
+
+/// The schema's versions, in order: (version, name, SQL). A database at a
+/// newer version than this binary knows is refused (an older binary must
+/// not write a schema it does not understand).
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "batches",
+        include_str!("../../migrations/0001_batches.sql"),
+    ),
+    (
+        2,
+        "leases",
+        include_str!("../../migrations/0002_leases.sql"),
+    ),
+    (
+        3,
+        "takeover",
+        include_str!("../../migrations/0003_takeover.sql"),
+    ),
+    (4, "inbox", include_str!("../../migrations/0004_inbox.sql")),
+];
+
+/// Longest a request relayed to a session's owner ([`Store::relay`]) waits
+/// for its answer (or the lease's length, when shorter): an owner that does
+/// not answer by then is taken to be gone (its lease runs out by then), and
+/// the caller gets UNAVAILABLE.
+pub const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A reader of a batch another replica runs ([`Store::tail`]) reads the
+/// store at least this often (woken sooner by NOTIFY): it also notices so
+/// that the owner died.
+const TAIL_POLL: Duration = Duration::from_secs(1);
+
+/// Entries a mirror writes in one statement (a backlog goes in chunks).
+const MIRROR_CHUNK: usize = 256;
+
+/// Relayed requests are kept this long after they were posted (for the
+/// record), then swept.
+const INBOX_KEPT: Duration = Duration::from_secs(3600);
+
+/// How long a session's lease lasts unrenewed: a replica that died (or is
+/// paused, or cut off) holds its sessions at most this long; renewed every
+/// third of it while the session has a batch running here.
+pub const LEASE_TTL: Duration = Duration::from_secs(10);
+
+/// Key of the advisory lock migrations run under (any constant shared by
+/// every replica; "toolsche" in ASCII).
+const MIGRATION_LOCK: i64 = 0x746f_6f6c_7363_6865;
+
+/// Connections kept to the database: a few round trips are in flight at a
+/// time (one per batch starting, one per side-effecting call starting, the
+/// writer, the probe).
+const POOL_SIZE: usize = 16;
+
+/// Longest wait for a connection (to open one, or for a free one): past
+/// it the store counts as unavailable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often reachability is probed: health turns NOT_SERVING within about
+/// this after the database goes away, and SERVING after it comes back.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// A failed background write is retried after this (in order: later writes
+/// wait behind it).
+const RETRY_EVERY: Duration = Duration::from_millis(500);
+
+/// Longest time between two deletions of expired batches.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// Why the PostgreSQL store could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PostgresError {
+    #[error("the store URL is not a valid PostgreSQL URL: {reason}")]
+    Url { reason: String },
+    #[error("cannot reach the store (PostgreSQL): {reason}")]
+    Connect { reason: String },
+    #[error("cannot apply the store's schema migration {version} ({name}): {reason}")]
+    Migration {
+        version: i32,
+        name: &'static str,
+        reason: String,
+    },
+    #[error(
+        "the store's schema is at version {found}, newer than this toolsched knows ({known}); run a newer toolsched"
+    )]
+    NewerSchema { found: i32, known: i32 },
+}
+
+/// A write done behind the session, in order.
+enum Write {
+    Complete {
+        fence: Fence,
+        session_id: String,
+        batch_id: String,
+        /// Encoded already: (sequence, time, body).
+        entries: Vec<(i64, SystemTime, Vec<u8>)>,
+        ended: Vec<EndedCall>,
+    },
+    Answer {
+        session_id: String,
+        batch_id: String,
+        call_id: String,
+        correlation_id: String,
+        answer: Answer,
+    },
+    Abandon {
+        session_id: String,
+        batch_id: String,
+    },
+    /// Everything before it is written: answered then.
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// What a write is fenced by: the lease it was made under.
+#[derive(Debug, Clone)]
+struct Fence {
+    session_id: String,
+    owner: Arc<str>,
+    epoch: i64,
+}
+
+/// Live logs by (session id, batch id).
+type LiveLogs<E> = HashMap<(String, String), Arc<BatchLog<E>>>;
+
+/// The PostgreSQL [`Store`].
+pub struct PostgresStore<E: LogEvent> {
+    memory: MemoryStore<E>,
+    pool: Pool,
+    codec: Arc<dyn EventCodec<E>>,
+    retention: Retention,
+    /// The live logs of the batches this process began, until they complete
+    /// (to write their entries then).
+    live: Mutex<LiveLogs<E>>,
+    /// Unbounded: one write per completed batch, per answer and per
+    /// abandoned batch, each already bounded by the batch's own limits and
+    /// held in memory anyway until written.
+    writes: mpsc::UnboundedSender<Write>,
+    reachable: watch::Receiver<bool>,
+    /// This process's name in lease rows.
+    replica: Arc<str>,
+    lease_ttl: Duration,
+    /// The epoch this replica holds for each session it owns.
+    epochs: Mutex<HashMap<String, i64>>,
+    /// Requests relayed by this replica, awaiting the owner's answer, by id.
+    waiters: Mutex<HashMap<i64, tokio::sync::oneshot::Sender<Vec<u8>>>>,
+    /// Requests relayed to this replica, for the API to apply (taken once).
+    inbox: Mutex<Option<mpsc::UnboundedReceiver<InboxItem>>>,
+    inbox_tx: mpsc::UnboundedSender<InboxItem>,
+    /// Batches whose log is copied into the store as it grows.
+    mirrored: Mutex<std::collections::HashSet<(String, String)>>,
+    /// Readers here of batches another replica runs, woken by NOTIFY, by
+    /// batch id.
+    tails: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
+    /// This store, for the tasks it starts.
+    me: std::sync::OnceLock<std::sync::Weak<Self>>,
+}
+
+fn reason(e: &(dyn std::error::Error + 'static)) -> String {
+    // tokio-postgres puts the cause (connection refused, the server's
+    // message) in the source chain.
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
+fn unavailable(e: &(dyn std::error::Error + 'static)) -> StoreError {
+    StoreError::Unavailable { reason: reason(e) }
+}
+
+impl<E: LogEvent> PostgresStore<E> {
+    /// Connects to `url`, applies the schema's migrations and starts the
+    /// writer and the reachability probe (on the current runtime).
+    pub async fn connect(
+        url: &str,
+        retention: Retention,
+        codec: Arc<dyn EventCodec<E>>,
+    ) -> Result<Arc<Self>, PostgresError> {
+        Self::connect_with_lease(url, retention, codec, LEASE_TTL).await
+    }
+
+    /// Like [`PostgresStore::connect`], with leases lasting `lease_ttl`.
+    pub async fn connect_with_lease(
+        url: &str,
+        retention: Retention,
+        codec: Arc<dyn EventCodec<E>>,
+        lease_ttl: Duration,
+    ) -> Result<Arc<Self>, PostgresError> {
+        let mut config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| PostgresError::Url { reason: reason(&e) })?;
+        config.connect_timeout(CONNECT_TIMEOUT);
+        if config.get_application_name().is_none() {
+            config.application_name("toolsched");
+        }
+        let listen_config = config.clone();
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CONNECT_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| PostgresError::Connect { reason: reason(&e) })?;
+        migrate(&pool).await?;
+
+        let (writes, rx) = mpsc::unbounded_channel();
+        let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
+        let (reachable_tx, reachable) = watch::channel(true);
+        tokio::spawn(writer(pool.clone(), rx, retention));
+        tokio::spawn(probe(pool.clone(), reachable_tx));
+        let store = Arc::new(Self {
+            memory: MemoryStore::new(retention),
+            pool,
+            codec,
+            retention,
+            live: Mutex::new(HashMap::new()),
+            writes,
+            reachable,
+            replica: uuid::Uuid::new_v4().to_string().into(),
+            lease_ttl,
+            epochs: Mutex::new(HashMap::new()),
+            waiters: Mutex::new(HashMap::new()),
+            inbox: Mutex::new(Some(inbox_rx)),
+            inbox_tx,
+            mirrored: Mutex::new(Default::default()),
+            tails: Mutex::new(HashMap::new()),
+            me: std::sync::OnceLock::new(),
+        });
+        let _ = store.me.set(Arc::downgrade(&store));
+        tokio::spawn(renew(Arc::downgrade(&store)));
+        tokio::spawn(listen(listen_config, Arc::downgrade(&store)));
+        Ok(store)
+    }
+
+    /// This process's name in lease rows.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    /// Claims (or renews) the session's lease: free, expired, or already
+    /// this replica's. Taking it from another replica bumps the epoch.
+    async fn claim(
+        &self,
+        client: &deadpool_postgres::Object,
+        session_id: &str,
+    ) -> Result<i64, StoreError> {
+        let ttl = self.lease_ttl.as_secs_f64();
+        let claimed = client
+            .query_opt(
+                "INSERT INTO toolsched_leases AS l (session_id, owner, epoch, expires_at) \
+                 VALUES ($1, $2, 1, now() + make_interval(secs => $3)) \
+                 ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, \
+                   epoch = CASE WHEN l.owner = EXCLUDED.owner THEN l.epoch ELSE l.epoch + 1 END, \
+                   expires_at = EXCLUDED.expires_at, renewed_at = now() \
+                 WHERE l.owner = EXCLUDED.owner OR l.expires_at <= now() \
+                 RETURNING epoch",
+                &[&session_id, &&*self.replica, &ttl],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if let Some(row) = claimed {
+            let epoch: i64 = row.get(0);
+            self.epochs().insert(session_id.to_string(), epoch);
+            return Ok(epoch);
+        }
+        let row = client
+            .query_opt(
+                "SELECT owner, greatest(extract(epoch FROM expires_at - now()), 0)::float8 \
+                 FROM toolsched_leases WHERE session_id = $1",
+                &[&session_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let (owner, secs): (String, f64) =
+            row.map_or((String::new(), 0.0), |r| (r.get(0), r.get(1)));
+        Err(StoreError::OwnedElsewhere {
+            session_id: session_id.to_string(),
+            owner,
+            expires_in: Duration::from_secs_f64(secs.ceil()),
+        })
+    }
+
+    fn epochs(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        // Inserts and reads only: consistent after any panic.
+        self.epochs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fence(&self, session_id: &str) -> Fence {
+        Fence {
+            session_id: session_id.to_string(),
+            owner: self.replica.clone(),
+            epoch: self.epochs().get(session_id).copied().unwrap_or(0),
+        }
+    }
+
+    /// Lets go of every lease of this replica at once (shutting down: the
+    /// next request for its sessions takes them over without waiting for
+    /// expiry).
+    pub async fn release(&self) {
+        let Ok(client) = self.client().await else {
+            return;
+        };
+        if let Err(e) = client
+            .execute(
+                "UPDATE toolsched_leases SET expires_at = now() WHERE owner = $1",
+                &[&&*self.replica],
+            )
+            .await
+        {
+            tracing::warn!(reason = %reason(&e), "store: releasing leases failed; they expire");
+        }
+    }
+
+    /// Waits until every write queued so far is in the database, at most
+    /// `timeout` (a store still unreachable then loses them; it is logged).
+    /// The server calls it on its way out.
+    pub async fn flush(&self, timeout: Duration) {
+        let (done, written) = tokio::sync::oneshot::channel();
+        self.write(Write::Flush(done));
+        if tokio::time::timeout(timeout, written).await.is_err() {
+            tracing::error!(
+                timeout_secs = timeout.as_secs_f64(),
+                "store: writes still pending at exit were not written"
+            );
+        }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, LiveLogs<E>> {
+        // Inserts and removes only: consistent after any panic.
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self, write: Write) {
+        // The writer lives as long as the runtime; a send fails only at exit.
+        let _ = self.writes.send(write);
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(|e| unavailable(&e))
+    }
+
+    async fn begin(&self, new: NewBatch) -> Result<Begun<E>, StoreError> {
+        let client = self.client().await?;
+        let epoch = self.claim(&client, &new.session_id).await?;
+        let inserted = client
+            .query_opt(
+                "INSERT INTO toolsched_batches \
+                   (session_id, batch_id, request_id, digest, epoch, request) \
+                 VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (session_id, request_id) DO NOTHING RETURNING batch_id",
+                &[
+                    &new.session_id,
+                    &new.batch_id,
+                    &new.request_id,
+                    &new.digest.as_slice(),
+                    &epoch,
+                    &new.request,
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if inserted.is_none() {
+            // The request id is known: the same calls replay that batch.
+            let row = client
+                .query_one(
+                    "SELECT batch_id, digest FROM toolsched_batches \
+                     WHERE session_id = $1 AND request_id = $2",
+                    &[&new.session_id, &new.request_id],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            let batch_id: String = row.get(0);
+            let digest: Vec<u8> = row.get(1);
+            if digest != new.digest {
+                return Err(StoreError::RequestIdConflict {
+                    request_id: new.request_id.unwrap_or_default(),
+                    batch_id,
+                });
+            }
+            drop(client);
+            let log = self.load(&new.session_id, &batch_id).await?;
+            return Ok(Begun::Existing { batch_id, log });
+        }
+        drop(client);
+        let key = (new.session_id.clone(), new.batch_id.clone());
+        let begun = self.memory.begin_batch(new).await?;
+        if let Begun::New(writer) = &begun {
+            self.live().insert(key, writer.log().clone());
+        }
+        Ok(begun)
+    }
+
+    /// A retained batch's log: this process's live one, or read back.
+    async fn load(&self, session_id: &str, batch_id: &str) -> Result<Arc<BatchLog<E>>, StoreError> {
+        if let Ok(log) = self.memory.batch(session_id, batch_id).await {
+            return Ok(log);
+        }
+        let unknown = || StoreError::UnknownBatch {
+            session_id: session_id.to_string(),
+            batch_id: batch_id.to_string(),
+            retention: self.retention.completed_for,
+        };
+        let client = self.client().await?;
+        let retention_secs = self.retention.completed_for.as_secs_f64();
+        let found = client
+            .query_opt(
+                "SELECT completed_at IS NOT NULL FROM toolsched_batches \
+                 WHERE session_id = $1 AND batch_id = $2 \
+                 AND (completed_at IS NULL OR completed_at > now() - make_interval(secs => $3))",
+                &[&session_id, &batch_id, &retention_secs],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let Some(found) = found else {
+            return Err(unknown());
+        };
+        if !found.get::<_, bool>(0) {
+            // Running, and not here: its owner serves it, or it died and
+            // the batch is to be taken over (`Store::adopt`).
+            return Err(StoreError::RunningElsewhere {
+                session_id: session_id.to_string(),
+                batch_id: batch_id.to_string(),
+            });
+        }
+        let rows = client
+            .query(
+                "SELECT sequence, at, body FROM toolsched_events \
+                 WHERE session_id = $1 AND batch_id = $2 ORDER BY sequence",
+                &[&session_id, &batch_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let mut entries = Vec::with_capacity(rows.len());
+        for (i, row) in rows.into_iter().enumerate() {
+            let sequence: i64 = row.get(0);
+            if sequence != i as i64 + 1 {
+                return Err(StoreError::Unavailable {
+                    reason: format!(
+                        "the recorded log of batch '{batch_id}' has a gap before sequence {sequence}"
+                    ),
+                });
+            }
+            entries.push(Entry {
+                sequence: sequence as u64,
+                at: row.get(1),
+                event: self.codec.decode(row.get(2)),
+            });
+        }
+        Ok(BatchLog::recorded(entries))
+    }
+
+    async fn take_over(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+    ) -> Result<Option<Adopted<E>>, StoreError> {
+        let client = self.client().await?;
+        // Only a running batch whose owner's lease is gone (expired or let
+        // go) is claimed: a live owner keeps it (OwnedElsewhere).
+        self.claim(&client, session_id).await?;
+        let row = client
+            .query_opt(
+                "SELECT request, request_id, digest FROM toolsched_batches \
+                 WHERE session_id = $1 AND batch_id = $2 AND completed_at IS NULL",
+                &[&session_id, &batch_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let request: Option<Vec<u8>> = row.get(0);
+        let Some(request) = request else {
+            return Ok(None);
+        };
+        let request_id: Option<String> = row.get(1);
+        let digest: Vec<u8> = row.get(2);
+        let executing = client
+            .query(
+                "SELECT call_id FROM toolsched_executing \
+                 WHERE session_id = $1 AND batch_id = $2",
+                &[&session_id, &batch_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?
+            .into_iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>();
+        // This process's record of the batch, as if it had begun it here
+        // (the row is kept: its request id still names it).
+        let mut new = NewBatch {
+            session_id: session_id.to_string(),
+            batch_id: batch_id.to_string(),
+            request_id,
+            digest: [0; 32],
+            request: None,
+        };
+        if digest.len() == 32 {
+            new.digest.copy_from_slice(&digest);
+        }
+        let Begun::New(writer) = self.memory.begin_batch(new).await? else {
+            return Ok(None);
+        };
+        for call_id in &executing {
+            self.memory
+                .record_executing(session_id, batch_id, call_id)
+                .await?;
+        }
+        self.live().insert(
+            (session_id.to_string(), batch_id.to_string()),
+            writer.log().clone(),
+        );
+        Ok(Some(Adopted {
+            writer,
+            request,
+            executing,
+        }))
+    }
+
+    fn waiters(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<i64, tokio::sync::oneshot::Sender<Vec<u8>>>> {
+        // Inserts and removes only: consistent after any panic.
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn owner_of(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                "SELECT owner FROM toolsched_leases \
+                 WHERE session_id = $1 AND expires_at > now() AND owner <> $2",
+                &[&session_id, &&*self.replica],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    async fn post(
+        &self,
+        owner: &str,
+        session_id: &str,
+        kind: &str,
+        body: Vec<u8>,
+    ) -> Result<Vec<u8>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "WITH posted AS (INSERT INTO toolsched_inbox (owner, session_id, kind, body) \
+                   VALUES ($1, $2, $3, $4) RETURNING id) \
+                 SELECT id, pg_notify('toolsched_inbox', $1) FROM posted",
+                &[&owner, &session_id, &kind, &body],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let id: i64 = row.get(0);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.waiters().insert(id, tx);
+        // Answered before the waiter was in place: read it now.
+        let early = client
+            .query_opt(
+                "SELECT answer FROM toolsched_inbox WHERE id = $1 AND answer IS NOT NULL",
+                &[&id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        drop(client);
+        if let Some(row) = early {
+            self.waiters().remove(&id);
+            return Ok(row.get(0));
+        }
+        // An owner that does not answer within its lease is gone.
+        let wait = RELAY_TIMEOUT.min(self.lease_ttl);
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(answer)) => Ok(answer),
+            _ => {
+                self.waiters().remove(&id);
+                Err(StoreError::Unavailable {
+                    reason: format!(
+                        "the replica running session '{}' did not answer within {} s",
+                        session_id.chars().take(64).collect::<String>(),
+                        wait.as_secs_f64()
+                    ),
+                })
+            }
+        }
+    }
+
+    /// Claims the requests posted to this replica and hands them to the
+    /// API; each answer is recorded and its sender woken.
+    async fn take_posted(self: &Arc<Self>) -> Result<(), String> {
+        let rows = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| reason(&e))?
+            .query(
+                "UPDATE toolsched_inbox SET claimed_at = now() \
+                 WHERE owner = $1 AND claimed_at IS NULL RETURNING id, session_id, kind, body",
+                &[&&*self.replica],
+            )
+            .await
+            .map_err(|e| reason(&e))?;
+        for row in rows {
+            let id: i64 = row.get(0);
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let item = InboxItem {
+                session_id: row.get(1),
+                kind: row.get(2),
+                body: row.get(3),
+                reply,
+            };
+            if self.inbox_tx.send(item).is_err() {
+                continue;
+            }
+            let pool = self.pool.clone();
+            tokio::spawn(async move {
+                let Ok(answer) = answer.await else {
+                    return;
+                };
+                let answered = async {
+                    pool.get()
+                        .await
+                        .map_err(|e| reason(&e))?
+                        .execute(
+                            "WITH answered AS (UPDATE toolsched_inbox \
+                               SET answer = $2, answered_at = now() WHERE id = $1 RETURNING id) \
+                             SELECT pg_notify('toolsched_answer', id::text) FROM answered",
+                            &[&id, &answer],
+                        )
+                        .await
+                        .map_err(|e| reason(&e))
+                };
+                if let Err(reason) = answered.await {
+                    tracing::warn!(%reason, id, "store: recording a relayed request's answer failed");
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// The answer to relayed request `id` arrived: its waiter gets it.
+    async fn answered(&self, id: i64) -> Result<(), String> {
+        if !self.waiters().contains_key(&id) {
+            return Ok(());
+        }
+        let row = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| reason(&e))?
+            .query_opt(
+                "SELECT answer FROM toolsched_inbox WHERE id = $1 AND answer IS NOT NULL",
+                &[&id],
+            )
+            .await
+            .map_err(|e| reason(&e))?;
+        if let Some(row) = row
+            && let Some(waiter) = self.waiters().remove(&id)
+        {
+            let _ = waiter.send(row.get(0));
+        }
+        Ok(())
+    }
+
+    fn mirrored(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<(String, String)>> {
+        // Inserts and removes only: consistent after any panic.
+        self.mirrored.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn tails(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Notify>>> {
+        // Inserts and removes only: consistent after any panic.
+        self.tails.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn start_mirror(&self, session_id: &str, batch_id: &str) -> Result<bool, StoreError> {
+        let key = (session_id.to_string(), batch_id.to_string());
+        let Some(log) = self.live().get(&key).cloned() else {
+            return Ok(false);
+        };
+        if !self.mirrored().insert(key.clone()) {
+            return Ok(true);
+        }
+        let Ok(mut reader) = log.reader(0) else {
+            return Ok(false);
+        };
+        let mut first = Vec::new();
+        while let Some(Some(entry)) = futures::FutureExt::now_or_never(reader.next()) {
+            first.push(entry);
+        }
+        for chunk in first.chunks(MIRROR_CHUNK) {
+            write_entries(&self.pool, &*self.codec, session_id, batch_id, chunk)
+                .await
+                .map_err(|reason| StoreError::Unavailable { reason })?;
+        }
+        let (pool, codec) = (self.pool.clone(), self.codec.clone());
+        let (session, batch) = key;
+        tokio::spawn(async move {
+            while let Some(next) = reader.next().await {
+                let mut chunk = vec![next];
+                while chunk.len() < MIRROR_CHUNK
+                    && let Some(Some(entry)) = futures::FutureExt::now_or_never(reader.next())
+                {
+                    chunk.push(entry);
+                }
+                // In order, retried: a reader elsewhere waits for it.
+                while let Err(reason) =
+                    write_entries(&pool, &*codec, &session, &batch, &chunk).await
+                {
+                    tracing::warn!(%reason, "store: mirroring a batch's log failed; retrying");
+                    tokio::time::sleep(RETRY_EVERY).await;
+                }
+            }
+        });
+        Ok(true)
+    }
+
+    async fn start_tail(
+        self: Arc<Self>,
+        session_id: &str,
+        batch_id: &str,
+    ) -> Result<Arc<BatchLog<E>>, StoreError> {
+        let (log, writer) = BatchLog::new();
+        let notify = self
+            .tails()
+            .entry(batch_id.to_string())
+            .or_default()
+            .clone();
+        // What is recorded so far is in the log before it is returned.
+        let (mut last, ended) = self.read_tail(session_id, batch_id, &writer, 0).await?;
+        if ended {
+            writer.finish_recorded();
+            return Ok(log);
+        }
+        let (session, batch) = (session_id.to_string(), batch_id.to_string());
+        let store = Arc::downgrade(&self);
+        drop(self);
+        tokio::spawn(async move {
+            loop {
+                let notified = notify.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let Some(s) = store.upgrade() else {
+                    return;
+                };
+                match s.read_tail(&session, &batch, &writer, last).await {
+                    Ok((_, true)) => {
+                        s.tails().remove(&batch);
+                        writer.finish_recorded();
+                        return;
+                    }
+                    Ok((seen, false)) => last = seen,
+                    Err(StoreError::OwnedElsewhere { .. }) => {
+                        // The owner stopped: readers end; a WatchBatch again
+                        // takes the batch over.
+                        s.tails().remove(&batch);
+                        return;
+                    }
+                    Err(e) => tracing::debug!(reason = %e, "store: reading a batch's log failed"),
+                }
+                drop(s);
+                tokio::select! {
+                    () = &mut notified => {}
+                    () = tokio::time::sleep(TAIL_POLL) => {}
+                }
+            }
+        });
+        Ok(log)
+    }
+
+    /// Appends the recorded entries after `after` to `writer`; returns the
+    /// last sequence and whether the batch completed (every entry is then
+    /// in). `OwnedElsewhere` (with no owner) when it is unfinished and its
+    /// owner's lease ran out.
+    async fn read_tail(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        writer: &super::LogWriter<E>,
+        after: i64,
+    ) -> Result<(i64, bool), StoreError> {
+        let client = self.client().await?;
+        let status = client
+            .query_opt(
+                "SELECT b.completed_at IS NOT NULL, EXISTS (SELECT 1 FROM toolsched_leases l \
+                   WHERE l.session_id = b.session_id AND l.expires_at > now()) \
+                 FROM toolsched_batches b WHERE b.session_id = $1 AND b.batch_id = $2",
+                &[&session_id, &batch_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let Some(status) = status else {
+            return Err(StoreError::UnknownBatch {
+                session_id: session_id.to_string(),
+                batch_id: batch_id.to_string(),
+                retention: self.retention.completed_for,
+            });
+        };
+        let (completed, owned): (bool, bool) = (status.get(0), status.get(1));
+        let rows = client
+            .query(
+                "SELECT sequence, at, body FROM toolsched_events \
+                 WHERE session_id = $1 AND batch_id = $2 AND sequence > $3 ORDER BY sequence",
+                &[&session_id, &batch_id, &after],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let mut last = after;
+        for row in rows {
+            let sequence: i64 = row.get(0);
+            if writer.append_recorded(Entry {
+                sequence: sequence as u64,
+                at: row.get(1),
+                event: self.codec.decode(row.get(2)),
+            }) {
+                last = sequence;
+            }
+        }
+        writer.publish();
+        if !completed && !owned {
+            return Err(StoreError::OwnedElsewhere {
+                session_id: session_id.to_string(),
+                owner: String::new(),
+                expires_in: Duration::ZERO,
+            });
+        }
+        Ok((last, completed))
+    }
+
+    fn is_recorded_executing(&self, session_id: &str, batch_id: &str, call_id: &str) -> bool {
+        self.memory
+            .recorded_executing(session_id, batch_id)
+            .iter()
+            .any(|c| c == call_id)
+    }
+
+    async fn executing(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        call_id: &str,
+    ) -> Result<(), StoreError> {
+        let fence = self.fence(session_id);
+        // Fenced: only under a lease this replica still holds, unexpired.
+        let written = self
+            .client()
+            .await?
+            .execute(
+                "INSERT INTO toolsched_executing (session_id, batch_id, call_id) \
+                 SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM toolsched_leases \
+                   WHERE session_id = $1 AND owner = $4 AND epoch = $5 AND expires_at > now()) \
+                 ON CONFLICT DO NOTHING",
+                &[
+                    &session_id,
+                    &batch_id,
+                    &call_id,
+                    &&*fence.owner,
+                    &fence.epoch,
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if written == 0 && !self.is_recorded_executing(session_id, batch_id, call_id) {
+            return Err(StoreError::LeaseLost {
+                session_id: session_id.to_string(),
+            });
+        }
+        self.memory
+            .record_executing(session_id, batch_id, call_id)
+            .await
+    }
+}
+
+impl<E: LogEvent> Store<E> for PostgresStore<E> {
+    fn begin_batch(&self, batch: NewBatch) -> StoreFuture<'_, Result<Begun<E>, StoreError>> {
+        Box::pin(self.begin(batch))
+    }
+
+    fn abandon_batch(&self, session_id: &str, batch_id: &str) {
+        self.memory.abandon_batch(session_id, batch_id);
+        self.live()
+            .remove(&(session_id.to_string(), batch_id.to_string()));
+        self.write(Write::Abandon {
+            session_id: session_id.to_string(),
+            batch_id: batch_id.to_string(),
+        });
+    }
+
+    fn batch<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<Arc<BatchLog<E>>, StoreError>> {
+        Box::pin(self.load(session_id, batch_id))
+    }
+
+    fn complete_batch(&self, session_id: &str, batch_id: &str, ended: Vec<EndedCall>) {
+        self.mirrored()
+            .remove(&(session_id.to_string(), batch_id.to_string()));
+        self.memory
+            .complete_batch(session_id, batch_id, ended.clone());
+        let Some(log) = self
+            .live()
+            .remove(&(session_id.to_string(), batch_id.to_string()))
+        else {
+            return;
+        };
+        let entries = log
+            .entries()
+            .iter()
+            .map(|e| (e.sequence as i64, e.at, self.codec.encode(e)))
+            .collect();
+        self.write(Write::Complete {
+            fence: self.fence(session_id),
+            session_id: session_id.to_string(),
+            batch_id: batch_id.to_string(),
+            entries,
+            ended,
+        });
+    }
+
+    fn adopt<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<Adopted<E>>, StoreError>> {
+        Box::pin(self.take_over(session_id, batch_id))
+    }
+
+    fn owner_elsewhere<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(self.owner_of(session_id))
+    }
+
+    fn relay<'a>(
+        &'a self,
+        owner: &'a str,
+        session_id: &'a str,
+        kind: &'a str,
+        body: Vec<u8>,
+    ) -> StoreFuture<'a, Result<Vec<u8>, StoreError>> {
+        Box::pin(self.post(owner, session_id, kind, body))
+    }
+
+    fn mirror<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+        Box::pin(self.start_mirror(session_id, batch_id))
+    }
+
+    fn tail<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+    ) -> StoreFuture<'a, Result<Arc<BatchLog<E>>, StoreError>> {
+        Box::pin(async move {
+            let Some(me) = self.me.get().and_then(std::sync::Weak::upgrade) else {
+                return Err(StoreError::Unavailable {
+                    reason: "the store is closing".into(),
+                });
+            };
+            me.start_tail(session_id, batch_id).await
+        })
+    }
+
+    fn take_inbox(&self) -> Option<mpsc::UnboundedReceiver<InboxItem>> {
+        self.inbox.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn record_executing<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+        call_id: &'a str,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.executing(session_id, batch_id, call_id))
+    }
+
+    fn record_answer(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        call_id: &str,
+        correlation_id: &str,
+        answer: Answer,
+    ) -> AnswerRecord {
+        let record = self.memory.record_answer(
+            session_id,
+            batch_id,
+            call_id,
+            correlation_id,
+            answer.clone(),
+        );
+        if record == AnswerRecord::First {
+            self.write(Write::Answer {
+                session_id: session_id.to_string(),
+                batch_id: batch_id.to_string(),
+                call_id: call_id.to_string(),
+                correlation_id: correlation_id.to_string(),
+                answer,
+            });
+        }
+        record
+    }
+
+    fn answer(&self, session_id: &str, call_id: &str, correlation_id: &str) -> Option<Answer> {
+        self.memory.answer(session_id, call_id, correlation_id)
+    }
+
+    fn ended(&self, session_id: &str, call_id: &str) -> Option<&'static str> {
+        self.memory.ended(session_id, call_id)
+    }
+
+    fn retention(&self) -> Retention {
+        self.retention
+    }
+
+    fn reachable(&self) -> Option<watch::Receiver<bool>> {
+        Some(self.reachable.clone())
+    }
+}
+
+// === migrations ===
+
+async fn migrate(pool: &Pool) -> Result<(), PostgresError> {
+    let mut client = pool
+        .get()
+        .await
+        .map_err(|e| PostgresError::Connect { reason: reason(&e) })?;
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    let setup = |e: tokio_postgres::Error| PostgresError::Connect { reason: reason(&e) };
+    let tx = client.transaction().await.map_err(setup)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(setup)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS toolsched_migrations (\
+           version int PRIMARY KEY, name text NOT NULL, \
+           applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .await
+    .map_err(setup)?;
+    let found: i32 = tx
+        .query_one(
+            "SELECT coalesce(max(version), 0) FROM toolsched_migrations",
+            &[],
+        )
+        .await
+        .map_err(setup)?
+        .get(0);
+    if found > known {
+        return Err(PostgresError::NewerSchema { found, known });
+    }
+    for &(version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > found) {
+        let failed = |e: tokio_postgres::Error| PostgresError::Migration {
+            version,
+            name,
+            reason: reason(&e),
+        };
+        tx.batch_execute(sql).await.map_err(failed)?;
+        tx.execute(
+            "INSERT INTO toolsched_migrations (version, name) VALUES ($1, $2)",
+            &[&version, &name],
+        )
+        .await
+        .map_err(failed)?;
+        tracing::info!(version, name, "store: schema migration applied");
+    }
+    tx.commit().await.map_err(setup)?;
+    Ok(())
+}
+
+// === background tasks ===
+
+async fn writer(pool: Pool, mut rx: mpsc::UnboundedReceiver<Write>, retention: Retention) {
+    let mut last_sweep = tokio::time::Instant::now();
+    while let Some(write) = rx.recv().await {
+        if let Write::Flush(done) = write {
+            let _ = done.send(());
+            continue;
+        }
+        loop {
+            match apply(&pool, &write).await {
+                Ok(()) => break,
+                Err(reason) => {
+                    tracing::warn!(%reason, "store: a write failed; retrying");
+                    tokio::time::sleep(RETRY_EVERY).await;
+                }
+            }
+        }
+        if last_sweep.elapsed() >= SWEEP_EVERY.min(retention.completed_for) {
+            last_sweep = tokio::time::Instant::now();
+            if let Err(reason) = sweep(&pool, retention).await {
+                tracing::warn!(%reason, "store: deleting expired batches failed");
+            }
+        }
+    }
+}
+
+async fn apply(pool: &Pool, write: &Write) -> Result<(), String> {
+    let mut client = pool.get().await.map_err(|e| reason(&e))?;
+    let err = |e: tokio_postgres::Error| reason(&e);
+    match write {
+        Write::Complete {
+            fence,
+            session_id,
+            batch_id,
+            entries,
+            ended,
+        } => {
+            let sequences: Vec<i64> = entries.iter().map(|e| e.0).collect();
+            let times: Vec<SystemTime> = entries.iter().map(|e| e.1).collect();
+            let bodies: Vec<&[u8]> = entries.iter().map(|e| e.2.as_slice()).collect();
+            let calls: Vec<&str> = ended.iter().map(|c| c.call_id.as_str()).collect();
+            let states: Vec<&str> = ended.iter().map(|c| c.state).collect();
+            let tx = client.transaction().await.map_err(err)?;
+            // Fenced: a replica that lost the session writes nothing more
+            // of it (the owner and epoch it held must still be the lease's).
+            let held = tx
+                .query_opt(
+                    "SELECT 1 FROM toolsched_leases WHERE session_id = $1 AND owner = $2 \
+                     AND epoch = $3 FOR SHARE",
+                    &[&fence.session_id, &&*fence.owner, &fence.epoch],
+                )
+                .await
+                .map_err(err)?;
+            if held.is_none() {
+                tracing::warn!(
+                    session = %session_id,
+                    batch = %batch_id,
+                    "store: the session's lease passed to another replica; this batch's log is not written"
+                );
+                return Ok(());
+            }
+            tx.execute(
+                "INSERT INTO toolsched_events (session_id, batch_id, sequence, at, body) \
+                 SELECT $1, $2, * FROM unnest($3::bigint[], $4::timestamptz[], $5::bytea[]) \
+                 ON CONFLICT DO NOTHING",
+                &[session_id, batch_id, &sequences, &times, &bodies],
+            )
+            .await
+            .map_err(err)?;
+            tx.execute(
+                "UPDATE toolsched_batches SET completed_at = now(), ended_calls = $3, \
+                 ended_states = $4 WHERE session_id = $1 AND batch_id = $2",
+                &[session_id, batch_id, &calls, &states],
+            )
+            .await
+            .map_err(err)?;
+            tx.commit().await.map_err(err)
+        }
+        Write::Answer {
+            session_id,
+            batch_id,
+            call_id,
+            correlation_id,
+            answer,
+        } => client
+            .execute(
+                "INSERT INTO toolsched_answers \
+                 (session_id, batch_id, call_id, correlation_id, outcome, new_content) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                &[
+                    session_id,
+                    batch_id,
+                    call_id,
+                    correlation_id,
+                    &answer.outcome,
+                    &answer.new_content,
+                ],
+            )
+            .await
+            .map(drop)
+            .map_err(err),
+        Write::Abandon {
+            session_id,
+            batch_id,
+        } => client
+            .execute(
+                "DELETE FROM toolsched_batches WHERE session_id = $1 AND batch_id = $2",
+                &[session_id, batch_id],
+            )
+            .await
+            .map(drop)
+            .map_err(err),
+        Write::Flush(_) => Ok(()),
+    }
+}
+
+async fn sweep(pool: &Pool, retention: Retention) -> Result<(), String> {
+    let client = pool.get().await.map_err(|e| reason(&e))?;
+    client
+        .execute(
+            "DELETE FROM toolsched_batches \
+             WHERE completed_at < now() - make_interval(secs => $1)",
+            &[&retention.completed_for.as_secs_f64()],
+        )
+        .await
+        .map_err(|e| reason(&e))?;
+    client
+        .execute(
+            "DELETE FROM toolsched_inbox WHERE posted_at < now() - make_interval(secs => $1)",
+            &[&INBOX_KEPT.as_secs_f64()],
+        )
+        .await
+        .map(drop)
+        .map_err(|e| reason(&e))
+}
+
+/// Renews the leases of the sessions with a batch running here, every
+/// third of the lease, until the store is dropped.
+async fn renew<E: LogEvent>(store: std::sync::Weak<PostgresStore<E>>) {
+    let every = store
+        .upgrade()
+        .map_or(LEASE_TTL, |s| s.lease_ttl / 3)
+        .max(Duration::from_millis(100));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(store) = store.upgrade() else {
+            return;
+        };
+        let sessions: Vec<String> = {
+            let live = store.live();
+            let mut s: Vec<String> = live.keys().map(|(session, _)| session.clone()).collect();
+            s.sort();
+            s.dedup();
+            s
+        };
+        if sessions.is_empty() {
+            continue;
+        }
+        let renewed = async {
+            let client = store.pool.get().await.map_err(|e| reason(&e))?;
+            client
+                .execute(
+                    "UPDATE toolsched_leases SET expires_at = now() + make_interval(secs => $3), \
+                     renewed_at = now() WHERE owner = $1 AND session_id = ANY($2)",
+                    &[&&*store.replica, &sessions, &store.lease_ttl.as_secs_f64()],
+                )
+                .await
+                .map_err(|e| reason(&e))
+        };
+        if let Err(reason) = renewed.await {
+            tracing::warn!(%reason, "store: renewing leases failed");
+        }
+    }
+}
+
+/// The LISTEN connection: wakes this replica for requests posted to it and
+/// for answers to those it posted. Reconnects after a loss (and then picks
+/// up what was posted meanwhile).
+async fn listen<E: LogEvent>(
+    config: tokio_postgres::Config,
+    store: std::sync::Weak<PostgresStore<E>>,
+) {
+    use futures::StreamExt;
+    loop {
+        if store.strong_count() == 0 {
+            return;
+        }
+        let (client, mut connection) = match config.connect(NoTls).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(reason = %reason(&e), "store: LISTEN connection failed; retrying");
+                tokio::time::sleep(RETRY_EVERY).await;
+                continue;
+            }
+        };
+        let (tx, mut notifications) = mpsc::unbounded_channel();
+        let driver = tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = messages.next().await {
+                if let tokio_postgres::AsyncMessage::Notification(n) = message
+                    && tx.send(n).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        if let Err(e) = client
+            .batch_execute(
+                "LISTEN toolsched_inbox; LISTEN toolsched_answer; LISTEN toolsched_events",
+            )
+            .await
+        {
+            tracing::debug!(reason = %reason(&e), "store: LISTEN failed; retrying");
+            driver.abort();
+            tokio::time::sleep(RETRY_EVERY).await;
+            continue;
+        }
+        if let Some(s) = store.upgrade()
+            && let Err(reason) = s.take_posted().await
+        {
+            tracing::warn!(%reason, "store: reading relayed requests failed");
+        }
+        while let Some(n) = notifications.recv().await {
+            let Some(s) = store.upgrade() else {
+                return;
+            };
+            let done = match n.channel() {
+                "toolsched_inbox" if n.payload() == &*s.replica => s.take_posted().await,
+                "toolsched_events" => {
+                    if let Some(notify) = s.tails().get(n.payload()) {
+                        notify.notify_waiters();
+                    }
+                    Ok(())
+                }
+                "toolsched_answer" => match n.payload().parse::<i64>() {
+                    Ok(id) => s.answered(id).await,
+                    Err(_) => Ok(()),
+                },
+                _ => Ok(()),
+            };
+            if let Err(reason) = done {
+                tracing::warn!(%reason, "store: handling a notification failed");
+            }
+        }
+        drop(client);
+        tokio::time::sleep(RETRY_EVERY).await;
+    }
+}
+
+/// Writes `entries` of a running batch (a mirror, [`Store::mirror`]) and
+/// wakes its readers elsewhere (NOTIFY toolsched_events, payload the batch
+/// id). Entries already written are kept.
+async fn write_entries<E: LogEvent>(
+    pool: &Pool,
+    codec: &dyn EventCodec<E>,
+    session_id: &str,
+    batch_id: &str,
+    entries: &[Arc<Entry<E>>],
+) -> Result<(), String> {
+    let sequences: Vec<i64> = entries.iter().map(|e| e.sequence as i64).collect();
+    let times: Vec<SystemTime> = entries.iter().map(|e| e.at).collect();
+    let bodies: Vec<Vec<u8>> = entries.iter().map(|e| codec.encode(e)).collect();
+    pool.get()
+        .await
+        .map_err(|e| reason(&e))?
+        .execute(
+            "WITH written AS (INSERT INTO toolsched_events (session_id, batch_id, sequence, at, body) \
+               SELECT $1, $2, * FROM unnest($3::bigint[], $4::timestamptz[], $5::bytea[]) \
+               ON CONFLICT DO NOTHING RETURNING 1) \
+             SELECT pg_notify('toolsched_events', $2) FROM (SELECT count(*) FROM written) w",
+            &[&session_id, &batch_id, &sequences, &times, &bodies],
+        )
+        .await
+        .map(drop)
+        .map_err(|e| reason(&e))
+}
+
+async fn probe(pool: Pool, reachable: watch::Sender<bool>) {
+    let mut tick = tokio::time::interval(PROBE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let ok = tokio::time::timeout(CONNECT_TIMEOUT, async {
+            let client = pool.get().await.map_err(|e| reason(&e))?;
+            client
+                .simple_query("SELECT 1")
+                .await
+                .map(drop)
+                .map_err(|e| reason(&e))
+        })
+        .await
+        .unwrap_or_else(|_| Err("no answer within the connect timeout".into()));
+        let now = ok.is_ok();
+        if *reachable.borrow() != now {
+            match &ok {
+                Ok(()) => tracing::info!("store: reachable again"),
+                Err(reason) => tracing::error!(%reason, "store: unreachable"),
+            }
+        }
+        reachable.send_if_modified(|r| std::mem::replace(r, now) != now);
+        if reachable.is_closed() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! A replica that dies (`kill -9`) mid-batch, with real `toolsched`
+//! processes sharing one PostgreSQL (tests/services.sh) and one workspace:
+//! another replica takes the batch over from what the store recorded. A
+//! side-effecting call recorded Executing ends `outcome_unknown` and is
+//! never run again; calls not yet started run; an open prompt is offered
+//! again with a new correlation id (the old one is stale).
+
+mod replicas_support;
+mod support;
+
+use std::time::Duration;
+
+use replicas_support::{batch_id, client, fresh_database, messages};
+use serde_json::json;
+use support::{Binary, Event, State, call, live_group_members, next_matching, request};
+use toolsched::api::pb;
+
+/// Leases of the replicas under test: a dead owner's sessions are taken
+/// over this long after its last renewal.
+const LEASE_SECS: &str = "2";
+
+fn replica(workspace: &std::path::Path, url: &str, extra: &[&str]) -> Binary {
+    let mut flags = vec!["--store", url, "--store-lease-secs", LEASE_SECS];
+    flags.extend_from_slice(extra);
+    Binary::start(workspace, &flags)
+}
+
+/// Kills the replica as `kill -9` does and reaps it.
+fn kill_9(mut replica: Binary) {
+    replica.child.kill().expect("SIGKILL");
+    replica.child.wait().expect("reap");
+}
+
+/// WatchBatch through a replica that does not own the batch: UNAVAILABLE
+/// (naming the owner) until the dead owner's lease runs out, then the
+/// taken-over batch's stream. Bounded: the lease is `LEASE_SECS`.
+async fn watch_once_taken_over(
+    addr: std::net::SocketAddr,
+    session: &str,
+    batch: &str,
+) -> tonic::Streaming<pb::ScheduleCallsResponse> {
+    let mut c = client(addr).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match c
+            .watch_batch(pb::WatchBatchRequest {
+                session_id: session.into(),
+                batch_id: batch.into(),
+                after_sequence: 0,
+            })
+            .await
+        {
+            Ok(stream) => return stream.into_inner(),
+            Err(status) => {
+                // The dead owner still holds the lease: a request for it
+                // waits at most the lease for its answer.
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                assert!(
+                    status.message().starts_with(&format!(
+                        "the store is unavailable: the replica running session '{session}' did not answer within 2 s"
+                    )),
+                    "{}",
+                    status.message()
+                );
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "not taken over within 30 s"
+                );
+                // The lease runs out on the database's clock: retried.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// The batch id of the BatchAccepted that starts `events`.
+fn accepted(events: &[Event]) -> String {
+    match events.first() {
+        Some(Event::BatchAccepted(a)) => a.batch_id.clone(),
+        other => panic!("first event is not BatchAccepted: {other:?}"),
+    }
+}
+
+fn events_of(messages: &[pb::ScheduleCallsResponse]) -> Vec<Event> {
+    messages.iter().filter_map(|m| m.event.clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_running_when_its_replica_is_killed_ends_outcome_unknown_and_the_rest_runs_elsewhere()
+ {
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let yolo = ["--approval-mode", "yolo"];
+    let a = replica(workspace.path(), &url, &yolo);
+    let b = replica(workspace.path(), &url, &yolo);
+
+    let mut second = call(
+        "second",
+        "run_shell_command",
+        json!({"command": "echo y >> log2"}),
+    );
+    second.wait_for_previous = true;
+    let mut running = client(a.addr)
+        .await
+        .schedule_calls(request(
+            "s-kill",
+            vec![
+                call(
+                    "first",
+                    "run_shell_command",
+                    json!({"command": "echo x >> log; sleep 30"}),
+                ),
+                second,
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    let executing = next_matching(&mut running, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(u) if u.call_id == "first"
+            && matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()))
+    })
+    .await;
+    let Event::CallUpdate(pb::ToolCallUpdate {
+        state: Some(State::Executing(pb::Executing {
+            pid: Some(pgid), ..
+        })),
+        ..
+    }) = executing
+    else {
+        unreachable!()
+    };
+    let batch = accepted(&seen);
+    // The command had its effect before the replica dies.
+    let log = workspace.path().join("log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&log).unwrap_or_default() != "x\n" {
+        assert!(std::time::Instant::now() < deadline, "echo did not run");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    kill_9(a);
+    drop(running);
+    // The command dies with its server (the sandbox's parent-death signal).
+    assert!(
+        support::wait_group_gone(pgid as i32).await,
+        "left running: {:?}",
+        live_group_members(pgid as i32)
+    );
+
+    let taken = messages(watch_once_taken_over(b.addr, "s-kill", &batch).await).await;
+    assert_eq!(batch_id(&taken), batch);
+    let events = events_of(&taken);
+    let (kind, message) = support::error_of(&events, "first");
+    assert_eq!(kind, pb::ErrorType::OutcomeUnknown);
+    assert_eq!(
+        message,
+        "the server running this call stopped; it was not re-run"
+    );
+    assert_eq!(support::states(&events, "first"), ["error"]);
+    assert!(
+        matches!(support::terminal(&events, "second"), State::Success(_)),
+        "{events:?}"
+    );
+    let completed = support::completed(&events);
+    let finals: Vec<(String, i32, i32)> = completed
+        .calls
+        .iter()
+        .map(|c| (c.call_id.clone(), c.state, c.error_type))
+        .collect();
+    assert_eq!(
+        finals,
+        [
+            (
+                "first".to_string(),
+                pb::FinalState::Error as i32,
+                pb::ErrorType::OutcomeUnknown as i32
+            ),
+            (
+                "second".to_string(),
+                pb::FinalState::Success as i32,
+                pb::ErrorType::Unspecified as i32
+            ),
+        ]
+    );
+    // Never run again: one line; the second call ran once.
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "x\n");
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("log2")).unwrap(),
+        "y\n"
+    );
+
+    // Completed: a third replica serves it from the store, as B sent it.
+    let c = replica(workspace.path(), &url, &yolo);
+    let replay = messages(
+        client(c.addr)
+            .await
+            .watch_batch(pb::WatchBatchRequest {
+                session_id: "s-kill".into(),
+                batch_id: batch.clone(),
+                after_sequence: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .await;
+    // The same events (times are kept to the microsecond by the store).
+    assert_eq!(events_of(&replay), events);
+    assert_eq!(
+        replay.iter().map(|m| m.sequence).collect::<Vec<_>>(),
+        taken.iter().map(|m| m.sequence).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_open_when_its_replica_is_killed_comes_back_with_a_new_correlation_id() {
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let a = replica(workspace.path(), &url, &[]);
+    let b = replica(workspace.path(), &url, &[]);
+    let mut req = request(
+        "s-prompt",
+        vec![call(
+            "w",
+            "write_file",
+            json!({"file_path": "out.txt", "content": "once\n"}),
+        )],
+    );
+    req.request_id = "r-prompt".into();
+
+    let mut running = client(a.addr)
+        .await
+        .schedule_calls(req.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    let old = support::await_prompt(&mut running, &mut seen, "w").await;
+    kill_9(a);
+    drop(running);
+
+    // The client retries its request on B: the same batch, taken over (not
+    // a second one), its prompt offered again.
+    let mut cb = client(b.addr).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut retried = loop {
+        match cb.schedule_calls(req.clone()).await {
+            Ok(stream) => break stream.into_inner(),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                assert!(std::time::Instant::now() < deadline, "not taken over");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let mut again = Vec::new();
+    let new = support::await_prompt(&mut retried, &mut again, "w").await;
+    assert_eq!(accepted(&again), accepted(&seen));
+    assert_ne!(new.correlation_id, old.correlation_id);
+
+    let confirm = |correlation_id: String| pb::ConfirmRequest {
+        session_id: "s-prompt".into(),
+        call_id: "w".into(),
+        correlation_id,
+        outcome: pb::ConfirmationOutcome::ProceedOnce as i32,
+        new_content: None,
+    };
+    let stale = cb.confirm(confirm(old.correlation_id)).await.unwrap_err();
+    assert_eq!(stale.code(), tonic::Code::FailedPrecondition, "{stale:?}");
+    assert!(!workspace.path().join("out.txt").exists());
+    cb.confirm(confirm(new.correlation_id)).await.unwrap();
+    let rest = support::collect(retried).await;
+    assert!(
+        matches!(support::terminal(&rest, "w"), State::Success(_)),
+        "{rest:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("out.txt")).unwrap(),
+        "once\n"
+    );
+}
