@@ -16,7 +16,7 @@ use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::session::Internal;
+use super::session::{Internal, InternalTx};
 use crate::sandbox::{OutputLimits, SharedSandbox};
 use crate::tools::{ErrorKind, ExecContext, Invocation, Progress, ToolError, ToolOutcome};
 
@@ -46,7 +46,7 @@ pub(crate) struct ExecJob {
 /// `reports`, progress first.
 pub(crate) fn start(
     job: ExecJob,
-    reports: &mpsc::UnboundedSender<Internal>,
+    reports: &InternalTx,
 ) -> Option<ToolOutcome> {
     let ExecJob {
         batch_id,
@@ -118,7 +118,7 @@ pub(crate) fn start(
 struct Relay {
     batch_id: String,
     index: usize,
-    reports: mpsc::UnboundedSender<Internal>,
+    reports: InternalTx,
 }
 
 impl Relay {
@@ -173,11 +173,14 @@ fn merged(reports: Vec<Progress>) -> Vec<Progress> {
     let relay = Relay {
         batch_id: "b".into(),
         index: 0,
-        reports: out_tx,
+        reports: InternalTx(out_tx),
     };
     relay.drain(None, &mut rx);
     let mut out = Vec::new();
-    while let Ok(Internal::Progress { progress, .. }) = out_rx.try_recv() {
+    while let Ok(msg) = out_rx.try_recv() {
+        let Internal::Progress { progress, .. } = *msg else {
+            break;
+        };
         out.push(progress);
     }
     out
