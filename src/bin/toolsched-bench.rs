@@ -1194,10 +1194,7 @@ async fn sweep(env: &Env) -> anyhow::Result<Vec<Row>> {
             "≥ 0.8 of floor",
         ));
         rows.push(p99.row(format!("C={c}: end of stream p99 (µs)"), "reported"));
-        rows.push(cpu.row(
-            format!("C={c}: server CPU µs per RPC"),
-            "≤ 1.25× floor",
-        ));
+        rows.push(cpu.row(format!("C={c}: server CPU µs per RPC"), "≤ 1.25× floor"));
     }
     drop(floor);
     // (b) Batch size: N read_file calls of the small file per batch (one
@@ -1292,8 +1289,7 @@ async fn sweep(env: &Env) -> anyhow::Result<Vec<Row>> {
         made = target;
         let rss = rss_kib(ts.child.id());
         let per = (rss.saturating_sub(rss0)) as f64 * 1024.0 / target as f64;
-        let marginal =
-            (rss.saturating_sub(last.1)) as f64 * 1024.0 / (target - last.0) as f64;
+        let marginal = (rss.saturating_sub(last.1)) as f64 * 1024.0 / (target - last.0) as f64;
         rows.push(Row {
             scenario: "sweep",
             metric: format!(

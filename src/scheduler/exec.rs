@@ -44,10 +44,7 @@ pub(crate) struct ExecJob {
 /// progress (a small read) returns its outcome here, to be applied within
 /// the caller's step; otherwise its progress and outcome arrive on
 /// `reports`, progress first.
-pub(crate) fn start(
-    job: ExecJob,
-    reports: &InternalTx,
-) -> Option<ToolOutcome> {
+pub(crate) fn start(job: ExecJob, reports: &InternalTx) -> Option<ToolOutcome> {
     let ExecJob {
         batch_id,
         index,
