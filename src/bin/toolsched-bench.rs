@@ -42,7 +42,8 @@ use toolsched::api::pb::tool_scheduler_client::ToolSchedulerClient;
 struct Cli {
     #[command(subcommand)]
     command: Option<Cmd>,
-    /// Scenarios to run, comma-separated (s1,s2,s3,s4,s5,s6).
+    /// Scenarios to run, comma-separated (s1,s2,s3,s4,s5,s6, and `sweep`:
+    /// the curves over concurrency, batch size and idle sessions).
     #[arg(long, default_value = "s1,s2,s3,s4,s5,s6")]
     scenarios: String,
     /// Runs per figure; the table shows the median with min and max.
@@ -184,6 +185,7 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
         ("s5", "S5", |e| Box::pin(s5_search(e))),
         ("s6", "S6", |e| Box::pin(s6_shell(e))),
         ("store", "store", |e| Box::pin(store_beside_memory(e))),
+        ("sweep", "sweep", |e| Box::pin(sweep(e))),
     ];
     for (key, name, run) in all {
         if !scenarios.iter().any(|s| s == key) {
@@ -1249,6 +1251,211 @@ async fn s6_shell(env: &Env) -> anyhow::Result<Vec<Row>> {
             target: "unconfined ÷ confined, reported".into(),
         },
     ])
+}
+
+// === sweep: the curves ===
+
+/// Server CPU time (user + system, every thread), in seconds: fields 14
+/// and 15 of `/proc/<pid>/stat`, in USER_HZ ticks (100 per second on
+/// Linux, whatever the kernel's own tick).
+fn cpu_secs(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            // The command name (field 2) may hold spaces: count after it.
+            let rest = s.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let utime: f64 = f.get(11)?.parse().ok()?;
+            let stime: f64 = f.get(12)?.parse().ok()?;
+            Some((utime + stime) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+/// One load run with the server's CPU time per call.
+async fn load_with_cpu(
+    served: &Served,
+    k: usize,
+    c: usize,
+    duration: Duration,
+    make: Arc<dyn Fn(usize) -> pb::ScheduleCallsRequest + Send + Sync>,
+    calls_per_batch: usize,
+) -> anyhow::Result<(Load, f64)> {
+    let pid = served.child.id();
+    let cpu0 = cpu_secs(pid);
+    let t0 = Instant::now();
+    let l = load(served.addr, k, c, duration, make, calls_per_batch).await?;
+    let elapsed = t0.elapsed().as_secs_f64();
+    let cpu = cpu_secs(pid) - cpu0;
+    let calls = l.calls_per_s * elapsed;
+    Ok((l, cpu / calls.max(1.0) * 1e6))
+}
+
+/// Per figure of a sweep point: toolsched's and the floor's value of each
+/// run, and the ratio of each run.
+#[derive(Default)]
+struct Series {
+    t: Vec<f64>,
+    f: Vec<f64>,
+    ratio: Vec<f64>,
+}
+
+impl Series {
+    fn push(&mut self, t: f64, f: f64) {
+        self.t.push(t);
+        self.f.push(f);
+        self.ratio.push(t / f);
+    }
+
+    fn row(self, metric: String, target: &str) -> Row {
+        Row {
+            scenario: "sweep",
+            metric,
+            toolsched: Stat::of(self.t),
+            floor: Some(Stat::of(self.f)),
+            ratio: Some(Stat::of(self.ratio).median),
+            target: target.into(),
+        }
+    }
+}
+
+async fn sweep(env: &Env) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let secs = Duration::from_millis(if env.quick { 500 } else { 2000 });
+    // (a) Concurrency: one read_file per batch, C sessions over
+    // K = min(C, 8) connections.
+    let ts = start_toolsched(env, &[])?;
+    let template = record(ts.addr, read_small("record")).await?;
+    let (floor, _file) = start_floor(env, &template, None)?;
+    for c in [1usize, 4, 16, 64, 256, 1024] {
+        let k = c.min(8);
+        let make: Arc<dyn Fn(usize) -> pb::ScheduleCallsRequest + Send + Sync> =
+            Arc::new(|s| read_small(&format!("sweep-{s}")));
+        let (mut rps, mut p99, mut cpu) = (Series::default(), Series::default(), Series::default());
+        for run in 0..env.runs {
+            progress(&format!("[sweep] C={c} run {}/{}", run + 1, env.runs));
+            let (t, t_cpu) = load_with_cpu(&ts, k, c, secs, make.clone(), 1).await?;
+            let (f, f_cpu) = load_with_cpu(&floor, k, c, secs, make.clone(), 1).await?;
+            rps.push(t.calls_per_s, f.calls_per_s);
+            p99.push(percentile(&t.end, 0.99), percentile(&f.end, 0.99));
+            cpu.push(t_cpu, f_cpu);
+        }
+        rows.push(rps.row(
+            format!("C={c} (K={k}): RPC/s, 1 read_file per batch"),
+            "≥ 0.8 of floor",
+        ));
+        rows.push(p99.row(format!("C={c}: end of stream p99 (µs)"), "reported"));
+        rows.push(cpu.row(format!("C={c}: server CPU µs per RPC"), "≤ 1.25× floor"));
+    }
+    drop(floor);
+    // (b) Batch size: N read_file calls of the small file per batch (one
+    // wave): time to BatchCompleted at C=1, calls/s and CPU per call at
+    // C=16.
+    for n in [1usize, 8, 32, 128] {
+        let make_n = move |s: &str| {
+            batch(
+                s,
+                (0..n)
+                    .map(|i| {
+                        fcall(
+                            &format!("r{i}"),
+                            "read_file",
+                            json!({"file_path": "small.txt"}),
+                            false,
+                        )
+                    })
+                    .collect(),
+            )
+        };
+        let template = record(ts.addr, make_n("record")).await?;
+        let (floor, _file) = start_floor(env, &template, None)?;
+        let one: Arc<dyn Fn(usize) -> pb::ScheduleCallsRequest + Send + Sync> =
+            Arc::new(move |_| make_n("sweep-n"));
+        let many: Arc<dyn Fn(usize) -> pb::ScheduleCallsRequest + Send + Sync> =
+            Arc::new(move |s| make_n(&format!("sweep-n-{s}")));
+        let (mut end, mut per_call, mut cps, mut cpu) = (
+            Series::default(),
+            Series::default(),
+            Series::default(),
+            Series::default(),
+        );
+        for run in 0..env.runs {
+            progress(&format!("[sweep] N={n} run {}/{}", run + 1, env.runs));
+            let t = load(ts.addr, 1, 1, secs, one.clone(), n).await?;
+            let f = load(floor.addr, 1, 1, secs, one.clone(), n).await?;
+            let (te, fe) = (percentile(&t.end, 0.5), percentile(&f.end, 0.5));
+            end.push(te, fe);
+            per_call.push(te / n as f64, fe / n as f64);
+            let (t, t_cpu) = load_with_cpu(&ts, 8, 16, secs, many.clone(), n).await?;
+            let (f, f_cpu) = load_with_cpu(&floor, 8, 16, secs, many.clone(), n).await?;
+            cps.push(t.calls_per_s, f.calls_per_s);
+            cpu.push(t_cpu, f_cpu);
+        }
+        rows.push(end.row(
+            format!("N={n} reads per batch: time to BatchCompleted p50 (µs), C=1"),
+            "reported",
+        ));
+        rows.push(per_call.row(format!("N={n}: µs per call at C=1"), "reported"));
+        rows.push(cps.row(format!("N={n}: calls/s at C=16 (K=8)"), "≥ 0.8 of floor"));
+        rows.push(cpu.row(
+            format!("N={n}: server CPU µs per call at C=16"),
+            "≤ 1.25× floor",
+        ));
+    }
+    drop(ts);
+    // (c) Idle sessions: each ran one read_file batch and is now idle (its
+    // completed batch retained, as after a real agent turn). RSS grows
+    // per session on a fresh server.
+    let ts = start_toolsched(env, &[])?;
+    record(ts.addr, read_small("warm")).await?;
+    let rss0 = rss_kib(ts.child.id());
+    let clients = connections(ts.addr, 8).await?;
+    let mut made = 0usize;
+    let targets: &[usize] = if env.quick {
+        &[1000, 10_000]
+    } else {
+        &[1000, 10_000, 100_000]
+    };
+    let mut last = (0usize, rss0);
+    for &target in targets {
+        progress(&format!("[sweep] idle sessions: {made} → {target}"));
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(made));
+        let mut tasks = Vec::new();
+        for w in 0..64 {
+            let mut client = clients[w % clients.len()].clone();
+            let next = next.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let s = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if s >= target {
+                        return anyhow::Ok(());
+                    }
+                    run_batch(&mut client, read_small(&format!("idle-{s}"))).await?;
+                }
+            }));
+        }
+        for t in tasks {
+            t.await??;
+        }
+        made = target;
+        let rss = rss_kib(ts.child.id());
+        let per = (rss.saturating_sub(rss0)) as f64 * 1024.0 / target as f64;
+        let marginal = (rss.saturating_sub(last.1)) as f64 * 1024.0 / (target - last.0) as f64;
+        rows.push(Row {
+            scenario: "sweep",
+            metric: format!(
+                "RSS per idle session (bytes) at {target} sessions (marginal since {}: {marginal:.0}); server RSS {} MiB",
+                last.0,
+                rss / 1024
+            ),
+            toolsched: Stat::of(vec![per]),
+            floor: None,
+            ratio: None,
+            target: "≤ 4 KB".into(),
+        });
+        last = (target, rss);
+    }
+    Ok(rows)
 }
 
 // === the transport floor ===

@@ -16,7 +16,7 @@ use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::session::Internal;
+use super::session::{Internal, InternalTx};
 use crate::sandbox::{OutputLimits, SharedSandbox};
 use crate::tools::{ErrorKind, ExecContext, Invocation, Progress, ToolError, ToolOutcome};
 
@@ -48,10 +48,7 @@ pub(crate) struct ExecJob {
 /// progress (a small read) returns its outcome here, to be applied within
 /// the caller's step; otherwise its progress and outcome arrive on
 /// `reports`, progress first.
-pub(crate) fn start(
-    job: ExecJob,
-    reports: &mpsc::UnboundedSender<Internal>,
-) -> Option<ToolOutcome> {
+pub(crate) fn start(job: ExecJob, reports: &InternalTx) -> Option<ToolOutcome> {
     let ExecJob {
         batch_id,
         index,
@@ -126,7 +123,7 @@ pub(crate) fn start(
 struct Relay {
     batch_id: String,
     index: usize,
-    reports: mpsc::UnboundedSender<Internal>,
+    reports: InternalTx,
     /// Where merged reports are counted (none in the unit test).
     metrics: Option<std::sync::Arc<super::Metrics>>,
 }
@@ -186,12 +183,15 @@ fn merged(reports: Vec<Progress>) -> Vec<Progress> {
     let relay = Relay {
         batch_id: "b".into(),
         index: 0,
-        reports: out_tx,
+        reports: InternalTx(out_tx),
         metrics: None,
     };
     relay.drain(None, &mut rx);
     let mut out = Vec::new();
-    while let Ok(Internal::Progress { progress, .. }) = out_rx.try_recv() {
+    while let Ok(msg) = out_rx.try_recv() {
+        let Internal::Progress { progress, .. } = *msg else {
+            break;
+        };
         out.push(progress);
     }
     out

@@ -68,7 +68,7 @@ struct SessionEntry {
     /// every other), and a session handles each command without waiting, so
     /// its backlog is bounded by what the hub's own bounded channel
     /// (`HUB_CHANNEL_CAPACITY`) lets through.
-    tx: mpsc::UnboundedSender<SessionCommand>,
+    tx: mpsc::UnboundedSender<Box<SessionCommand>>,
     /// Given to each of the session's streams.
     link: SessionLink,
     token: CancellationToken,
@@ -164,7 +164,9 @@ impl Hub {
                     return;
                 };
                 entry.sent();
-                let _ = entry.tx.send(SessionCommand::Confirm { request, reply });
+                let _ = entry
+                    .tx
+                    .send(Box::new(SessionCommand::Confirm { request, reply }));
             }
             HubCommand::Cancel { request, reply } => {
                 let Some(entry) = self.sessions.get_mut(&request.session_id) else {
@@ -174,7 +176,9 @@ impl Hub {
                     return;
                 };
                 entry.sent();
-                let _ = entry.tx.send(SessionCommand::Cancel { request, reply });
+                let _ = entry
+                    .tx
+                    .send(Box::new(SessionCommand::Cancel { request, reply }));
             }
             HubCommand::StopAccepting => self.accepting = false,
         }
@@ -301,12 +305,12 @@ impl Hub {
         self.shared.metrics.batch_accepted();
         entry
             .tx
-            .send(SessionCommand::Schedule {
+            .send(Box::new(SessionCommand::Schedule {
                 batch_id: batch_id.clone(),
                 request,
                 events,
                 token,
-            })
+            }))
             .map_err(|_| ScheduleError::ShuttingDown)?;
         self.open_streams.send_modify(|n| *n += 1);
         Ok(BatchStream {

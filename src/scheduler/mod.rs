@@ -114,7 +114,8 @@ impl Default for SchedulerConfig {
             execution_timeout: Duration::from_secs(300),
             output: OutputLimits::default(),
             max_calls_per_batch: 128,
-            // About 15 KB each when idle: ~150 MB at the cap.
+            // About 12 KB each when idle with its last batch retained
+            // (BENCHMARKS.md): ~120 MB at the cap.
             max_sessions: 10_000,
             session_idle_ttl: Duration::from_secs(1800),
             sandbox: SandboxConfig::default(),

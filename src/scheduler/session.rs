@@ -39,18 +39,32 @@ const CANCEL_GUARD: Duration = Duration::from_secs(5);
 /// batch's last reader went away before it completed. A stream that ran to
 /// `Completed` says nothing, so the normal path costs no message and no task.
 #[derive(Clone)]
-pub(crate) struct SessionLink(mpsc::WeakUnboundedSender<Internal>);
+pub(crate) struct SessionLink(mpsc::WeakUnboundedSender<Box<Internal>>);
 
 impl SessionLink {
     /// Tells the session that nobody reads `batch_id` any more, since the
     /// detach that returned `generation`.
     pub fn batch_detached(&self, batch_id: String, generation: u64) {
         if let Some(tx) = self.0.upgrade() {
-            let _ = tx.send(Internal::BatchDetached {
+            let _ = InternalTx(tx).send(Internal::BatchDetached {
                 batch_id,
                 generation,
             });
         }
+    }
+}
+
+/// The sending end of a session's internal channel. Reports travel boxed:
+/// tokio's mpsc allocates its slots 32 at a time, the first block when the
+/// channel is made, so each live session pays 32 slots of the message type
+/// even when idle; an [`Internal`] inline is ~170 bytes (5.4 KB a session),
+/// a box 8 (one small allocation per report, and most calls send none).
+#[derive(Clone)]
+pub(crate) struct InternalTx(pub(crate) mpsc::UnboundedSender<Box<Internal>>);
+
+impl InternalTx {
+    pub fn send(&self, msg: Internal) -> Result<(), mpsc::error::SendError<Box<Internal>>> {
+        self.0.send(Box::new(msg))
     }
 }
 
@@ -64,16 +78,23 @@ impl SessionLink {
 /// by `max_streamed_bytes`); the session handles each without waiting.
 pub(crate) fn internal_channel() -> (SessionLink, InternalChannel) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (SessionLink(tx.downgrade()), InternalChannel { tx, rx })
+    (
+        SessionLink(tx.downgrade()),
+        InternalChannel {
+            tx: InternalTx(tx),
+            rx,
+        },
+    )
 }
 
 /// The session's end of [`internal_channel`].
 pub(crate) struct InternalChannel {
-    tx: mpsc::UnboundedSender<Internal>,
-    rx: mpsc::UnboundedReceiver<Internal>,
+    tx: InternalTx,
+    rx: mpsc::UnboundedReceiver<Box<Internal>>,
 }
 
-/// Commands from the hub.
+/// Commands from the hub, sent boxed (as [`InternalTx`]'s reports, and for
+/// the same reason: a command inline is ~230 bytes, 7 KB of slots a session).
 pub(crate) enum SessionCommand {
     Schedule {
         batch_id: String,
@@ -158,7 +179,7 @@ pub(crate) struct Session {
     topic: Option<String>,
     queue: VecDeque<PendingBatch>,
     active: Option<ActiveBatch>,
-    internal_tx: mpsc::UnboundedSender<Internal>,
+    internal_tx: InternalTx,
     /// Commands processed, reported to the hub when idle so that it only
     /// retires a session that has no command in flight.
     processed: u64,
@@ -170,7 +191,7 @@ impl Session {
     pub async fn run(
         id: String,
         shared: Arc<Shared>,
-        mut commands: mpsc::UnboundedReceiver<SessionCommand>,
+        mut commands: mpsc::UnboundedReceiver<Box<SessionCommand>>,
         internal: InternalChannel,
         idle: mpsc::Sender<IdleReport>,
         token: CancellationToken,
@@ -217,11 +238,11 @@ impl Session {
                     Some(cmd) => {
                         session.processed += 1;
                         armed = false;
-                        session.handle(cmd);
+                        session.handle(*cmd);
                     }
                     None => break,
                 },
-                Some(msg) = internal_rx.recv() => session.handle_internal(msg),
+                Some(msg) = internal_rx.recv() => session.handle_internal(*msg),
                 () = &mut shutdown, if !shut_down => {
                     shut_down = true;
                     session.drop_all();

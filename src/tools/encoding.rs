@@ -145,6 +145,12 @@ pub fn sniff(head: &[u8]) -> Sniffed {
         return Sniffed::Bom(TextEncoding::Utf16BeBom);
     }
     let window = &head[..head.len().min(SNIFF_BYTES)];
+    // Media is a PDF, or an image whose head is not UTF-8 text (see below):
+    // a text head that does not open like a PDF decides without running
+    // every signature matcher of `infer` (most reads are of source text).
+    if !window.starts_with(b"%PDF") && is_utf8_text(window) {
+        return Sniffed::Unknown;
+    }
     if let Some(kind) = infer::get(window) {
         let mime = kind.mime_type();
         // Some image signatures are two or three printable bytes ("BM" for
