@@ -177,7 +177,7 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
     ) -> Pin<
         Box<dyn std::future::Future<Output = anyhow::Result<Vec<Row>>> + 'a>,
     >;
-    let all: [(&str, &'static str, Scenario); 7] = [
+    let all: [(&str, &'static str, Scenario); 8] = [
         ("s1", "S1", |e| Box::pin(s1_throughput(e))),
         ("s2", "S2", |e| Box::pin(s2_latency(e))),
         ("s3", "S3", |e| Box::pin(s3_waves(e))),

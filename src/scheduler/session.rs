@@ -849,7 +849,7 @@ fn record_then_start(
     session_id: String,
     call_id: String,
     job: ExecJob,
-    reports: mpsc::UnboundedSender<Internal>,
+    reports: InternalTx,
 ) {
     tokio::spawn(async move {
         let (batch_id, index) = (job.batch_id.clone(), job.index);
