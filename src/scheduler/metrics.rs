@@ -97,7 +97,7 @@ impl Metrics {
         let events_lagged = IntCounterVec::new(
             Opts::new(
                 "events_lagged_total",
-                "Progress reports not delivered one by one because their reader lagged (the client reading the stream, or the session behind a tool reporting faster than it handles), by action (merged into a later report, or dropped)",
+                "Progress reports not delivered one by one because their reader lagged (the client reading the stream, or the session behind a tool reporting faster than it handles), by action (`merged` into a later report; `dropped` is reserved and stays 0: nothing else is ever dropped)",
             ),
             &["action"],
         )?;
