@@ -340,6 +340,7 @@ async fn every_call_is_a_span_under_its_batch_with_one_event_per_state() {
         attrs(batch1),
         map(&[
             ("toolsched.session.id", "t"),
+            ("toolsched.tenant", "default"),
             ("toolsched.batch.id", &first_id),
             ("toolsched.batch.calls", "2"),
             ("toolsched.batch.interactive", "true"),

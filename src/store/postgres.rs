@@ -627,7 +627,11 @@ impl<E: LogEvent> PostgresStore<E> {
                 Err(StoreError::Unavailable {
                     reason: format!(
                         "the replica running session '{}' did not answer within {} s",
-                        session_id.chars().take(64).collect::<String>(),
+                        // The client's own id, never the tenant's key.
+                        crate::tenant::TenantId::client_session_id(session_id)
+                            .chars()
+                            .take(64)
+                            .collect::<String>(),
                         wait.as_secs_f64()
                     ),
                 })
