@@ -98,7 +98,7 @@ fn state_strings<'a>(state: &'a mut pb::tool_call_update::State, out: &mut Vec<&
     use pb::tool_call_update::State;
     match state {
         State::Validating(v) => opt_struct_strings(v.args.as_mut(), out),
-        State::Scheduled(_) => {}
+        State::Scheduled(s) => opt_struct_strings(s.args.as_mut(), out),
         State::AwaitingApproval(a) => {
             out.push(&mut a.reason);
             match a.details.as_mut() {
@@ -207,6 +207,30 @@ mod tests {
             assert!(omitted > 0);
             assert!(msg.encoded_len() <= max, "{} > {max}", msg.encoded_len());
         }
+        // The arguments a person changed at the prompt (Scheduled.args) are
+        // cut like every other string.
+        let mut args = prost_types::Struct::default();
+        args.fields.insert(
+            "content".into(),
+            prost_types::Value {
+                kind: Some(prost_types::value::Kind::StringValue("x".repeat(5 << 20))),
+            },
+        );
+        let mut scheduled = pb::ScheduleCallsResponse {
+            sequence: 4,
+            time: None,
+            event: Some(pb::schedule_calls_response::Event::CallUpdate(
+                pb::ToolCallUpdate {
+                    call_id: "w".into(),
+                    tool_name: "write_file".into(),
+                    state: Some(pb::tool_call_update::State::Scheduled(pb::Scheduled {
+                        args: Some(args),
+                    })),
+                },
+            )),
+        };
+        assert!(fit(&mut scheduled, DEFAULT_MAX_EVENT_BYTES) > 0);
+        assert!(scheduled.encoded_len() <= DEFAULT_MAX_EVENT_BYTES);
         let mut small = prompt(1000, 1000);
         let before = small.clone();
         assert_eq!(fit(&mut small, DEFAULT_MAX_EVENT_BYTES), 0);
