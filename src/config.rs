@@ -352,6 +352,25 @@ settings! {
     /// with ':' in the environment variable).
     #[arg(long, env = "TOOLSCHED_SANDBOX_EXTRA_READ_PATHS", value_delimiter = ':')]
     sandbox_extra_read_paths: Vec<PathBuf> = Vec::new(),
+    // --- named workspaces (issue 18 item 1) ---
+    /// Serve named workspaces: a session works in DIR/<tenant>/<name>
+    /// (ScheduleCallsRequest.workspace) instead of --workspace.
+    #[arg(long, env = "TOOLSCHED_WORKSPACES_ROOT")]
+    workspaces_root: PathBuf,
+    /// With --workspaces-root: create a missing workspace (empty, 0700)
+    /// instead of refusing it (NOT_FOUND).
+    #[arg(long, env = "TOOLSCHED_CREATE_WORKSPACES", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    create_workspaces: bool = false,
+    /// Workspaces kept open at once (an fd and the built-in tools each)
+    /// [default: 1024].
+    #[arg(long, env = "TOOLSCHED_MAX_OPEN_WORKSPACES")]
+    max_open_workspaces: usize = crate::workspaces::DEFAULT_MAX_OPEN_WORKSPACES,
+    /// `[[tenants]]` tables: per tenant `name`, the `workspaces` (names or
+    /// globs) it may use; empty or absent: any (file only: no flag).
+    #[arg(skip)]
+    tenants: Vec<crate::tenant::TenantConfig> = Vec::new(),
 }
 
 /// Log output format.
@@ -382,6 +401,8 @@ pub enum ConfigError {
     BearerInClear { addr: SocketAddr },
     #[error("{0}")]
     Tls(&'static str),
+    #[error("{0}")]
+    Workspaces(&'static str),
     #[error("{0}")]
     TlsFiles(String),
     #[error("auth_tokens: {0}")]
@@ -510,6 +531,7 @@ impl Settings {
             ("output_cap_bytes", v.output_cap_bytes as u64),
             ("max_calls_per_batch", v.max_calls_per_batch as u64),
             ("max_sessions", v.max_sessions as u64),
+            ("max_open_workspaces", v.max_open_workspaces as u64),
             ("max_event_bytes", v.max_event_bytes as u64),
             (
                 "http2_keepalive_interval_secs",
@@ -536,6 +558,18 @@ impl Settings {
                 headroom: EVENT_HEADROOM_BYTES,
                 limit,
             });
+        }
+        if v.workspaces_root.is_some() && v.sandbox_level == SandboxLevel::None {
+            // Without the sandbox nothing keeps a command of one workspace
+            // out of another's.
+            return Err(ConfigError::Workspaces(
+                "workspaces_root needs a sandbox: with sandbox_level = none nothing keeps a command of one workspace out of another",
+            ));
+        }
+        if v.create_workspaces && v.workspaces_root.is_none() {
+            return Err(ConfigError::Workspaces(
+                "create_workspaces needs workspaces_root",
+            ));
         }
         for (name, server) in &v.mcp_servers {
             server
@@ -606,6 +640,14 @@ impl Settings {
                 per_session: v.max_kept_output_session_bytes,
                 ttl: Duration::from_secs(v.kept_output_ttl_secs),
             },
+            workspaces: v
+                .workspaces_root
+                .map(|root| crate::workspaces::WorkspacesConfig {
+                    root,
+                    create: v.create_workspaces,
+                    max_open: v.max_open_workspaces,
+                    tenants: v.tenants.clone(),
+                }),
         };
         let server = ServerOptions {
             auth_token,

@@ -22,6 +22,7 @@ pub mod telemetry;
 pub mod tenant;
 pub mod text;
 pub mod tools;
+pub mod workspaces;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -44,6 +45,22 @@ pub enum BuildError {
     Metrics(#[from] prometheus::Error),
     #[error("kept output directory: {0}")]
     KeptOutput(std::io::Error),
+    #[error(transparent)]
+    Workspaces(#[from] workspaces::WorkspacesSetupError),
+}
+
+/// The named workspaces of `config` (a workspaces root), whose built-in
+/// tools keep whole shell outputs in `kept` like the server's.
+fn named_workspaces(
+    config: &scheduler::SchedulerConfig,
+    kept: &Option<Arc<tools::kept::OutputKeeper>>,
+) -> Result<Option<Arc<workspaces::Workspaces>>, BuildError> {
+    let Some(ws) = &config.workspaces else {
+        return Ok(None);
+    };
+    let named = workspaces::Workspaces::new(ws, kept.clone(), config.blocking_file_io)?;
+    tracing::info!(root = %named.root().display(), create = named.creates(), "named workspaces");
+    Ok(Some(Arc::new(named)))
 }
 
 /// The keeper of whole shell outputs for `config`; its directory joins the
@@ -83,11 +100,12 @@ pub fn build_scheduler_with_policy(
 ) -> Result<scheduler::Scheduler, BuildError> {
     let kept = kept_output(&mut config)?;
     let (workspace, sandbox) = prepare(workspace, &config)?;
+    let named = named_workspaces(&config, &kept)?;
     let policy = policy.with_workspace(workspace.root());
     let registry = Arc::new(tools::Registry::builtin_with(workspace, kept)?);
     let metrics = Arc::new(scheduler::Metrics::new()?);
-    Ok(scheduler::Scheduler::start(
-        config, sandbox, registry, policy, shutdown, metrics,
+    Ok(scheduler::Scheduler::start_with_workspaces(
+        config, sandbox, registry, policy, shutdown, metrics, named,
     ))
 }
 
@@ -105,6 +123,7 @@ pub async fn build_scheduler_with_mcp(
 ) -> Result<(scheduler::Scheduler, tools::mcp::McpManager), BuildError> {
     let kept = kept_output(&mut config)?;
     let (workspace, sandbox) = prepare(workspace, &config)?;
+    let named = named_workspaces(&config, &kept)?;
     let policy = policy.with_workspace(workspace.root());
     let builtin = tools::Registry::builtin_with(workspace, kept)?;
     let (manager, registry) =
@@ -116,9 +135,10 @@ pub async fn build_scheduler_with_mcp(
         }
     }
     let metrics = Arc::new(scheduler::Metrics::new()?);
-    let scheduler =
-        scheduler::Scheduler::start(config, sandbox, registry, policy, shutdown, metrics)
-            .with_mcp(manager.clone());
+    let scheduler = scheduler::Scheduler::start_with_workspaces(
+        config, sandbox, registry, policy, shutdown, metrics, named,
+    )
+    .with_mcp(manager.clone());
     Ok((scheduler, manager))
 }
 

@@ -31,6 +31,23 @@ pub enum InvalidName {
     },
     #[error("{kind} name may hold only letters, digits, '-', '_' and '.'")]
     BadCharacter { kind: &'static str },
+    /// `.` and `..`: a tenant or workspace name is a path component of the
+    /// workspaces root, and these would leave it.
+    #[error("{kind} name may not be '.' or '..'")]
+    DotName { kind: &'static str },
+}
+
+/// A `[[tenants]]` table of the config file: what one tenant may do.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// The tenant's name (as its credentials map to).
+    pub name: String,
+    /// Workspace names or globs (`globset`, e.g. `proj-*`) the tenant may
+    /// use under `--workspaces-root`; empty: any. Another name is
+    /// PERMISSION_DENIED naming it.
+    #[serde(default)]
+    pub workspaces: Vec<String>,
 }
 
 /// A tenant: letters, digits, `-`, `_`, `.` (never `/`, which splits a
@@ -137,6 +154,9 @@ pub fn check_name(kind: &'static str, name: &str, limit: usize) -> Result<(), In
     {
         return Err(InvalidName::BadCharacter { kind });
     }
+    if name == "." || name == ".." {
+        return Err(InvalidName::DotName { kind });
+    }
     Ok(())
 }
 
@@ -170,6 +190,10 @@ mod tests {
         assert_ne!(
             b.session_key("b/main"),
             TenantId::new("a.b").unwrap().session_key("main")
+        );
+        assert_eq!(
+            TenantId::new(".."),
+            Err(InvalidName::DotName { kind: "tenant" })
         );
         assert!(Principal::new(b.clone(), "alice@example.com").is_ok());
         assert_eq!(

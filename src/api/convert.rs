@@ -18,6 +18,7 @@ use crate::scheduler::{
 };
 use crate::store::Entry;
 use crate::tools::{ConfirmationDetails, Declaration, ErrorKind, Progress, ToolKind};
+use crate::workspaces::WorkspaceName;
 
 // === JSON <-> google.protobuf.Struct ===
 
@@ -89,6 +90,43 @@ fn timestamp(t: SystemTime) -> Timestamp {
 
 // === requests ===
 
+/// A GetSession's session id, checked as every RPC's.
+pub fn get_session_id(r: pb::GetSessionRequest) -> Result<String, ApiError> {
+    if r.session_id.is_empty() {
+        return Err(ApiError::InvalidArgument(
+            "session_id is empty; name the session".into(),
+        ));
+    }
+    if r.session_id.len() > crate::scheduler::validate::MAX_SESSION_ID_BYTES {
+        return Err(ApiError::InvalidArgument(format!(
+            "session_id is {} bytes; at most {}",
+            r.session_id.len(),
+            crate::scheduler::validate::MAX_SESSION_ID_BYTES
+        )));
+    }
+    Ok(r.session_id)
+}
+
+/// A live session as GetSession answers it.
+pub fn session_view(
+    session_id: String,
+    v: crate::scheduler::SessionView,
+) -> pb::GetSessionResponse {
+    let mode = match v.mode {
+        ApprovalMode::Default => pb::ApprovalMode::Default,
+        ApprovalMode::AutoEdit => pb::ApprovalMode::AutoEdit,
+        ApprovalMode::Yolo => pb::ApprovalMode::Yolo,
+        ApprovalMode::Plan => pb::ApprovalMode::Plan,
+    };
+    pb::GetSessionResponse {
+        session_id,
+        workspace: v.workspace.map(|w| w.to_string()).unwrap_or_default(),
+        approval_mode: mode as i32,
+        running_batch_id: v.running_batch.unwrap_or_default(),
+        queued_batch_ids: v.queued_batches,
+    }
+}
+
 fn approval_mode(raw: i32) -> Result<Option<ApprovalMode>, ApiError> {
     match pb::ApprovalMode::try_from(raw) {
         Ok(pb::ApprovalMode::Unspecified) => Ok(None),
@@ -146,6 +184,15 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
                 .disconnect_grace_secs
                 .map(|secs| std::time::Duration::from_secs(secs.into())),
             outcome_unknown: Vec::new(),
+            workspace: match r.workspace.as_str() {
+                "" => None,
+                name => Some(WorkspaceName::new(name).map_err(|e| {
+                    ApiError::InvalidArgument(format!(
+                        "workspace '{}': {e}",
+                        crate::workspaces::shown(name)
+                    ))
+                })?),
+            },
         })
     }
 }

@@ -4,12 +4,24 @@ use tonic::Status;
 
 use crate::scheduler::{CancelError, ConfirmError, ScheduleError, WatchError};
 use crate::store::StoreError;
+use crate::workspaces::WorkspaceError;
 
 /// Why a request could not be processed.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{0}")]
     InvalidArgument(String),
+    /// GetSession of a session that does not exist (in the caller's tenant).
+    #[error("no session '{}'", crate::workspaces::shown(.0))]
+    UnknownSession(String),
+    /// ListWorkspaces on a server without a workspaces root.
+    #[error(
+        "this server has a single workspace (no --workspaces-root); there are no named workspaces to list"
+    )]
+    NoWorkspacesRoot,
+    /// Listing the tenant's workspaces failed (the reason is logged).
+    #[error("the workspaces root cannot be read; the server logged why")]
+    WorkspacesUnreadable,
     #[error(transparent)]
     Unauthenticated(#[from] AuthError),
     #[error(transparent)]
@@ -35,6 +47,19 @@ fn store_status(e: &StoreError, message: String) -> Status {
     }
 }
 
+/// A workspace refusal's status (ScheduleCalls; see `crate::workspaces`).
+fn workspace_status(e: &WorkspaceError, message: String) -> Status {
+    match e {
+        WorkspaceError::Required | WorkspaceError::Mismatch { .. } => {
+            Status::failed_precondition(message)
+        }
+        WorkspaceError::NotServed { .. } => Status::invalid_argument(message),
+        WorkspaceError::NotAllowed { .. } => Status::permission_denied(message),
+        WorkspaceError::Missing { .. } => Status::not_found(message),
+        WorkspaceError::Unusable { .. } => Status::unavailable(message),
+    }
+}
+
 /// Why a request carries no valid credentials (UNAUTHENTICATED). What was
 /// sent is never repeated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -54,6 +79,9 @@ impl From<ApiError> for Status {
         let message = e.to_string();
         match e {
             ApiError::InvalidArgument(_) => Status::invalid_argument(message),
+            ApiError::UnknownSession(_) => Status::not_found(message),
+            ApiError::NoWorkspacesRoot => Status::failed_precondition(message),
+            ApiError::WorkspacesUnreadable => Status::unavailable(message),
             ApiError::Unauthenticated(_) => Status::unauthenticated(message),
             ApiError::Schedule(s) => match s {
                 ScheduleError::Invalid(_) => Status::invalid_argument(message),
@@ -64,6 +92,7 @@ impl From<ApiError> for Status {
                 ScheduleError::SandboxLevelNotAllowed { .. } => Status::permission_denied(message),
                 ScheduleError::GraceTooLong { .. } => Status::resource_exhausted(message),
                 ScheduleError::Store(e) => store_status(&e, message),
+                ScheduleError::Workspace(w) => workspace_status(&w, message),
             },
             ApiError::Confirm(c) => match c {
                 ConfirmError::Invalid(_) => Status::invalid_argument(message),

@@ -277,7 +277,45 @@ impl ToolScheduler for Service {
                 .into_iter()
                 .map(convert::mcp_server_info)
                 .collect(),
+            workspaces: Some(pb::WorkspacesInfo {
+                named: self.scheduler.workspaces().is_some(),
+                create: self.scheduler.workspaces().is_some_and(|w| w.creates()),
+            }),
         }))
+    }
+
+    async fn list_workspaces(
+        &self,
+        request: Request<pb::ListWorkspacesRequest>,
+    ) -> Result<Response<pb::ListWorkspacesResponse>, Status> {
+        let principal = auth::principal(&request);
+        let listed = self
+            .scheduler
+            .list_workspaces(&principal.tenant)
+            .await
+            .ok_or(ApiError::NoWorkspacesRoot)?;
+        let (names, truncated) = listed.map_err(|e| {
+            tracing::warn!(tenant = %principal.tenant, error = %e, "cannot list workspaces");
+            ApiError::WorkspacesUnreadable
+        })?;
+        Ok(Response::new(pb::ListWorkspacesResponse {
+            workspaces: names.into_iter().map(|n| n.to_string()).collect(),
+            truncated,
+        }))
+    }
+
+    async fn get_session(
+        &self,
+        request: Request<pb::GetSessionRequest>,
+    ) -> Result<Response<pb::GetSessionResponse>, Status> {
+        let principal = auth::principal(&request);
+        let session_id = convert::get_session_id(request.into_inner())?;
+        let view = self
+            .scheduler
+            .describe_as(&principal.tenant, &session_id)
+            .await
+            .ok_or_else(|| ApiError::UnknownSession(session_id.clone()))?;
+        Ok(Response::new(convert::session_view(session_id, view)))
     }
 }
 

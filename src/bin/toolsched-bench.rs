@@ -1560,6 +1560,24 @@ mod floor {
         ) -> Result<Response<EventStream>, Status> {
             Err(Status::unimplemented("the transport floor keeps no logs"))
         }
+
+        async fn list_workspaces(
+            &self,
+            _request: Request<pb::ListWorkspacesRequest>,
+        ) -> Result<Response<pb::ListWorkspacesResponse>, Status> {
+            Err(Status::unimplemented(
+                "the transport floor has no workspaces",
+            ))
+        }
+
+        async fn get_session(
+            &self,
+            _request: Request<pb::GetSessionRequest>,
+        ) -> Result<Response<pb::GetSessionResponse>, Status> {
+            Err(Status::unimplemented(
+                "the transport floor keeps no sessions",
+            ))
+        }
     }
 
     pub async fn serve(template: &Path, pause_after: Option<usize>) -> anyhow::Result<()> {

@@ -46,6 +46,9 @@ pub struct BatchRequest {
     /// Calls that end `outcome_unknown` without running: set only when a
     /// replica takes over a batch whose owner stopped while they executed.
     pub outcome_unknown: Vec<String>,
+    /// The workspace the session works in (a server with a workspaces
+    /// root); `None` on a later batch keeps the session's.
+    pub workspace: Option<crate::workspaces::WorkspaceName>,
 }
 
 pub use crate::policy::ConfirmationOutcome;

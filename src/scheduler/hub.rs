@@ -18,12 +18,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::feed::EventSink;
+use super::session::SessionView;
 use super::session::{self, Session, SessionCommand, SessionLink};
 use super::{
     BatchEvent, BatchRequest, CancelError, CancelRequest, CancelSummary, ConfirmError,
     ConfirmRequest, Confirmed, ScheduleError, Shared, WatchError,
 };
 use crate::store::{BatchLog, Entry, LogReader, LogWriter};
+use crate::workspaces::{OpenWorkspace, WorkspaceError};
 
 pub(crate) enum HubCommand {
     Schedule {
@@ -31,6 +33,8 @@ pub(crate) enum HubCommand {
         batch_id: String,
         /// The log the store began for it.
         writer: LogWriter<BatchEvent>,
+        /// The workspace the request named, opened (`None`: it named none).
+        workspace: Option<Arc<OpenWorkspace>>,
         reply: oneshot::Sender<Result<BatchStream, ScheduleError>>,
     },
     /// A new reader of a batch's log (WatchBatch, a replayed request id).
@@ -49,6 +53,11 @@ pub(crate) enum HubCommand {
     Cancel {
         request: CancelRequest,
         reply: oneshot::Sender<Result<CancelSummary, CancelError>>,
+    },
+    /// What `GetSession` shows of a live session; `None`: no such session.
+    Describe {
+        session_id: String,
+        reply: oneshot::Sender<Option<oneshot::Receiver<SessionView>>>,
     },
     StopAccepting,
 }
@@ -80,6 +89,8 @@ struct SessionEntry {
     /// One clone per open [`BatchStream`] of the session: a session with
     /// more than this one is busy and never evicted.
     streams: Arc<()>,
+    /// The session's workspace, fixed for its life (a workspaces root).
+    workspace: Option<Arc<OpenWorkspace>>,
 }
 
 impl SessionEntry {
@@ -142,9 +153,22 @@ impl Hub {
                 request,
                 batch_id,
                 writer,
+                workspace,
                 reply,
             } => {
-                let _ = reply.send(self.schedule(request, batch_id, writer));
+                let _ = reply.send(self.schedule(request, batch_id, writer, workspace));
+            }
+            HubCommand::Describe { session_id, reply } => {
+                let Some(entry) = self.sessions.get_mut(&session_id) else {
+                    let _ = reply.send(None);
+                    return;
+                };
+                let (tx, rx) = oneshot::channel();
+                entry.sent();
+                let _ = entry
+                    .tx
+                    .send(Box::new(SessionCommand::Describe { reply: tx }));
+                let _ = reply.send(Some(rx));
             }
             HubCommand::Attach {
                 session_id,
@@ -230,6 +254,7 @@ impl Hub {
         mut request: BatchRequest,
         batch_id: String,
         writer: LogWriter<BatchEvent>,
+        workspace: Option<Arc<OpenWorkspace>>,
     ) -> Result<BatchStream, ScheduleError> {
         let grace = request
             .disconnect_grace
@@ -259,6 +284,24 @@ impl Hub {
                 limit,
             });
         }
+        // A session's workspace is fixed for its life: a later batch names
+        // the same one or none.
+        match (self.sessions.get(&request.session_id), &workspace) {
+            (Some(entry), Some(asked)) => match &entry.workspace {
+                Some(have) if have.name != asked.name => {
+                    return Err(WorkspaceError::Mismatch {
+                        session_workspace: have.name.to_string(),
+                        requested: asked.name.to_string(),
+                    }
+                    .into());
+                }
+                _ => {}
+            },
+            (None, None) if self.shared.workspaces.is_some() => {
+                return Err(WorkspaceError::Required.into());
+            }
+            _ => {}
+        }
         if !self.sessions.contains_key(&request.session_id) {
             let limit = self.shared.config.max_sessions;
             if self.sessions.len() >= limit && !self.evict_oldest_idle() {
@@ -274,6 +317,7 @@ impl Hub {
                 internal,
                 self.idle_tx.clone(),
                 token.clone(),
+                workspace.clone(),
             ));
             self.shared.metrics.sessions.inc();
             self.sessions.insert(
@@ -285,6 +329,7 @@ impl Hub {
                     forwarded: 0,
                     last_used: tokio::time::Instant::now(),
                     streams: Arc::new(()),
+                    workspace,
                 },
             );
         }

@@ -50,6 +50,9 @@ use crate::policy::{ApprovalMode, PolicyHandle};
 use crate::sandbox::{OutputLimits, SandboxConfig, SharedSandbox};
 use crate::tenant::TenantId;
 use crate::tools::{Registry, SharedRegistry};
+use crate::workspaces::{OpenWorkspace, WorkspaceError, WorkspaceName, Workspaces};
+
+pub use session::SessionView;
 
 /// Limits and timeouts of the scheduler. Every field is a documented limit.
 #[derive(Debug, Clone)]
@@ -94,6 +97,9 @@ pub struct SchedulerConfig {
     pub store: Option<DurableStore>,
     /// Where and how much of shell output beyond the cap is kept.
     pub kept_output: crate::tools::kept::KeptOutputConfig,
+    /// Named workspaces under a root (`--workspaces-root`); `None`: the one
+    /// workspace the scheduler was built over serves every session.
+    pub workspaces: Option<crate::workspaces::WorkspacesConfig>,
 }
 
 /// The store a server was configured with, when not the memory one.
@@ -125,6 +131,7 @@ impl Default for SchedulerConfig {
             retention: crate::store::Retention::default(),
             store: None,
             kept_output: Default::default(),
+            workspaces: None,
         }
     }
 }
@@ -153,6 +160,9 @@ pub enum ScheduleError {
         "disconnect_grace_secs {asked} is over the server's limit max_disconnect_grace_secs = {limit}"
     )]
     GraceTooLong { asked: u64, limit: u64 },
+    /// The workspace named (or not) cannot serve this batch.
+    #[error(transparent)]
+    Workspace(#[from] crate::workspaces::WorkspaceError),
     /// A request id known with other calls, or the store failing.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -311,6 +321,8 @@ pub(crate) struct Shared {
     pub sandbox: SharedSandbox,
     /// The sandbox of each level a session may choose.
     pub sandboxes: std::collections::BTreeMap<crate::sandbox::SandboxLevel, SharedSandbox>,
+    /// Named workspaces (a workspaces root): every session must have one.
+    pub workspaces: Option<Arc<Workspaces>>,
 }
 
 /// Commands queued to the hub; handlers wait when it is this far behind.
@@ -330,6 +342,8 @@ pub struct Scheduler {
     durable: bool,
     /// The MCP servers feeding the registry, for their status.
     mcp: Option<crate::tools::mcp::McpManager>,
+    /// Named workspaces (a workspaces root).
+    workspaces: Option<Arc<Workspaces>>,
 }
 
 impl Scheduler {
@@ -345,6 +359,20 @@ impl Scheduler {
         policy: PolicyHandle,
         shutdown: CancellationToken,
         metrics: Arc<Metrics>,
+    ) -> Self {
+        Self::start_with_workspaces(config, sandbox, registry, policy, shutdown, metrics, None)
+    }
+
+    /// [`Scheduler::start`] serving the named workspaces of `workspaces`
+    /// (every session then works in one; see [`crate::workspaces`]).
+    pub fn start_with_workspaces(
+        config: SchedulerConfig,
+        sandbox: SharedSandbox,
+        registry: impl Into<SharedRegistry>,
+        policy: PolicyHandle,
+        shutdown: CancellationToken,
+        metrics: Arc<Metrics>,
+        workspaces: Option<Arc<Workspaces>>,
     ) -> Self {
         let registry = registry.into();
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
@@ -377,6 +405,7 @@ impl Scheduler {
             shutdown,
             store: store.clone(),
             metrics: metrics.clone(),
+            workspaces: workspaces.clone(),
         });
         let (hub, idle_rx) = Hub::new(shared, open_tx);
         tokio::spawn(hub.run(hub_rx, idle_rx));
@@ -389,7 +418,68 @@ impl Scheduler {
             store,
             durable,
             mcp: None,
+            workspaces,
         }
+    }
+
+    /// The named workspaces, when the server has a workspaces root.
+    pub fn workspaces(&self) -> Option<&Arc<Workspaces>> {
+        self.workspaces.as_ref()
+    }
+
+    /// `tenant`'s workspace `name` opened (created with
+    /// `--create-workspaces`), off the async runtime; `None` when the
+    /// request names none. A name on a server without a workspaces root is
+    /// refused.
+    async fn open_workspace(
+        &self,
+        tenant: &TenantId,
+        name: Option<&WorkspaceName>,
+    ) -> Result<Option<Arc<OpenWorkspace>>, WorkspaceError> {
+        let Some(name) = name else {
+            return Ok(None);
+        };
+        let Some(workspaces) = self.workspaces.clone() else {
+            return Err(WorkspaceError::NotServed {
+                given: name.to_string(),
+            });
+        };
+        let (tenant, name) = (tenant.clone(), name.clone());
+        let shown = name.to_string();
+        tokio::task::spawn_blocking(move || workspaces.open(&tenant, &name))
+            .await
+            .unwrap_or(Err(WorkspaceError::Unusable { name: shown }))
+            .map(Some)
+    }
+
+    /// `tenant`'s workspaces under the root (see [`Workspaces::list`]);
+    /// `None` without a workspaces root.
+    pub async fn list_workspaces(
+        &self,
+        tenant: &TenantId,
+    ) -> Option<std::io::Result<(Vec<WorkspaceName>, bool)>> {
+        let workspaces = self.workspaces.clone()?;
+        let tenant = tenant.clone();
+        Some(
+            tokio::task::spawn_blocking(move || workspaces.list(&tenant))
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string()))),
+        )
+    }
+
+    /// What a live session of `tenant` looks like (its workspace, mode and
+    /// batches); `None` when it does not exist, here and in this tenant
+    /// (another tenant's session reads the same).
+    pub async fn describe_as(&self, tenant: &TenantId, session_id: &str) -> Option<SessionView> {
+        let (reply, rx) = oneshot::channel();
+        self.hub
+            .send(HubCommand::Describe {
+                session_id: tenant.session_key(session_id),
+                reply,
+            })
+            .await
+            .ok()?;
+        rx.await.ok()??.await.ok()
     }
 
     /// Attaches the MCP servers whose tools the registry holds, so that
@@ -445,11 +535,22 @@ impl Scheduler {
         // Validated (on the client's id) before anything is claimed in the
         // store.
         request.validate()?;
+        // Opened before anything is claimed in the store: a refused
+        // workspace leaves no trace.
+        let workspace = self
+            .open_workspace(tenant, request.workspace.as_ref())
+            .await?;
         request.session_id = tenant.session_key(&request.session_id);
-        self.schedule_key(request).await.map_err(|e| e.for_client())
+        self.schedule_key(request, workspace)
+            .await
+            .map_err(|e| e.for_client())
     }
 
-    async fn schedule_key(&self, request: BatchRequest) -> Result<BatchStream, ScheduleError> {
+    async fn schedule_key(
+        &self,
+        request: BatchRequest,
+        workspace: Option<Arc<OpenWorkspace>>,
+    ) -> Result<BatchStream, ScheduleError> {
         let batch_id = uuid::Uuid::new_v4().to_string();
         // Only a request id needs the digest: the hot path hashes nothing.
         let digest = match request.request_id {
@@ -500,6 +601,7 @@ impl Scheduler {
                 request,
                 batch_id: batch_id.clone(),
                 writer,
+                workspace,
                 reply,
             })
             .await;
@@ -597,12 +699,27 @@ impl Scheduler {
             "taking over a batch whose replica stopped"
         );
         request.outcome_unknown = adopted.executing;
+        // The batch runs in the workspace its session named, opened here
+        // for the tenant of its key.
+        let tenant = session_id
+            .split_once('/')
+            .and_then(|(t, _)| TenantId::new(t).ok())
+            .unwrap_or_default();
+        let workspace = self
+            .open_workspace(&tenant, request.workspace.as_ref())
+            .await
+            .map_err(|e| {
+                WatchError::Store(StoreError::Unavailable {
+                    reason: e.to_string(),
+                })
+            })?;
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Schedule {
                 request,
                 batch_id: batch_id.to_string(),
                 writer: adopted.writer,
+                workspace,
                 reply,
             })
             .await

@@ -110,6 +110,21 @@ pub(crate) enum SessionCommand {
         request: CancelRequest,
         reply: oneshot::Sender<Result<CancelSummary, CancelError>>,
     },
+    Describe {
+        reply: oneshot::Sender<SessionView>,
+    },
+}
+
+/// A live session as `GetSession` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionView {
+    /// The session's workspace (a server with a workspaces root).
+    pub workspace: Option<crate::workspaces::WorkspaceName>,
+    pub mode: ApprovalMode,
+    /// The batch running now.
+    pub running_batch: Option<String>,
+    /// Batches waiting behind it, in order.
+    pub queued_batches: Vec<String>,
 }
 
 /// Reports from tasks the session spawned and from its streams.
@@ -183,6 +198,12 @@ pub(crate) struct Session {
     /// Commands processed, reported to the hub when idle so that it only
     /// retires a session that has no command in flight.
     processed: u64,
+    /// The session's own workspace (a workspaces root): its built-in tools
+    /// replace the shared ones for every call of the session.
+    workspace: Option<Arc<crate::workspaces::OpenWorkspace>>,
+    /// The policy in force, placing redirection targets in the session's
+    /// workspace.
+    policy: crate::policy::PolicyHandle,
 }
 
 impl Session {
@@ -195,6 +216,7 @@ impl Session {
         internal: InternalChannel,
         idle: mpsc::Sender<IdleReport>,
         token: CancellationToken,
+        workspace: Option<Arc<crate::workspaces::OpenWorkspace>>,
     ) {
         let InternalChannel {
             tx: internal_tx,
@@ -205,6 +227,10 @@ impl Session {
         let shutdown = token.clone().cancelled_owned();
         tokio::pin!(shutdown);
         let mut shut_down = false;
+        let policy = match &workspace {
+            Some(w) => shared.policy.clone().with_workspace(w.workspace.root()),
+            None => shared.policy.clone(),
+        };
         let mut session = Session {
             id,
             mode: shared.config.default_mode,
@@ -216,6 +242,8 @@ impl Session {
             active: None,
             internal_tx,
             processed: 0,
+            policy,
+            workspace,
         };
         let ttl = session.shared.config.session_idle_ttl;
         // One timer, re-armed when the session becomes idle (or sees a
@@ -278,6 +306,28 @@ impl Session {
         }
     }
 
+    /// The tools this session's calls are built from: the shared registry
+    /// (read once per batch, so MCP changes apply to later batches) with
+    /// the session's workspace's built-ins in place of the server's. The
+    /// overlay shares every compiled schema: a map of a few `Arc`s.
+    fn registry(&self) -> Arc<crate::tools::Registry> {
+        let shared = self.shared.registry.load();
+        match &self.workspace {
+            Some(w) => Arc::new(shared.overlaid(&w.builtin)),
+            None => shared,
+        }
+    }
+
+    /// What `GetSession` shows of the session.
+    fn describe(&self) -> SessionView {
+        SessionView {
+            workspace: self.workspace.as_ref().map(|w| w.name.clone()),
+            mode: self.mode,
+            running_batch: self.active.as_ref().map(|a| a.batch.id().to_string()),
+            queued_batches: self.queue.iter().map(|p| p.id.clone()).collect(),
+        }
+    }
+
     // === commands ===
 
     fn handle(&mut self, cmd: SessionCommand) {
@@ -307,6 +357,9 @@ impl Session {
             }
             SessionCommand::Cancel { request, reply } => {
                 let _ = reply.send(self.cancel(request));
+            }
+            SessionCommand::Describe { reply } => {
+                let _ = reply.send(self.describe());
             }
         }
     }
@@ -356,6 +409,7 @@ impl Session {
     }
 
     fn confirm(&mut self, req: ConfirmRequest) -> Result<(), ConfirmError> {
+        let registry = self.registry();
         let found = self
             .active
             .as_ref()
@@ -363,7 +417,6 @@ impl Session {
         let (Some(index), Some(active)) = (found, self.active.as_mut()) else {
             return Err(self.call_not_awaiting(&req.call_id));
         };
-        let registry = self.shared.registry.load();
         let confirmed = active.batch.on_confirm(index, req, &registry)?;
         self.perform(confirmed.effects);
         if let Some(grant) = confirmed.always {
@@ -372,7 +425,7 @@ impl Session {
             self.mode = outcomes::mode_after_always(self.mode, grant.kind);
             if let Some(active) = self.active.as_mut() {
                 let decider = Decider {
-                    policy: &self.shared.policy,
+                    policy: &self.policy,
                     mode: self.mode,
                     rules: &self.rules,
                     interactive: active.batch.interactive(),
@@ -466,12 +519,7 @@ impl Session {
             })
             .collect();
         let batch_id = pending.id.clone();
-        cancel_pending(
-            &self.shared.metrics,
-            &self.shared.registry.load(),
-            pending,
-            reason,
-        );
+        cancel_pending(&self.shared.metrics, &self.registry(), pending, reason);
         self.shared.store.complete_batch(&self.id, &batch_id, ended);
     }
 
@@ -525,7 +573,7 @@ impl Session {
         let effects = match report {
             Report::PromptReady(index, result, reason) => {
                 let decider = Decider {
-                    policy: &self.shared.policy,
+                    policy: &self.policy,
                     mode: self.mode,
                     rules: &self.rules,
                     interactive: batch.interactive(),
@@ -645,7 +693,7 @@ impl Session {
                 continue;
             };
             let decider = Decider {
-                policy: &self.shared.policy,
+                policy: &self.policy,
                 mode: self.mode,
                 rules: &self.rules,
                 interactive: active.batch.interactive(),
@@ -685,7 +733,7 @@ impl Session {
             batch_id: id.clone(),
         });
         events.flush();
-        let registry = self.shared.registry.load();
+        let registry = self.registry();
         let (batch, effects) = Batch::start(BatchStart {
             id,
             session_id: &self.id,

@@ -368,10 +368,12 @@ pub trait Tool: Send + Sync + 'static {
     }
 }
 
-/// A registered tool with its compiled argument validator.
+/// A registered tool with its compiled argument validator (shared, so that
+/// a registry overlaid on another reuses what was compiled).
+#[derive(Clone)]
 struct Entry {
     tool: Arc<dyn Tool>,
-    validator: jsonschema::Validator,
+    validator: Arc<jsonschema::Validator>,
 }
 
 /// Why the registry could not be built.
@@ -426,6 +428,7 @@ impl Registry {
                 }
             })?;
             let name = decl.name.clone();
+            let validator = Arc::new(validator);
             if map
                 .insert(name.clone(), Entry { tool, validator })
                 .is_some()
@@ -434,6 +437,18 @@ impl Registry {
             }
         }
         Ok(Self { tools: map })
+    }
+
+    /// This registry with every tool of `over` in place of the one of the
+    /// same name (and any other tool of `over` added): a workspace's
+    /// built-ins over the shared registry, whose MCP tools stay shared.
+    /// Compiles nothing (the validators are shared).
+    pub fn overlaid(&self, over: &Registry) -> Registry {
+        let mut tools = self.tools.clone();
+        for (name, entry) in &over.tools {
+            tools.insert(name.clone(), entry.clone());
+        }
+        Registry { tools }
     }
 
     /// Every registered tool, in name order (to build a registry with more).
