@@ -178,6 +178,13 @@ impl OutputKeeper {
     /// Whether `given` (a path as a client sent it) is a kept file that has
     /// not expired: the only paths outside the workspace `read_file` opens.
     pub fn lookup(&self, given: &str) -> Option<PathBuf> {
+        self.lookup_owned(given).map(|(path, _)| path)
+    }
+
+    /// [`OutputKeeper::lookup`], with the session whose command kept it:
+    /// only that session may read it (a path leaked to another session,
+    /// another tenant's above all, opens nothing).
+    pub fn lookup_owned(&self, given: &str) -> Option<(PathBuf, String)> {
         let path = Path::new(given);
         if path.parent() != Some(self.dir.as_path()) {
             return None;
@@ -186,7 +193,7 @@ impl OutputKeeper {
         self.lock()
             .iter()
             .find(|e| e.path == path && e.expires > now)
-            .map(|e| e.path.clone())
+            .map(|e| (e.path.clone(), e.session.clone()))
     }
 }
 

@@ -97,11 +97,11 @@ impl Tool for ReadFileTool {
 
     fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
         let given = str_arg(args, "file_path")?;
-        let kept = self.kept.as_ref().and_then(|k| k.lookup(given));
+        let kept = self.kept.as_ref().and_then(|k| k.lookup_owned(given));
         let (target, display) = match kept {
-            Some(path) => {
+            Some((path, owner)) => {
                 let display = path.display().to_string();
-                (Source::Kept(path), display)
+                (Source::Kept(path, owner), display)
             }
             None => {
                 let target = Target::new(&self.ws, given)?;
@@ -130,21 +130,22 @@ impl Tool for ReadFileTool {
 /// What a read opens: a workspace file, or a kept shell output.
 enum Source {
     Workspace(Target),
-    Kept(std::path::PathBuf),
+    /// A kept output and the session whose command kept it.
+    Kept(std::path::PathBuf, String),
 }
 
 impl Source {
     fn blocking_io(&self) -> bool {
         match self {
             Self::Workspace(t) => t.workspace().blocking_io(),
-            Self::Kept(_) => false,
+            Self::Kept(..) => false,
         }
     }
 
     fn open(&self, display: &str) -> Result<std::fs::File, ToolError> {
         match self {
             Self::Workspace(t) => t.open_unchanged(),
-            Self::Kept(path) => {
+            Self::Kept(path, _) => {
                 use std::os::unix::fs::OpenOptionsExt;
                 std::fs::OpenOptions::new()
                     .read(true)
@@ -183,6 +184,19 @@ impl Invocation for ReadFile {
     /// the blocking pool; with [`Workspace::blocking_io`] (a network
     /// filesystem, where an open can stall) every read is.
     fn execute(self: Arc<Self>, ctx: ExecContext) -> BoxFuture<ToolOutcome> {
+        if let Source::Kept(_, owner) = &self.target
+            && **owner != *ctx.session
+        {
+            // Another session's kept output: as if the path were not there.
+            let e = ToolError::new(
+                ErrorKind::PathNotInWorkspace,
+                format!(
+                    "{} is not a kept output of this session; read_file reads only the workspace and this session's kept outputs.",
+                    self.display
+                ),
+            );
+            return Box::pin(async move { e.into() });
+        }
         if self.target.blocking_io() {
             return blocking(move || {
                 self.open_checked()
