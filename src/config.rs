@@ -810,6 +810,65 @@ mod tests {
     use super::*;
 
     #[test]
+    fn workspaces_root_and_tenants_from_the_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "workspaces_root = \"/srv/ws\"\nmax_open_workspaces = 8\n\n[[tenants]]\nname = \"acme\"\nworkspaces = [\"main\", \"proj-*\"]\n\n[[tenants]]\nname = \"beta\"\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(file.clone()),
+            create_workspaces: Some(true),
+            ..ServeArgs::default()
+        };
+        let ws = Settings::resolve(args)
+            .unwrap()
+            .scheduler
+            .workspaces
+            .unwrap();
+        assert_eq!(ws.root, PathBuf::from("/srv/ws"));
+        assert!(ws.create);
+        assert_eq!(ws.max_open, 8);
+        assert_eq!(
+            ws.tenants,
+            [
+                crate::tenant::TenantConfig {
+                    name: "acme".into(),
+                    workspaces: vec!["main".into(), "proj-*".into()],
+                },
+                crate::tenant::TenantConfig {
+                    name: "beta".into(),
+                    workspaces: vec![],
+                },
+            ]
+        );
+        assert!(
+            Settings::resolve(ServeArgs::default())
+                .unwrap()
+                .scheduler
+                .workspaces
+                .is_none()
+        );
+        // Without a sandbox nothing keeps workspaces apart; creating needs
+        // a root.
+        let none = ServeArgs {
+            config: Some(file),
+            sandbox_level: Some(SandboxLevel::None),
+            ..ServeArgs::default()
+        };
+        let err = Settings::resolve(none).unwrap_err().to_string();
+        assert!(err.starts_with("workspaces_root needs a sandbox"), "{err}");
+        let create = ServeArgs {
+            create_workspaces: Some(true),
+            ..ServeArgs::default()
+        };
+        let err = Settings::resolve(create).unwrap_err().to_string();
+        assert_eq!(err, "create_workspaces needs workspaces_root");
+    }
+
+    #[test]
     fn grace_and_retention_from_the_file_and_the_flag_over_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("c.toml");

@@ -161,6 +161,9 @@ impl std::fmt::Debug for OpenWorkspace {
     }
 }
 
+/// Open workspaces by (tenant, name), with a use counter for LRU eviction.
+type Cache = HashMap<(TenantId, WorkspaceName), Cached>;
+
 struct Cached {
     open: Arc<OpenWorkspace>,
     last_used: u64,
@@ -180,7 +183,7 @@ pub struct Workspaces {
     blocking_io: bool,
     /// A lookup cache, locked only for map operations (never across I/O):
     /// two first opens of one workspace at once both open it and one wins.
-    cache: Mutex<(u64, HashMap<(TenantId, WorkspaceName), Cached>)>,
+    cache: Mutex<(u64, Cache)>,
 }
 
 /// Why the workspaces root cannot be served (start-up).

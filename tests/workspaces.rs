@@ -469,14 +469,29 @@ async fn a_command_cannot_read_or_write_another_workspace() {
             A,
             "own",
             "main",
-            vec![shell("c", "echo mine | tee own.txt && cat own.txt")],
+            vec![shell("c", "echo mine > own.txt && cat own.txt")],
         )
         .await;
     assert_eq!(
         success_output(&own, "c"),
-        "Command: echo mine | tee own.txt && cat own.txt\nDirectory: .\nOutput: mine\nmine\n"
+        "Command: echo mine > own.txt && cat own.txt\nDirectory: .\nOutput: mine\n"
     );
     assert_eq!(content(&t.dir("acme", "main").join("own.txt")), "mine\n");
+    // The policy places redirections in the session's workspace too: one
+    // into B's is outside it.
+    let redirect = t
+        .run(
+            A,
+            "redirect",
+            "main",
+            vec![shell("c", "echo pwned > ../../beta/main/secret.txt")],
+        )
+        .await;
+    assert_eq!(states(&redirect, "c"), ["validating", "error"]);
+    let (kind, message) = error_of(&redirect, "c");
+    assert_eq!(kind, pb::ErrorType::PolicyViolation, "{message}");
+    assert!(message.contains("outside the workspace"), "{message}");
+    assert_eq!(content(&b_secret), "B's\n");
 }
 
 #[tokio::test]

@@ -175,6 +175,12 @@ pub struct ProtectedRegistry {
     by_root: Mutex<HashMap<PathBuf, Arc<ProtectedPaths>>>,
 }
 
+/// Workspace roots whose protected paths are kept between commands; at the
+/// cap, the caches no running command holds are dropped (a later command
+/// walks its workspace again). With named workspaces, one per workspace
+/// that ran a command.
+pub const MAX_PROTECTED_ROOTS: usize = 4096;
+
 impl ProtectedRegistry {
     /// The cache of `root`, made on first use.
     pub fn get(&self, root: &Path) -> Arc<ProtectedPaths> {
@@ -182,6 +188,9 @@ impl ProtectedRegistry {
             .by_root
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() >= MAX_PROTECTED_ROOTS && !map.contains_key(root) {
+            map.retain(|_, cache| Arc::strong_count(cache) > 1);
+        }
         map.entry(root.to_path_buf())
             .or_insert_with(|| Arc::new(ProtectedPaths::new(root)))
             .clone()

@@ -246,6 +246,11 @@ mod tests {
             assert_eq!(k.lookup(p.to_str().unwrap()).as_ref(), Some(p));
         }
         assert!(k.lookup(other.to_str().unwrap()).is_some());
+        // Each file names the session that kept it.
+        assert_eq!(
+            k.lookup_owned(other.to_str().unwrap()),
+            Some((other.clone(), "b".to_string()))
+        );
     }
 
     #[test]

@@ -597,3 +597,40 @@ pub(crate) fn opt_str_arg<'a>(args: &'a Args, key: &str) -> Option<&'a str> {
 pub(crate) fn opt_u64_arg(args: &Args, key: &str) -> Option<u64> {
     args.get(key).and_then(Value::as_u64)
 }
+
+#[cfg(test)]
+mod overlay_tests {
+    use super::*;
+
+    #[test]
+    fn an_overlay_replaces_tools_by_name_and_keeps_the_rest() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let ws = |d: &tempfile::TempDir| Arc::new(Workspace::new(d.path()).unwrap());
+        let shared = Registry::new(vec![
+            Arc::new(ReadFileTool::new(ws(&a))),
+            Arc::new(UpdateTopicTool::new()),
+        ])
+        .unwrap();
+        let over = Registry::new(vec![Arc::new(ReadFileTool::new(ws(&b)))]).unwrap();
+        std::fs::write(b.path().join("f.txt"), "b").unwrap();
+        let merged = shared.overlaid(&over);
+        let names: Vec<_> = merged.declarations().map(|d| d.name.clone()).collect();
+        assert_eq!(names, ["read_file", "update_topic"]);
+        // read_file resolves in b: f.txt exists only there, and a's path is
+        // outside b.
+        let args = |p: &str| {
+            serde_json::json!({ "file_path": p })
+                .as_object()
+                .cloned()
+                .unwrap()
+        };
+        assert!(merged.build("read_file", &args("f.txt")).is_ok());
+        let outside = a.path().join("f.txt");
+        let err = merged
+            .build("read_file", &args(outside.to_str().unwrap()))
+            .err()
+            .unwrap();
+        assert_eq!(err.kind, ErrorKind::PathNotInWorkspace);
+    }
+}
