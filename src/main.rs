@@ -81,6 +81,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         workspace = %std::fs::canonicalize(&settings.workspace)
             .unwrap_or_else(|_| settings.workspace.clone())
             .display(),
+        workspaces_root = settings
+            .scheduler
+            .workspaces
+            .as_ref()
+            .map(|w| w.root.display().to_string()),
         mode = toolsched::policy::mode_name(settings.scheduler.default_mode),
         "toolsched serving"
     );

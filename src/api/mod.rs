@@ -87,6 +87,7 @@ impl ToolScheduler for Service {
         routing::check(&metadata, &batch.session_id)?;
         batch.trace_parent = parent;
         let session = batch.session_id.clone();
+        let workspace = batch.workspace.clone();
         // The store's key of the session: its owner, on another replica,
         // applies what is relayed in the same tenant's namespace.
         let key = principal.tenant.session_key(&session);
@@ -132,6 +133,7 @@ impl ToolScheduler for Service {
             tenant = %principal.tenant,
             principal = &*principal.name,
             %session,
+            workspace = workspace.as_ref().map(|w| w.as_str()),
             batch = stream.batch_id(),
             replayed = stream.replayed(),
             "batch accepted"

@@ -245,3 +245,28 @@ def test_a_token_is_sent_as_a_bearer_header(tmp_path):
         assert err.value.code == "UNAUTHENTICATED"
     finally:
         stop_server(srv)
+
+
+def test_a_named_workspace_is_sent_and_used(tmp_path):
+    from conftest import start_server, stop_server
+
+    root = tmp_path / "root"
+    root.mkdir()
+    srv = start_server(tmp_path, "--workspaces-root", str(root), "--create-workspaces")
+    try:
+        with toolsched.Client(srv.address) as c:
+            done = c.run(
+                "ws",
+                [Call("w", "write_file", {"file_path": "f.txt", "content": "hi\n"})],
+                approval_mode="yolo",
+                workspace="main",
+            )
+            assert done["w"].state is FinalState.SUCCESS
+            # No token: tenant "default".
+            assert (root / "default" / "main" / "f.txt").read_text() == "hi\n"
+            with pytest.raises(ToolschedError) as err:
+                c.run("ws", [Call("r", "read_file", {"file_path": "f.txt"})], workspace="other")
+            assert err.value.code == "FAILED_PRECONDITION"
+            assert "'main'" in err.value.message
+    finally:
+        stop_server(srv)

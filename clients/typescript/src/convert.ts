@@ -37,6 +37,11 @@ export interface ScheduleOptions {
   interactive?: boolean;
   /** Switch the session to this sandbox level first. */
   sandboxLevel?: t.SandboxLevel;
+  /**
+   * The session's workspace on a server with `--workspaces-root` (required
+   * on the session's first batch there; fixed for the session's life).
+   */
+  workspace?: string;
   /** Aborting it drops the stream, which cancels the batch. */
   signal?: AbortSignal;
   /** Bounds the whole stream, in milliseconds. */
@@ -52,6 +57,7 @@ export function scheduleRequest(session: string, calls: Iterable<t.Call>, o: Sch
     approvalMode: o.approvalMode ? valueOf(pb.ApprovalMode, o.approvalMode, "approval mode") : 0,
     interactive: o.interactive,
     sandboxLevel: o.sandboxLevel ? valueOf(pb.SandboxLevel, o.sandboxLevel, "sandbox level") : 0,
+    workspace: o.workspace ?? "",
   });
 }
 

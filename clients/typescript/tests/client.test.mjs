@@ -2,7 +2,9 @@
 // approve/reject/modify, cancel of a running command (cancel() and an
 // AbortSignal), errors and the bearer token.
 import assert from "node:assert/strict";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { Answer, ToolschedClient, ToolschedError } from "../dist/index.js";
 import { startServer } from "./server.mjs";
@@ -221,6 +223,28 @@ test("a token is sent as a bearer header", async () => {
   } finally {
     good.close();
     anonymous.close();
+    await srv.stop();
+  }
+});
+
+test("a named workspace is sent and used", async () => {
+  const root = mkdtempSync(join(tmpdir(), "toolsched-ts-root-"));
+  const srv = await startServer("--workspaces-root", root, "--create-workspaces");
+  const c = new ToolschedClient(srv.address);
+  try {
+    const done = await c.run("ts-ws", [{ id: "w", name: "write_file", args: { file_path: "f.txt", content: "hi\n" } }], {
+      approvalMode: "yolo",
+      workspace: "main",
+    });
+    assert.equal(done.calls[0].state, "success");
+    // No token: tenant "default".
+    assert.equal(readFileSync(join(root, "default", "main", "f.txt"), "utf8"), "hi\n");
+    await assert.rejects(
+      c.run("ts-ws", [{ id: "r", name: "read_file", args: { file_path: "f.txt" } }], { workspace: "other" }),
+      (e) => e instanceof ToolschedError && e.code === "FAILED_PRECONDITION" && /'main'/.test(e.detail),
+    );
+  } finally {
+    c.close();
     await srv.stop();
   }
 });

@@ -73,6 +73,7 @@ def schedule_request(
     approval_mode: t.ApprovalMode | str | None,
     interactive: bool | None,
     sandbox_level: t.SandboxLevel | str | None,
+    workspace: str | None = None,
 ) -> pb.ScheduleCallsRequest:
     req = pb.ScheduleCallsRequest(session_id=session, calls=[call_to_pb(c) for c in calls])
     if approval_mode is not None:
@@ -81,6 +82,8 @@ def schedule_request(
         req.interactive = interactive
     if sandbox_level is not None:
         req.sandbox_level = _enum_to_pb(pb.SandboxLevel, "SANDBOX_LEVEL_", sandbox_level)
+    if workspace is not None:
+        req.workspace = workspace
     return req
 
 

@@ -107,10 +107,11 @@ class AsyncClient:
         approval_mode: t.ApprovalMode | str | None = None,
         interactive: bool | None = None,
         sandbox_level: t.SandboxLevel | str | None = None,
+        workspace: str | None = None,
         timeout: float | None = None,
     ) -> AsyncBatch:
         """Sends one batch; returns its open stream (see ``Client.schedule``)."""
-        req = conv.schedule_request(session, calls, approval_mode, interactive, sandbox_level)
+        req = conv.schedule_request(session, calls, approval_mode, interactive, sandbox_level, workspace)
         call = self._stub.ScheduleCalls(req, metadata=self._metadata, timeout=timeout)
         return AsyncBatch(call, session)
 
@@ -123,6 +124,7 @@ class AsyncClient:
         on_event: Callable[[t.Event], object] | None = None,
         approval_mode: t.ApprovalMode | str | None = None,
         sandbox_level: t.SandboxLevel | str | None = None,
+        workspace: str | None = None,
         timeout: float | None = None,
     ) -> t.BatchCompleted:
         """Runs a batch to completion (see ``Client.run``); ``on_prompt``
@@ -133,6 +135,7 @@ class AsyncClient:
             approval_mode=approval_mode,
             interactive=None if on_prompt is not None else False,
             sandbox_level=sandbox_level,
+            workspace=workspace,
             timeout=timeout,
         ) as batch:
             async for ev in batch:

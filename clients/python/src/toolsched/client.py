@@ -129,15 +129,18 @@ class Client:
         approval_mode: t.ApprovalMode | str | None = None,
         interactive: bool | None = None,
         sandbox_level: t.SandboxLevel | str | None = None,
+        workspace: str | None = None,
         timeout: float | None = None,
     ) -> Batch:
         """Sends one batch of function calls (``Call`` or ``{"id", "name",
         "args"}`` mappings, in the model's order) and returns its open
         stream. ``approval_mode`` and ``sandbox_level`` switch the session
         first; ``interactive=False`` makes a call that would ask end in
-        ``Error(policy_violation)``; ``timeout`` (seconds) bounds the whole
+        ``Error(policy_violation)``; ``workspace`` names the session's
+        workspace on a server with ``--workspaces-root`` (required on the
+        session's first batch there); ``timeout`` (seconds) bounds the whole
         stream."""
-        req = conv.schedule_request(session, calls, approval_mode, interactive, sandbox_level)
+        req = conv.schedule_request(session, calls, approval_mode, interactive, sandbox_level, workspace)
         call = self._stub.ScheduleCalls(req, metadata=self._metadata, timeout=timeout)
         return Batch(call, session)
 
@@ -150,6 +153,7 @@ class Client:
         on_event: Callable[[t.Event], None] | None = None,
         approval_mode: t.ApprovalMode | str | None = None,
         sandbox_level: t.SandboxLevel | str | None = None,
+        workspace: str | None = None,
         timeout: float | None = None,
     ) -> t.BatchCompleted:
         """Runs a batch to completion: every event goes to ``on_event``,
@@ -162,6 +166,7 @@ class Client:
             approval_mode=approval_mode,
             interactive=None if on_prompt is not None else False,
             sandbox_level=sandbox_level,
+            workspace=workspace,
             timeout=timeout,
         ) as batch:
             for ev in batch:
