@@ -161,7 +161,7 @@ class FunctionCall(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., wait_for_previous: _Optional[bool] = ..., client_initiated: _Optional[bool] = ...) -> None: ...
 
 class ScheduleCallsRequest(_message.Message):
-    __slots__ = ("session_id", "calls", "approval_mode", "interactive", "sandbox_level", "request_id", "disconnect_grace_secs")
+    __slots__ = ("session_id", "calls", "approval_mode", "interactive", "sandbox_level", "request_id", "disconnect_grace_secs", "workspace")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     CALLS_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_MODE_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,7 @@ class ScheduleCallsRequest(_message.Message):
     SANDBOX_LEVEL_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     DISCONNECT_GRACE_SECS_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     calls: _containers.RepeatedCompositeFieldContainer[FunctionCall]
     approval_mode: ApprovalMode
@@ -176,7 +177,8 @@ class ScheduleCallsRequest(_message.Message):
     sandbox_level: SandboxLevel
     request_id: str
     disconnect_grace_secs: int
-    def __init__(self, session_id: _Optional[str] = ..., calls: _Optional[_Iterable[_Union[FunctionCall, _Mapping]]] = ..., approval_mode: _Optional[_Union[ApprovalMode, str]] = ..., interactive: _Optional[bool] = ..., sandbox_level: _Optional[_Union[SandboxLevel, str]] = ..., request_id: _Optional[str] = ..., disconnect_grace_secs: _Optional[int] = ...) -> None: ...
+    workspace: str
+    def __init__(self, session_id: _Optional[str] = ..., calls: _Optional[_Iterable[_Union[FunctionCall, _Mapping]]] = ..., approval_mode: _Optional[_Union[ApprovalMode, str]] = ..., interactive: _Optional[bool] = ..., sandbox_level: _Optional[_Union[SandboxLevel, str]] = ..., request_id: _Optional[str] = ..., disconnect_grace_secs: _Optional[int] = ..., workspace: _Optional[str] = ...) -> None: ...
 
 class WatchBatchRequest(_message.Message):
     __slots__ = ("session_id", "batch_id", "after_sequence")
@@ -480,19 +482,61 @@ class FunctionDeclaration(_message.Message):
     read_only: bool
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., kind: _Optional[_Union[ToolKind, str]] = ..., parallelizable: _Optional[bool] = ..., read_only: _Optional[bool] = ...) -> None: ...
 
+class ListWorkspacesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListWorkspacesResponse(_message.Message):
+    __slots__ = ("workspaces", "truncated")
+    WORKSPACES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    workspaces: _containers.RepeatedScalarFieldContainer[str]
+    truncated: bool
+    def __init__(self, workspaces: _Optional[_Iterable[str]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class GetSessionResponse(_message.Message):
+    __slots__ = ("session_id", "workspace", "approval_mode", "running_batch_id", "queued_batch_ids")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_MODE_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_BATCH_IDS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    workspace: str
+    approval_mode: ApprovalMode
+    running_batch_id: str
+    queued_batch_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., workspace: _Optional[str] = ..., approval_mode: _Optional[_Union[ApprovalMode, str]] = ..., running_batch_id: _Optional[str] = ..., queued_batch_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class GetServerInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class GetServerInfoResponse(_message.Message):
-    __slots__ = ("version", "sandbox", "mcp_servers")
+    __slots__ = ("version", "sandbox", "mcp_servers", "workspaces")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     MCP_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACES_FIELD_NUMBER: _ClassVar[int]
     version: str
     sandbox: SandboxInfo
     mcp_servers: _containers.RepeatedCompositeFieldContainer[McpServerInfo]
-    def __init__(self, version: _Optional[str] = ..., sandbox: _Optional[_Union[SandboxInfo, _Mapping]] = ..., mcp_servers: _Optional[_Iterable[_Union[McpServerInfo, _Mapping]]] = ...) -> None: ...
+    workspaces: WorkspacesInfo
+    def __init__(self, version: _Optional[str] = ..., sandbox: _Optional[_Union[SandboxInfo, _Mapping]] = ..., mcp_servers: _Optional[_Iterable[_Union[McpServerInfo, _Mapping]]] = ..., workspaces: _Optional[_Union[WorkspacesInfo, _Mapping]] = ...) -> None: ...
+
+class WorkspacesInfo(_message.Message):
+    __slots__ = ("named", "create")
+    NAMED_FIELD_NUMBER: _ClassVar[int]
+    CREATE_FIELD_NUMBER: _ClassVar[int]
+    named: bool
+    create: bool
+    def __init__(self, named: _Optional[bool] = ..., create: _Optional[bool] = ...) -> None: ...
 
 class McpServerInfo(_message.Message):
     __slots__ = ("name", "state", "tools", "restarts", "reason")

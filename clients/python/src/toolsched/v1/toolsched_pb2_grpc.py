@@ -67,6 +67,16 @@ class ToolSchedulerStub:
                 request_serializer=toolsched_dot_v1_dot_toolsched__pb2.GetServerInfoRequest.SerializeToString,
                 response_deserializer=toolsched_dot_v1_dot_toolsched__pb2.GetServerInfoResponse.FromString,
                 _registered_method=True)
+        self.ListWorkspaces = channel.unary_unary(
+                '/toolsched.v1.ToolScheduler/ListWorkspaces',
+                request_serializer=toolsched_dot_v1_dot_toolsched__pb2.ListWorkspacesRequest.SerializeToString,
+                response_deserializer=toolsched_dot_v1_dot_toolsched__pb2.ListWorkspacesResponse.FromString,
+                _registered_method=True)
+        self.GetSession = channel.unary_unary(
+                '/toolsched.v1.ToolScheduler/GetSession',
+                request_serializer=toolsched_dot_v1_dot_toolsched__pb2.GetSessionRequest.SerializeToString,
+                response_deserializer=toolsched_dot_v1_dot_toolsched__pb2.GetSessionResponse.FromString,
+                _registered_method=True)
 
 
 class ToolSchedulerServicer:
@@ -155,6 +165,26 @@ class ToolSchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWorkspaces(self, request, context):
+        """The caller's tenant's workspaces under --workspaces-root: the
+        directories of <root>/<tenant> whose names are valid workspace names
+        the tenant may use, sorted. FAILED_PRECONDITION on a server without
+        --workspaces-root.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSession(self, request, context):
+        """A live session of the caller's tenant: its workspace, approval mode
+        and batches. NOT_FOUND when the session does not exist on this server
+        (or belongs to another tenant, which reads the same). INVALID_ARGUMENT:
+        empty session id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ToolSchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -187,6 +217,16 @@ def add_ToolSchedulerServicer_to_server(servicer, server):
                     servicer.GetServerInfo,
                     request_deserializer=toolsched_dot_v1_dot_toolsched__pb2.GetServerInfoRequest.FromString,
                     response_serializer=toolsched_dot_v1_dot_toolsched__pb2.GetServerInfoResponse.SerializeToString,
+            ),
+            'ListWorkspaces': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkspaces,
+                    request_deserializer=toolsched_dot_v1_dot_toolsched__pb2.ListWorkspacesRequest.FromString,
+                    response_serializer=toolsched_dot_v1_dot_toolsched__pb2.ListWorkspacesResponse.SerializeToString,
+            ),
+            'GetSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSession,
+                    request_deserializer=toolsched_dot_v1_dot_toolsched__pb2.GetSessionRequest.FromString,
+                    response_serializer=toolsched_dot_v1_dot_toolsched__pb2.GetSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -354,6 +394,60 @@ class ToolScheduler:
             '/toolsched.v1.ToolScheduler/GetServerInfo',
             toolsched_dot_v1_dot_toolsched__pb2.GetServerInfoRequest.SerializeToString,
             toolsched_dot_v1_dot_toolsched__pb2.GetServerInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkspaces(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsched.v1.ToolScheduler/ListWorkspaces',
+            toolsched_dot_v1_dot_toolsched__pb2.ListWorkspacesRequest.SerializeToString,
+            toolsched_dot_v1_dot_toolsched__pb2.ListWorkspacesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolsched.v1.ToolScheduler/GetSession',
+            toolsched_dot_v1_dot_toolsched__pb2.GetSessionRequest.SerializeToString,
+            toolsched_dot_v1_dot_toolsched__pb2.GetSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
