@@ -550,3 +550,104 @@ async fn kept_output_of_a_workspace_session_is_read_back_by_that_session() {
         );
     }
 }
+
+/// `grpcurl -plaintext -H <bearer> [-d DATA] ADDR METHOD`: (success, stdout,
+/// stderr).
+fn grpcurl(
+    addr: &std::net::SocketAddr,
+    token: &str,
+    data: Option<&str>,
+    method: &str,
+) -> (bool, String, String) {
+    let mut cmd = std::process::Command::new(venv_tool("grpcurl"));
+    cmd.arg("-plaintext")
+        .args(["-H", &format!("authorization: Bearer {token}")]);
+    if let Some(data) = data {
+        cmd.args(["-d", data]);
+    }
+    let out = cmd
+        .arg(addr.to_string())
+        .arg(format!("toolsched.v1.ToolScheduler/{method}"))
+        .output()
+        .expect("run grpcurl (bash tests/setup.sh installs it)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_binary_serves_workspaces_from_flags_and_config_as_the_readme_shows() {
+    let dir = tempfile::tempdir().expect("dir");
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).expect("root");
+    let config = dir.path().join("toolsched.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[auth_tokens]]\nsha256 = \"{}\"\ntenant = \"acme\"\nprincipal = \"alice\"\n\n\
+             [[auth_tokens]]\nsha256 = \"{}\"\ntenant = \"beta\"\nprincipal = \"bob\"\n\n\
+             [[tenants]]\nname = \"acme\"\nworkspaces = [\"main\", \"proj-*\"]\n",
+            hash_hex(A),
+            hash_hex(B)
+        ),
+    )
+    .expect("config");
+    let single = dir.path().join("single");
+    std::fs::create_dir(&single).expect("single");
+    let bin = Binary::start(
+        &single,
+        &[
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--workspaces-root",
+            root.to_str().expect("utf-8"),
+            "--create-workspaces",
+            "--approval-mode",
+            "yolo",
+        ],
+    );
+    let schedule = |workspace: &str| {
+        format!(
+            r#"{{"session_id":"s","workspace":"{workspace}","calls":[{{"id":"1","name":"write_file","args":{{"file_path":"hello.txt","content":"hi\n"}}}}]}}"#
+        )
+    };
+    let (ok, out, err) = grpcurl(&bin.addr, A, Some(&schedule("main")), "ScheduleCalls");
+    assert!(ok, "{err}");
+    assert!(out.contains("\"batchCompleted\""), "{out}");
+    assert_eq!(content(&root.join("acme/main/hello.txt")), "hi\n");
+    assert!(!single.join("hello.txt").exists());
+
+    let (ok, out, err) = grpcurl(&bin.addr, A, None, "ListWorkspaces");
+    assert!(ok, "{err}");
+    let listed: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(listed, json!({"workspaces": ["main"]}));
+    let (ok, out, err) = grpcurl(&bin.addr, B, None, "ListWorkspaces");
+    assert!(ok, "{err}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).expect("json"),
+        json!({})
+    );
+
+    let (ok, out, err) = grpcurl(&bin.addr, A, Some(r#"{"session_id":"s"}"#), "GetSession");
+    assert!(ok, "{err}");
+    let view: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(view["workspace"], "main");
+    assert_eq!(view["approvalMode"], "APPROVAL_MODE_YOLO");
+    let (ok, _, err) = grpcurl(&bin.addr, B, Some(r#"{"session_id":"s"}"#), "GetSession");
+    assert!(!ok);
+    assert!(err.contains("Code: NotFound"), "{err}");
+
+    // The config's globs: acme may not use `secret`.
+    let (ok, _, err) = grpcurl(
+        &bin.addr,
+        A,
+        Some(&schedule("secret").replace("\"s\"", "\"s2\"")),
+        "ScheduleCalls",
+    );
+    assert!(!ok);
+    assert!(err.contains("Code: PermissionDenied"), "{err}");
+    assert!(err.contains("workspace 'secret'"), "{err}");
+    assert!(!root.join("acme/secret").exists());
+}
