@@ -13,12 +13,14 @@
 use std::time::Duration;
 
 use futures::FutureExt;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::session::{Internal, InternalTx};
 use crate::sandbox::{OutputLimits, SharedSandbox};
-use crate::tools::{ErrorKind, ExecContext, Invocation, Progress, ToolError, ToolOutcome};
+use crate::tools::{
+    ErrorKind, ExecContext, Invocation, Progress, ProgressReceiver, ProgressSender, ToolError,
+    ToolOutcome,
+};
 
 /// Slack over the execution timeout before the scheduler stops waiting for a
 /// tool that does not enforce its own timeout.
@@ -62,7 +64,7 @@ pub(crate) fn start(job: ExecJob, reports: &InternalTx) -> Option<ToolOutcome> {
     } = job;
     // Drained without waiting by the task below (or right here); see
     // `ExecContext::progress` for what bounds the producers.
-    let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
+    let (progress_tx, mut progress_rx) = ProgressSender::channel();
     let ctx = ExecContext {
         token,
         progress: progress_tx,
@@ -101,7 +103,7 @@ pub(crate) fn start(job: ExecJob, reports: &InternalTx) -> Option<ToolOutcome> {
                         // flows; the tool enforces its own inactivity and
                         // total limits).
                         limit.as_mut().reset(tokio::time::Instant::now() + guard);
-                        relay.drain(Some(first), &mut progress_rx);
+                        relay.drain(Some(*first), &mut progress_rx);
                     }
                     None => progress_open = false,
                 },
@@ -132,11 +134,11 @@ impl Relay {
     /// Forwards `first` and everything already queued behind it, merging
     /// consecutive reports into the latest when [`MERGE_BACKLOG`] or more
     /// are waiting.
-    fn drain(&self, first: Option<Progress>, rx: &mut mpsc::UnboundedReceiver<Progress>) {
+    fn drain(&self, first: Option<Progress>, rx: &mut ProgressReceiver) {
         let merge = rx.len() >= MERGE_BACKLOG;
         let mut pending = first;
         while let Ok(next) = rx.try_recv() {
-            pending = match (pending, next) {
+            pending = match (pending, *next) {
                 (Some(Progress::Report { .. }), next @ Progress::Report { .. }) if merge => {
                     if let Some(m) = &self.metrics {
                         m.events_lagged(super::metrics::LagAction::Merged, 1);
@@ -175,10 +177,10 @@ impl Relay {
 /// What [`Relay::drain`] forwards of `reports`, for the unit test.
 #[cfg(test)]
 fn merged(reports: Vec<Progress>) -> Vec<Progress> {
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = ProgressSender::channel();
+    let (out_tx, mut out_rx) = tokio::sync::mpsc::unbounded_channel();
     for r in reports {
-        let _ = tx.send(r);
+        tx.send(r);
     }
     let relay = Relay {
         batch_id: "b".into(),

@@ -272,6 +272,32 @@ pub enum Progress {
     },
 }
 
+/// Where a running tool sends its [`Progress`]: one channel per call.
+///
+/// The channel carries boxes: a tokio channel allocates its first block of
+/// 32 message slots when it is made, and most calls (every small read)
+/// never report, so a slot is a pointer (a 256-byte block) rather than a
+/// `Progress` (about 2.5 KB made and freed per call).
+#[derive(Debug, Clone)]
+pub struct ProgressSender(mpsc::UnboundedSender<Box<Progress>>);
+
+/// The scheduler's end of a [`ProgressSender`].
+pub type ProgressReceiver = mpsc::UnboundedReceiver<Box<Progress>>;
+
+impl ProgressSender {
+    /// A call's progress channel.
+    pub fn channel() -> (Self, ProgressReceiver) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Self(tx), rx)
+    }
+
+    /// Sends `progress`; false once the scheduler stopped listening (the
+    /// call is over), which a tool may ignore.
+    pub fn send(&self, progress: Progress) -> bool {
+        self.0.send(Box::new(progress)).is_ok()
+    }
+}
+
 impl From<crate::sandbox::process::ProcessEvent> for Progress {
     fn from(event: crate::sandbox::process::ProcessEvent) -> Self {
         use crate::sandbox::process::ProcessEvent;
@@ -292,7 +318,7 @@ pub struct ExecContext {
     /// Unbounded: shell output is capped per call
     /// (`max_streamed_bytes`), and the scheduler drains it without waiting
     /// and merges consecutive reports (see `scheduler::exec`).
-    pub progress: mpsc::UnboundedSender<Progress>,
+    pub progress: ProgressSender,
     /// The execution timeout for this call.
     pub timeout: Duration,
     /// Output bounds.

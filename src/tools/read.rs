@@ -697,7 +697,7 @@ mod tests {
     fn in_memory_and_streamed_reads_agree() {
         let dir = tempfile::tempdir().unwrap();
         let ws = Arc::new(Workspace::new(dir.path()).unwrap());
-        let (progress, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let (progress, _rx) = crate::tools::ProgressSender::channel();
         let ctx = ExecContext {
             token: Default::default(),
             progress,

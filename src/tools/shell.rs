@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::kept::OutputKeeper;
 use super::{
     Args, BoxFuture, ConfirmationDetails, Declaration, ErrorKind, ExecContext, Invocation,
-    Progress, Subject, Tool, ToolError, ToolKind, ToolOutcome, opt_str_arg, opt_u64_arg, str_arg,
+    ProgressSender, Subject, Tool, ToolError, ToolKind, ToolOutcome, opt_str_arg, opt_u64_arg,
+    str_arg,
 };
 use crate::sandbox::process::{ProcessEvent, ProcessEvents};
 use crate::sandbox::{ProcessOutcome, ProcessSpec, Spill, Workspace, run_process};
@@ -105,9 +105,9 @@ impl Tool for ShellTool {
 }
 
 /// The process's events go straight to the call's progress: no relay task.
-impl ProcessEvents for mpsc::UnboundedSender<Progress> {
+impl ProcessEvents for ProgressSender {
     fn send_event(&self, event: ProcessEvent) {
-        let _ = self.send(event.into());
+        self.send(event.into());
     }
 }
 

@@ -210,14 +210,14 @@ impl McpInvocation {
                 }
                 Some(p) = progress.recv() => {
                     idle.as_mut().reset(tokio::time::Instant::now() + inactivity);
-                    let _ = ctx.progress.send(merged.merge(p));
+                    ctx.progress.send(merged.merge(p));
                 }
                 result = &mut response => {
                     // Progress the server sent before its result was routed
                     // before it (see `Tap`): report it first.
                     remote.disarm();
                     while let Some(p) = progress.try_recv() {
-                        let _ = ctx.progress.send(merged.merge(p));
+                        ctx.progress.send(merged.merge(p));
                     }
                     return match result {
                         Ok(Ok(ServerResult::CallToolResult(result))) => Ok(map_result(result, ctx.output.max_bytes)),
