@@ -310,6 +310,11 @@ settings! {
     /// as `mcp_<name>_<tool>` (file only: no flag).
     #[arg(skip)]
     mcp_servers: BTreeMap<String, McpServerConfig> = BTreeMap::new(),
+    /// `[[tenants]]` tables: per tenant, its allowed modes, most permissive
+    /// sandbox level, MCP servers, policy file and quotas (file only: no
+    /// flag).
+    #[arg(skip)]
+    tenants: Vec<crate::tenant::TenantConfig> = Vec::new(),
     /// What commands may do: read_only, workspace_write, workspace_write_network,
     /// none (no Landlock/seccomp; only where a pod or VM is the boundary)
     /// [default: workspace_write].
@@ -406,6 +411,8 @@ pub enum ConfigError {
     },
     #[error("{field} must be greater than 0")]
     Zero { field: &'static str },
+    #[error(transparent)]
+    Tenant(#[from] crate::tenant::TenantConfigError),
     #[error("mcp_servers.{name}: {message}")]
     McpServer { name: String, message: String },
     #[error("store '{prefix}…' is neither 'memory' nor a postgres:// URL")]
@@ -545,6 +552,16 @@ impl Settings {
                     message,
                 })?;
         }
+        let mut seen = std::collections::BTreeSet::new();
+        for tenant in &v.tenants {
+            tenant.check(v.approval_mode, &|server| v.mcp_servers.contains_key(server))?;
+            if !seen.insert(tenant.name.as_str()) {
+                return Err(crate::tenant::TenantConfigError::Duplicate {
+                    name: tenant.name.clone(),
+                }
+                .into());
+            }
+        }
         // The service's own config is never writable by a command (it
         // could grant itself more on the next start) nor readable, inside
         // the workspace or out (it may hold the auth token); the token file
@@ -559,6 +576,8 @@ impl Settings {
             // and the JWKS (nor swap in keys of its own).
             .chain(tls.iter().map(|t| &t.key))
             .chain(v.jwt.iter().map(|j| &j.jwks_file))
+            // Tenants' policy files, as the server's.
+            .chain(v.tenants.iter().filter_map(|t| t.policy_file.as_ref()))
             .filter_map(|p| std::fs::canonicalize(p).ok())
             .collect();
         let sandbox = SandboxConfig {
@@ -606,6 +625,9 @@ impl Settings {
                 per_session: v.max_kept_output_session_bytes,
                 ttl: Duration::from_secs(v.kept_output_ttl_secs),
             },
+            tenants: v.tenants,
+            // Loaded in main: following a file is async.
+            tenant_policies: Default::default(),
         };
         let server = ServerOptions {
             auth_token,

@@ -49,6 +49,8 @@ pub enum AuthError {
     UnmappedCert,
 }
 
+use crate::scheduler::tenants::TenantRefusal;
+
 impl From<ApiError> for Status {
     fn from(e: ApiError) -> Self {
         let message = e.to_string();
@@ -63,6 +65,12 @@ impl From<ApiError> for Status {
                 ScheduleError::ShuttingDown => Status::unavailable(message),
                 ScheduleError::SandboxLevelNotAllowed { .. } => Status::permission_denied(message),
                 ScheduleError::GraceTooLong { .. } => Status::resource_exhausted(message),
+                ScheduleError::Tenant(t) => match t {
+                    TenantRefusal::ModeNotAllowed { .. } | TenantRefusal::SandboxLevel { .. } => {
+                        Status::permission_denied(message)
+                    }
+                    TenantRefusal::Quota { .. } => Status::resource_exhausted(message),
+                },
                 ScheduleError::Store(e) => store_status(&e, message),
             },
             ApiError::Confirm(c) => match c {

@@ -253,11 +253,13 @@ impl ToolScheduler for Service {
 
     async fn list_tools(
         &self,
-        _request: Request<pb::ListToolsRequest>,
+        request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let principal = auth::principal(&request);
+        // What the caller's tenant sees: its table may leave MCP servers out.
         let tools = self
             .scheduler
-            .registry()
+            .registry_for(&principal.tenant)
             .declarations()
             .map(Into::into)
             .collect();

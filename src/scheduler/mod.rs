@@ -26,6 +26,7 @@ mod hub;
 pub mod metrics;
 pub mod resume;
 mod session;
+pub mod tenants;
 pub mod validate;
 
 use std::sync::Arc;
@@ -94,6 +95,11 @@ pub struct SchedulerConfig {
     pub store: Option<DurableStore>,
     /// Where and how much of shell output beyond the cap is kept.
     pub kept_output: crate::tools::kept::KeptOutputConfig,
+    /// `[[tenants]]`: what each configured tenant may do, and its quotas.
+    pub tenants: Vec<crate::tenant::TenantConfig>,
+    /// The loaded policy file of each tenant that has one (see
+    /// [`tenants::TenantPolicies`]).
+    pub tenant_policies: tenants::TenantPolicies,
 }
 
 /// The store a server was configured with, when not the memory one.
@@ -125,6 +131,8 @@ impl Default for SchedulerConfig {
             retention: crate::store::Retention::default(),
             store: None,
             kept_output: Default::default(),
+            tenants: Vec::new(),
+            tenant_policies: Default::default(),
         }
     }
 }
@@ -153,6 +161,9 @@ pub enum ScheduleError {
         "disconnect_grace_secs {asked} is over the server's limit max_disconnect_grace_secs = {limit}"
     )]
     GraceTooLong { asked: u64, limit: u64 },
+    /// Outside what the caller's tenant may do, or over one of its quotas.
+    #[error(transparent)]
+    Tenant(#[from] tenants::TenantRefusal),
     /// A request id known with other calls, or the store failing.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -311,6 +322,8 @@ pub(crate) struct Shared {
     pub sandbox: SharedSandbox,
     /// The sandbox of each level a session may choose.
     pub sandboxes: std::collections::BTreeMap<crate::sandbox::SandboxLevel, SharedSandbox>,
+    /// Each configured tenant's rules and counters.
+    pub tenants: Arc<tenants::TenantTable>,
 }
 
 /// Commands queued to the hub; handlers wait when it is this far behind.
@@ -330,6 +343,7 @@ pub struct Scheduler {
     durable: bool,
     /// The MCP servers feeding the registry, for their status.
     mcp: Option<crate::tools::mcp::McpManager>,
+    tenants: Arc<tenants::TenantTable>,
 }
 
 impl Scheduler {
@@ -368,7 +382,14 @@ impl Scheduler {
                 (level, s)
             })
             .collect();
+        let tenants = Arc::new(tenants::TenantTable::new(
+            &config.tenants,
+            &config.tenant_policies,
+            &policy,
+            &shutdown,
+        ));
         let shared = Arc::new(Shared {
+            tenants: tenants.clone(),
             sandbox: sandbox.clone(),
             sandboxes,
             config,
@@ -389,6 +410,7 @@ impl Scheduler {
             store,
             durable,
             mcp: None,
+            tenants,
         }
     }
 
@@ -426,6 +448,18 @@ impl Scheduler {
         self.registry.load()
     }
 
+    /// The tools `tenant` sees: without the MCP servers its `[[tenants]]`
+    /// table leaves out.
+    pub fn registry_for(&self, tenant: &TenantId) -> Arc<Registry> {
+        let registry = self.registry.load();
+        match self.tenants.get(tenant) {
+            Some(t) if t.config.mcp_servers.is_some() => {
+                Arc::new(registry.restricted(&|server| t.sees_mcp_server(server)))
+            }
+            _ => registry,
+        }
+    }
+
     /// Accepts a batch. The stream starts with `Accepted` and ends after
     /// `Completed`; dropping it (the last reader of the batch) cancels the
     /// batch at once, or after its disconnect grace when nobody re-attached.
@@ -445,6 +479,9 @@ impl Scheduler {
         // Validated (on the client's id) before anything is claimed in the
         // store.
         request.validate()?;
+        if let Some(t) = self.tenants.get(tenant) {
+            t.check_request(request.approval_mode, request.sandbox_level)?;
+        }
         request.session_id = tenant.session_key(&request.session_id);
         self.schedule_key(request).await.map_err(|e| e.for_client())
     }

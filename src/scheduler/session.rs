@@ -93,6 +93,14 @@ pub(crate) struct InternalChannel {
     rx: mpsc::UnboundedReceiver<Box<Internal>>,
 }
 
+/// What a batch holds of its session and tenant until it completes: the
+/// hub's count of the session's batches (a batch arriving meanwhile is
+/// queued), and while it waits its tenant's queue slot.
+pub(crate) struct BatchHold {
+    pub _batch: Arc<()>,
+    pub _queued: Option<super::tenants::QueuedSlot>,
+}
+
 /// Commands from the hub, sent boxed (as [`InternalTx`]'s reports, and for
 /// the same reason: a command inline is ~230 bytes, 7 KB of slots a session).
 pub(crate) enum SessionCommand {
@@ -101,6 +109,7 @@ pub(crate) enum SessionCommand {
         request: BatchRequest,
         events: EventSink,
         token: CancellationToken,
+        held: BatchHold,
     },
     Confirm {
         request: ConfirmRequest,
@@ -157,6 +166,7 @@ struct PendingBatch {
     request: BatchRequest,
     events: EventSink,
     token: CancellationToken,
+    held: BatchHold,
 }
 
 /// The running batch and where its events go.
@@ -165,6 +175,8 @@ struct ActiveBatch {
     events: EventSink,
     /// How long it runs on once its last reader went away.
     grace: Duration,
+    /// Counted as one of the session's batches until it completes.
+    _batch: Arc<()>,
 }
 
 /// The session actor's state.
@@ -176,6 +188,11 @@ pub(crate) struct Session {
     /// chose a stricter one).
     sandbox: crate::sandbox::SharedSandbox,
     rules: SessionRules,
+    /// The session's tenant's rules, when it has a `[[tenants]]` table.
+    tenant: Option<Arc<super::tenants::TenantState>>,
+    /// The policy its calls are decided by: the server's, or its tenant's
+    /// tier over it.
+    policy: crate::policy::PolicyHandle,
     topic: Option<String>,
     queue: VecDeque<PendingBatch>,
     active: Option<ActiveBatch>,
@@ -205,12 +222,27 @@ impl Session {
         let shutdown = token.clone().cancelled_owned();
         tokio::pin!(shutdown);
         let mut shut_down = false;
+        let tenant = shared.tenants.of_key(&id).cloned();
+        let policy = tenant
+            .as_ref()
+            .and_then(|t| t.policy.clone())
+            .unwrap_or_else(|| shared.policy.clone());
+        // A tenant's most permissive level caps the server's: its sessions
+        // start there (clamped), and may ask only for stricter ones.
+        let sandbox = tenant
+            .as_ref()
+            .and_then(|t| t.config.max_sandbox_level)
+            .filter(|max| !shared.config.sandbox.level.at_most(*max))
+            .and_then(|max| shared.sandboxes.get(&max).cloned())
+            .unwrap_or_else(|| shared.sandbox.clone());
         let mut session = Session {
             id,
             mode: shared.config.default_mode,
-            sandbox: shared.sandbox.clone(),
+            sandbox,
             shared,
             rules: SessionRules::default(),
+            tenant,
+            policy,
             topic: None,
             queue: VecDeque::new(),
             active: None,
@@ -268,6 +300,18 @@ impl Session {
         tracing::debug!(session = %session.id, "session retired");
     }
 
+    /// The tools this session's tenant sees (every one without a tenant
+    /// table or MCP limit): a hidden tool is an unknown tool.
+    fn registry(&self) -> Arc<crate::tools::Registry> {
+        let registry = self.shared.registry.load();
+        match &self.tenant {
+            Some(t) if t.config.mcp_servers.is_some() => {
+                Arc::new(registry.restricted(&|server| t.sees_mcp_server(server)))
+            }
+            _ => registry,
+        }
+    }
+
     /// Ends a step: what it emitted goes to the streams.
     fn flush_events(&self) {
         if let Some(active) = &self.active {
@@ -287,6 +331,7 @@ impl Session {
                 request,
                 events,
                 token,
+                held,
             } => {
                 let ahead = self.queue.len() + usize::from(self.active.is_some());
                 events.emit(BatchEvent::Accepted {
@@ -300,6 +345,7 @@ impl Session {
                     request,
                     events,
                     token,
+                    held,
                 });
             }
             SessionCommand::Confirm { request, reply } => {
@@ -360,19 +406,24 @@ impl Session {
             .active
             .as_ref()
             .and_then(|a| a.batch.find(&req.call_id));
+        let registry = self.registry();
         let (Some(index), Some(active)) = (found, self.active.as_mut()) else {
             return Err(self.call_not_awaiting(&req.call_id));
         };
-        let registry = self.shared.registry.load();
         let confirmed = active.batch.on_confirm(index, req, &registry)?;
         self.perform(confirmed.effects);
         if let Some(grant) = confirmed.always {
             self.rules
                 .allow_always(&grant.tool_name, &grant.subject, grant.scope);
-            self.mode = outcomes::mode_after_always(self.mode, grant.kind);
+            let next = outcomes::mode_after_always(self.mode, grant.kind);
+            // "Always" on an edit switches to auto_edit only where the
+            // tenant may use it; the rule it added still applies.
+            if self.tenant.as_ref().is_none_or(|t| t.allows_mode(next)) {
+                self.mode = next;
+            }
             if let Some(active) = self.active.as_mut() {
                 let decider = Decider {
-                    policy: &self.shared.policy,
+                    policy: &self.policy,
                     mode: self.mode,
                     rules: &self.rules,
                     interactive: active.batch.interactive(),
@@ -468,7 +519,7 @@ impl Session {
         let batch_id = pending.id.clone();
         cancel_pending(
             &self.shared.metrics,
-            &self.shared.registry.load(),
+            &self.registry(),
             pending,
             reason,
         );
@@ -525,7 +576,7 @@ impl Session {
         let effects = match report {
             Report::PromptReady(index, result, reason) => {
                 let decider = Decider {
-                    policy: &self.shared.policy,
+                    policy: &self.policy,
                     mode: self.mode,
                     rules: &self.rules,
                     interactive: batch.interactive(),
@@ -645,7 +696,7 @@ impl Session {
                 continue;
             };
             let decider = Decider {
-                policy: &self.shared.policy,
+                policy: &self.policy,
                 mode: self.mode,
                 rules: &self.rules,
                 interactive: active.batch.interactive(),
@@ -669,7 +720,11 @@ impl Session {
             request,
             events,
             token,
+            held,
         } = pending;
+        // Out of the queue: the tenant's queue slot is free again.
+        let BatchHold { _batch, _queued } = held;
+        drop(_queued);
         let request_grace = request.disconnect_grace.unwrap_or_default();
         if let Some(mode) = request.approval_mode {
             self.mode = mode;
@@ -685,7 +740,7 @@ impl Session {
             batch_id: id.clone(),
         });
         events.flush();
-        let registry = self.shared.registry.load();
+        let registry = self.registry();
         let (batch, effects) = Batch::start(BatchStart {
             id,
             session_id: &self.id,
@@ -702,6 +757,7 @@ impl Session {
             batch,
             events,
             grace: request_grace,
+            _batch,
         });
         self.perform(effects);
     }
@@ -750,6 +806,7 @@ impl Session {
                         sandbox: self.sandbox.clone(),
                         session: self.id.as_str().into(),
                         metrics: self.shared.metrics.clone(),
+                        slots: self.tenant.as_ref().and_then(|t| t.execution_slots()),
                     };
                     let slot = &active.batch.calls[index];
                     let read_only = slot
