@@ -17,6 +17,8 @@ pub const MAX_PRINCIPAL_BYTES: usize = 256;
 /// The tenant of the one-tenant setups: no credentials, or the single
 /// `--auth-token`.
 pub const DEFAULT_TENANT: &str = "default";
+/// The principal of a server without credentials (and of library use).
+pub const ANONYMOUS: &str = "anonymous";
 
 /// Why a tenant or principal name is unusable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -114,7 +116,7 @@ impl Principal {
     pub fn single_tenant() -> Self {
         Self {
             tenant: TenantId::default(),
-            name: "anonymous".into(),
+            name: ANONYMOUS.into(),
         }
     }
 }

@@ -146,6 +146,8 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
                 .disconnect_grace_secs
                 .map(|secs| std::time::Duration::from_secs(secs.into())),
             outcome_unknown: Vec::new(),
+            // The handler names the authenticated caller.
+            principal: crate::tenant::ANONYMOUS.into(),
         })
     }
 }
@@ -191,6 +193,8 @@ impl TryFrom<pb::ConfirmRequest> for ConfirmRequest {
             correlation_id: r.correlation_id,
             outcome: outcome(r.outcome)?,
             new_content: r.new_content,
+            // The handler names the authenticated caller.
+            principal: crate::tenant::ANONYMOUS.into(),
         })
     }
 }

@@ -46,6 +46,9 @@ pub struct BatchRequest {
     /// Calls that end `outcome_unknown` without running: set only when a
     /// replica takes over a batch whose owner stopped while they executed.
     pub outcome_unknown: Vec<String>,
+    /// Who asked for the batch (the authenticated principal's name), for
+    /// the audit lines.
+    pub principal: Arc<str>,
 }
 
 pub use crate::policy::ConfirmationOutcome;
@@ -58,6 +61,9 @@ pub struct ConfirmRequest {
     pub correlation_id: String,
     pub outcome: ConfirmationOutcome,
     pub new_content: Option<String>,
+    /// Who answered (the authenticated principal's name): the call's audit
+    /// line names it.
+    pub principal: Arc<str>,
 }
 
 /// A Cancel request.

@@ -270,6 +270,7 @@ mod tests {
             request_id: Some("r-1".into()),
             disconnect_grace: Some(Duration::from_secs(30)),
             outcome_unknown: Vec::new(),
+            principal: "alice".into(),
         };
         let back = decode_request(&encode_request(&request)).expect("decodes");
         assert_eq!(back, request);
@@ -396,6 +397,7 @@ pub(crate) fn encode_request(request: &BatchRequest) -> Vec<u8> {
         "sandbox_level": request.sandbox_level.map(|l| l.name()),
         "request_id": request.request_id,
         "disconnect_grace_secs": request.disconnect_grace.map(|g| g.as_secs_f64()),
+        "principal": &*request.principal,
     })
     .to_string()
     .into_bytes()
@@ -425,6 +427,9 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Result<BatchRequest, RecordedReque
         sandbox_level: Option<String>,
         request_id: Option<String>,
         disconnect_grace_secs: Option<f64>,
+        /// Absent in what an older replica recorded.
+        #[serde(default)]
+        principal: Option<String>,
     }
     let r: Recorded =
         serde_json::from_slice(bytes).map_err(|e| RecordedRequestError(e.to_string()))?;
@@ -465,5 +470,10 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Result<BatchRequest, RecordedReque
             .filter(|s| s.is_finite() && *s >= 0.0)
             .map(Duration::from_secs_f64),
         outcome_unknown: Vec::new(),
+        principal: r
+            .principal
+            .as_deref()
+            .unwrap_or(crate::tenant::ANONYMOUS)
+            .into(),
     })
 }

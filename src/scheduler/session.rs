@@ -752,6 +752,9 @@ impl Session {
             metrics: self.shared.metrics.clone(),
             confirmation_timeout: self.shared.config.confirmation_timeout,
             outcome_unknown: &request.outcome_unknown,
+            principal: request.principal.clone(),
+            // The workspaces branch names the session's workspace here.
+            workspace: "".into(),
         });
         self.active = Some(ActiveBatch {
             batch,
@@ -948,7 +951,7 @@ enum Report {
 
 /// Ends a batch that never started: every call Cancelled, then Completed.
 fn cancel_pending(
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
     registry: &crate::tools::Registry,
     pending: PendingBatch,
     reason: &str,
@@ -961,7 +964,9 @@ fn cancel_pending(
         pending.request.calls.len(),
         pending.request.interactive,
         &pending.request.trace_parent,
-    );
+    )
+    .by(pending.request.principal.clone(), "".into())
+    .observed_by(metrics.clone());
     for call in &pending.request.calls {
         let declaration = registry.get(&call.name).ok().map(|t| t.declaration());
         trace.call(call, declaration).cancelled(reason);
