@@ -126,7 +126,7 @@ impl Principal {
 /// Every field is optional; unset is "as the server allows" (no quota).
 /// Tenants that have no table are unlimited within the server's limits.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "RawTenantConfig")]
 pub struct TenantConfig {
     /// The tenant's name (as its credentials name it).
     pub name: String,
@@ -145,13 +145,47 @@ pub struct TenantConfig {
     /// policy file and the session's "always" answers; reloaded like the
     /// server's [default: none].
     pub policy_file: Option<std::path::PathBuf>,
-    /// Quotas; each refusal is RESOURCE_EXHAUSTED naming it.
-    #[serde(flatten)]
+    /// Quotas (keys of the same table); each refusal is RESOURCE_EXHAUSTED
+    /// naming it.
     pub quotas: TenantQuotas,
 }
 
+/// The table as written: every key flat, unknown keys refused (serde's
+/// `flatten` would let them through).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenantConfig {
+    name: String,
+    allowed_modes: Option<Vec<crate::policy::ApprovalMode>>,
+    max_sandbox_level: Option<crate::sandbox::SandboxLevel>,
+    mcp_servers: Option<Vec<String>>,
+    policy_file: Option<std::path::PathBuf>,
+    max_sessions: Option<usize>,
+    max_executing_calls: Option<usize>,
+    max_queued_batches: Option<usize>,
+    max_shell_commands_per_minute: Option<usize>,
+}
+
+impl From<RawTenantConfig> for TenantConfig {
+    fn from(r: RawTenantConfig) -> Self {
+        Self {
+            name: r.name,
+            allowed_modes: r.allowed_modes,
+            max_sandbox_level: r.max_sandbox_level,
+            mcp_servers: r.mcp_servers,
+            policy_file: r.policy_file,
+            quotas: TenantQuotas {
+                max_sessions: r.max_sessions,
+                max_executing_calls: r.max_executing_calls,
+                max_queued_batches: r.max_queued_batches,
+                max_shell_commands_per_minute: r.max_shell_commands_per_minute,
+            },
+        }
+    }
+}
+
 /// A tenant's quotas (see the README's quota table). `None` is unlimited.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TenantQuotas {
     /// Live sessions: one session holds its mode, rules and retained
     /// batches; at the quota the tenant's least recently used idle session

@@ -726,8 +726,6 @@ mod tests {
                 metrics: Arc::new(Metrics::new().expect("metrics")),
                 confirmation_timeout: Some(Duration::from_secs(60)),
                 outcome_unknown: &[],
-            principal: "alice".into(),
-            workspace: "".into(),
                 principal: "alice".into(),
                 workspace: "".into(),
             });
@@ -1207,6 +1205,8 @@ mod tests {
             metrics: Arc::new(Metrics::new().expect("metrics")),
             confirmation_timeout: None,
             outcome_unknown: &[],
+            principal: "alice".into(),
+            workspace: "".into(),
         });
         let policy = PolicyHandle::default();
         let rules = SessionRules::default();
