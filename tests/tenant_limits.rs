@@ -242,7 +242,7 @@ async fn a_tenants_policy_file_denies_what_the_servers_allows() {
         ["validating", "scheduled", "executing", "success"]
     );
     let output = success_output(&events, "e");
-    assert!(output.ends_with("Output: hello"), "{output}");
+    assert!(output.trim_end().ends_with("Output: hello"), "{output}");
 }
 
 #[tokio::test]
