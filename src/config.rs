@@ -554,7 +554,9 @@ impl Settings {
         }
         let mut seen = std::collections::BTreeSet::new();
         for tenant in &v.tenants {
-            tenant.check(v.approval_mode, &|server| v.mcp_servers.contains_key(server))?;
+            tenant.check(v.approval_mode, &|server| {
+                v.mcp_servers.contains_key(server)
+            })?;
             if !seen.insert(tenant.name.as_str()) {
                 return Err(crate::tenant::TenantConfigError::Duplicate {
                     name: tenant.name.clone(),
@@ -1150,12 +1152,17 @@ mod tests {
             .tenants
             .iter()
             .flatten()
-            .map(|t| t.check(ApprovalMode::Default, &|_| false).map(|id| id.to_string()))
+            .map(|t| {
+                t.check(ApprovalMode::Default, &|_| false)
+                    .map(|id| id.to_string())
+            })
             .collect();
         assert_eq!(names, [Ok("acme".to_string()), Ok("beta".to_string())]);
         assert_eq!(
             tenants.jwt.map(|j| j.jwks_file),
-            Some(PathBuf::from("/var/run/secrets/toolsched/tenants/jwks.json"))
+            Some(PathBuf::from(
+                "/var/run/secrets/toolsched/tenants/jwks.json"
+            ))
         );
     }
 
@@ -1198,7 +1205,12 @@ mod tests {
                 .protected_paths
                 .contains(&policy.canonicalize().unwrap())
         );
-        let err = |text: &str| resolve(text.to_string()).map(|_| ()).unwrap_err().to_string();
+        let err = |text: &str| {
+            resolve(text.to_string())
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        };
         assert_eq!(
             err("[[tenants]]\nname = \"a\"\nallowed_modes = [\"plan\"]\n"),
             "tenants.a: allowed_modes does not include the server's approval_mode default (the mode of a new session)"

@@ -65,13 +65,11 @@ fn tenant_policies(
         if config.tenant_policies.0.contains_key(&tenant.name) {
             continue;
         }
-        let (handle, _) =
-            policy::watch_file(path, policy::reload::POLL_INTERVAL, shutdown.clone()).map_err(
-                |source| BuildError::TenantPolicy {
-                    tenant: tenant.name.clone(),
-                    source,
-                },
-            )?;
+        let (handle, _) = policy::watch_file(path, policy::reload::POLL_INTERVAL, shutdown.clone())
+            .map_err(|source| BuildError::TenantPolicy {
+                tenant: tenant.name.clone(),
+                source,
+            })?;
         config.tenant_policies.0.insert(tenant.name.clone(), handle);
     }
     Ok(())

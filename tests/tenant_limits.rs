@@ -159,11 +159,17 @@ async fn a_tenant_limited_to_default_cannot_ask_for_yolo_nor_a_more_permissive_s
     );
     // The other tenant has no such limit.
     let events = run(&srv, B, yolo()).await;
-    assert_eq!(states(&events, "r"), ["validating", "scheduled", "executing", "success"]);
+    assert_eq!(
+        states(&events, "r"),
+        ["validating", "scheduled", "executing", "success"]
+    );
     // An allowed mode is accepted.
     let plan = with_mode(request("main", vec![read("r")]), pb::ApprovalMode::Plan);
     let events = run(&srv, A, plan).await;
-    assert_eq!(states(&events, "r"), ["validating", "scheduled", "executing", "success"]);
+    assert_eq!(
+        states(&events, "r"),
+        ["validating", "scheduled", "executing", "success"]
+    );
 
     let mut wider = request("main", vec![read("r")]);
     wider.sandbox_level = pb::SandboxLevel::WorkspaceWrite as i32;
@@ -444,7 +450,10 @@ async fn list_tools_differs_per_tenant_and_a_hidden_tool_is_unknown() {
     assert_eq!(states(&events, "h"), ["error"]);
     let (kind, message) = error_of(&events, "h");
     assert_eq!(kind, pb::ErrorType::ToolNotRegistered);
-    assert!(message.starts_with("Tool \"mcp_other_whoami\" not found in registry."), "{message}");
+    assert!(
+        message.starts_with("Tool \"mcp_other_whoami\" not found in registry."),
+        "{message}"
+    );
     let events = run(&srv, B, hidden()).await;
     assert_eq!(terminal_name(&events, "h"), "success");
 }
@@ -484,12 +493,10 @@ async fn the_audit_log_names_who_asked_and_who_approved_and_never_a_token() {
         &["--config", config.to_str().unwrap()],
         &[("RUST_LOG", "debug")],
     );
-    let mut client = pb::tool_scheduler_client::ToolSchedulerClient::connect(format!(
-        "http://{}",
-        bin.addr
-    ))
-    .await
-    .unwrap();
+    let mut client =
+        pb::tool_scheduler_client::ToolSchedulerClient::connect(format!("http://{}", bin.addr))
+            .await
+            .unwrap();
     let write = call(
         "w",
         "write_file",
@@ -520,7 +527,10 @@ async fn the_audit_log_names_who_asked_and_who_approved_and_never_a_token() {
     assert_eq!(terminal_name(&events, "w"), "success");
     // A refused request is logged too; its token must not be.
     let yolo = with_mode(request("audited", vec![read("r")]), pb::ApprovalMode::Yolo);
-    let status = client.schedule_calls(with_token(A, yolo)).await.unwrap_err();
+    let status = client
+        .schedule_calls(with_token(A, yolo))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), tonic::Code::PermissionDenied);
 
     let ended = |l: &[Value]| {
@@ -562,7 +572,10 @@ async fn the_audit_log_names_who_asked_and_who_approved_and_never_a_token() {
     for line in &all {
         for token in [A, A2, B] {
             assert!(!line.contains(token), "a token in the log: {line}");
-            assert!(!line.contains(&hash_hex(token)), "a token hash in the log: {line}");
+            assert!(
+                !line.contains(&hash_hex(token)),
+                "a token hash in the log: {line}"
+            );
         }
     }
 }

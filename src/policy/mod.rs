@@ -747,7 +747,10 @@ impl PolicyHandle {
     pub fn layered(&self, tenant: &PolicyHandle, shutdown: CancellationToken) -> PolicyHandle {
         let (mut base, mut upper) = (self.rx.clone(), tenant.rx.clone());
         let combine = |b: &Policy, t: &Policy| Arc::new(b.layered(t));
-        let (tx, rx) = watch::channel(combine(&base.borrow_and_update(), &upper.borrow_and_update()));
+        let (tx, rx) = watch::channel(combine(
+            &base.borrow_and_update(),
+            &upper.borrow_and_update(),
+        ));
         // Built outside a runtime (unit tests, library use): a fixed layer.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {

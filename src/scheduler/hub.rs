@@ -19,11 +19,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::feed::EventSink;
 use super::session::{self, Session, SessionCommand, SessionLink};
+use super::tenants::TenantState;
 use super::{
     BatchEvent, BatchRequest, CancelError, CancelRequest, CancelSummary, ConfirmError,
     ConfirmRequest, Confirmed, ScheduleError, Shared, WatchError,
 };
-use super::tenants::TenantState;
 use crate::store::{BatchLog, Entry, LogReader, LogWriter};
 
 pub(crate) enum HubCommand {

@@ -243,7 +243,9 @@ impl Metrics {
 
     /// A call of `tenant` entered (`1`) or left (`-1`) Executing.
     pub(crate) fn tenant_executing(&self, tenant: &str, delta: i64) {
-        self.tenant_executing.with_label_values(&[tenant]).add(delta);
+        self.tenant_executing
+            .with_label_values(&[tenant])
+            .add(delta);
     }
 
     pub(crate) fn batch_accepted(&self) {

@@ -517,12 +517,7 @@ impl Session {
             })
             .collect();
         let batch_id = pending.id.clone();
-        cancel_pending(
-            &self.shared.metrics,
-            &self.registry(),
-            pending,
-            reason,
-        );
+        cancel_pending(&self.shared.metrics, &self.registry(), pending, reason);
         self.shared.store.complete_batch(&self.id, &batch_id, ended);
     }
 

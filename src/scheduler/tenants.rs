@@ -264,11 +264,7 @@ impl TenantState {
         if let Some(limit) = q.max_executing_calls {
             let used = self.executing();
             if used >= limit {
-                return Err(self.quota(
-                    "max_executing_calls",
-                    limit,
-                    format!("{used} executing"),
-                ));
+                return Err(self.quota("max_executing_calls", limit, format!("{used} executing")));
             }
         }
         if queued && let Some(limit) = q.max_queued_batches {
@@ -390,7 +386,10 @@ mod tests {
         assert!(t.admit(&shell, false).unwrap().is_none());
         let slot = t.admit(&shell, true).unwrap().expect("queued slot");
         assert_eq!(
-            t.admit(&[call("read_file")], true).err().unwrap().to_string(),
+            t.admit(&[call("read_file")], true)
+                .err()
+                .unwrap()
+                .to_string(),
             "tenant a: max_queued_batches 1 reached (1 queued)"
         );
         drop(slot);
