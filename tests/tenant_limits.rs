@@ -7,6 +7,7 @@
 //! `--log-format json`).
 
 mod mcp_common;
+mod replicas_support;
 mod support;
 
 use std::time::Duration;
@@ -474,11 +475,9 @@ fn lines_until(bin: &Binary, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     lines
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_audit_log_names_who_asked_and_who_approved_and_never_a_token() {
-    let ws = tempfile::tempdir().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolsched.toml");
+/// A config file with the three tokens and a `[[tenants]]` table for acme.
+fn config_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let config = dir.join("toolsched.toml");
     let mut text = String::new();
     for t in tokens() {
         text.push_str(&format!(
@@ -488,6 +487,81 @@ async fn the_audit_log_names_who_asked_and_who_approved_and_never_a_token() {
     }
     text.push_str("[[tenants]]\nname = \"acme\"\nallowed_modes = [\"default\", \"auto_edit\"]\nmax_executing_calls = 4\n");
     std::fs::write(&config, text).unwrap();
+    config
+}
+
+fn confirm_once(session: &str, prompt: &pb::AwaitingApproval) -> pb::ConfirmRequest {
+    pb::ConfirmRequest {
+        session_id: session.into(),
+        call_id: "w".into(),
+        correlation_id: prompt.correlation_id.clone(),
+        outcome: pb::ConfirmationOutcome::ProceedOnce as i32,
+        new_content: None,
+    }
+}
+
+/// The `call ended` audit line of `call_id` in `lines`.
+fn ended_line<'a>(lines: &'a [Value], call_id: &str) -> &'a Value {
+    lines
+        .iter()
+        .find(|v| v["call_id"] == call_id && v["message"] == "call ended")
+        .unwrap_or_else(|| panic!("no 'call ended' of {call_id}: {lines:#?}"))
+}
+
+/// A prompt of a session owned by one replica, answered by a Confirm sent
+/// to another (relayed through the store, tests/services.sh's PostgreSQL):
+/// the owner's audit line names the principal who sent the Confirm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_relayed_by_another_replica_names_the_principal_who_gave_it() {
+    let url = replicas_support::fresh_database().await;
+    let ws = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(dir.path());
+    let flags = [
+        "--store",
+        url.as_str(),
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let owner = Binary::start(ws.path(), &flags);
+    let other = Binary::start(ws.path(), &flags);
+    let write = call(
+        "w",
+        "write_file",
+        json!({"file_path": "relayed.txt", "content": "x\n"}),
+    );
+    let mut stream = replicas_support::client(owner.addr)
+        .await
+        .schedule_calls(with_token(A, request("relayed", vec![write])))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = Vec::new();
+    let prompt = await_prompt(&mut stream, &mut events, "w").await;
+    replicas_support::client(other.addr)
+        .await
+        .confirm(with_token(A2, confirm_once("relayed", &prompt)))
+        .await
+        .expect("relayed to the owner");
+    events.extend(collect(stream).await);
+    assert_eq!(terminal_name(&events, "w"), "success");
+    let lines = lines_until(&owner, |l| {
+        l.iter()
+            .any(|v| v["call_id"] == "w" && v["message"] == "call ended")
+    });
+    let line = ended_line(&lines, "w");
+    assert_eq!(
+        (&line["principal"], &line["approved_by"], &line["tenant"]),
+        (&json!("alice"), &json!("carol"), &json!("acme")),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_log_names_who_asked_and_who_approved_and_never_a_token() {
+    let ws = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(dir.path());
     let bin = Binary::start_with_env(
         ws.path(),
         &["--config", config.to_str().unwrap()],
