@@ -290,8 +290,9 @@ impl Hub {
             queued_slot = t.admit(&request.calls, queued)?;
         }
         if !self.sessions.contains_key(&request.session_id) {
-            // The tenant's quota first: at it, only one of its own idle
-            // sessions may make room, never another tenant's.
+            // At the tenant's quota (checked above: it has an idle session),
+            // one of its own idle sessions makes room, never another
+            // tenant's.
             if let Some(t) = &tenant
                 && t.at_session_quota().is_some()
             {
