@@ -99,6 +99,7 @@ fn scheduler(c: &mut Criterion) {
                         disconnect_grace: None,
                         outcome_unknown: Vec::new(),
                         workspace: None,
+                        principal: "bench".into(),
                     })
                     .await
                     .unwrap();

@@ -310,6 +310,11 @@ settings! {
     /// as `mcp_<name>_<tool>` (file only: no flag).
     #[arg(skip)]
     mcp_servers: BTreeMap<String, McpServerConfig> = BTreeMap::new(),
+    /// `[[tenants]]` tables: per tenant, its allowed modes, most permissive
+    /// sandbox level, MCP servers, policy file, quotas and the `workspaces`
+    /// (names or globs) it may use (file only: no flag).
+    #[arg(skip)]
+    tenants: Vec<crate::tenant::TenantConfig> = Vec::new(),
     /// What commands may do: read_only, workspace_write, workspace_write_network,
     /// none (no Landlock/seccomp; only where a pod or VM is the boundary)
     /// [default: workspace_write].
@@ -367,10 +372,6 @@ settings! {
     /// [default: 1024].
     #[arg(long, env = "TOOLSCHED_MAX_OPEN_WORKSPACES")]
     max_open_workspaces: usize = crate::workspaces::DEFAULT_MAX_OPEN_WORKSPACES,
-    /// `[[tenants]]` tables: per tenant `name`, the `workspaces` (names or
-    /// globs) it may use; empty or absent: any (file only: no flag).
-    #[arg(skip)]
-    tenants: Vec<crate::tenant::TenantConfig> = Vec::new(),
 }
 
 /// Log output format.
@@ -427,6 +428,8 @@ pub enum ConfigError {
     },
     #[error("{field} must be greater than 0")]
     Zero { field: &'static str },
+    #[error(transparent)]
+    Tenant(#[from] crate::tenant::TenantConfigError),
     #[error("mcp_servers.{name}: {message}")]
     McpServer { name: String, message: String },
     #[error("store '{prefix}…' is neither 'memory' nor a postgres:// URL")]
@@ -579,6 +582,18 @@ impl Settings {
                     message,
                 })?;
         }
+        let mut seen = std::collections::BTreeSet::new();
+        for tenant in &v.tenants {
+            tenant.check(v.approval_mode, &|server| {
+                v.mcp_servers.contains_key(server)
+            })?;
+            if !seen.insert(tenant.name.as_str()) {
+                return Err(crate::tenant::TenantConfigError::Duplicate {
+                    name: tenant.name.clone(),
+                }
+                .into());
+            }
+        }
         // The service's own config is never writable by a command (it
         // could grant itself more on the next start) nor readable, inside
         // the workspace or out (it may hold the auth token); the token file
@@ -593,6 +608,8 @@ impl Settings {
             // and the JWKS (nor swap in keys of its own).
             .chain(tls.iter().map(|t| &t.key))
             .chain(v.jwt.iter().map(|j| &j.jwks_file))
+            // Tenants' policy files, as the server's.
+            .chain(v.tenants.iter().filter_map(|t| t.policy_file.as_ref()))
             .filter_map(|p| std::fs::canonicalize(p).ok())
             .collect();
         let sandbox = SandboxConfig {
@@ -648,6 +665,9 @@ impl Settings {
                     max_open: v.max_open_workspaces,
                     tenants: v.tenants.clone(),
                 }),
+            tenants: v.tenants,
+            // Loaded in main: following a file is async.
+            tenant_policies: Default::default(),
         };
         let server = ServerOptions {
             auth_token,
@@ -837,10 +857,12 @@ mod tests {
                 crate::tenant::TenantConfig {
                     name: "acme".into(),
                     workspaces: vec!["main".into(), "proj-*".into()],
+                    ..Default::default()
                 },
                 crate::tenant::TenantConfig {
                     name: "beta".into(),
                     workspaces: vec![],
+                    ..Default::default()
                 },
             ]
         );
@@ -1206,6 +1228,7 @@ mod tests {
             "base/toolsched.toml",
             "overlays/dev/toolsched.toml",
             "overlays/production/toolsched.toml",
+            "overlays/tenants/toolsched.toml",
         ] {
             let parsed = read_file(&root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
             assert_eq!(
@@ -1222,5 +1245,91 @@ mod tests {
         }
         let policy = root.join("base/policy.toml");
         crate::policy::Policy::from_file(&policy).unwrap();
+        // The tenants overlay's tables pass the start-up checks.
+        let tenants = read_file(&root.join("overlays/tenants/toolsched.toml")).unwrap();
+        let names: Vec<_> = tenants
+            .tenants
+            .iter()
+            .flatten()
+            .map(|t| {
+                t.check(ApprovalMode::Default, &|_| false)
+                    .map(|id| id.to_string())
+            })
+            .collect();
+        assert_eq!(names, [Ok("acme".to_string()), Ok("beta".to_string())]);
+        assert_eq!(
+            tenants.jwt.map(|j| j.jwks_file),
+            Some(PathBuf::from(
+                "/var/run/secrets/toolsched/tenants/jwks.json"
+            ))
+        );
+    }
+
+    /// `[[tenants]]` tables: parsed with their quotas, checked against the
+    /// server (its default mode allowed, configured MCP servers, no zero
+    /// quota, no name twice), their policy files kept from commands.
+    #[test]
+    fn tenant_tables_are_parsed_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        let policy = dir.path().join("acme.toml");
+        std::fs::write(&policy, "").unwrap();
+        let resolve = |text: String| {
+            std::fs::write(&file, text).unwrap();
+            Settings::resolve(ServeArgs {
+                config: Some(file.clone()),
+                ..ServeArgs::default()
+            })
+        };
+        let s = resolve(format!(
+            "[mcp_servers.docs]\ncommand = \"x\"\n\n[[tenants]]\nname = \"acme\"\nallowed_modes = [\"default\", \"plan\"]\nmax_sandbox_level = \"read_only\"\nmcp_servers = [\"docs\"]\npolicy_file = \"{}\"\nmax_sessions = 3\nmax_executing_calls = 2\nmax_queued_batches = 4\nmax_shell_commands_per_minute = 5\n",
+            policy.display()
+        ))
+        .unwrap();
+        let t = &s.scheduler.tenants[0];
+        assert_eq!(t.name, "acme");
+        assert_eq!(
+            t.quotas,
+            crate::tenant::TenantQuotas {
+                max_sessions: Some(3),
+                max_executing_calls: Some(2),
+                max_queued_batches: Some(4),
+                max_shell_commands_per_minute: Some(5),
+            }
+        );
+        assert_eq!(t.max_sandbox_level, Some(SandboxLevel::ReadOnly));
+        assert!(
+            s.scheduler
+                .sandbox
+                .protected_paths
+                .contains(&policy.canonicalize().unwrap())
+        );
+        let err = |text: &str| {
+            resolve(text.to_string())
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err("[[tenants]]\nname = \"a\"\nallowed_modes = [\"plan\"]\n"),
+            "tenants.a: allowed_modes does not include the server's approval_mode default (the mode of a new session)"
+        );
+        assert_eq!(
+            err("[[tenants]]\nname = \"a\"\nmcp_servers = [\"nope\"]\n"),
+            "tenants.a: mcp_servers names 'nope', which is not configured"
+        );
+        assert_eq!(
+            err("[[tenants]]\nname = \"a\"\nmax_executing_calls = 0\n"),
+            "tenants.a: max_executing_calls must be greater than 0 (leave it out for no quota)"
+        );
+        assert_eq!(
+            err("[[tenants]]\nname = \"a\"\n\n[[tenants]]\nname = \"a\"\n"),
+            "tenants: 'a' is configured twice"
+        );
+        assert_eq!(
+            err("[[tenants]]\nname = \"a/b\"\n"),
+            "tenants: tenant name may hold only letters, digits, '-', '_' and '.'"
+        );
+        assert!(err("[[tenants]]\nname = \"a\"\nmax_cpus = 1\n").contains("max_cpus"));
     }
 }

@@ -47,6 +47,11 @@ pub enum BuildError {
     KeptOutput(std::io::Error),
     #[error(transparent)]
     Workspaces(#[from] workspaces::WorkspacesSetupError),
+    #[error("tenants.{tenant}: {source}")]
+    TenantPolicy {
+        tenant: String,
+        source: policy::PolicyError,
+    },
 }
 
 /// The named workspaces of `config` (a workspaces root), whose built-in
@@ -61,6 +66,30 @@ fn named_workspaces(
     let named = workspaces::Workspaces::new(ws, kept.clone(), config.blocking_file_io)?;
     tracing::info!(root = %named.root().display(), create = named.creates(), "named workspaces");
     Ok(Some(Arc::new(named)))
+}
+
+/// Loads the policy file of each `[[tenants]]` table that names one (and
+/// follows it as the server's is followed: on change and SIGHUP), unless
+/// the caller already did. A file that does not load stops start-up.
+fn tenant_policies(
+    config: &mut scheduler::SchedulerConfig,
+    shutdown: &CancellationToken,
+) -> Result<(), BuildError> {
+    for tenant in &config.tenants {
+        let Some(path) = &tenant.policy_file else {
+            continue;
+        };
+        if config.tenant_policies.0.contains_key(&tenant.name) {
+            continue;
+        }
+        let (handle, _) = policy::watch_file(path, policy::reload::POLL_INTERVAL, shutdown.clone())
+            .map_err(|source| BuildError::TenantPolicy {
+                tenant: tenant.name.clone(),
+                source,
+            })?;
+        config.tenant_policies.0.insert(tenant.name.clone(), handle);
+    }
+    Ok(())
 }
 
 /// The keeper of whole shell outputs for `config`; its directory joins the
@@ -99,6 +128,7 @@ pub fn build_scheduler_with_policy(
     shutdown: CancellationToken,
 ) -> Result<scheduler::Scheduler, BuildError> {
     let kept = kept_output(&mut config)?;
+    tenant_policies(&mut config, &shutdown)?;
     let (workspace, sandbox) = prepare(workspace, &config)?;
     let named = named_workspaces(&config, &kept)?;
     let policy = policy.with_workspace(workspace.root());
@@ -122,6 +152,7 @@ pub async fn build_scheduler_with_mcp(
     shutdown: CancellationToken,
 ) -> Result<(scheduler::Scheduler, tools::mcp::McpManager), BuildError> {
     let kept = kept_output(&mut config)?;
+    tenant_policies(&mut config, &shutdown)?;
     let (workspace, sandbox) = prepare(workspace, &config)?;
     let named = named_workspaces(&config, &kept)?;
     let policy = policy.with_workspace(workspace.root());

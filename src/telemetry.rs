@@ -388,6 +388,9 @@ pub struct BatchTrace {
     session_id: Arc<str>,
     /// The session's tenant (the scheduler's key is `<tenant>/<id>`).
     tenant: Arc<str>,
+    /// Who asked for the batch, and the session's workspace.
+    principal: Arc<str>,
+    workspace: Arc<str>,
     batch_id: Arc<str>,
     /// Where the calls' approval waits are observed, if anywhere.
     metrics: Option<Arc<Metrics>>,
@@ -431,9 +434,20 @@ impl BatchTrace {
             cx,
             session_id: session_id.into(),
             tenant: tenant.into(),
+            principal: crate::tenant::ANONYMOUS.into(),
+            workspace: "".into(),
             batch_id: batch_id.into(),
             metrics: None,
         }
+    }
+
+    /// Names who asked for the batch and the session's workspace (`""`:
+    /// the server's one) on its calls' audit lines. The principal is never
+    /// a span attribute nor a metric label (unbounded); the tenant is both.
+    pub fn by(mut self, principal: Arc<str>, workspace: Arc<str>) -> Self {
+        self.principal = principal;
+        self.workspace = workspace;
+        self
     }
 
     /// Observes the calls' approval waits (prompt to answer) in `metrics`.
@@ -478,6 +492,8 @@ impl BatchTrace {
             span,
             audit: audit::CallAudit::new(
                 self.tenant.clone(),
+                self.principal.clone(),
+                self.workspace.clone(),
                 self.session_id.clone(),
                 self.batch_id.clone(),
                 call,
@@ -489,6 +505,7 @@ impl BatchTrace {
             decision: None,
             rule: None,
             approval: None,
+            approved_by: None,
         }))))
     }
 }
@@ -526,6 +543,8 @@ struct CallSpan {
     /// The rule behind the decision, also for the AwaitingApproval event.
     rule: Option<String>,
     approval: Option<&'static str>,
+    /// The principal whose Confirm answered the prompt.
+    approved_by: Option<Arc<str>>,
 }
 
 /// How a call ended, for its span.
@@ -557,6 +576,7 @@ impl CallTrace {
                 return;
             }
             c.leave_prompt(state);
+            c.count_executing(state);
             c.state = state;
             c.audit.state(state);
             let Some(span) = &mut c.span else {
@@ -588,9 +608,13 @@ impl CallTrace {
         });
     }
 
-    /// Notes the answer to the call's prompt.
-    pub fn approval(&self, outcome: &'static str) {
-        self.with(|c| c.approval = Some(outcome));
+    /// Notes the answer to the call's prompt and the principal who gave
+    /// it.
+    pub fn approval(&self, outcome: &'static str, by: Arc<str>) {
+        self.with(|c| {
+            c.approval = Some(outcome);
+            c.approved_by = Some(by);
+        });
     }
 
     /// Ends the span of a call cancelled before its batch started: one
@@ -607,12 +631,22 @@ impl CallTrace {
             return;
         };
         c.leave_prompt(state);
+        c.count_executing(state);
+        if let Some(metrics) = &c.metrics {
+            metrics.tenant_call_ended(c.audit.tenant(), state);
+        }
         let error_type = match &end {
             End::Error { kind, .. } => Some(*kind),
             _ => None,
         };
-        c.audit
-            .ended(state, c.decision, c.rule.as_deref(), c.approval, error_type);
+        c.audit.ended(
+            state,
+            c.decision,
+            c.rule.as_deref(),
+            c.approval,
+            c.approved_by.as_deref(),
+            error_type,
+        );
         let Some(mut span) = c.span.take() else {
             return;
         };
@@ -642,6 +676,19 @@ impl CallTrace {
 }
 
 impl CallSpan {
+    /// Keeps the tenant's executing gauge: up on entering `executing`, down
+    /// on leaving it.
+    fn count_executing(&self, next: &'static str) {
+        let Some(metrics) = &self.metrics else {
+            return;
+        };
+        match (self.state == "executing", next == "executing") {
+            (false, true) => metrics.tenant_executing(self.audit.tenant(), 1),
+            (true, false) => metrics.tenant_executing(self.audit.tenant(), -1),
+            _ => {}
+        }
+    }
+
     /// On entering `next`: a prompt opens (awaiting_approval), or the open
     /// one closes, observing how long it waited and how it was answered
     /// (`unanswered`: timed out, or cancelled without an answer).
@@ -705,7 +752,7 @@ mod tests {
         call.0.set(Some(inner));
         call.state("validating");
         call.decision("deny", Some(&"rule 'x'"));
-        call.approval("cancel");
+        call.approval("cancel", "alice".into());
         call.end(
             "error",
             End::Error {

@@ -17,6 +17,8 @@ pub const MAX_PRINCIPAL_BYTES: usize = 256;
 /// The tenant of the one-tenant setups: no credentials, or the single
 /// `--auth-token`.
 pub const DEFAULT_TENANT: &str = "default";
+/// The principal of a server without credentials (and of library use).
+pub const ANONYMOUS: &str = "anonymous";
 
 /// Why a tenant or principal name is unusable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,19 +37,6 @@ pub enum InvalidName {
     /// workspaces root, and these would leave it.
     #[error("{kind} name may not be '.' or '..'")]
     DotName { kind: &'static str },
-}
-
-/// A `[[tenants]]` table of the config file: what one tenant may do.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TenantConfig {
-    /// The tenant's name (as its credentials map to).
-    pub name: String,
-    /// Workspace names or globs (`globset`, e.g. `proj-*`) the tenant may
-    /// use under `--workspaces-root`; empty: any. Another name is
-    /// PERMISSION_DENIED naming it.
-    #[serde(default)]
-    pub workspaces: Vec<String>,
 }
 
 /// A tenant: letters, digits, `-`, `_`, `.` (never `/`, which splits a
@@ -131,8 +120,160 @@ impl Principal {
     pub fn single_tenant() -> Self {
         Self {
             tenant: TenantId::default(),
-            name: "anonymous".into(),
+            name: ANONYMOUS.into(),
         }
+    }
+}
+
+/// One `[[tenants]]` table of the config file: what a tenant may do and
+/// how much of the server it may hold (DESIGN §11, issue 18 items 4 and 5).
+/// Every field is optional; unset is "as the server allows" (no quota).
+/// Tenants that have no table are unlimited within the server's limits.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(from = "RawTenantConfig")]
+pub struct TenantConfig {
+    /// The tenant's name (as its credentials name it).
+    pub name: String,
+    /// Approval modes its sessions may use; asking for another is
+    /// PERMISSION_DENIED. Must include the server's `approval_mode` (the
+    /// mode of a new session) [default: all].
+    pub allowed_modes: Option<Vec<crate::policy::ApprovalMode>>,
+    /// The most permissive sandbox level its commands get: its sessions
+    /// start at this level when the server's is more permissive, and a
+    /// request for more is PERMISSION_DENIED [default: the server's].
+    pub max_sandbox_level: Option<crate::sandbox::SandboxLevel>,
+    /// The MCP servers whose tools it sees (ListTools, calls); a hidden
+    /// tool is an unknown tool [default: all configured].
+    pub mcp_servers: Option<Vec<String>>,
+    /// Its operator policy file (rules TOML), a tier between the server's
+    /// policy file and the session's "always" answers; reloaded like the
+    /// server's [default: none].
+    pub policy_file: Option<std::path::PathBuf>,
+    /// Quotas (keys of the same table); each refusal is RESOURCE_EXHAUSTED
+    /// naming it.
+    pub quotas: TenantQuotas,
+    /// Workspace names or globs (`globset`, e.g. `proj-*`) the tenant may
+    /// use under `--workspaces-root`; empty: any. Another name is
+    /// PERMISSION_DENIED naming it.
+    pub workspaces: Vec<String>,
+}
+
+/// The table as written: every key flat, unknown keys refused (serde's
+/// `flatten` would let them through).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenantConfig {
+    name: String,
+    allowed_modes: Option<Vec<crate::policy::ApprovalMode>>,
+    max_sandbox_level: Option<crate::sandbox::SandboxLevel>,
+    mcp_servers: Option<Vec<String>>,
+    policy_file: Option<std::path::PathBuf>,
+    max_sessions: Option<usize>,
+    max_executing_calls: Option<usize>,
+    max_queued_batches: Option<usize>,
+    max_shell_commands_per_minute: Option<usize>,
+    #[serde(default)]
+    workspaces: Vec<String>,
+}
+
+impl From<RawTenantConfig> for TenantConfig {
+    fn from(r: RawTenantConfig) -> Self {
+        Self {
+            name: r.name,
+            allowed_modes: r.allowed_modes,
+            max_sandbox_level: r.max_sandbox_level,
+            mcp_servers: r.mcp_servers,
+            policy_file: r.policy_file,
+            quotas: TenantQuotas {
+                max_sessions: r.max_sessions,
+                max_executing_calls: r.max_executing_calls,
+                max_queued_batches: r.max_queued_batches,
+                max_shell_commands_per_minute: r.max_shell_commands_per_minute,
+            },
+            workspaces: r.workspaces,
+        }
+    }
+}
+
+/// A tenant's quotas (see the README's quota table). `None` is unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantQuotas {
+    /// Live sessions: one session holds its mode, rules and retained
+    /// batches; at the quota the tenant's least recently used idle session
+    /// is forgotten, and when all are busy a new one is refused.
+    pub max_sessions: Option<usize>,
+    /// Calls executing at once (processes and MCP calls held); a batch
+    /// arriving while the tenant is at it is refused.
+    pub max_executing_calls: Option<usize>,
+    /// Batches waiting behind another batch of their session (each holds
+    /// its calls and log until it runs).
+    pub max_queued_batches: Option<usize>,
+    /// `run_shell_command` calls admitted per minute (sliding window): the
+    /// rate of process spawns one tenant can ask of the host.
+    pub max_shell_commands_per_minute: Option<usize>,
+}
+
+/// Why a `[[tenants]]` table is unusable (at start-up).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TenantConfigError {
+    #[error("tenants: {0}")]
+    Name(#[from] InvalidName),
+    #[error("tenants: '{name}' is configured twice")]
+    Duplicate { name: String },
+    #[error(
+        "tenants.{name}: allowed_modes does not include the server's approval_mode {mode} (the mode of a new session)"
+    )]
+    DefaultModeNotAllowed { name: String, mode: &'static str },
+    #[error("tenants.{name}: mcp_servers names '{server}', which is not configured")]
+    UnknownMcpServer { name: String, server: String },
+    #[error("tenants.{name}: {field} must be greater than 0 (leave it out for no quota)")]
+    ZeroQuota { name: String, field: &'static str },
+}
+
+impl TenantConfig {
+    /// Checks the table against the server's settings: a valid name, the
+    /// server's default mode allowed, only configured MCP servers, no zero
+    /// quota (which would refuse everything: leave the field out instead).
+    pub fn check(
+        &self,
+        default_mode: crate::policy::ApprovalMode,
+        mcp_servers: &dyn Fn(&str) -> bool,
+    ) -> Result<TenantId, TenantConfigError> {
+        let id = TenantId::new(&self.name)?;
+        if let Some(modes) = &self.allowed_modes
+            && !modes.contains(&default_mode)
+        {
+            return Err(TenantConfigError::DefaultModeNotAllowed {
+                name: self.name.clone(),
+                mode: crate::policy::mode_name(default_mode),
+            });
+        }
+        for server in self.mcp_servers.iter().flatten() {
+            if !mcp_servers(server) {
+                return Err(TenantConfigError::UnknownMcpServer {
+                    name: self.name.clone(),
+                    server: server.clone(),
+                });
+            }
+        }
+        let q = &self.quotas;
+        for (field, value) in [
+            ("max_sessions", q.max_sessions),
+            ("max_executing_calls", q.max_executing_calls),
+            ("max_queued_batches", q.max_queued_batches),
+            (
+                "max_shell_commands_per_minute",
+                q.max_shell_commands_per_minute,
+            ),
+        ] {
+            if value == Some(0) {
+                return Err(TenantConfigError::ZeroQuota {
+                    name: self.name.clone(),
+                    field,
+                });
+            }
+        }
+        Ok(id)
     }
 }
 

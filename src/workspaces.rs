@@ -444,6 +444,7 @@ mod tests {
         config.tenants.push(TenantConfig {
             name: "acme".into(),
             workspaces: vec!["proj-*".into(), "main".into()],
+            ..Default::default()
         });
         let ws = Workspaces::new(&config, None, false).unwrap();
         let acme = TenantId::new("acme").unwrap();

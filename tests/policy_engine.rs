@@ -759,3 +759,76 @@ decision = "deny"
     assert_eq!(short(&protected.decide(&p)).1, "protected-path");
     assert_eq!(protected.decide_as(&p, true), Decision::Allow);
 }
+
+/// Tiers (issue 18): built-in < server operator < tenant < session. A
+/// tenant's rule beats any server rule whatever its priority; the session's
+/// "always" answers still only turn an ask into an allow, never a tenant's
+/// deny.
+#[test]
+fn a_tenant_tier_sits_between_the_servers_rules_and_the_sessions() {
+    let server = policy(
+        r#"
+[[rule]]
+name = "server-allows-git"
+command_prefix = "git"
+decision = "allow"
+priority = 100
+
+[[rule]]
+name = "server-denies-curl"
+command_prefix = "curl"
+decision = "deny"
+"#,
+    );
+    let tenant = Policy::with_rules(
+        parse_rules(
+            r#"
+[[rule]]
+name = "tenant-denies-git-push"
+command_prefix = "git push"
+decision = "deny"
+deny_message = "tenant: no pushing"
+
+[[rule]]
+name = "tenant-allows-curl"
+command_prefix = "curl"
+decision = "allow"
+"#,
+            "acme.toml",
+        )
+        .expect("valid policy"),
+        None,
+    );
+    let layered = server.layered(&tenant);
+    let none = SessionRules::default();
+    assert_eq!(
+        short(&shell("git push origin", &none).decide(&server)),
+        ("allow", String::new())
+    );
+    assert_eq!(
+        short(&shell("git push origin", &none).decide(&layered)),
+        ("deny", "tenant-denies-git-push".into())
+    );
+    // What the tenant does not name, the server's rules still decide.
+    assert_eq!(
+        short(&shell("git status", &none).decide(&layered)),
+        ("allow", String::new())
+    );
+    assert_eq!(
+        short(&shell("curl example.com", &none).decide(&layered)),
+        ("allow", String::new())
+    );
+    // A session "always" rule does not lift the tenant's deny.
+    let mut always = SessionRules::default();
+    always.allow_always(
+        "run_shell_command",
+        &shell_subject("git push"),
+        AlwaysScope::Narrow,
+    );
+    let Decision::Deny { message, source } = shell("git push origin", &always).decide(&layered)
+    else {
+        panic!("the tenant's deny holds");
+    };
+    assert!(message.contains("tenant: no pushing"), "{message}");
+    assert_eq!(source.file, "acme.toml");
+}

@@ -41,6 +41,7 @@ impl Roots {
         ws.tenants = vec![TenantConfig {
             name: "acme".into(),
             workspaces: vec!["main".into(), "proj-*".into()],
+            ..Default::default()
         }];
         let tokens = [(A, "acme", "alice"), (B, "beta", "bob")]
             .into_iter()

@@ -193,6 +193,8 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
                     ))
                 })?),
             },
+            // The handler names the authenticated caller.
+            principal: crate::tenant::ANONYMOUS.into(),
         })
     }
 }
@@ -238,6 +240,8 @@ impl TryFrom<pb::ConfirmRequest> for ConfirmRequest {
             correlation_id: r.correlation_id,
             outcome: outcome(r.outcome)?,
             new_content: r.new_content,
+            // The handler names the authenticated caller.
+            principal: crate::tenant::ANONYMOUS.into(),
         })
     }
 }

@@ -74,6 +74,8 @@ pub enum AuthError {
     UnmappedCert,
 }
 
+use crate::scheduler::tenants::TenantRefusal;
+
 impl From<ApiError> for Status {
     fn from(e: ApiError) -> Self {
         let message = e.to_string();
@@ -91,6 +93,12 @@ impl From<ApiError> for Status {
                 ScheduleError::ShuttingDown => Status::unavailable(message),
                 ScheduleError::SandboxLevelNotAllowed { .. } => Status::permission_denied(message),
                 ScheduleError::GraceTooLong { .. } => Status::resource_exhausted(message),
+                ScheduleError::Tenant(t) => match t {
+                    TenantRefusal::ModeNotAllowed { .. } | TenantRefusal::SandboxLevel { .. } => {
+                        Status::permission_denied(message)
+                    }
+                    TenantRefusal::Quota { .. } => Status::resource_exhausted(message),
+                },
                 ScheduleError::Store(e) => store_status(&e, message),
                 ScheduleError::Workspace(w) => workspace_status(&w, message),
             },

@@ -86,6 +86,7 @@ impl ToolScheduler for Service {
         let mut batch = BatchRequest::try_from(body)?;
         routing::check(&metadata, &batch.session_id)?;
         batch.trace_parent = parent;
+        batch.principal = principal.name.clone();
         let session = batch.session_id.clone();
         let workspace = batch.workspace.clone();
         // The store's key of the session: its owner, on another replica,
@@ -100,6 +101,7 @@ impl ToolScheduler for Service {
                     Some(body) => {
                         relay::to_owner::<pb::BatchAccepted>(
                             &self.scheduler,
+                            &principal,
                             &key,
                             relay::SCHEDULE,
                             body,
@@ -166,6 +168,7 @@ impl ToolScheduler for Service {
             Err(e @ WatchError::Store(StoreError::OwnedElsewhere { .. })) => {
                 match relay::to_owner::<()>(
                     &self.scheduler,
+                    &principal,
                     &key,
                     relay::WATCH,
                     prost::Message::encode_to_vec(&body),
@@ -196,8 +199,9 @@ impl ToolScheduler for Service {
     ) -> Result<Response<pb::ConfirmResponse>, Status> {
         let principal = auth::principal(&request);
         let (metadata, _, body) = request.into_parts();
-        let confirm = ConfirmRequest::try_from(body.clone())?;
+        let mut confirm = ConfirmRequest::try_from(body.clone())?;
         routing::check(&metadata, &confirm.session_id)?;
+        confirm.principal = principal.name.clone();
         let key = principal.tenant.session_key(&confirm.session_id);
         match self.scheduler.confirm_as(&principal.tenant, confirm).await {
             Ok(confirmed) => Ok(Response::new(confirmed.into())),
@@ -205,6 +209,7 @@ impl ToolScheduler for Service {
             Err(e @ (ConfirmError::UnknownSession { .. } | ConfirmError::UnknownCall { .. })) => {
                 match relay::to_owner(
                     &self.scheduler,
+                    &principal,
                     &key,
                     relay::CONFIRM,
                     prost::Message::encode_to_vec(&body),
@@ -241,6 +246,7 @@ impl ToolScheduler for Service {
         if elsewhere
             && let Some(answer) = relay::to_owner(
                 &self.scheduler,
+                &principal,
                 &key,
                 relay::CANCEL,
                 prost::Message::encode_to_vec(&body),
@@ -255,11 +261,13 @@ impl ToolScheduler for Service {
 
     async fn list_tools(
         &self,
-        _request: Request<pb::ListToolsRequest>,
+        request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let principal = auth::principal(&request);
+        // What the caller's tenant sees: its table may leave MCP servers out.
         let tools = self
             .scheduler
-            .registry()
+            .registry_for(&principal.tenant)
             .declarations()
             .map(Into::into)
             .collect();

@@ -3,7 +3,8 @@
 //! for the session's owner, which is woken, carries it out and records its
 //! answer; the caller gets that answer, code and message as the owner gave
 //! them. Requests and answers travel in the wire form (prost), so the owner
-//! applies exactly what the client sent.
+//! applies exactly what the client sent, with the name of the principal who
+//! sent it (the owner's audit lines name who asked and who answered).
 //!
 //! Not here: how requests travel (`crate::store`), what they do (the
 //! scheduler).
@@ -25,6 +26,15 @@ pub(super) const WATCH: &str = "watch";
 /// session's others, as on one replica), runs it to its end and mirrors its
 /// log.
 pub(super) const SCHEDULE: &str = "schedule";
+
+/// A relayed request: the client's message in its wire form and the name
+/// of the principal the receiving replica authenticated. The tenant is
+/// not in it: it is the store key's (see [`apply`]).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Relayed {
+    principal: String,
+    body: Vec<u8>,
+}
 
 /// The owner's answer: a status, and the response when it is OK.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -68,6 +78,7 @@ fn store_status(e: crate::store::StoreError) -> Status {
 /// `None` when none does (the caller answers itself).
 pub(super) async fn to_owner<T: Message + Default>(
     scheduler: &Scheduler,
+    principal: &crate::tenant::Principal,
     session_id: &str,
     kind: &str,
     body: Vec<u8>,
@@ -79,6 +90,12 @@ pub(super) async fn to_owner<T: Message + Default>(
     else {
         return Ok(None);
     };
+    let relayed = Relayed {
+        principal: principal.name.to_string(),
+        body,
+    };
+    let body = serde_json::to_vec(&relayed)
+        .map_err(|e| Status::internal(format!("a request cannot be relayed: {e}")))?;
     let answer = scheduler
         .relay(&owner, session_id, kind, body)
         .await
@@ -99,9 +116,19 @@ pub(super) async fn apply(scheduler: &Scheduler, key: &str, kind: &str, body: &[
     let tenant = &tenant;
     let unreadable =
         |e: prost::DecodeError| Status::internal(format!("a relayed request cannot be read: {e}"));
+    let relayed: Relayed = match serde_json::from_slice(body) {
+        Ok(relayed) => relayed,
+        Err(e) => {
+            return encode::<pb::ConfirmResponse>(Err(Status::internal(format!(
+                "a relayed request cannot be read: {e}"
+            ))));
+        }
+    };
+    let principal: std::sync::Arc<str> = relayed.principal.into();
+    let body = relayed.body.as_slice();
     match kind {
         CONFIRM => encode(match pb::ConfirmRequest::decode(body) {
-            Ok(request) => confirm_here(scheduler, tenant, request).await,
+            Ok(request) => confirm_here(scheduler, tenant, request, principal).await,
             Err(e) => Err(unreadable(e)),
         }),
         CANCEL => encode(match pb::CancelRequest::decode(body) {
@@ -109,7 +136,7 @@ pub(super) async fn apply(scheduler: &Scheduler, key: &str, kind: &str, body: &[
             Err(e) => Err(unreadable(e)),
         }),
         SCHEDULE => encode(match pb::ScheduleCallsRequest::decode(body) {
-            Ok(request) => schedule_here(scheduler, tenant, request).await,
+            Ok(request) => schedule_here(scheduler, tenant, request, principal).await,
             Err(e) => Err(unreadable(e)),
         }),
         WATCH => encode(match pb::WatchBatchRequest::decode(body) {
@@ -127,8 +154,11 @@ async fn confirm_here(
     scheduler: &Scheduler,
     tenant: &TenantId,
     request: pb::ConfirmRequest,
+    principal: std::sync::Arc<str>,
 ) -> Result<pb::ConfirmResponse, Status> {
-    let confirm = ConfirmRequest::try_from(request)?;
+    let mut confirm = ConfirmRequest::try_from(request)?;
+    // Who answered on the replica the client reached.
+    confirm.principal = principal;
     let confirmed = scheduler
         .confirm_as(tenant, confirm)
         .await
@@ -140,8 +170,10 @@ async fn schedule_here(
     scheduler: &Scheduler,
     tenant: &TenantId,
     request: pb::ScheduleCallsRequest,
+    principal: std::sync::Arc<str>,
 ) -> Result<pb::BatchAccepted, Status> {
-    let batch = crate::scheduler::BatchRequest::try_from(request)?;
+    let mut batch = crate::scheduler::BatchRequest::try_from(request)?;
+    batch.principal = principal;
     let session = tenant.session_key(&batch.session_id);
     let mut stream = scheduler
         .schedule_as(tenant, batch)

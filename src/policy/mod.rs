@@ -26,6 +26,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::shell::{self, Segment, ShellAnalysis};
 use crate::tools::{Args, Declaration, Subject};
@@ -284,6 +285,30 @@ impl Policy {
         self.source.as_deref()
     }
 
+    /// This policy with the operator rules of `tenant` (a policy loaded
+    /// from a tenant's file) as the tenant tier over its own: a tenant rule
+    /// beats any server rule, and the session's "always" answers still
+    /// only turn its asks into allows.
+    pub fn layered(&self, tenant: &Policy) -> Policy {
+        let mut all = self.rules.clone();
+        all.extend(
+            tenant
+                .rules
+                .iter()
+                .filter(|r| r.tier == Tier::Operator)
+                .cloned()
+                .map(|mut r| {
+                    r.tier = Tier::Tenant;
+                    r
+                }),
+        );
+        all.sort_by_key(|r| (std::cmp::Reverse(r.tier), std::cmp::Reverse(r.priority)));
+        Policy {
+            rules: all,
+            source: self.source.clone(),
+        }
+    }
+
     /// Number of operator rules.
     pub fn operator_rules(&self) -> usize {
         self.rules
@@ -443,7 +468,7 @@ impl Policy {
         let text = seg.text.as_str();
         let mut v = rule_verdict(rule, Some(text));
         let mut session_may_allow = v.level == Level::Ask;
-        let explicit = rule.tier == Tier::Operator
+        let explicit = rule.tier >= Tier::Operator
             && rule.is_specific()
             && rule.decision == RuleDecision::Allow;
         if v.level < Level::Deny
@@ -714,6 +739,41 @@ impl PolicyHandle {
     pub fn with_workspace(mut self, root: &Path) -> Self {
         self.workspace = Some(Arc::from(root));
         self
+    }
+
+    /// This handle with `tenant`'s rules as the tenant tier over it
+    /// ([`Policy::layered`]), following both as they reload, until
+    /// `shutdown`. Placed in this handle's workspace.
+    pub fn layered(&self, tenant: &PolicyHandle, shutdown: CancellationToken) -> PolicyHandle {
+        let (mut base, mut upper) = (self.rx.clone(), tenant.rx.clone());
+        let combine = |b: &Policy, t: &Policy| Arc::new(b.layered(t));
+        let (tx, rx) = watch::channel(combine(
+            &base.borrow_and_update(),
+            &upper.borrow_and_update(),
+        ));
+        // Built outside a runtime (unit tests, library use): a fixed layer.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                // A fixed policy's sender is gone: its side never changes.
+                let (mut base_open, mut upper_open) = (true, true);
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        changed = base.changed(), if base_open => base_open = changed.is_ok(),
+                        changed = upper.changed(), if upper_open => upper_open = changed.is_ok(),
+                        else => return,
+                    }
+                    let next = combine(&base.borrow_and_update(), &upper.borrow_and_update());
+                    if tx.send(next).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        PolicyHandle {
+            rx,
+            workspace: self.workspace.clone(),
+        }
     }
 
     /// The policy in force now.

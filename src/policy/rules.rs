@@ -51,6 +51,9 @@ pub enum Tier {
     BuiltIn,
     /// The operator's policy file.
     Operator,
+    /// A tenant's policy file (`[[tenants]] policy_file`): over the
+    /// server's, under the session's "always" answers.
+    Tenant,
 }
 
 /// Where a rule was written.

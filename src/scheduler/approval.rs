@@ -68,7 +68,7 @@ impl Batch {
             });
         }
         if req.outcome == ConfirmationOutcome::Cancel {
-            slot.note_approval(req.outcome);
+            slot.note_approval(req.outcome, &req.principal);
             return Ok(Confirmed {
                 effects: self.reject(index),
                 always: None,
@@ -90,7 +90,7 @@ impl Batch {
             self.calls[index].modify(args);
         }
         let slot = &mut self.calls[index];
-        slot.note_approval(req.outcome);
+        slot.note_approval(req.outcome, &req.principal);
         let mut effects = Vec::new();
         if req.outcome == ConfirmationOutcome::ModifyWithEditor {
             // Re-prompt with the (possibly modified) call: a new

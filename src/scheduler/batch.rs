@@ -167,6 +167,10 @@ pub(crate) struct BatchStart<'a> {
     /// Calls found Executing with no result when this batch was taken over
     /// from a replica that stopped: they end `outcome_unknown`, never run.
     pub outcome_unknown: &'a [String],
+    /// Who asked for the batch, and the session's workspace (`""` for the
+    /// server's one), for the calls' audit lines.
+    pub principal: Arc<str>,
+    pub workspace: Arc<str>,
 }
 
 /// The message of a call that ends `outcome_unknown`.
@@ -203,8 +207,11 @@ impl Batch {
             metrics,
             confirmation_timeout,
             outcome_unknown,
+            principal,
+            workspace,
         } = start;
         let trace = BatchTrace::start(session_id, &id, requested.len(), interactive, trace_parent)
+            .by(principal, workspace)
             .observed_by(metrics.clone());
         // Topic first, stable otherwise.
         let mut order: Vec<usize> = (0..requested.len()).collect();
@@ -719,6 +726,8 @@ mod tests {
                 metrics: Arc::new(Metrics::new().expect("metrics")),
                 confirmation_timeout: Some(Duration::from_secs(60)),
                 outcome_unknown: &[],
+                principal: "alice".into(),
+                workspace: "".into(),
             });
             let mut h = Self {
                 batch,
@@ -820,6 +829,7 @@ mod tests {
                 correlation_id: self.prompts.get(id).cloned().unwrap_or_default(),
                 outcome,
                 new_content: new_content.map(str::to_string),
+                principal: "alice".into(),
             };
             let confirmed = self.batch.on_confirm(index, req, &self.registry)?;
             self.record(confirmed.effects);
@@ -1195,6 +1205,8 @@ mod tests {
             metrics: Arc::new(Metrics::new().expect("metrics")),
             confirmation_timeout: None,
             outcome_unknown: &[],
+            principal: "alice".into(),
+            workspace: "".into(),
         });
         let policy = PolicyHandle::default();
         let rules = SessionRules::default();

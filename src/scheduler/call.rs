@@ -466,9 +466,10 @@ impl CallSlot {
         self.trace.decision(name, rule);
     }
 
-    /// Notes the answer to the call's prompt on its span.
-    pub fn note_approval(&self, outcome: ConfirmationOutcome) {
-        self.trace.approval(outcome.name());
+    /// Notes the answer to the call's prompt, and who gave it, on its span
+    /// and audit line.
+    pub fn note_approval(&self, outcome: ConfirmationOutcome, by: &Arc<str>) {
+        self.trace.approval(outcome.name(), by.clone());
     }
 
     /// The function response of a terminal call.

@@ -49,6 +49,9 @@ pub struct BatchRequest {
     /// The workspace the session works in (a server with a workspaces
     /// root); `None` on a later batch keeps the session's.
     pub workspace: Option<crate::workspaces::WorkspaceName>,
+    /// Who asked for the batch (the authenticated principal's name), for
+    /// the audit lines.
+    pub principal: Arc<str>,
 }
 
 pub use crate::policy::ConfirmationOutcome;
@@ -61,6 +64,9 @@ pub struct ConfirmRequest {
     pub correlation_id: String,
     pub outcome: ConfirmationOutcome,
     pub new_content: Option<String>,
+    /// Who answered (the authenticated principal's name): the call's audit
+    /// line names it.
+    pub principal: Arc<str>,
 }
 
 /// A Cancel request.

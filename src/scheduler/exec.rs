@@ -44,13 +44,64 @@ pub(crate) struct ExecJob {
     pub session: std::sync::Arc<str>,
     /// Counts the reports merged here (`events_lagged_total`).
     pub metrics: std::sync::Arc<super::Metrics>,
+    /// The execution slots of the call's tenant (`max_executing_calls`):
+    /// the tool starts once it holds one, and gives it back when it stopped.
+    pub slots: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+}
+
+/// Starts `job` once it holds an execution slot of its tenant, if its
+/// tenant has a quota; see [`start_now`] for the rest. A call whose tenant's
+/// slots are all taken (by batches admitted at the same time) waits for one
+/// in its own task: only that tenant's calls wait.
+pub(crate) fn start(mut job: ExecJob, reports: &InternalTx) -> Option<ToolOutcome> {
+    let Some(slots) = job.slots.take() else {
+        return start_now(job, None, reports);
+    };
+    match slots.clone().try_acquire_owned() {
+        Ok(slot) => start_now(job, Some(slot), reports),
+        Err(_) => {
+            let reports = reports.clone();
+            tokio::spawn(async move {
+                let (batch_id, index) = (job.batch_id.clone(), job.index);
+                let token = job.token.clone();
+                let slot = tokio::select! {
+                    slot = slots.acquire_owned() => slot.ok(),
+                    () = token.cancelled() => None,
+                };
+                let outcome = match slot {
+                    Some(slot) => start_now(job, Some(slot), &reports),
+                    // Cancelled meanwhile: the batch already ended the call
+                    // (this late outcome is dropped).
+                    None => Some(
+                        ToolError::new(
+                            ErrorKind::UnhandledException,
+                            "cancelled while waiting for an execution slot of its tenant",
+                        )
+                        .into(),
+                    ),
+                };
+                if let Some(outcome) = outcome {
+                    let _ = reports.send(Internal::Executed {
+                        batch_id,
+                        index,
+                        outcome,
+                    });
+                }
+            });
+            None
+        }
+    }
 }
 
 /// Starts `job`. A tool that finishes at its first poll without reporting
 /// progress (a small read) returns its outcome here, to be applied within
 /// the caller's step; otherwise its progress and outcome arrive on
 /// `reports`, progress first.
-pub(crate) fn start(job: ExecJob, reports: &InternalTx) -> Option<ToolOutcome> {
+fn start_now(
+    job: ExecJob,
+    slot: Option<super::tenants::ExecutionSlot>,
+    reports: &InternalTx,
+) -> Option<ToolOutcome> {
     let ExecJob {
         batch_id,
         index,
@@ -61,6 +112,7 @@ pub(crate) fn start(job: ExecJob, reports: &InternalTx) -> Option<ToolOutcome> {
         sandbox,
         session,
         metrics,
+        slots: _,
     } = job;
     // Drained without waiting by the task below (or right here); see
     // `ExecContext::progress` for what bounds the producers.
@@ -89,6 +141,8 @@ pub(crate) fn start(job: ExecJob, reports: &InternalTx) -> Option<ToolOutcome> {
         return None;
     }
     tokio::spawn(async move {
+        // Held until the tool stopped, whatever ends it.
+        let _slot = slot;
         let guard = timeout + TIMEOUT_SLACK;
         let limit = tokio::time::sleep(guard);
         tokio::pin!(limit);

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::feed::EventSink;
 use super::session::SessionView;
 use super::session::{self, Session, SessionCommand, SessionLink};
+use super::tenants::TenantState;
 use super::{
     BatchEvent, BatchRequest, CancelError, CancelRequest, CancelSummary, ConfirmError,
     ConfirmRequest, Confirmed, ScheduleError, Shared, WatchError,
@@ -91,6 +92,11 @@ struct SessionEntry {
     streams: Arc<()>,
     /// The session's workspace, fixed for its life (a workspaces root).
     workspace: Option<Arc<OpenWorkspace>>,
+    /// One clone per batch accepted and not completed: a batch arriving
+    /// while there is one waits in the queue (`max_queued_batches`).
+    batches: Arc<()>,
+    /// The session's tenant rules, when it has a `[[tenants]]` table.
+    tenant: Option<Arc<TenantState>>,
 }
 
 impl SessionEntry {
@@ -217,8 +223,17 @@ impl Hub {
             .get(&report.session_id)
             .is_some_and(|e| e.forwarded == report.processed && e.idle())
         {
-            self.sessions.remove(&report.session_id);
+            self.forget(&report.session_id);
+        }
+    }
+
+    /// Drops a session from the map (it drains what it was sent and exits).
+    fn forget(&mut self, session_id: &str) {
+        if let Some(entry) = self.sessions.remove(session_id) {
             self.shared.metrics.sessions.dec();
+            if let Some(tenant) = &entry.tenant {
+                tenant.session_closed();
+            }
         }
     }
 
@@ -302,9 +317,33 @@ impl Hub {
             }
             _ => {}
         }
+        let tenant = self.shared.tenants.of_key(&request.session_id).cloned();
+        let existing = self.sessions.get(&request.session_id);
+        let mut queued_slot = None;
+        if let Some(t) = &tenant {
+            // Before anything is created for the batch: a refused batch
+            // holds nothing of its tenant's.
+            let queued = existing.is_some_and(|e| Arc::strong_count(&e.batches) > 1);
+            if existing.is_none()
+                && let Some(limit) = t.at_session_quota()
+                && !self.tenant_has_idle_session(&t.config.name)
+            {
+                return Err(t.session_refusal(limit).into());
+            }
+            queued_slot = t.admit(&request.calls, queued)?;
+        }
         if !self.sessions.contains_key(&request.session_id) {
+            // At the tenant's quota (checked above: it has an idle session),
+            // one of its own idle sessions makes room, never another
+            // tenant's.
+            if let Some(t) = &tenant
+                && t.at_session_quota().is_some()
+            {
+                let prefix = format!("{}/", t.config.name);
+                self.evict_oldest_idle(Some(&prefix));
+            }
             let limit = self.shared.config.max_sessions;
-            if self.sessions.len() >= limit && !self.evict_oldest_idle() {
+            if self.sessions.len() >= limit && !self.evict_oldest_idle(None) {
                 return Err(ScheduleError::TooManySessions { limit });
             }
             let (tx, rx) = mpsc::unbounded_channel();
@@ -320,6 +359,9 @@ impl Hub {
                 workspace.clone(),
             ));
             self.shared.metrics.sessions.inc();
+            if let Some(t) = &tenant {
+                t.session_opened();
+            }
             self.sessions.insert(
                 request.session_id.clone(),
                 SessionEntry {
@@ -330,6 +372,8 @@ impl Hub {
                     last_used: tokio::time::Instant::now(),
                     streams: Arc::new(()),
                     workspace,
+                    batches: Arc::new(()),
+                    tenant: tenant.clone(),
                 },
             );
         }
@@ -355,6 +399,10 @@ impl Hub {
                 request,
                 events,
                 token,
+                held: session::BatchHold {
+                    _batch: entry.batches.clone(),
+                    _queued: queued_slot,
+                },
             }))
             .map_err(|_| ScheduleError::ShuttingDown)?;
         self.open_streams.send_modify(|n| *n += 1);
@@ -368,14 +416,24 @@ impl Hub {
         })
     }
 
+    /// Whether tenant `name` has a session [`Hub::evict_oldest_idle`] could
+    /// forget. A scan of the map, only when the tenant is at its quota.
+    fn tenant_has_idle_session(&self, name: &str) -> bool {
+        let prefix = format!("{name}/");
+        self.sessions
+            .iter()
+            .any(|(id, e)| e.idle() && id.starts_with(&prefix))
+    }
+
     /// At `max_sessions`: forgets the idle session (no open stream) the hub
     /// used least recently, as its idle TTL would; false when every session
     /// is busy. One scan of the map, only when the cap is reached.
-    fn evict_oldest_idle(&mut self) -> bool {
+    /// With `prefix` (`<tenant>/`), only a session of that tenant.
+    fn evict_oldest_idle(&mut self, prefix: Option<&str>) -> bool {
         let Some(oldest) = self
             .sessions
             .iter()
-            .filter(|(_, e)| e.idle())
+            .filter(|(id, e)| e.idle() && prefix.is_none_or(|p| id.starts_with(p)))
             .min_by_key(|(_, e)| e.last_used)
             .map(|(id, _)| id.clone())
         else {
@@ -383,8 +441,7 @@ impl Hub {
         };
         // The session drains what was already sent to it and exits when
         // its sender is dropped.
-        self.sessions.remove(&oldest);
-        self.shared.metrics.sessions.dec();
+        self.forget(&oldest);
         tracing::debug!(session = %oldest, "max_sessions reached: evicted the least recently used idle session");
         true
     }

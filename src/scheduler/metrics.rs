@@ -54,6 +54,10 @@ pub struct Metrics {
     events_lagged: IntCounterVec,
     grpc_requests: IntCounterVec,
     grpc_handling: HistogramVec,
+    /// By tenant: a tenant is a configured (or JWT-named) customer, a
+    /// bounded set; the principal is not a label (one per user).
+    tenant_calls: IntCounterVec,
+    tenant_executing: IntGaugeVec,
 }
 
 impl Metrics {
@@ -134,6 +138,17 @@ impl Metrics {
             ]),
             &["tool"],
         )?;
+        let tenant_calls = IntCounterVec::new(
+            Opts::new(
+                "tenant_calls_total",
+                "Calls that reached a terminal state, by tenant and outcome (success, error, cancelled)",
+            ),
+            &["tenant", "outcome"],
+        )?;
+        let tenant_executing = IntGaugeVec::new(
+            Opts::new("tenant_calls_executing", "Calls executing now, by tenant"),
+            &["tenant"],
+        )?;
         let batches = IntCounter::new("batches_total", "Batches accepted")?;
         let queued_batches = IntGauge::new(
             "batches_queued",
@@ -153,6 +168,8 @@ impl Metrics {
         registry.register(Box::new(events_lagged.clone()))?;
         registry.register(Box::new(grpc_requests.clone()))?;
         registry.register(Box::new(grpc_handling.clone()))?;
+        registry.register(Box::new(tenant_calls.clone()))?;
+        registry.register(Box::new(tenant_executing.clone()))?;
         // Known label values start at zero, so that a rate() over them
         // exists before the first event.
         for kind in DENIAL_KINDS {
@@ -175,6 +192,8 @@ impl Metrics {
             events_lagged,
             grpc_requests,
             grpc_handling,
+            tenant_calls,
+            tenant_executing,
         })
     }
 
@@ -215,6 +234,18 @@ impl Metrics {
         self.approval_wait
             .with_label_values(&[outcome])
             .observe(wait.as_secs_f64());
+    }
+
+    /// A call of `tenant` reached the terminal `state`.
+    pub(crate) fn tenant_call_ended(&self, tenant: &str, state: &str) {
+        self.tenant_calls.with_label_values(&[tenant, state]).inc();
+    }
+
+    /// A call of `tenant` entered (`1`) or left (`-1`) Executing.
+    pub(crate) fn tenant_executing(&self, tenant: &str, delta: i64) {
+        self.tenant_executing
+            .with_label_values(&[tenant])
+            .add(delta);
     }
 
     pub(crate) fn batch_accepted(&self) {

@@ -26,6 +26,7 @@ mod hub;
 pub mod metrics;
 pub mod resume;
 mod session;
+pub mod tenants;
 pub mod validate;
 
 use std::sync::Arc;
@@ -100,6 +101,11 @@ pub struct SchedulerConfig {
     /// Named workspaces under a root (`--workspaces-root`); `None`: the one
     /// workspace the scheduler was built over serves every session.
     pub workspaces: Option<crate::workspaces::WorkspacesConfig>,
+    /// `[[tenants]]`: what each configured tenant may do, and its quotas.
+    pub tenants: Vec<crate::tenant::TenantConfig>,
+    /// The loaded policy file of each tenant that has one (see
+    /// [`tenants::TenantPolicies`]).
+    pub tenant_policies: tenants::TenantPolicies,
 }
 
 /// The store a server was configured with, when not the memory one.
@@ -132,6 +138,8 @@ impl Default for SchedulerConfig {
             store: None,
             kept_output: Default::default(),
             workspaces: None,
+            tenants: Vec::new(),
+            tenant_policies: Default::default(),
         }
     }
 }
@@ -163,6 +171,9 @@ pub enum ScheduleError {
     /// The workspace named (or not) cannot serve this batch.
     #[error(transparent)]
     Workspace(#[from] crate::workspaces::WorkspaceError),
+    /// Outside what the caller's tenant may do, or over one of its quotas.
+    #[error(transparent)]
+    Tenant(#[from] tenants::TenantRefusal),
     /// A request id known with other calls, or the store failing.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -323,6 +334,8 @@ pub(crate) struct Shared {
     pub sandboxes: std::collections::BTreeMap<crate::sandbox::SandboxLevel, SharedSandbox>,
     /// Named workspaces (a workspaces root): every session must have one.
     pub workspaces: Option<Arc<Workspaces>>,
+    /// Each configured tenant's rules and counters.
+    pub tenants: Arc<tenants::TenantTable>,
 }
 
 /// Commands queued to the hub; handlers wait when it is this far behind.
@@ -344,6 +357,7 @@ pub struct Scheduler {
     mcp: Option<crate::tools::mcp::McpManager>,
     /// Named workspaces (a workspaces root).
     workspaces: Option<Arc<Workspaces>>,
+    tenants: Arc<tenants::TenantTable>,
 }
 
 impl Scheduler {
@@ -396,7 +410,14 @@ impl Scheduler {
                 (level, s)
             })
             .collect();
+        let tenants = Arc::new(tenants::TenantTable::new(
+            &config.tenants,
+            &config.tenant_policies,
+            &policy,
+            &shutdown,
+        ));
         let shared = Arc::new(Shared {
+            tenants: tenants.clone(),
             sandbox: sandbox.clone(),
             sandboxes,
             config,
@@ -419,6 +440,7 @@ impl Scheduler {
             durable,
             mcp: None,
             workspaces,
+            tenants,
         }
     }
 
@@ -516,6 +538,18 @@ impl Scheduler {
         self.registry.load()
     }
 
+    /// The tools `tenant` sees: without the MCP servers its `[[tenants]]`
+    /// table leaves out.
+    pub fn registry_for(&self, tenant: &TenantId) -> Arc<Registry> {
+        let registry = self.registry.load();
+        match self.tenants.get(tenant) {
+            Some(t) if t.config.mcp_servers.is_some() => {
+                Arc::new(registry.restricted(&|server| t.sees_mcp_server(server)))
+            }
+            _ => registry,
+        }
+    }
+
     /// Accepts a batch. The stream starts with `Accepted` and ends after
     /// `Completed`; dropping it (the last reader of the batch) cancels the
     /// batch at once, or after its disconnect grace when nobody re-attached.
@@ -535,6 +569,9 @@ impl Scheduler {
         // Validated (on the client's id) before anything is claimed in the
         // store.
         request.validate()?;
+        if let Some(t) = self.tenants.get(tenant) {
+            t.check_request(request.approval_mode, request.sandbox_level)?;
+        }
         // Opened before anything is claimed in the store: a refused
         // workspace leaves no trace.
         let workspace = self

@@ -271,6 +271,7 @@ mod tests {
             disconnect_grace: Some(Duration::from_secs(30)),
             outcome_unknown: Vec::new(),
             workspace: Some(crate::workspaces::WorkspaceName::new("main").unwrap()),
+            principal: "alice".into(),
         };
         let back = decode_request(&encode_request(&request)).expect("decodes");
         assert_eq!(back, request);
@@ -399,6 +400,7 @@ pub(crate) fn encode_request(request: &BatchRequest) -> Vec<u8> {
         "request_id": request.request_id,
         "disconnect_grace_secs": request.disconnect_grace.map(|g| g.as_secs_f64()),
         "workspace": request.workspace.as_ref().map(|w| w.as_str()),
+        "principal": &*request.principal,
     })
     .to_string()
     .into_bytes()
@@ -430,6 +432,9 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Result<BatchRequest, RecordedReque
         disconnect_grace_secs: Option<f64>,
         #[serde(default)]
         workspace: Option<String>,
+        /// Absent in what an older replica recorded.
+        #[serde(default)]
+        principal: Option<String>,
     }
     let r: Recorded =
         serde_json::from_slice(bytes).map_err(|e| RecordedRequestError(e.to_string()))?;
@@ -475,5 +480,10 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Result<BatchRequest, RecordedReque
             .map(|w| crate::workspaces::WorkspaceName::new(&w))
             .transpose()
             .map_err(|e| RecordedRequestError(e.to_string()))?,
+        principal: r
+            .principal
+            .as_deref()
+            .unwrap_or(crate::tenant::ANONYMOUS)
+            .into(),
     })
 }

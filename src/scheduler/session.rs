@@ -93,6 +93,14 @@ pub(crate) struct InternalChannel {
     rx: mpsc::UnboundedReceiver<Box<Internal>>,
 }
 
+/// What a batch holds of its session and tenant until it completes: the
+/// hub's count of the session's batches (a batch arriving meanwhile is
+/// queued), and while it waits its tenant's queue slot.
+pub(crate) struct BatchHold {
+    pub _batch: Arc<()>,
+    pub _queued: Option<super::tenants::QueuedSlot>,
+}
+
 /// Commands from the hub, sent boxed (as [`InternalTx`]'s reports, and for
 /// the same reason: a command inline is ~230 bytes, 7 KB of slots a session).
 pub(crate) enum SessionCommand {
@@ -101,6 +109,7 @@ pub(crate) enum SessionCommand {
         request: BatchRequest,
         events: EventSink,
         token: CancellationToken,
+        held: BatchHold,
     },
     Confirm {
         request: ConfirmRequest,
@@ -172,6 +181,7 @@ struct PendingBatch {
     request: BatchRequest,
     events: EventSink,
     token: CancellationToken,
+    held: BatchHold,
 }
 
 /// The running batch and where its events go.
@@ -180,6 +190,8 @@ struct ActiveBatch {
     events: EventSink,
     /// How long it runs on once its last reader went away.
     grace: Duration,
+    /// Counted as one of the session's batches until it completes.
+    _batch: Arc<()>,
 }
 
 /// The session actor's state.
@@ -191,6 +203,11 @@ pub(crate) struct Session {
     /// chose a stricter one).
     sandbox: crate::sandbox::SharedSandbox,
     rules: SessionRules,
+    /// The session's tenant's rules, when it has a `[[tenants]]` table.
+    tenant: Option<Arc<super::tenants::TenantState>>,
+    /// The policy its calls are decided by: the server's, or its tenant's
+    /// tier over it.
+    policy: crate::policy::PolicyHandle,
     topic: Option<String>,
     queue: VecDeque<PendingBatch>,
     active: Option<ActiveBatch>,
@@ -201,9 +218,6 @@ pub(crate) struct Session {
     /// The session's own workspace (a workspaces root): its built-in tools
     /// replace the shared ones for every call of the session.
     workspace: Option<Arc<crate::workspaces::OpenWorkspace>>,
-    /// The policy in force, placing redirection targets in the session's
-    /// workspace.
-    policy: crate::policy::PolicyHandle,
 }
 
 impl Session {
@@ -227,22 +241,37 @@ impl Session {
         let shutdown = token.clone().cancelled_owned();
         tokio::pin!(shutdown);
         let mut shut_down = false;
+        let tenant = shared.tenants.of_key(&id).cloned();
+        let policy = tenant
+            .as_ref()
+            .and_then(|t| t.policy.clone())
+            .unwrap_or_else(|| shared.policy.clone());
+        // Redirection targets are placed in the session's own workspace.
         let policy = match &workspace {
-            Some(w) => shared.policy.clone().with_workspace(w.workspace.root()),
-            None => shared.policy.clone(),
+            Some(w) => policy.with_workspace(w.workspace.root()),
+            None => policy,
         };
+        // A tenant's most permissive level caps the server's: its sessions
+        // start there (clamped), and may ask only for stricter ones.
+        let sandbox = tenant
+            .as_ref()
+            .and_then(|t| t.config.max_sandbox_level)
+            .filter(|max| !shared.config.sandbox.level.at_most(*max))
+            .and_then(|max| shared.sandboxes.get(&max).cloned())
+            .unwrap_or_else(|| shared.sandbox.clone());
         let mut session = Session {
             id,
             mode: shared.config.default_mode,
-            sandbox: shared.sandbox.clone(),
+            sandbox,
             shared,
             rules: SessionRules::default(),
+            tenant,
+            policy,
             topic: None,
             queue: VecDeque::new(),
             active: None,
             internal_tx,
             processed: 0,
-            policy,
             workspace,
         };
         let ttl = session.shared.config.session_idle_ttl;
@@ -308,13 +337,20 @@ impl Session {
 
     /// The tools this session's calls are built from: the shared registry
     /// (read once per batch, so MCP changes apply to later batches) with
-    /// the session's workspace's built-ins in place of the server's. The
-    /// overlay shares every compiled schema: a map of a few `Arc`s.
+    /// the session's workspace's built-ins in place of the server's, and
+    /// only the MCP servers its tenant sees (a hidden tool is an unknown
+    /// tool). Both views share every compiled schema: maps of a few `Arc`s.
     fn registry(&self) -> Arc<crate::tools::Registry> {
         let shared = self.shared.registry.load();
+        let seen = match &self.tenant {
+            Some(t) if t.config.mcp_servers.is_some() => {
+                Arc::new(shared.restricted(&|server| t.sees_mcp_server(server)))
+            }
+            _ => shared,
+        };
         match &self.workspace {
-            Some(w) => Arc::new(shared.overlaid(&w.builtin)),
-            None => shared,
+            Some(w) => Arc::new(seen.overlaid(&w.builtin)),
+            None => seen,
         }
     }
 
@@ -337,6 +373,7 @@ impl Session {
                 request,
                 events,
                 token,
+                held,
             } => {
                 let ahead = self.queue.len() + usize::from(self.active.is_some());
                 events.emit(BatchEvent::Accepted {
@@ -350,6 +387,7 @@ impl Session {
                     request,
                     events,
                     token,
+                    held,
                 });
             }
             SessionCommand::Confirm { request, reply } => {
@@ -409,11 +447,11 @@ impl Session {
     }
 
     fn confirm(&mut self, req: ConfirmRequest) -> Result<(), ConfirmError> {
-        let registry = self.registry();
         let found = self
             .active
             .as_ref()
             .and_then(|a| a.batch.find(&req.call_id));
+        let registry = self.registry();
         let (Some(index), Some(active)) = (found, self.active.as_mut()) else {
             return Err(self.call_not_awaiting(&req.call_id));
         };
@@ -422,7 +460,12 @@ impl Session {
         if let Some(grant) = confirmed.always {
             self.rules
                 .allow_always(&grant.tool_name, &grant.subject, grant.scope);
-            self.mode = outcomes::mode_after_always(self.mode, grant.kind);
+            let next = outcomes::mode_after_always(self.mode, grant.kind);
+            // "Always" on an edit switches to auto_edit only where the
+            // tenant may use it; the rule it added still applies.
+            if self.tenant.as_ref().is_none_or(|t| t.allows_mode(next)) {
+                self.mode = next;
+            }
             if let Some(active) = self.active.as_mut() {
                 let decider = Decider {
                     policy: &self.policy,
@@ -717,7 +760,11 @@ impl Session {
             request,
             events,
             token,
+            held,
         } = pending;
+        // Out of the queue: the tenant's queue slot is free again.
+        let BatchHold { _batch, _queued } = held;
+        drop(_queued);
         let request_grace = request.disconnect_grace.unwrap_or_default();
         if let Some(mode) = request.approval_mode {
             self.mode = mode;
@@ -745,11 +792,17 @@ impl Session {
             metrics: self.shared.metrics.clone(),
             confirmation_timeout: self.shared.config.confirmation_timeout,
             outcome_unknown: &request.outcome_unknown,
+            principal: request.principal.clone(),
+            workspace: self
+                .workspace
+                .as_ref()
+                .map_or_else(|| "".into(), |w| w.name.as_str().into()),
         });
         self.active = Some(ActiveBatch {
             batch,
             events,
             grace: request_grace,
+            _batch,
         });
         self.perform(effects);
     }
@@ -798,6 +851,7 @@ impl Session {
                         sandbox: self.sandbox.clone(),
                         session: self.id.as_str().into(),
                         metrics: self.shared.metrics.clone(),
+                        slots: self.tenant.as_ref().and_then(|t| t.execution_slots()),
                     };
                     let slot = &active.batch.calls[index];
                     let read_only = slot
@@ -939,7 +993,7 @@ enum Report {
 
 /// Ends a batch that never started: every call Cancelled, then Completed.
 fn cancel_pending(
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
     registry: &crate::tools::Registry,
     pending: PendingBatch,
     reason: &str,
@@ -952,7 +1006,16 @@ fn cancel_pending(
         pending.request.calls.len(),
         pending.request.interactive,
         &pending.request.trace_parent,
-    );
+    )
+    .by(
+        pending.request.principal.clone(),
+        pending
+            .request
+            .workspace
+            .as_ref()
+            .map_or_else(|| "".into(), |w| w.as_str().into()),
+    )
+    .observed_by(metrics.clone());
     for call in &pending.request.calls {
         let declaration = registry.get(&call.name).ok().map(|t| t.declaration());
         trace.call(call, declaration).cancelled(reason);

@@ -34,6 +34,10 @@ pub const MAX_PATH_CHARS: usize = 256;
 /// What the audit lines of one call share.
 pub(super) struct CallAudit {
     tenant: Arc<str>,
+    /// Who asked for the batch.
+    principal: Arc<str>,
+    /// The session's workspace (`""`: the server's one).
+    workspace: Arc<str>,
     session: Arc<str>,
     batch: Arc<str>,
     call_id: String,
@@ -51,6 +55,8 @@ pub(super) struct CallAudit {
 impl CallAudit {
     pub(super) fn new(
         tenant: Arc<str>,
+        principal: Arc<str>,
+        workspace: Arc<str>,
         session: Arc<str>,
         batch: Arc<str>,
         call: &CallRequest,
@@ -70,6 +76,8 @@ impl CallAudit {
         let args_digest = command.is_none().then(|| digest(&call.args));
         Self {
             tenant,
+            principal,
+            workspace,
             session,
             batch,
             call_id: call.id.clone(),
@@ -87,6 +95,8 @@ impl CallAudit {
         tracing::debug!(
             target: TARGET,
             tenant = %self.tenant,
+            principal = %self.principal,
+            workspace = %self.workspace,
             session = %self.session,
             batch = %self.batch,
             call_id = %self.call_id,
@@ -103,6 +113,8 @@ impl CallAudit {
         tracing::info!(
             target: TARGET,
             tenant = %self.tenant,
+            principal = %self.principal,
+            workspace = %self.workspace,
             session = %self.session,
             batch = %self.batch,
             call_id = %self.call_id,
@@ -117,7 +129,13 @@ impl CallAudit {
         );
     }
 
-    /// The terminal state, with everything that led to it. `duration_ms`
+    /// The call's tenant (a metric label).
+    pub(super) fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// The terminal state, with everything that led to it: `approved_by`
+    /// is the principal whose Confirm answered its prompt. `duration_ms`
     /// runs from the call's creation (batch start) to its end.
     pub(super) fn ended(
         &self,
@@ -125,11 +143,14 @@ impl CallAudit {
         decision: Option<&'static str>,
         rule: Option<&str>,
         approval: Option<&'static str>,
+        approved_by: Option<&str>,
         error_type: Option<&'static str>,
     ) {
         tracing::info!(
             target: TARGET,
             tenant = %self.tenant,
+            principal = %self.principal,
+            workspace = %self.workspace,
             session = %self.session,
             batch = %self.batch,
             call_id = %self.call_id,
@@ -140,6 +161,7 @@ impl CallAudit {
             decision,
             rule,
             approval,
+            approved_by,
             state,
             error_type,
             duration_ms = self.created.elapsed().as_secs_f64() * 1000.0,

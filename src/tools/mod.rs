@@ -392,6 +392,12 @@ pub trait Tool: Send + Sync + 'static {
     fn with_new_content(&self, _args: &Args, _new_content: &str) -> Option<Args> {
         None
     }
+
+    /// The MCP server this tool belongs to (`None` for built-ins): a
+    /// tenant limited to some servers sees only their tools.
+    fn mcp_server(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// A registered tool with its compiled argument validator (shared, so that
@@ -415,7 +421,9 @@ pub enum RegistryError {
 /// through a [`SharedRegistry`] so that a new one (MCP servers' tool lists
 /// changed) can replace it for batches that start later.
 pub struct Registry {
-    tools: BTreeMap<String, Entry>,
+    /// Shared entries: a tenant's view ([`Registry::restricted`]) copies no
+    /// compiled schema.
+    tools: BTreeMap<String, Arc<Entry>>,
 }
 
 impl Registry {
@@ -456,7 +464,7 @@ impl Registry {
             let name = decl.name.clone();
             let validator = Arc::new(validator);
             if map
-                .insert(name.clone(), Entry { tool, validator })
+                .insert(name.clone(), Arc::new(Entry { tool, validator }))
                 .is_some()
             {
                 return Err(RegistryError::Duplicate { name });
@@ -474,6 +482,18 @@ impl Registry {
         for (name, entry) in &over.tools {
             tools.insert(name.clone(), entry.clone());
         }
+        Registry { tools }
+    }
+
+    /// The same registry without the tools of the MCP servers `visible`
+    /// refuses (built-ins always stay): what one tenant sees.
+    pub fn restricted(&self, visible: &dyn Fn(&str) -> bool) -> Registry {
+        let tools = self
+            .tools
+            .iter()
+            .filter(|(_, e)| e.tool.mcp_server().is_none_or(visible))
+            .map(|(name, e)| (name.clone(), e.clone()))
+            .collect();
         Registry { tools }
     }
 

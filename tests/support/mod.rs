@@ -65,6 +65,16 @@ impl TestServer {
         Self::launch(config, ServerOptions::default(), policy, servers).await
     }
 
+    /// [`TestServer::with_mcp`] with transport `options` (e.g. tokens).
+    pub async fn with_mcp_options(
+        config: SchedulerConfig,
+        options: ServerOptions,
+        servers: std::collections::BTreeMap<String, toolsched::tools::mcp::McpServerConfig>,
+    ) -> Self {
+        let policy = toolsched::policy::PolicyHandle::default();
+        Self::launch(config, options, policy, servers).await
+    }
+
     async fn launch(
         config: SchedulerConfig,
         options: ServerOptions,

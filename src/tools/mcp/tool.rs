@@ -115,6 +115,10 @@ impl Tool for McpTool {
         &self.decl
     }
 
+    fn mcp_server(&self) -> Option<&str> {
+        Some(&self.server)
+    }
+
     fn build(&self, args: &Args) -> Result<Arc<dyn Invocation>, ToolError> {
         Ok(Arc::new(McpInvocation {
             server: self.server.clone(),

@@ -93,10 +93,12 @@ class ToolSchedulerServicer:
         a request_id over 128 bytes),
         RESOURCE_EXHAUSTED (too many calls in the batch, too many sessions, a
         request over the server's --max-request-bytes, a disconnect grace over
-        --max-disconnect-grace-secs), ALREADY_EXISTS (a request_id used with
+        --max-disconnect-grace-secs; a quota of the caller's tenant, naming it
+        and the tenant's use), ALREADY_EXISTS (a request_id used with
         other calls), PERMISSION_DENIED (a
-        sandbox_level more permissive than the server's), UNAVAILABLE (server
-        shutting down).
+        sandbox_level more permissive than the server's or the tenant's
+        max_sandbox_level, an approval_mode the tenant may not use),
+        UNAVAILABLE (server shutting down).
         A bad call (unknown tool, invalid arguments) does not fail the RPC: it
         becomes that call's Error state.
         Dropping the stream cancels the batch, as Cancel would, unless the batch

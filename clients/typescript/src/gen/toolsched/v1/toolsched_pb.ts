@@ -100,7 +100,8 @@ export type ScheduleCallsRequest = Message<"toolsched.v1.ScheduleCallsRequest"> 
   calls: FunctionCall[];
 
   /**
-   * Switches the session to this mode before the batch runs.
+   * Switches the session to this mode before the batch runs. A mode the
+   * caller's tenant may not use (its allowed_modes) is PERMISSION_DENIED.
    *
    * @generated from field: toolsched.v1.ApprovalMode approval_mode = 3;
    */
@@ -119,8 +120,9 @@ export type ScheduleCallsRequest = Message<"toolsched.v1.ScheduleCallsRequest"> 
    * stays for later batches). Only a level at most as permissive as the
    * server's is accepted (read_only < workspace_write <
    * workspace_write_network < none); a more permissive one is
-   * PERMISSION_DENIED. Unset keeps the session's level (the server's for a
-   * new session).
+   * PERMISSION_DENIED, as is one more permissive than the tenant's
+   * max_sandbox_level. Unset keeps the session's level (for a new session
+   * the server's, or the tenant's max_sandbox_level when stricter).
    *
    * @generated from field: toolsched.v1.SandboxLevel sandbox_level = 5;
    */
@@ -1989,10 +1991,12 @@ export const ToolScheduler: GenService<{
    * a request_id over 128 bytes),
    * RESOURCE_EXHAUSTED (too many calls in the batch, too many sessions, a
    * request over the server's --max-request-bytes, a disconnect grace over
-   * --max-disconnect-grace-secs), ALREADY_EXISTS (a request_id used with
+   * --max-disconnect-grace-secs; a quota of the caller's tenant, naming it
+   * and the tenant's use), ALREADY_EXISTS (a request_id used with
    * other calls), PERMISSION_DENIED (a
-   * sandbox_level more permissive than the server's), UNAVAILABLE (server
-   * shutting down).
+   * sandbox_level more permissive than the server's or the tenant's
+   * max_sandbox_level, an approval_mode the tenant may not use),
+   * UNAVAILABLE (server shutting down).
    * A bad call (unknown tool, invalid arguments) does not fail the RPC: it
    * becomes that call's Error state.
    * Dropping the stream cancels the batch, as Cancel would, unless the batch
