@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::{mpsc, watch};
@@ -101,6 +101,55 @@ const RETRY_EVERY: Duration = Duration::from_millis(500);
 /// Longest time between two deletions of expired batches.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
+/// Claims a session's lease ($1 session, $2 this replica, $3 seconds):
+/// free, expired, or already this replica's (then renewed). Taking it from
+/// another replica bumps the epoch. A CTE named `claimed` (its `epoch`),
+/// shared by [`CLAIM`] and [`CLAIM_AND_INSERT`].
+macro_rules! claimed_cte {
+    () => {
+        "WITH claimed AS (\
+           INSERT INTO toolsched_leases AS l (session_id, owner, epoch, expires_at) \
+           VALUES ($1, $2, 1, now() + make_interval(secs => $3)) \
+           ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, \
+             epoch = CASE WHEN l.owner = EXCLUDED.owner THEN l.epoch ELSE l.epoch + 1 END, \
+             expires_at = EXCLUDED.expires_at, renewed_at = now() \
+           WHERE l.owner = EXCLUDED.owner OR l.expires_at <= now() \
+           RETURNING epoch) "
+    };
+}
+
+/// Claims a session's lease: its epoch, or no row when another replica
+/// holds it.
+const CLAIM: &str = concat!(claimed_cte!(), "SELECT epoch FROM claimed");
+
+/// [`CLAIM`] and a batch's row in one statement ($4 batch id, $5 request
+/// id, $6 digest, $7 request). Gives the epoch (NULL: owned elsewhere),
+/// the inserted batch id (NULL: not inserted), the batch its request id
+/// already names and its digest, and the lease's owner and seconds left.
+const CLAIM_AND_INSERT: &str = concat!(
+    claimed_cte!(),
+    ", inserted AS (INSERT INTO toolsched_batches \
+       (session_id, batch_id, request_id, digest, epoch, request) \
+       SELECT $1, $4, $5, $6, epoch, $7 FROM claimed \
+       ON CONFLICT (session_id, request_id) DO NOTHING RETURNING batch_id) \
+     SELECT (SELECT epoch FROM claimed), (SELECT batch_id FROM inserted), \
+       b.batch_id, b.digest, l.owner, \
+       greatest(extract(epoch FROM l.expires_at - now()), 0)::float8 \
+     FROM (SELECT 1) one \
+     LEFT JOIN toolsched_batches b ON b.session_id = $1 AND b.request_id = $5 \
+     LEFT JOIN toolsched_leases l ON l.session_id = $1"
+);
+
+/// A batch's row under a lease this replica holds ($1 session, $2 batch id,
+/// $3 request id, $4 digest, $5 epoch, $6 request, $7 this replica):
+/// nothing is inserted unless the lease is still this replica's at that
+/// epoch and unexpired (fencing), or when the request id is known.
+const INSERT_FENCED: &str = "INSERT INTO toolsched_batches \
+       (session_id, batch_id, request_id, digest, epoch, request) \
+     SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS (SELECT 1 FROM toolsched_leases \
+       WHERE session_id = $1 AND owner = $7 AND epoch = $5 AND expires_at > now()) \
+     ON CONFLICT (session_id, request_id) DO NOTHING RETURNING batch_id";
+
 /// Why the PostgreSQL store could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum PostgresError {
@@ -148,9 +197,19 @@ enum Write {
 /// What a write is fenced by: the lease it was made under.
 #[derive(Debug, Clone)]
 struct Fence {
-    session_id: String,
     owner: Arc<str>,
     epoch: i64,
+}
+
+/// A lease this replica holds on a session, as far as it knows.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    epoch: i64,
+    /// Until when (this process's clock) a new batch skips the claim: half
+    /// the lease after it was taken or renewed. Only a shortcut: the batch's
+    /// insert is still fenced by owner, epoch and expiry in the database,
+    /// and falls back to a claim when that fails.
+    fresh_until: Instant,
 }
 
 /// Live logs by (session id, batch id).
@@ -173,8 +232,8 @@ pub struct PostgresStore<E: LogEvent> {
     /// This process's name in lease rows.
     replica: Arc<str>,
     lease_ttl: Duration,
-    /// The epoch this replica holds for each session it owns.
-    epochs: Mutex<HashMap<String, i64>>,
+    /// The lease this replica holds (or last held) on each session.
+    epochs: Mutex<HashMap<String, Held>>,
     /// Requests relayed by this replica, awaiting the owner's answer, by id.
     waiters: Mutex<HashMap<i64, tokio::sync::oneshot::Sender<Vec<u8>>>>,
     /// Requests relayed to this replica, for the API to apply (taken once).
@@ -292,22 +351,18 @@ impl<E: LogEvent> PostgresStore<E> {
         session_id: &str,
     ) -> Result<i64, StoreError> {
         let ttl = self.lease_ttl.as_secs_f64();
+        let asked = Instant::now();
+        let statement = client
+            .prepare_cached(CLAIM)
+            .await
+            .map_err(|e| unavailable(&e))?;
         let claimed = client
-            .query_opt(
-                "INSERT INTO toolsched_leases AS l (session_id, owner, epoch, expires_at) \
-                 VALUES ($1, $2, 1, now() + make_interval(secs => $3)) \
-                 ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, \
-                   epoch = CASE WHEN l.owner = EXCLUDED.owner THEN l.epoch ELSE l.epoch + 1 END, \
-                   expires_at = EXCLUDED.expires_at, renewed_at = now() \
-                 WHERE l.owner = EXCLUDED.owner OR l.expires_at <= now() \
-                 RETURNING epoch",
-                &[&session_id, &&*self.replica, &ttl],
-            )
+            .query_opt(&statement, &[&session_id, &&*self.replica, &ttl])
             .await
             .map_err(|e| unavailable(&e))?;
         if let Some(row) = claimed {
             let epoch: i64 = row.get(0);
-            self.epochs().insert(session_id.to_string(), epoch);
+            self.held(session_id, epoch, asked);
             return Ok(epoch);
         }
         let row = client
@@ -320,23 +375,45 @@ impl<E: LogEvent> PostgresStore<E> {
             .map_err(|e| unavailable(&e))?;
         let (owner, secs): (String, f64) =
             row.map_or((String::new(), 0.0), |r| (r.get(0), r.get(1)));
-        Err(StoreError::OwnedElsewhere {
-            session_id: session_id.to_string(),
-            owner,
-            expires_in: Duration::from_secs_f64(secs.ceil()),
-        })
+        Err(self.owned_elsewhere(session_id, owner, secs))
     }
 
-    fn epochs(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+    fn owned_elsewhere(&self, session_id: &str, owner: String, secs: f64) -> StoreError {
+        StoreError::OwnedElsewhere {
+            session_id: session_id.to_string(),
+            owner,
+            expires_in: Duration::from_secs_f64(secs.max(0.0).ceil()),
+        }
+    }
+
+    fn epochs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
         // Inserts and reads only: consistent after any panic.
         self.epochs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The lease on `session_id` is this replica's at `epoch`, taken or
+    /// renewed by a statement sent at `asked`.
+    fn held(&self, session_id: &str, epoch: i64, asked: Instant) {
+        let held = Held {
+            epoch,
+            fresh_until: asked + self.lease_ttl / 2,
+        };
+        self.epochs().insert(session_id.to_string(), held);
+    }
+
+    /// The epoch of this replica's lease on `session_id` while it is fresh
+    /// (a new batch then skips the claim).
+    fn fresh_epoch(&self, session_id: &str) -> Option<i64> {
+        self.epochs()
+            .get(session_id)
+            .filter(|h| h.fresh_until > Instant::now())
+            .map(|h| h.epoch)
+    }
+
     fn fence(&self, session_id: &str) -> Fence {
         Fence {
-            session_id: session_id.to_string(),
             owner: self.replica.clone(),
-            epoch: self.epochs().get(session_id).copied().unwrap_or(0),
+            epoch: self.epochs().get(session_id).map_or(0, |h| h.epoch),
         }
     }
 
@@ -386,44 +463,43 @@ impl<E: LogEvent> PostgresStore<E> {
         self.pool.get().await.map_err(|e| unavailable(&e))
     }
 
+    /// One round trip: while this replica's lease on the session is fresh,
+    /// the batch's row is inserted fenced by that lease (no lease write);
+    /// otherwise the lease is claimed and the row inserted in one statement.
     async fn begin(&self, new: NewBatch) -> Result<Begun<E>, StoreError> {
         let client = self.client().await?;
-        let epoch = self.claim(&client, &new.session_id).await?;
-        let inserted = client
-            .query_opt(
-                "INSERT INTO toolsched_batches \
-                   (session_id, batch_id, request_id, digest, epoch, request) \
-                 VALUES ($1, $2, $3, $4, $5, $6) \
-                 ON CONFLICT (session_id, request_id) DO NOTHING RETURNING batch_id",
-                &[
-                    &new.session_id,
-                    &new.batch_id,
-                    &new.request_id,
-                    &new.digest.as_slice(),
-                    &epoch,
-                    &new.request,
-                ],
-            )
-            .await
-            .map_err(|e| unavailable(&e))?;
-        if inserted.is_none() {
-            // The request id is known: the same calls replay that batch.
-            let row = client
-                .query_one(
-                    "SELECT batch_id, digest FROM toolsched_batches \
-                     WHERE session_id = $1 AND request_id = $2",
-                    &[&new.session_id, &new.request_id],
+        let mut found = None;
+        if let Some(epoch) = self.fresh_epoch(&new.session_id) {
+            let statement = client
+                .prepare_cached(INSERT_FENCED)
+                .await
+                .map_err(|e| unavailable(&e))?;
+            let inserted = client
+                .query_opt(
+                    &statement,
+                    &[
+                        &new.session_id,
+                        &new.batch_id,
+                        &new.request_id,
+                        &new.digest.as_slice(),
+                        &epoch,
+                        &new.request,
+                        &&*self.replica,
+                    ],
                 )
                 .await
                 .map_err(|e| unavailable(&e))?;
-            let batch_id: String = row.get(0);
-            let digest: Vec<u8> = row.get(1);
-            if digest != new.digest {
-                return Err(StoreError::RequestIdConflict {
-                    request_id: new.request_id.unwrap_or_default(),
-                    batch_id,
-                });
+            if inserted.is_some() {
+                found = Some(None);
             }
+            // Else a known request id, or the lease is not what we thought:
+            // the claiming statement below tells which.
+        }
+        let found = match found {
+            Some(found) => found,
+            None => self.claim_and_insert(&client, &new).await?,
+        };
+        if let Some(batch_id) = found {
             drop(client);
             let log = self.load(&new.session_id, &batch_id).await?;
             return Ok(Begun::Existing { batch_id, log });
@@ -435,6 +511,76 @@ impl<E: LogEvent> PostgresStore<E> {
             self.live().insert(key, writer.log().clone());
         }
         Ok(begun)
+    }
+
+    /// Claims the session's lease and inserts the batch's row in one
+    /// statement: `None` when inserted, the batch its request id names
+    /// when known with the same calls.
+    async fn claim_and_insert(
+        &self,
+        client: &deadpool_postgres::Object,
+        new: &NewBatch,
+    ) -> Result<Option<String>, StoreError> {
+        let asked = Instant::now();
+        let statement = client
+            .prepare_cached(CLAIM_AND_INSERT)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let row = client
+            .query_one(
+                &statement,
+                &[
+                    &new.session_id,
+                    &&*self.replica,
+                    &self.lease_ttl.as_secs_f64(),
+                    &new.batch_id,
+                    &new.request_id,
+                    &new.digest.as_slice(),
+                    &new.request,
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let epoch: Option<i64> = row.get(0);
+        let inserted: Option<String> = row.get(1);
+        let Some(epoch) = epoch else {
+            let owner: Option<String> = row.get(4);
+            let secs: Option<f64> = row.get(5);
+            return Err(self.owned_elsewhere(
+                &new.session_id,
+                owner.unwrap_or_default(),
+                secs.unwrap_or(0.0),
+            ));
+        };
+        self.held(&new.session_id, epoch, asked);
+        if inserted.is_some() {
+            return Ok(None);
+        }
+        // The request id is known: the same calls replay that batch. (Read
+        // again when another replica inserted it during this statement: its
+        // row was not in the statement's snapshot.)
+        let (batch_id, digest): (Option<String>, Option<Vec<u8>>) = (row.get(2), row.get(3));
+        let (batch_id, digest) = match (batch_id, digest) {
+            (Some(b), Some(d)) => (b, d),
+            _ => {
+                let row = client
+                    .query_one(
+                        "SELECT batch_id, digest FROM toolsched_batches \
+                         WHERE session_id = $1 AND request_id = $2",
+                        &[&new.session_id, &new.request_id],
+                    )
+                    .await
+                    .map_err(|e| unavailable(&e))?;
+                (row.get(0), row.get(1))
+            }
+        };
+        if digest != new.digest {
+            return Err(StoreError::RequestIdConflict {
+                request_id: new.request_id.clone().unwrap_or_default(),
+                batch_id,
+            });
+        }
+        Ok(Some(batch_id))
     }
 
     /// A retained batch's log: this process's live one, or read back.
@@ -895,14 +1041,20 @@ impl<E: LogEvent> PostgresStore<E> {
     ) -> Result<(), StoreError> {
         let fence = self.fence(session_id);
         // Fenced: only under a lease this replica still holds, unexpired.
-        let written = self
-            .client()
-            .await?
-            .execute(
+        // One round trip (a statement prepared once per connection).
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
                 "INSERT INTO toolsched_executing (session_id, batch_id, call_id) \
                  SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM toolsched_leases \
                    WHERE session_id = $1 AND owner = $4 AND epoch = $5 AND expires_at > now()) \
                  ON CONFLICT DO NOTHING",
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let written = client
+            .execute(
+                &statement,
                 &[
                     &session_id,
                     &batch_id,
@@ -1155,7 +1307,7 @@ async fn writer(pool: Pool, mut rx: mpsc::UnboundedReceiver<Write>, retention: R
 }
 
 async fn apply(pool: &Pool, write: &Write) -> Result<(), String> {
-    let mut client = pool.get().await.map_err(|e| reason(&e))?;
+    let client = pool.get().await.map_err(|e| reason(&e))?;
     let err = |e: tokio_postgres::Error| reason(&e);
     match write {
         Write::Complete {
@@ -1170,41 +1322,50 @@ async fn apply(pool: &Pool, write: &Write) -> Result<(), String> {
             let bodies: Vec<&[u8]> = entries.iter().map(|e| e.2.as_slice()).collect();
             let calls: Vec<&str> = ended.iter().map(|c| c.call_id.as_str()).collect();
             let states: Vec<&str> = ended.iter().map(|c| c.state).collect();
-            let tx = client.transaction().await.map_err(err)?;
-            // Fenced: a replica that lost the session writes nothing more
-            // of it (the owner and epoch it held must still be the lease's).
-            let held = tx
-                .query_opt(
-                    "SELECT 1 FROM toolsched_leases WHERE session_id = $1 AND owner = $2 \
-                     AND epoch = $3 FOR SHARE",
-                    &[&fence.session_id, &&*fence.owner, &fence.epoch],
+            // One statement (one round trip, one commit). Fenced: a replica
+            // that lost the session writes nothing more of it (the owner and
+            // epoch it held must still be the lease's).
+            let statement = client
+                .prepare_cached(
+                    "WITH held AS (SELECT 1 FROM toolsched_leases WHERE session_id = $1 \
+                       AND owner = $6 AND epoch = $7 FOR SHARE), \
+                     events AS (INSERT INTO toolsched_events \
+                       (session_id, batch_id, sequence, at, body) \
+                       SELECT $1, $2, * FROM unnest($3::bigint[], $4::timestamptz[], $5::bytea[]) \
+                       WHERE EXISTS (SELECT 1 FROM held) ON CONFLICT DO NOTHING), \
+                     completed AS (UPDATE toolsched_batches SET completed_at = now(), \
+                       ended_calls = $8, ended_states = $9 \
+                       WHERE session_id = $1 AND batch_id = $2 AND EXISTS (SELECT 1 FROM held)) \
+                     SELECT EXISTS (SELECT 1 FROM held)",
                 )
                 .await
                 .map_err(err)?;
-            if held.is_none() {
+            let held: bool = client
+                .query_one(
+                    &statement,
+                    &[
+                        session_id,
+                        batch_id,
+                        &sequences,
+                        &times,
+                        &bodies,
+                        &&*fence.owner,
+                        &fence.epoch,
+                        &calls,
+                        &states,
+                    ],
+                )
+                .await
+                .map_err(err)?
+                .get(0);
+            if !held {
                 tracing::warn!(
                     session = %session_id,
                     batch = %batch_id,
                     "store: the session's lease passed to another replica; this batch's log is not written"
                 );
-                return Ok(());
             }
-            tx.execute(
-                "INSERT INTO toolsched_events (session_id, batch_id, sequence, at, body) \
-                 SELECT $1, $2, * FROM unnest($3::bigint[], $4::timestamptz[], $5::bytea[]) \
-                 ON CONFLICT DO NOTHING",
-                &[session_id, batch_id, &sequences, &times, &bodies],
-            )
-            .await
-            .map_err(err)?;
-            tx.execute(
-                "UPDATE toolsched_batches SET completed_at = now(), ended_calls = $3, \
-                 ended_states = $4 WHERE session_id = $1 AND batch_id = $2",
-                &[session_id, batch_id, &calls, &states],
-            )
-            .await
-            .map_err(err)?;
-            tx.commit().await.map_err(err)
+            Ok(())
         }
         Write::Answer {
             session_id,
@@ -1289,19 +1450,28 @@ async fn renew<E: LogEvent>(store: std::sync::Weak<PostgresStore<E>>) {
         if sessions.is_empty() {
             continue;
         }
+        let asked = Instant::now();
         let renewed = async {
             let client = store.pool.get().await.map_err(|e| reason(&e))?;
             client
-                .execute(
+                .query(
                     "UPDATE toolsched_leases SET expires_at = now() + make_interval(secs => $3), \
-                     renewed_at = now() WHERE owner = $1 AND session_id = ANY($2)",
+                     renewed_at = now() WHERE owner = $1 AND session_id = ANY($2) \
+                     RETURNING session_id, epoch",
                     &[&&*store.replica, &sessions, &store.lease_ttl.as_secs_f64()],
                 )
                 .await
                 .map_err(|e| reason(&e))
         };
-        if let Err(reason) = renewed.await {
-            tracing::warn!(%reason, "store: renewing leases failed");
+        match renewed.await {
+            // Renewed: new batches of these sessions skip the claim a while
+            // longer.
+            Ok(rows) => {
+                for row in rows {
+                    store.held(row.get(0), row.get(1), asked);
+                }
+            }
+            Err(reason) => tracing::warn!(%reason, "store: renewing leases failed"),
         }
     }
 }
@@ -1393,14 +1563,19 @@ async fn write_entries<E: LogEvent>(
     let sequences: Vec<i64> = entries.iter().map(|e| e.sequence as i64).collect();
     let times: Vec<SystemTime> = entries.iter().map(|e| e.at).collect();
     let bodies: Vec<Vec<u8>> = entries.iter().map(|e| codec.encode(e)).collect();
-    pool.get()
-        .await
-        .map_err(|e| reason(&e))?
-        .execute(
+    let client = pool.get().await.map_err(|e| reason(&e))?;
+    let statement = client
+        .prepare_cached(
             "WITH written AS (INSERT INTO toolsched_events (session_id, batch_id, sequence, at, body) \
                SELECT $1, $2, * FROM unnest($3::bigint[], $4::timestamptz[], $5::bytea[]) \
                ON CONFLICT DO NOTHING RETURNING 1) \
              SELECT pg_notify('toolsched_events', $2) FROM (SELECT count(*) FROM written) w",
+        )
+        .await
+        .map_err(|e| reason(&e))?;
+    client
+        .execute(
+            &statement,
             &[&session_id, &batch_id, &sequences, &times, &bodies],
         )
         .await
