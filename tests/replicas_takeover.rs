@@ -39,6 +39,16 @@ async fn watch_once_taken_over(
     session: &str,
     batch: &str,
 ) -> tonic::Streaming<pb::ScheduleCallsResponse> {
+    watch_after_taken_over(addr, session, batch, 0).await
+}
+
+/// [`watch_once_taken_over`] from `after_sequence`.
+async fn watch_after_taken_over(
+    addr: std::net::SocketAddr,
+    session: &str,
+    batch: &str,
+    after_sequence: u64,
+) -> tonic::Streaming<pb::ScheduleCallsResponse> {
     let mut c = client(addr).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -46,7 +56,7 @@ async fn watch_once_taken_over(
             .watch_batch(pb::WatchBatchRequest {
                 session_id: session.into(),
                 batch_id: batch.into(),
-                after_sequence: 0,
+                after_sequence,
             })
             .await
         {
@@ -280,4 +290,115 @@ async fn a_prompt_open_when_its_replica_is_killed_comes_back_with_a_new_correlat
         std::fs::read_to_string(workspace.path().join("out.txt")).unwrap(),
         "once\n"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_over_batch_continues_its_sequence_numbers_after_the_last_one_seen() {
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let yolo = ["--approval-mode", "yolo"];
+    let a = replica(workspace.path(), &url, &yolo);
+    let b = replica(workspace.path(), &url, &yolo);
+
+    let mut second = call("second", "run_shell_command", json!({"command": "echo y"}));
+    second.wait_for_previous = true;
+    let mut running = client(a.addr)
+        .await
+        .schedule_calls(request(
+            "s-seq",
+            vec![
+                call("first", "run_shell_command", json!({"command": "sleep 30"})),
+                second,
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    // Read on A up to the first call's Executing with its process.
+    let mut seen_on_a = Vec::new();
+    loop {
+        let m = running
+            .message()
+            .await
+            .unwrap()
+            .expect("A's stream ended early");
+        let executing = matches!(&m.event, Some(Event::CallUpdate(u)) if u.call_id == "first"
+            && matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()));
+        seen_on_a.push(m);
+        if executing {
+            break;
+        }
+    }
+    let batch = batch_id(&seen_on_a);
+    let last_seen = seen_on_a.last().unwrap().sequence;
+    assert_eq!(
+        seen_on_a.iter().map(|m| m.sequence).collect::<Vec<_>>(),
+        (1..=last_seen).collect::<Vec<_>>()
+    );
+    kill_9(a);
+    drop(running);
+
+    // Re-attached through B after the last sequence seen on A: the new
+    // owner's log, every sequence after it, numbered on without gaps.
+    let taken = messages(watch_after_taken_over(b.addr, "s-seq", &batch, last_seen).await).await;
+    let sequences: Vec<u64> = taken.iter().map(|m| m.sequence).collect();
+    let first = toolsched::store::SEQUENCES_PER_OWNER + 1;
+    assert_eq!(
+        sequences,
+        (first..first + taken.len() as u64).collect::<Vec<_>>()
+    );
+    assert!(first > last_seen);
+    let events = events_of(&taken);
+    assert_eq!(
+        support::error_of(&events, "first").0,
+        pb::ErrorType::OutcomeUnknown
+    );
+    assert!(
+        matches!(support::terminal(&events, "second"), State::Success(_)),
+        "{events:?}"
+    );
+    let completed = support::completed(&events);
+    assert_eq!(completed.calls.len(), 2);
+
+    // From a position in the new log: exactly what follows it, here and
+    // through a third replica reading the store.
+    let c = replica(workspace.path(), &url, &yolo);
+    for addr in [b.addr, c.addr] {
+        let rest = messages(
+            client(addr)
+                .await
+                .watch_batch(pb::WatchBatchRequest {
+                    session_id: "s-seq".into(),
+                    batch_id: batch.clone(),
+                    after_sequence: first,
+                })
+                .await
+                .unwrap()
+                .into_inner(),
+        )
+        .await;
+        assert_eq!(
+            rest.iter().map(|m| m.sequence).collect::<Vec<_>>(),
+            sequences[1..]
+        );
+        assert_eq!(events_of(&rest), events[1..]);
+        // And from the old owner's position: the whole new log, once.
+        let again = messages(
+            client(addr)
+                .await
+                .watch_batch(pb::WatchBatchRequest {
+                    session_id: "s-seq".into(),
+                    batch_id: batch.clone(),
+                    after_sequence: last_seen,
+                })
+                .await
+                .unwrap()
+                .into_inner(),
+        )
+        .await;
+        assert_eq!(
+            again.iter().map(|m| m.sequence).collect::<Vec<_>>(),
+            sequences
+        );
+    }
 }

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 pub use log::{BatchLog, BeyondEnd, Entry, LAG_EVENTS, LogEvent, LogReader, LogWriter, MergeKey};
 pub use memory::MemoryStore;
-pub use postgres::{LEASE_TTL, PostgresError, PostgresStore, RELAY_TIMEOUT};
+pub use postgres::{LEASE_TTL, PostgresError, PostgresStore, RELAY_TIMEOUT, SEQUENCES_PER_OWNER};
 
 /// A future returned by a store call that may need a round trip.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -65,7 +65,8 @@ pub struct NewBatch {
 /// A running batch taken over from a replica that stopped
 /// ([`Store::adopt`]): the lease is this replica's now.
 pub struct Adopted<E: LogEvent> {
-    /// The batch's new log (its events start again at sequence 1).
+    /// The batch's new log: its sequences continue past every one the
+    /// stopped owner could have handed out ([`SEQUENCES_PER_OWNER`]).
     pub writer: LogWriter<E>,
     /// [`NewBatch::request`] as recorded.
     pub request: Vec<u8>,

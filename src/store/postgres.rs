@@ -65,6 +65,13 @@ pub const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
 /// that the owner died.
 const TAIL_POLL: Duration = Duration::from_secs(1);
 
+/// Sequences each owner of a batch numbers its log in: the owner at the
+/// batch's n-th epoch since it began logs from `n × this + 1`. Far more than
+/// one owner's log can hold (each entry is an event kept in memory), so a
+/// sequence a client saw from a replica that stopped is always before the
+/// first one of the replica that took the batch over.
+pub const SEQUENCES_PER_OWNER: u64 = 1 << 32;
+
 /// Entries a mirror writes in one statement (a backlog goes in chunks).
 const MIRROR_CHUNK: usize = 256;
 
@@ -624,9 +631,11 @@ impl<E: LogEvent> PostgresStore<E> {
             .await
             .map_err(|e| unavailable(&e))?;
         let mut entries = Vec::with_capacity(rows.len());
+        // A taken-over batch's log continues after a base.
+        let first = rows.first().map_or(1, |r| r.get::<_, i64>(0));
         for (i, row) in rows.into_iter().enumerate() {
             let sequence: i64 = row.get(0);
-            if sequence != i as i64 + 1 {
+            if sequence != first + i as i64 {
                 return Err(StoreError::Unavailable {
                     reason: format!(
                         "the recorded log of batch '{batch_id}' has a gap before sequence {sequence}"
@@ -650,10 +659,10 @@ impl<E: LogEvent> PostgresStore<E> {
         let client = self.client().await?;
         // Only a running batch whose owner's lease is gone (expired or let
         // go) is claimed: a live owner keeps it (OwnedElsewhere).
-        self.claim(&client, session_id).await?;
+        let epoch = self.claim(&client, session_id).await?;
         let row = client
             .query_opt(
-                "SELECT request, request_id, digest FROM toolsched_batches \
+                "SELECT request, request_id, digest, epoch FROM toolsched_batches \
                  WHERE session_id = $1 AND batch_id = $2 AND completed_at IS NULL",
                 &[&session_id, &batch_id],
             )
@@ -668,6 +677,21 @@ impl<E: LogEvent> PostgresStore<E> {
         };
         let request_id: Option<String> = row.get(1);
         let digest: Vec<u8> = row.get(2);
+        let began_at_epoch: i64 = row.get(3);
+        // Every epoch since the batch began had its own range of sequences:
+        // the new log starts past all of them. What the stopped owner
+        // mirrored is superseded by the new log (one log per batch in the
+        // store).
+        let base = u64::try_from(epoch.saturating_sub(began_at_epoch))
+            .unwrap_or(0)
+            .saturating_mul(SEQUENCES_PER_OWNER);
+        client
+            .execute(
+                "DELETE FROM toolsched_events WHERE session_id = $1 AND batch_id = $2",
+                &[&session_id, &batch_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
         let executing = client
             .query(
                 "SELECT call_id FROM toolsched_executing \
@@ -694,6 +718,7 @@ impl<E: LogEvent> PostgresStore<E> {
         let Begun::New(writer) = self.memory.begin_batch(new).await? else {
             return Ok(None);
         };
+        writer.continue_after(base);
         for call_id in &executing {
             self.memory
                 .record_executing(session_id, batch_id, call_id)
