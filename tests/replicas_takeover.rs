@@ -402,3 +402,97 @@ async fn a_taken_over_batch_continues_its_sequence_numbers_after_the_last_one_se
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_confirm_after_its_replica_stopped_is_already_applied_from_the_store() {
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let a = replica(workspace.path(), &url, &[]);
+    let b = replica(workspace.path(), &url, &[]);
+    let mut running = client(a.addr)
+        .await
+        .schedule_calls(request(
+            "s-again",
+            vec![call(
+                "w",
+                "write_file",
+                json!({"file_path": "once.txt", "content": "once\n"}),
+            )],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    let prompt = support::await_prompt(&mut running, &mut seen, "w").await;
+    let confirm = |outcome: pb::ConfirmationOutcome| pb::ConfirmRequest {
+        session_id: "s-again".into(),
+        call_id: "w".into(),
+        correlation_id: prompt.correlation_id.clone(),
+        outcome: outcome as i32,
+        new_content: None,
+    };
+    let first = client(a.addr)
+        .await
+        .confirm(confirm(pb::ConfirmationOutcome::ProceedOnce))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!first.already_applied);
+    let rest = support::collect(running).await;
+    assert!(matches!(support::terminal(&rest, "w"), State::Success(_)));
+    // The batch (and the answer, written before it in order) is in the
+    // store before A dies.
+    let db = replicas_support::sql(&url).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let done: bool = db
+            .query_one(
+                "SELECT count(*) = 1 FROM toolsched_batches WHERE completed_at IS NOT NULL",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if done {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kill_9(a);
+
+    // The client repeats its Confirm (say its answer was lost) through B:
+    // UNAVAILABLE while A's lease lasts, then answered from the store.
+    let mut cb = client(b.addr).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let again = loop {
+        match cb
+            .confirm(confirm(pb::ConfirmationOutcome::ProceedOnce))
+            .await
+        {
+            Ok(answer) => break answer.into_inner(),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                assert!(std::time::Instant::now() < deadline, "never answered");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert!(again.already_applied);
+    // Another answer to the same prompt is refused naming the winner.
+    let other = cb
+        .confirm(confirm(pb::ConfirmationOutcome::Cancel))
+        .await
+        .unwrap_err();
+    assert_eq!(other.code(), tonic::Code::FailedPrecondition, "{other:?}");
+    assert!(
+        other.message().contains("proceed_once"),
+        "{}",
+        other.message()
+    );
+    // Nothing ran twice.
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("once.txt")).unwrap(),
+        "once\n"
+    );
+}

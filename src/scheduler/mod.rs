@@ -654,12 +654,53 @@ impl Scheduler {
     }
 
     async fn confirm_key(&self, request: ConfirmRequest) -> Result<Confirmed, ConfirmError> {
+        let (session_id, call_id, correlation_id) = (
+            request.session_id.clone(),
+            request.call_id.clone(),
+            request.correlation_id.clone(),
+        );
+        let answer = crate::store::Answer {
+            outcome: request.outcome.name().to_string(),
+            new_content: request.new_content.clone(),
+        };
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Confirm { request, reply })
             .await
             .map_err(|_| ConfirmError::Unavailable)?;
-        rx.await.map_err(|_| ConfirmError::Unavailable)?
+        let refused = match rx.await.map_err(|_| ConfirmError::Unavailable)? {
+            Ok(confirmed) => return Ok(confirmed),
+            Err(
+                e @ (ConfirmError::UnknownSession { .. }
+                | ConfirmError::UnknownCall { .. }
+                | ConfirmError::NotAwaitingApproval { .. }
+                | ConfirmError::AlreadyEnded { .. }
+                | ConfirmError::StaleCorrelation { .. }),
+            ) => e,
+            Err(e) => return Err(e),
+        };
+        // Not open here: the prompt may have been answered on a replica
+        // that stopped (or whose lease lapsed); a durable store has the
+        // answer.
+        match self
+            .store
+            .recorded_answer(&session_id, &call_id, &correlation_id)
+            .await
+        {
+            Ok(Some(winner)) if winner == answer => Ok(Confirmed {
+                already_applied: true,
+            }),
+            Ok(Some(winner)) => Err(ConfirmError::AnsweredDifferently {
+                call_id,
+                with_content: winner.new_content.is_some(),
+                winner: winner.outcome,
+            }),
+            Ok(None) => Err(refused),
+            Err(e) => {
+                tracing::warn!(reason = %e, "store: reading a recorded answer failed");
+                Err(refused)
+            }
+        }
     }
 
     /// Cancels a session's batches (or one of them).

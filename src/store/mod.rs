@@ -323,6 +323,22 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
     /// The winning answer to a prompt of a retained batch.
     fn answer(&self, session_id: &str, call_id: &str, correlation_id: &str) -> Option<Answer>;
 
+    /// The winning answer to a prompt as a durable store recorded it, for
+    /// a Confirm that reaches a replica not holding it in memory (the
+    /// prompt's replica stopped, or its lease lapsed and the session is
+    /// served here now): a repeated answer is then `already_applied` as on
+    /// one replica. `None` from a store with nothing beyond
+    /// [`Store::answer`] (the memory store).
+    fn recorded_answer<'a>(
+        &'a self,
+        session_id: &'a str,
+        call_id: &'a str,
+        correlation_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<Answer>, StoreError>> {
+        let _ = (session_id, call_id, correlation_id);
+        Box::pin(async { Ok(None) })
+    }
+
     /// The terminal state of `call_id` in a retained completed batch of the
     /// session (the most recent such call).
     fn ended(&self, session_id: &str, call_id: &str) -> Option<&'static str>;

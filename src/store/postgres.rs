@@ -1245,6 +1245,33 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
         self.memory.ended(session_id, call_id)
     }
 
+    fn recorded_answer<'a>(
+        &'a self,
+        session_id: &'a str,
+        call_id: &'a str,
+        correlation_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<Answer>, StoreError>> {
+        Box::pin(async move {
+            if let Some(answer) = self.memory.answer(session_id, call_id, correlation_id) {
+                return Ok(Some(answer));
+            }
+            let row = self
+                .client()
+                .await?
+                .query_opt(
+                    "SELECT outcome, new_content FROM toolsched_answers \
+                     WHERE session_id = $1 AND call_id = $2 AND correlation_id = $3 LIMIT 1",
+                    &[&session_id, &call_id, &correlation_id],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            Ok(row.map(|r| Answer {
+                outcome: r.get(0),
+                new_content: r.get(1),
+            }))
+        })
+    }
+
     fn retention(&self) -> Retention {
         self.retention
     }
