@@ -496,3 +496,117 @@ async fn a_repeated_confirm_after_its_replica_stopped_is_already_applied_from_th
         "once\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_batch_for_a_session_whose_replica_stopped_resumes_the_stopped_batch_first() {
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let yolo = ["--approval-mode", "yolo"];
+    let a = replica(workspace.path(), &url, &yolo);
+    let b = replica(workspace.path(), &url, &yolo);
+
+    let mut second = call(
+        "second",
+        "run_shell_command",
+        json!({"command": "echo second >> order"}),
+    );
+    second.wait_for_previous = true;
+    let mut running = client(a.addr)
+        .await
+        .schedule_calls(request(
+            "s-resume",
+            vec![
+                call(
+                    "first",
+                    "run_shell_command",
+                    json!({"command": "echo x >> log; sleep 30"}),
+                ),
+                second,
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    next_matching(&mut running, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(u) if u.call_id == "first"
+            && matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()))
+    })
+    .await;
+    let stopped = accepted(&seen);
+    let log = workspace.path().join("log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&log).unwrap_or_default() != "x\n" {
+        assert!(std::time::Instant::now() < deadline, "echo did not run");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kill_9(a);
+    drop(running);
+
+    // The client goes on with a new batch through B (no WatchBatch, no
+    // request id): UNAVAILABLE while A's lease lasts, then accepted.
+    let mut cb = client(b.addr).await;
+    let new = request(
+        "s-resume",
+        vec![call(
+            "third",
+            "run_shell_command",
+            json!({"command": "echo third >> order"}),
+        )],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let stream = loop {
+        match cb.schedule_calls(new.clone()).await {
+            Ok(stream) => break stream.into_inner(),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                assert!(std::time::Instant::now() < deadline, "not taken over");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let third = messages(stream).await;
+    assert_ne!(batch_id(&third), stopped);
+    assert!(matches!(
+        support::terminal(&events_of(&third), "third"),
+        State::Success(_)
+    ));
+    // The stopped batch went on first, in queue order: its waiting call ran
+    // before the new batch's; its running call was not run again.
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("order")).unwrap(),
+        "second\nthird\n"
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "x\n");
+    let resumed = messages(
+        cb.watch_batch(pb::WatchBatchRequest {
+            session_id: "s-resume".into(),
+            batch_id: stopped.clone(),
+            after_sequence: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner(),
+    )
+    .await;
+    let finals: Vec<(String, i32, i32)> = support::completed(&events_of(&resumed))
+        .calls
+        .iter()
+        .map(|c| (c.call_id.clone(), c.state, c.error_type))
+        .collect();
+    assert_eq!(
+        finals,
+        [
+            (
+                "first".to_string(),
+                pb::FinalState::Error as i32,
+                pb::ErrorType::OutcomeUnknown as i32
+            ),
+            (
+                "second".to_string(),
+                pb::FinalState::Success as i32,
+                pb::ErrorType::Unspecified as i32
+            ),
+        ]
+    );
+}

@@ -493,6 +493,22 @@ impl Scheduler {
             }
         };
         let session_id = request.session_id.clone();
+        // A stopped owner's running batches of this session go on here
+        // first, queued before this one as they were (each runs to its end
+        // with a reader here; its own client re-attaches with WatchBatch).
+        for orphan in self.store.take_orphans(&session_id) {
+            match self.take_over(&session_id, &orphan).await {
+                Ok(mut stream) => {
+                    tokio::spawn(async move { while stream.next().await.is_some() {} });
+                }
+                Err(e) => tracing::warn!(
+                    session = %session_id,
+                    batch = %orphan,
+                    reason = %e,
+                    "a stopped replica's batch could not be resumed"
+                ),
+            }
+        }
         let (reply, rx) = oneshot::channel();
         let sent = self
             .hub

@@ -238,6 +238,15 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
         Box::pin(async { Ok(None) })
     }
 
+    /// The running batches of a replica that stopped, found when
+    /// [`Store::begin_batch`] claimed their session for a new batch, oldest
+    /// first: the scheduler resumes them ([`Store::adopt`]) before the new
+    /// one, as the session's queue order says. Each is handed out once.
+    fn take_orphans(&self, session_id: &str) -> Vec<String> {
+        let _ = session_id;
+        Vec::new()
+    }
+
     /// The replica holding an unexpired lease on the session, when it is
     /// not this one (`None`: the memory store, nobody, or this replica).
     fn owner_elsewhere<'a>(

@@ -132,7 +132,9 @@ const CLAIM: &str = concat!(claimed_cte!(), "SELECT epoch FROM claimed");
 /// [`CLAIM`] and a batch's row in one statement ($4 batch id, $5 request
 /// id, $6 digest, $7 request). Gives the epoch (NULL: owned elsewhere),
 /// the inserted batch id (NULL: not inserted), the batch its request id
-/// already names and its digest, and the lease's owner and seconds left.
+/// already names and its digest, the lease's owner and seconds left, and
+/// the session's running batches before this one, oldest first (those not
+/// running here are a stopped owner's, to be resumed first).
 const CLAIM_AND_INSERT: &str = concat!(
     claimed_cte!(),
     ", inserted AS (INSERT INTO toolsched_batches \
@@ -141,7 +143,9 @@ const CLAIM_AND_INSERT: &str = concat!(
        ON CONFLICT (session_id, request_id) DO NOTHING RETURNING batch_id) \
      SELECT (SELECT epoch FROM claimed), (SELECT batch_id FROM inserted), \
        b.batch_id, b.digest, l.owner, \
-       greatest(extract(epoch FROM l.expires_at - now()), 0)::float8 \
+       greatest(extract(epoch FROM l.expires_at - now()), 0)::float8, \
+       ARRAY(SELECT r.batch_id FROM toolsched_batches r WHERE r.session_id = $1 \
+         AND r.completed_at IS NULL AND r.request IS NOT NULL ORDER BY r.began_at) \
      FROM (SELECT 1) one \
      LEFT JOIN toolsched_batches b ON b.session_id = $1 AND b.request_id = $5 \
      LEFT JOIN toolsched_leases l ON l.session_id = $1"
@@ -246,6 +250,10 @@ pub struct PostgresStore<E: LogEvent> {
     /// Requests relayed to this replica, for the API to apply (taken once).
     inbox: Mutex<Option<mpsc::UnboundedReceiver<InboxItem>>>,
     inbox_tx: mpsc::UnboundedSender<InboxItem>,
+    /// Running batches of a stopped owner found when a session was claimed
+    /// for a new batch, by session: to be resumed before it
+    /// ([`Store::take_orphans`]), taken once.
+    orphans: Mutex<HashMap<String, Vec<String>>>,
     /// Batches whose log is copied into the store as it grows.
     mirrored: Mutex<std::collections::HashSet<(String, String)>>,
     /// Readers here of batches another replica runs, woken by NOTIFY, by
@@ -335,6 +343,7 @@ impl<E: LogEvent> PostgresStore<E> {
             waiters: Mutex::new(HashMap::new()),
             inbox: Mutex::new(Some(inbox_rx)),
             inbox_tx,
+            orphans: Mutex::new(HashMap::new()),
             mirrored: Mutex::new(Default::default()),
             tails: Mutex::new(HashMap::new()),
             me: std::sync::OnceLock::new(),
@@ -560,6 +569,17 @@ impl<E: LogEvent> PostgresStore<E> {
             ));
         };
         self.held(&new.session_id, epoch, asked);
+        let running: Vec<String> = row.get(6);
+        let orphans: Vec<String> = {
+            let live = self.live();
+            running
+                .into_iter()
+                .filter(|b| !live.contains_key(&(new.session_id.clone(), b.clone())))
+                .collect()
+        };
+        if !orphans.is_empty() {
+            self.orphans().insert(new.session_id.clone(), orphans);
+        }
         if inserted.is_some() {
             return Ok(None);
         }
@@ -887,6 +907,11 @@ impl<E: LogEvent> PostgresStore<E> {
         Ok(())
     }
 
+    fn orphans(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<String>>> {
+        // Inserts and removes only: consistent after any panic.
+        self.orphans.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn mirrored(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<(String, String)>> {
         // Inserts and removes only: consistent after any panic.
         self.mirrored.lock().unwrap_or_else(|e| e.into_inner())
@@ -1155,6 +1180,10 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
         batch_id: &'a str,
     ) -> StoreFuture<'a, Result<Option<Adopted<E>>, StoreError>> {
         Box::pin(self.take_over(session_id, batch_id))
+    }
+
+    fn take_orphans(&self, session_id: &str) -> Vec<String> {
+        self.orphans().remove(session_id).unwrap_or_default()
     }
 
     fn owner_elsewhere<'a>(
