@@ -610,3 +610,101 @@ async fn a_new_batch_for_a_session_whose_replica_stopped_resumes_the_stopped_bat
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_ended_before_its_replica_was_killed_keeps_its_result_in_the_taken_over_batch()
+{
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let yolo = ["--approval-mode", "yolo"];
+    let a = replica(workspace.path(), &url, &yolo);
+    let b = replica(workspace.path(), &url, &yolo);
+
+    let mut second = call(
+        "second",
+        "run_shell_command",
+        json!({"command": "sleep 30"}),
+    );
+    second.wait_for_previous = true;
+    let mut running = client(a.addr)
+        .await
+        .schedule_calls(request(
+            "s-ended",
+            vec![
+                call(
+                    "first",
+                    "run_shell_command",
+                    json!({"command": "echo x >> log; echo first-done"}),
+                ),
+                second,
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    next_matching(&mut running, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(u) if u.call_id == "second"
+            && matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()))
+    })
+    .await;
+    let batch = accepted(&seen);
+    let output_on_a = support::success_output(&seen, "first");
+    assert!(output_on_a.contains("first-done"), "{output_on_a}");
+    // The first call's end reaches the store (written behind, in order).
+    let db = replicas_support::sql(&url).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let rows = db
+            .query(
+                "SELECT call_id FROM toolsched_executing WHERE ended IS NOT NULL",
+                &[],
+            )
+            .await
+            .unwrap();
+        if !rows.is_empty() {
+            let ended: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+            assert_eq!(ended, ["first"]);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "end not recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kill_9(a);
+    drop(running);
+
+    let taken = messages(watch_once_taken_over(b.addr, "s-ended", &batch).await).await;
+    let events = events_of(&taken);
+    // Its real result, as A reported it; the call running at the kill is
+    // the one that ends outcome_unknown.
+    assert_eq!(support::states(&events, "first"), ["success"]);
+    assert_eq!(support::success_output(&events, "first"), output_on_a);
+    assert_eq!(
+        support::error_of(&events, "second").0,
+        pb::ErrorType::OutcomeUnknown
+    );
+    let finals: Vec<(String, i32, i32)> = support::completed(&events)
+        .calls
+        .iter()
+        .map(|c| (c.call_id.clone(), c.state, c.error_type))
+        .collect();
+    assert_eq!(
+        finals,
+        [
+            (
+                "first".to_string(),
+                pb::FinalState::Success as i32,
+                pb::ErrorType::Unspecified as i32
+            ),
+            (
+                "second".to_string(),
+                pb::FinalState::Error as i32,
+                pb::ErrorType::OutcomeUnknown as i32
+            ),
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("log")).unwrap(),
+        "x\n"
+    );
+}

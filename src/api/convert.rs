@@ -146,6 +146,7 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
                 .disconnect_grace_secs
                 .map(|secs| std::time::Duration::from_secs(secs.into())),
             outcome_unknown: Vec::new(),
+            ended: Vec::new(),
         })
     }
 }

@@ -167,6 +167,8 @@ pub(crate) struct BatchStart<'a> {
     /// Calls found Executing with no result when this batch was taken over
     /// from a replica that stopped: they end `outcome_unknown`, never run.
     pub outcome_unknown: &'a [String],
+    /// Calls whose end the stopped replica recorded: they start in it.
+    pub ended: &'a [(String, Terminal)],
 }
 
 /// The message of a call that ends `outcome_unknown`.
@@ -203,6 +205,7 @@ impl Batch {
             metrics,
             confirmation_timeout,
             outcome_unknown,
+            ended,
         } = start;
         let trace = BatchTrace::start(session_id, &id, requested.len(), interactive, trace_parent)
             .observed_by(metrics.clone());
@@ -229,7 +232,11 @@ impl Batch {
                     .map_err(|e| (e.kind, e.message))
             };
             let span = trace.call(&call, tool.as_ref().map(|t| t.declaration()));
-            let (slot, update) = CallSlot::new(call, tool, built, span, metrics.clone());
+            let recorded = ended.iter().find(|(id, _)| *id == call.id);
+            let (slot, update) = match recorded {
+                Some((_, end)) => CallSlot::ended(call, tool, end.clone(), span, metrics.clone()),
+                None => CallSlot::new(call, tool, built, span, metrics.clone()),
+            };
             effects.push(Effect::Emit(call_update(&slot, update)));
             calls.push(slot);
         }
@@ -719,6 +726,7 @@ mod tests {
                 metrics: Arc::new(Metrics::new().expect("metrics")),
                 confirmation_timeout: Some(Duration::from_secs(60)),
                 outcome_unknown: &[],
+                ended: &[],
             });
             let mut h = Self {
                 batch,
@@ -1195,6 +1203,7 @@ mod tests {
             metrics: Arc::new(Metrics::new().expect("metrics")),
             confirmation_timeout: None,
             outcome_unknown: &[],
+            ended: &[],
         });
         let policy = PolicyHandle::default();
         let rules = SessionRules::default();

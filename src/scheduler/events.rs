@@ -46,6 +46,9 @@ pub struct BatchRequest {
     /// Calls that end `outcome_unknown` without running: set only when a
     /// replica takes over a batch whose owner stopped while they executed.
     pub outcome_unknown: Vec<String>,
+    /// Calls that start in the end their stopped owner recorded (a batch
+    /// taken over): they keep their real result and never run again.
+    pub(crate) ended: Vec<(String, super::call::Terminal)>,
 }
 
 pub use crate::policy::ConfirmationOutcome;

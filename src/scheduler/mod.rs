@@ -610,9 +610,17 @@ impl Scheduler {
             session = %session_id,
             batch = %batch_id,
             outcome_unknown = adopted.executing.len(),
+            ended = adopted.ended.len(),
             "taking over a batch whose replica stopped"
         );
         request.outcome_unknown = adopted.executing;
+        for (call_id, end) in adopted.ended {
+            match call::Terminal::decode(&end) {
+                Some(end) => request.ended.push((call_id, end)),
+                // Unreadable: as if its end had not been written.
+                None => request.outcome_unknown.push(call_id),
+            }
+        }
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Schedule {

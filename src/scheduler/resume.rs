@@ -270,6 +270,7 @@ mod tests {
             request_id: Some("r-1".into()),
             disconnect_grace: Some(Duration::from_secs(30)),
             outcome_unknown: Vec::new(),
+            ended: Vec::new(),
         };
         let back = decode_request(&encode_request(&request)).expect("decodes");
         assert_eq!(back, request);
@@ -465,5 +466,6 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Result<BatchRequest, RecordedReque
             .filter(|s| s.is_finite() && *s >= 0.0)
             .map(Duration::from_secs_f64),
         outcome_unknown: Vec::new(),
+        ended: Vec::new(),
     })
 }

@@ -70,8 +70,12 @@ pub struct Adopted<E: LogEvent> {
     pub writer: LogWriter<E>,
     /// [`NewBatch::request`] as recorded.
     pub request: Vec<u8>,
-    /// Calls recorded Executing: they may have run, and are never run again.
+    /// Calls recorded Executing with no end: they may have run, and are
+    /// never run again.
     pub executing: Vec<String>,
+    /// Calls whose end was recorded ([`Store::record_ended`]): (call id, the
+    /// end as the scheduler encoded it); they keep it.
+    pub ended: Vec<(String, Vec<u8>)>,
 }
 
 /// What [`Store::begin_batch`] found.
@@ -317,6 +321,15 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
         batch_id: &'a str,
         call_id: &'a str,
     ) -> StoreFuture<'a, Result<(), StoreError>>;
+
+    /// A call recorded Executing ended; `end` is its terminal state as the
+    /// scheduler encodes it. Written behind the session, in order (an end
+    /// not yet written when the replica stops leaves the call
+    /// `outcome_unknown`). Nothing to do for a store that does not outlive
+    /// the process.
+    fn record_ended(&self, session_id: &str, batch_id: &str, call_id: &str, end: Vec<u8>) {
+        let _ = (session_id, batch_id, call_id, end);
+    }
 
     /// Records the answer to prompt `correlation_id` of `call_id`; the first
     /// answer wins.

@@ -52,6 +52,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../../migrations/0003_takeover.sql"),
     ),
     (4, "inbox", include_str!("../../migrations/0004_inbox.sql")),
+    (
+        5,
+        "call_ends",
+        include_str!("../../migrations/0005_call_ends.sql"),
+    ),
 ];
 
 /// Longest a request relayed to a session's owner ([`Store::relay`]) waits
@@ -200,6 +205,13 @@ enum Write {
     Abandon {
         session_id: String,
         batch_id: String,
+    },
+    /// A side-effecting call ended ([`Store::record_ended`]).
+    Ended {
+        session_id: String,
+        batch_id: String,
+        call_id: String,
+        end: Vec<u8>,
     },
     /// Everything before it is written: answered then.
     Flush(tokio::sync::oneshot::Sender<()>),
@@ -712,17 +724,23 @@ impl<E: LogEvent> PostgresStore<E> {
             )
             .await
             .map_err(|e| unavailable(&e))?;
-        let executing = client
+        let mut executing = Vec::new();
+        let mut ended = Vec::new();
+        for row in client
             .query(
-                "SELECT call_id FROM toolsched_executing \
+                "SELECT call_id, ended FROM toolsched_executing \
                  WHERE session_id = $1 AND batch_id = $2",
                 &[&session_id, &batch_id],
             )
             .await
             .map_err(|e| unavailable(&e))?
-            .into_iter()
-            .map(|r| r.get::<_, String>(0))
-            .collect::<Vec<_>>();
+        {
+            let call_id: String = row.get(0);
+            match row.get::<_, Option<Vec<u8>>>(1) {
+                Some(end) => ended.push((call_id, end)),
+                None => executing.push(call_id),
+            }
+        }
         // This process's record of the batch, as if it had begun it here
         // (the row is kept: its request id still names it).
         let mut new = NewBatch {
@@ -739,7 +757,7 @@ impl<E: LogEvent> PostgresStore<E> {
             return Ok(None);
         };
         writer.continue_after(base);
-        for call_id in &executing {
+        for call_id in executing.iter().chain(ended.iter().map(|(c, _)| c)) {
             self.memory
                 .record_executing(session_id, batch_id, call_id)
                 .await?;
@@ -752,6 +770,7 @@ impl<E: LogEvent> PostgresStore<E> {
             writer,
             request,
             executing,
+            ended,
         }))
     }
 
@@ -1182,6 +1201,15 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
         Box::pin(self.take_over(session_id, batch_id))
     }
 
+    fn record_ended(&self, session_id: &str, batch_id: &str, call_id: &str, end: Vec<u8>) {
+        self.write(Write::Ended {
+            session_id: session_id.to_string(),
+            batch_id: batch_id.to_string(),
+            call_id: call_id.to_string(),
+            end,
+        });
+    }
+
     fn take_orphans(&self, session_id: &str) -> Vec<String> {
         self.orphans().remove(session_id).unwrap_or_default()
     }
@@ -1482,6 +1510,25 @@ async fn apply(pool: &Pool, write: &Write) -> Result<(), String> {
             .await
             .map(drop)
             .map_err(err),
+        Write::Ended {
+            session_id,
+            batch_id,
+            call_id,
+            end,
+        } => {
+            let statement = client
+                .prepare_cached(
+                    "UPDATE toolsched_executing SET ended = $4 \
+                     WHERE session_id = $1 AND batch_id = $2 AND call_id = $3",
+                )
+                .await
+                .map_err(err)?;
+            client
+                .execute(&statement, &[session_id, batch_id, call_id, end])
+                .await
+                .map(drop)
+                .map_err(err)
+        }
         Write::Flush(_) => Ok(()),
     }
 }
