@@ -98,6 +98,7 @@ fn scheduler(c: &mut Criterion) {
                         request_id: None,
                         disconnect_grace: None,
                         outcome_unknown: Vec::new(),
+                        ended: Vec::new(),
                     })
                     .await
                     .unwrap();

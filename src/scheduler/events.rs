@@ -47,8 +47,9 @@ pub struct BatchRequest {
     /// replica takes over a batch whose owner stopped while they executed.
     pub outcome_unknown: Vec<String>,
     /// Calls that start in the end their stopped owner recorded (a batch
-    /// taken over): they keep their real result and never run again.
-    pub(crate) ended: Vec<(String, super::call::Terminal)>,
+    /// taken over): (call id, the end as the store keeps it); they keep
+    /// their real result and never run again.
+    pub ended: Vec<(String, Vec<u8>)>,
 }
 
 pub use crate::policy::ConfirmationOutcome;

@@ -616,7 +616,7 @@ impl Scheduler {
         request.outcome_unknown = adopted.executing;
         for (call_id, end) in adopted.ended {
             match call::Terminal::decode(&end) {
-                Some(end) => request.ended.push((call_id, end)),
+                Some(_) => request.ended.push((call_id, end)),
                 // Unreadable: as if its end had not been written.
                 None => request.outcome_unknown.push(call_id),
             }

@@ -707,6 +707,13 @@ impl Session {
         });
         events.flush();
         let registry = self.shared.registry.load();
+        // Read when the batch was taken over (an unreadable one is
+        // outcome_unknown there).
+        let ended: Vec<(String, Terminal)> = request
+            .ended
+            .iter()
+            .filter_map(|(id, end)| Terminal::decode(end).map(|t| (id.clone(), t)))
+            .collect();
         let (batch, effects) = Batch::start(BatchStart {
             id,
             session_id: &self.id,
@@ -718,7 +725,7 @@ impl Session {
             metrics: self.shared.metrics.clone(),
             confirmation_timeout: self.shared.config.confirmation_timeout,
             outcome_unknown: &request.outcome_unknown,
-            ended: &request.ended,
+            ended: &ended,
         });
         self.active = Some(ActiveBatch {
             batch,
