@@ -100,6 +100,7 @@ fn scheduler(c: &mut Criterion) {
                         outcome_unknown: Vec::new(),
                         workspace: None,
                         principal: "bench".into(),
+                        ended: Vec::new(),
                     })
                     .await
                     .unwrap();

@@ -39,6 +39,16 @@ async fn watch_once_taken_over(
     session: &str,
     batch: &str,
 ) -> tonic::Streaming<pb::ScheduleCallsResponse> {
+    watch_after_taken_over(addr, session, batch, 0).await
+}
+
+/// [`watch_once_taken_over`] from `after_sequence`.
+async fn watch_after_taken_over(
+    addr: std::net::SocketAddr,
+    session: &str,
+    batch: &str,
+    after_sequence: u64,
+) -> tonic::Streaming<pb::ScheduleCallsResponse> {
     let mut c = client(addr).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -46,7 +56,7 @@ async fn watch_once_taken_over(
             .watch_batch(pb::WatchBatchRequest {
                 session_id: session.into(),
                 batch_id: batch.into(),
-                after_sequence: 0,
+                after_sequence,
             })
             .await
         {
@@ -279,5 +289,422 @@ async fn a_prompt_open_when_its_replica_is_killed_comes_back_with_a_new_correlat
     assert_eq!(
         std::fs::read_to_string(workspace.path().join("out.txt")).unwrap(),
         "once\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_over_batch_continues_its_sequence_numbers_after_the_last_one_seen() {
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let yolo = ["--approval-mode", "yolo"];
+    let a = replica(workspace.path(), &url, &yolo);
+    let b = replica(workspace.path(), &url, &yolo);
+
+    let mut second = call("second", "run_shell_command", json!({"command": "echo y"}));
+    second.wait_for_previous = true;
+    let mut running = client(a.addr)
+        .await
+        .schedule_calls(request(
+            "s-seq",
+            vec![
+                call("first", "run_shell_command", json!({"command": "sleep 30"})),
+                second,
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    // Read on A up to the first call's Executing with its process.
+    let mut seen_on_a = Vec::new();
+    loop {
+        let m = running
+            .message()
+            .await
+            .unwrap()
+            .expect("A's stream ended early");
+        let executing = matches!(&m.event, Some(Event::CallUpdate(u)) if u.call_id == "first"
+            && matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()));
+        seen_on_a.push(m);
+        if executing {
+            break;
+        }
+    }
+    let batch = batch_id(&seen_on_a);
+    let last_seen = seen_on_a.last().unwrap().sequence;
+    assert_eq!(
+        seen_on_a.iter().map(|m| m.sequence).collect::<Vec<_>>(),
+        (1..=last_seen).collect::<Vec<_>>()
+    );
+    kill_9(a);
+    drop(running);
+
+    // Re-attached through B after the last sequence seen on A: the new
+    // owner's log, every sequence after it, numbered on without gaps.
+    let taken = messages(watch_after_taken_over(b.addr, "s-seq", &batch, last_seen).await).await;
+    let sequences: Vec<u64> = taken.iter().map(|m| m.sequence).collect();
+    let first = toolsched::store::SEQUENCES_PER_OWNER + 1;
+    assert_eq!(
+        sequences,
+        (first..first + taken.len() as u64).collect::<Vec<_>>()
+    );
+    assert!(first > last_seen);
+    let events = events_of(&taken);
+    assert_eq!(
+        support::error_of(&events, "first").0,
+        pb::ErrorType::OutcomeUnknown
+    );
+    assert!(
+        matches!(support::terminal(&events, "second"), State::Success(_)),
+        "{events:?}"
+    );
+    let completed = support::completed(&events);
+    assert_eq!(completed.calls.len(), 2);
+
+    // From a position in the new log: exactly what follows it, here and
+    // through a third replica reading the store.
+    let c = replica(workspace.path(), &url, &yolo);
+    for addr in [b.addr, c.addr] {
+        let rest = messages(
+            client(addr)
+                .await
+                .watch_batch(pb::WatchBatchRequest {
+                    session_id: "s-seq".into(),
+                    batch_id: batch.clone(),
+                    after_sequence: first,
+                })
+                .await
+                .unwrap()
+                .into_inner(),
+        )
+        .await;
+        assert_eq!(
+            rest.iter().map(|m| m.sequence).collect::<Vec<_>>(),
+            sequences[1..]
+        );
+        assert_eq!(events_of(&rest), events[1..]);
+        // And from the old owner's position: the whole new log, once.
+        let again = messages(
+            client(addr)
+                .await
+                .watch_batch(pb::WatchBatchRequest {
+                    session_id: "s-seq".into(),
+                    batch_id: batch.clone(),
+                    after_sequence: last_seen,
+                })
+                .await
+                .unwrap()
+                .into_inner(),
+        )
+        .await;
+        assert_eq!(
+            again.iter().map(|m| m.sequence).collect::<Vec<_>>(),
+            sequences
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_confirm_after_its_replica_stopped_is_already_applied_from_the_store() {
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let a = replica(workspace.path(), &url, &[]);
+    let b = replica(workspace.path(), &url, &[]);
+    let mut running = client(a.addr)
+        .await
+        .schedule_calls(request(
+            "s-again",
+            vec![call(
+                "w",
+                "write_file",
+                json!({"file_path": "once.txt", "content": "once\n"}),
+            )],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    let prompt = support::await_prompt(&mut running, &mut seen, "w").await;
+    let confirm = |outcome: pb::ConfirmationOutcome| pb::ConfirmRequest {
+        session_id: "s-again".into(),
+        call_id: "w".into(),
+        correlation_id: prompt.correlation_id.clone(),
+        outcome: outcome as i32,
+        new_content: None,
+    };
+    let first = client(a.addr)
+        .await
+        .confirm(confirm(pb::ConfirmationOutcome::ProceedOnce))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!first.already_applied);
+    let rest = support::collect(running).await;
+    assert!(matches!(support::terminal(&rest, "w"), State::Success(_)));
+    // The batch (and the answer, written before it in order) is in the
+    // store before A dies.
+    let db = replicas_support::sql(&url).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let done: bool = db
+            .query_one(
+                "SELECT count(*) = 1 FROM toolsched_batches WHERE completed_at IS NOT NULL",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if done {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kill_9(a);
+
+    // The client repeats its Confirm (say its answer was lost) through B:
+    // UNAVAILABLE while A's lease lasts, then answered from the store.
+    let mut cb = client(b.addr).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let again = loop {
+        match cb
+            .confirm(confirm(pb::ConfirmationOutcome::ProceedOnce))
+            .await
+        {
+            Ok(answer) => break answer.into_inner(),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                assert!(std::time::Instant::now() < deadline, "never answered");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert!(again.already_applied);
+    // Another answer to the same prompt is refused naming the winner.
+    let other = cb
+        .confirm(confirm(pb::ConfirmationOutcome::Cancel))
+        .await
+        .unwrap_err();
+    assert_eq!(other.code(), tonic::Code::FailedPrecondition, "{other:?}");
+    assert!(
+        other.message().contains("proceed_once"),
+        "{}",
+        other.message()
+    );
+    // Nothing ran twice.
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("once.txt")).unwrap(),
+        "once\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_batch_for_a_session_whose_replica_stopped_resumes_the_stopped_batch_first() {
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let yolo = ["--approval-mode", "yolo"];
+    let a = replica(workspace.path(), &url, &yolo);
+    let b = replica(workspace.path(), &url, &yolo);
+
+    let mut second = call(
+        "second",
+        "run_shell_command",
+        json!({"command": "echo second >> order"}),
+    );
+    second.wait_for_previous = true;
+    let mut running = client(a.addr)
+        .await
+        .schedule_calls(request(
+            "s-resume",
+            vec![
+                call(
+                    "first",
+                    "run_shell_command",
+                    json!({"command": "echo x >> log; sleep 30"}),
+                ),
+                second,
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    next_matching(&mut running, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(u) if u.call_id == "first"
+            && matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()))
+    })
+    .await;
+    let stopped = accepted(&seen);
+    let log = workspace.path().join("log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&log).unwrap_or_default() != "x\n" {
+        assert!(std::time::Instant::now() < deadline, "echo did not run");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kill_9(a);
+    drop(running);
+
+    // The client goes on with a new batch through B (no WatchBatch, no
+    // request id): UNAVAILABLE while A's lease lasts, then accepted.
+    let mut cb = client(b.addr).await;
+    let new = request(
+        "s-resume",
+        vec![call(
+            "third",
+            "run_shell_command",
+            json!({"command": "echo third >> order"}),
+        )],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let stream = loop {
+        match cb.schedule_calls(new.clone()).await {
+            Ok(stream) => break stream.into_inner(),
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                assert!(std::time::Instant::now() < deadline, "not taken over");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let third = messages(stream).await;
+    assert_ne!(batch_id(&third), stopped);
+    assert!(matches!(
+        support::terminal(&events_of(&third), "third"),
+        State::Success(_)
+    ));
+    // The stopped batch went on first, in queue order: its waiting call ran
+    // before the new batch's; its running call was not run again.
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("order")).unwrap(),
+        "second\nthird\n"
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "x\n");
+    let resumed = messages(
+        cb.watch_batch(pb::WatchBatchRequest {
+            session_id: "s-resume".into(),
+            batch_id: stopped.clone(),
+            after_sequence: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner(),
+    )
+    .await;
+    let finals: Vec<(String, i32, i32)> = support::completed(&events_of(&resumed))
+        .calls
+        .iter()
+        .map(|c| (c.call_id.clone(), c.state, c.error_type))
+        .collect();
+    assert_eq!(
+        finals,
+        [
+            (
+                "first".to_string(),
+                pb::FinalState::Error as i32,
+                pb::ErrorType::OutcomeUnknown as i32
+            ),
+            (
+                "second".to_string(),
+                pb::FinalState::Success as i32,
+                pb::ErrorType::Unspecified as i32
+            ),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_ended_before_its_replica_was_killed_keeps_its_result_in_the_taken_over_batch()
+{
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let yolo = ["--approval-mode", "yolo"];
+    let a = replica(workspace.path(), &url, &yolo);
+    let b = replica(workspace.path(), &url, &yolo);
+
+    let mut second = call(
+        "second",
+        "run_shell_command",
+        json!({"command": "sleep 30"}),
+    );
+    second.wait_for_previous = true;
+    let mut running = client(a.addr)
+        .await
+        .schedule_calls(request(
+            "s-ended",
+            vec![
+                call(
+                    "first",
+                    "run_shell_command",
+                    json!({"command": "echo x >> log; echo first-done"}),
+                ),
+                second,
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    next_matching(&mut running, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(u) if u.call_id == "second"
+            && matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()))
+    })
+    .await;
+    let batch = accepted(&seen);
+    let output_on_a = support::success_output(&seen, "first");
+    assert!(output_on_a.contains("first-done"), "{output_on_a}");
+    // The first call's end reaches the store (written behind, in order).
+    let db = replicas_support::sql(&url).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let rows = db
+            .query(
+                "SELECT call_id FROM toolsched_executing WHERE ended IS NOT NULL",
+                &[],
+            )
+            .await
+            .unwrap();
+        if !rows.is_empty() {
+            let ended: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+            assert_eq!(ended, ["first"]);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "end not recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kill_9(a);
+    drop(running);
+
+    let taken = messages(watch_once_taken_over(b.addr, "s-ended", &batch).await).await;
+    let events = events_of(&taken);
+    // Its real result, as A reported it; the call running at the kill is
+    // the one that ends outcome_unknown.
+    assert_eq!(support::states(&events, "first"), ["success"]);
+    assert_eq!(support::success_output(&events, "first"), output_on_a);
+    assert_eq!(
+        support::error_of(&events, "second").0,
+        pb::ErrorType::OutcomeUnknown
+    );
+    let finals: Vec<(String, i32, i32)> = support::completed(&events)
+        .calls
+        .iter()
+        .map(|c| (c.call_id.clone(), c.state, c.error_type))
+        .collect();
+    assert_eq!(
+        finals,
+        [
+            (
+                "first".to_string(),
+                pb::FinalState::Success as i32,
+                pb::ErrorType::Unspecified as i32
+            ),
+            (
+                "second".to_string(),
+                pb::FinalState::Error as i32,
+                pb::ErrorType::OutcomeUnknown as i32
+            ),
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("log")).unwrap(),
+        "x\n"
     );
 }

@@ -171,6 +171,8 @@ pub(crate) struct BatchStart<'a> {
     /// server's one), for the calls' audit lines.
     pub principal: Arc<str>,
     pub workspace: Arc<str>,
+    /// Calls whose end the stopped replica recorded: they start in it.
+    pub ended: &'a [(String, Terminal)],
 }
 
 /// The message of a call that ends `outcome_unknown`.
@@ -209,6 +211,7 @@ impl Batch {
             outcome_unknown,
             principal,
             workspace,
+            ended,
         } = start;
         let trace = BatchTrace::start(session_id, &id, requested.len(), interactive, trace_parent)
             .by(principal, workspace)
@@ -236,7 +239,11 @@ impl Batch {
                     .map_err(|e| (e.kind, e.message))
             };
             let span = trace.call(&call, tool.as_ref().map(|t| t.declaration()));
-            let (slot, update) = CallSlot::new(call, tool, built, span, metrics.clone());
+            let recorded = ended.iter().find(|(id, _)| *id == call.id);
+            let (slot, update) = match recorded {
+                Some((_, end)) => CallSlot::ended(call, tool, end.clone(), span, metrics.clone()),
+                None => CallSlot::new(call, tool, built, span, metrics.clone()),
+            };
             effects.push(Effect::Emit(call_update(&slot, update)));
             calls.push(slot);
         }
@@ -728,6 +735,7 @@ mod tests {
                 outcome_unknown: &[],
                 principal: "alice".into(),
                 workspace: "".into(),
+                ended: &[],
             });
             let mut h = Self {
                 batch,
@@ -1207,6 +1215,7 @@ mod tests {
             outcome_unknown: &[],
             principal: "alice".into(),
             workspace: "".into(),
+            ended: &[],
         });
         let policy = PolicyHandle::default();
         let rules = SessionRules::default();

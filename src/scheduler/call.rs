@@ -88,6 +88,74 @@ impl Terminal {
         }
     }
 
+    /// The end in the form a durable store keeps (JSON), for a replica
+    /// taking the batch over ([`Terminal::decode`]).
+    pub fn encode(&self) -> Vec<u8> {
+        let (state, response) = (self.name(), self.response());
+        let mut v = serde_json::json!({
+            "state": state,
+            "id": response.id,
+            "name": response.name,
+            "response": response.response,
+        });
+        match self {
+            Self::Success {
+                result, duration, ..
+            } => {
+                v["result"] = serde_json::Value::Object(result.clone());
+                v["duration_ms"] = (duration.as_secs_f64() * 1000.0).into();
+            }
+            Self::Error { kind, message, .. } => {
+                v["kind"] = kind.as_str().into();
+                v["message"] = message.clone().into();
+            }
+            Self::Cancelled { reason, .. } => v["reason"] = reason.clone().into(),
+        }
+        serde_json::to_vec(&v).unwrap_or_default()
+    }
+
+    /// An end recorded by [`Terminal::encode`]; `None` when it cannot be
+    /// read (the call then ends `outcome_unknown`).
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        #[derive(serde::Deserialize)]
+        struct Recorded {
+            state: String,
+            id: String,
+            name: String,
+            response: Args,
+            #[serde(default)]
+            result: Args,
+            #[serde(default)]
+            duration_ms: f64,
+            kind: Option<String>,
+            message: Option<String>,
+            reason: Option<String>,
+        }
+        let r: Recorded = serde_json::from_slice(bytes).ok()?;
+        let response = FunctionResponse {
+            id: r.id,
+            name: r.name,
+            response: r.response,
+        };
+        Some(match r.state.as_str() {
+            "success" => Self::Success {
+                response,
+                result: r.result,
+                duration: Duration::try_from_secs_f64(r.duration_ms / 1000.0).unwrap_or_default(),
+            },
+            "error" => Self::Error {
+                kind: ErrorKind::from_name(r.kind.as_deref()?)?,
+                message: r.message?,
+                response,
+            },
+            "cancelled" => Self::Cancelled {
+                reason: r.reason?,
+                response,
+            },
+            _ => return None,
+        })
+    }
+
     /// The update that tells the client.
     pub fn update(&self) -> StateUpdate {
         match self.clone() {
@@ -213,6 +281,35 @@ impl CallSlot {
                 (CallState::Done(t), update)
             }
         };
+        (
+            Self::with_state(request, tool, state, trace, metrics),
+            update,
+        )
+    }
+
+    /// A call that starts in the end its stopped replica recorded (a batch
+    /// taken over): it keeps that result and never runs.
+    pub fn ended(
+        request: CallRequest,
+        tool: Option<Arc<dyn Tool>>,
+        end: Terminal,
+        trace: crate::telemetry::CallTrace,
+        metrics: Arc<Metrics>,
+    ) -> (Self, StateUpdate) {
+        let update = end.update();
+        (
+            Self::with_state(request, tool, CallState::Done(end), trace, metrics),
+            update,
+        )
+    }
+
+    fn with_state(
+        request: CallRequest,
+        tool: Option<Arc<dyn Tool>>,
+        state: CallState,
+        trace: crate::telemetry::CallTrace,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let slot = Self {
             request,
             tool,
@@ -227,7 +324,7 @@ impl CallSlot {
         if let CallState::Done(t) = &slot.state {
             slot.count_terminal(t);
         }
-        (slot, update)
+        slot
     }
 
     /// The tool's registered name, for metrics.
@@ -522,6 +619,44 @@ pub(crate) struct Prompt {
 mod tests {
     use super::*;
     use crate::tools::{BoxFuture, ExecContext, Subject, ToolError, ToolOutcome};
+
+    #[test]
+    fn an_end_reads_back_as_recorded_and_an_unreadable_one_is_refused() {
+        let request = CallRequest {
+            id: "c1".into(),
+            name: "write_file".into(),
+            args: Arc::new(Args::new()),
+            wait_for_previous: false,
+            client_initiated: false,
+        };
+        let mut result = Args::new();
+        result.insert("exit_code".into(), 0.into());
+        let ends = [
+            Terminal::Success {
+                response: FunctionResponse::success("c1", "write_file", "done".into()),
+                result,
+                duration: Duration::from_millis(1500),
+            },
+            Terminal::error(
+                &request,
+                ErrorKind::FileChangedConcurrently,
+                "changed",
+                Some("part"),
+            ),
+            Terminal::cancelled(&request, "Cancelled by the client.", None),
+        ];
+        for end in ends {
+            assert_eq!(Terminal::decode(&end.encode()), Some(end));
+        }
+        assert_eq!(Terminal::decode(b"{}"), None);
+        assert_eq!(
+            Terminal::decode(br#"{"state":"error","id":"c","name":"n","response":{},"kind":"no_such_kind","message":"m"}"#),
+            None
+        );
+        for kind in ErrorKind::ALL {
+            assert_eq!(ErrorKind::from_name(kind.as_str()), Some(kind));
+        }
+    }
 
     struct Noop;
 

@@ -52,6 +52,10 @@ pub struct BatchRequest {
     /// Who asked for the batch (the authenticated principal's name), for
     /// the audit lines.
     pub principal: Arc<str>,
+    /// Calls that start in the end their stopped owner recorded (a batch
+    /// taken over): (call id, the end as the store keeps it); they keep
+    /// their real result and never run again.
+    pub ended: Vec<(String, Vec<u8>)>,
 }
 
 pub use crate::policy::ConfirmationOutcome;

@@ -631,6 +631,22 @@ impl Scheduler {
             }
         };
         let session_id = request.session_id.clone();
+        // A stopped owner's running batches of this session go on here
+        // first, queued before this one as they were (each runs to its end
+        // with a reader here; its own client re-attaches with WatchBatch).
+        for orphan in self.store.take_orphans(&session_id) {
+            match self.take_over(&session_id, &orphan).await {
+                Ok(mut stream) => {
+                    tokio::spawn(async move { while stream.next().await.is_some() {} });
+                }
+                Err(e) => tracing::warn!(
+                    session = %session_id,
+                    batch = %orphan,
+                    reason = %e,
+                    "a stopped replica's batch could not be resumed"
+                ),
+            }
+        }
         let (reply, rx) = oneshot::channel();
         let sent = self
             .hub
@@ -733,6 +749,7 @@ impl Scheduler {
             session = %session_id,
             batch = %batch_id,
             outcome_unknown = adopted.executing.len(),
+            ended = adopted.ended.len(),
             "taking over a batch whose replica stopped"
         );
         request.outcome_unknown = adopted.executing;
@@ -750,6 +767,13 @@ impl Scheduler {
                     reason: e.to_string(),
                 })
             })?;
+        for (call_id, end) in adopted.ended {
+            match call::Terminal::decode(&end) {
+                Some(_) => request.ended.push((call_id, end)),
+                // Unreadable: as if its end had not been written.
+                None => request.outcome_unknown.push(call_id),
+            }
+        }
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Schedule {
@@ -808,12 +832,53 @@ impl Scheduler {
     }
 
     async fn confirm_key(&self, request: ConfirmRequest) -> Result<Confirmed, ConfirmError> {
+        let (session_id, call_id, correlation_id) = (
+            request.session_id.clone(),
+            request.call_id.clone(),
+            request.correlation_id.clone(),
+        );
+        let answer = crate::store::Answer {
+            outcome: request.outcome.name().to_string(),
+            new_content: request.new_content.clone(),
+        };
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Confirm { request, reply })
             .await
             .map_err(|_| ConfirmError::Unavailable)?;
-        rx.await.map_err(|_| ConfirmError::Unavailable)?
+        let refused = match rx.await.map_err(|_| ConfirmError::Unavailable)? {
+            Ok(confirmed) => return Ok(confirmed),
+            Err(
+                e @ (ConfirmError::UnknownSession { .. }
+                | ConfirmError::UnknownCall { .. }
+                | ConfirmError::NotAwaitingApproval { .. }
+                | ConfirmError::AlreadyEnded { .. }
+                | ConfirmError::StaleCorrelation { .. }),
+            ) => e,
+            Err(e) => return Err(e),
+        };
+        // Not open here: the prompt may have been answered on a replica
+        // that stopped (or whose lease lapsed); a durable store has the
+        // answer.
+        match self
+            .store
+            .recorded_answer(&session_id, &call_id, &correlation_id)
+            .await
+        {
+            Ok(Some(winner)) if winner == answer => Ok(Confirmed {
+                already_applied: true,
+            }),
+            Ok(Some(winner)) => Err(ConfirmError::AnsweredDifferently {
+                call_id,
+                with_content: winner.new_content.is_some(),
+                winner: winner.outcome,
+            }),
+            Ok(None) => Err(refused),
+            Err(e) => {
+                tracing::warn!(reason = %e, "store: reading a recorded answer failed");
+                Err(refused)
+            }
+        }
     }
 
     /// Cancels a session's batches (or one of them).

@@ -272,6 +272,7 @@ mod tests {
             outcome_unknown: Vec::new(),
             workspace: Some(crate::workspaces::WorkspaceName::new("main").unwrap()),
             principal: "alice".into(),
+            ended: Vec::new(),
         };
         let back = decode_request(&encode_request(&request)).expect("decodes");
         assert_eq!(back, request);
@@ -485,5 +486,6 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Result<BatchRequest, RecordedReque
             .as_deref()
             .unwrap_or(crate::tenant::ANONYMOUS)
             .into(),
+        ended: Vec::new(),
     })
 }

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{Batch, BatchStart, Decider, Effect};
-use super::call::Terminal;
+use super::call::{CallState, Terminal};
 use super::events::{BatchEvent, BatchRequest, CancelRequest, CancelSummary, ConfirmRequest};
 use super::exec::{self, ExecJob};
 use super::feed::EventSink;
@@ -624,7 +624,28 @@ impl Session {
                 batch.on_prompt_ready(&decider, index, result, reason)
             }
             Report::Progress(index, progress) => batch.on_progress(index, progress),
-            Report::Executed(index, outcome) => batch.on_executed(index, outcome, drop_reason),
+            Report::Executed(index, outcome) => {
+                let effects = batch.on_executed(index, outcome, drop_reason);
+                // A side-effecting call's end is recorded when it ends (a
+                // durable store): a replica taking an uncompleted batch over
+                // keeps it instead of ending the call outcome_unknown.
+                if let Some(slot) = batch.calls.get(index)
+                    && let CallState::Done(end) = &slot.state
+                    && self.shared.config.store.is_some()
+                    && !slot
+                        .tool
+                        .as_ref()
+                        .is_some_and(|t| t.declaration().read_only)
+                {
+                    self.shared.store.record_ended(
+                        &self.id,
+                        batch.id(),
+                        &slot.request.id,
+                        end.encode(),
+                    );
+                }
+                effects
+            }
             Report::ConfirmTimeout(index, id) => batch.on_confirm_timeout(index, &id),
             Report::CancelGuard(index) => batch.on_cancel_guard(index),
         };
@@ -781,6 +802,13 @@ impl Session {
         });
         events.flush();
         let registry = self.registry();
+        // Read when the batch was taken over (an unreadable one is
+        // outcome_unknown there).
+        let ended: Vec<(String, Terminal)> = request
+            .ended
+            .iter()
+            .filter_map(|(id, end)| Terminal::decode(end).map(|t| (id.clone(), t)))
+            .collect();
         let (batch, effects) = Batch::start(BatchStart {
             id,
             session_id: &self.id,
@@ -797,6 +825,7 @@ impl Session {
                 .workspace
                 .as_ref()
                 .map_or_else(|| "".into(), |w| w.name.as_str().into()),
+            ended: &ended,
         });
         self.active = Some(ActiveBatch {
             batch,

@@ -1,5 +1,6 @@
 //! A batch's event log: every event appended with its `sequence` (1, 2, 3 …
-//! without gaps) and its time, read by any number of readers, each at its
+//! without gaps; a batch taken over from a replica that stopped continues
+//! after a base, [`LogWriter::continue_after`]) and its time, read by any number of readers, each at its
 //! own pace from its own cursor.
 //!
 //! A reader holds only a cursor and a waker: a slow reader (a client that
@@ -63,7 +64,8 @@ pub enum MergeKey<'a> {
 /// One logged event.
 #[derive(Debug, PartialEq)]
 pub struct Entry<E> {
-    /// 1, 2, 3 … within the batch, the same for every reader.
+    /// 1, 2, 3 … within the batch, the same for every reader (continued
+    /// after a base once the batch is taken over by another replica).
     pub sequence: u64,
     /// When the event was appended.
     pub at: SystemTime,
@@ -78,8 +80,12 @@ pub struct BatchLog<E> {
 }
 
 struct LogState<E> {
-    /// `entries[i].sequence == i + 1`.
+    /// `entries[i].sequence == base + i + 1`.
     entries: Vec<Arc<Entry<E>>>,
+    /// The sequence before the first entry: 0, or where the log of a batch
+    /// taken over continues. Cursors and `last_report` count positions in
+    /// `entries` (1-based), not sequences.
+    base: u64,
     bytes: usize,
     /// The last event has been appended, or the writer went away: readers
     /// end after the last entry.
@@ -118,6 +124,7 @@ impl<E: LogEvent> BatchLog<E> {
         let log = Arc::new(Self {
             state: Mutex::new(LogState {
                 entries: Vec::new(),
+                base: 0,
                 bytes: 0,
                 closed: false,
                 finished: false,
@@ -134,9 +141,11 @@ impl<E: LogEvent> BatchLog<E> {
     /// reading back a batch it did not write in this process).
     pub fn recorded(entries: Vec<Entry<E>>) -> Arc<Self> {
         let bytes = entries.iter().map(|e| e.event.approx_bytes()).sum();
+        let base = entries.first().map_or(0, |e| e.sequence.saturating_sub(1));
         Arc::new(Self {
             state: Mutex::new(LogState {
                 entries: entries.into_iter().map(Arc::new).collect(),
+                base,
                 bytes,
                 closed: true,
                 finished: true,
@@ -155,17 +164,20 @@ impl<E: LogEvent> BatchLog<E> {
     }
 
     /// A reader of the entries with `sequence > after`, then of what is
-    /// appended later. `after` may be at most the last sequence.
+    /// appended later. `after` may be at most the last sequence; one before
+    /// a continued log's base (a position in the log of the replica that
+    /// stopped) reads it from its first entry.
     pub fn reader(self: &Arc<Self>, after: u64) -> Result<LogReader<E>, BeyondEnd> {
         let id = self.next_reader.fetch_add(1, Ordering::Relaxed);
         let mut state = self.lock();
-        let last = state.entries.len() as u64;
+        let last = state.base + state.entries.len() as u64;
         if after > last {
             return Err(BeyondEnd { after, last });
         }
+        let cursor = after.saturating_sub(state.base);
         state.readers.push(ReaderSlot {
             id,
-            cursor: after,
+            cursor,
             waker: None,
         });
         state.generation += 1;
@@ -173,15 +185,17 @@ impl<E: LogEvent> BatchLog<E> {
         Ok(LogReader {
             log: self.clone(),
             id,
-            cursor: after,
+            cursor,
             buffer: std::collections::VecDeque::new(),
             attached: true,
         })
     }
 
-    /// The last sequence appended (0 when empty).
+    /// The last sequence appended (the base, 0 unless continued, when
+    /// empty).
     pub fn last_sequence(&self) -> u64 {
-        self.lock().entries.len() as u64
+        let state = self.lock();
+        state.base + state.entries.len() as u64
     }
 
     /// Estimated bytes held by the entries.
@@ -244,10 +258,11 @@ impl<E: LogEvent> LogWriter<E> {
                 let slowest = state.readers.iter().map(|r| r.cursor).min();
                 let lagging = slowest.is_none_or(|c| last - c >= LAG_EVENTS);
                 if lagging
-                    && let Some(&sequence) = state.last_report.get(key)
-                    && slowest.is_none_or(|c| c < sequence)
+                    && let Some(&position) = state.last_report.get(key)
+                    && slowest.is_none_or(|c| c < position)
                 {
-                    let i = (sequence - 1) as usize;
+                    let i = (position - 1) as usize;
+                    let sequence = state.base + position;
                     let before = state.entries[i].event.approx_bytes();
                     let after = event.approx_bytes();
                     state.entries[i] = Arc::new(Entry {
@@ -260,7 +275,8 @@ impl<E: LogEvent> LogWriter<E> {
                 }
                 let key = key.to_string();
                 let sequence = push(&mut state, event);
-                state.last_report.insert(key, sequence);
+                let position = state.entries.len() as u64;
+                state.last_report.insert(key, position);
                 sequence
             }
         }
@@ -278,14 +294,31 @@ impl<E: LogEvent> LogWriter<E> {
     /// Appends an entry as another replica logged it (read back from a
     /// durable store), its sequence and time kept. Only the next sequence
     /// is taken; returns whether it was.
+    /// The first entry of an empty log sets its base (a continued log, read
+    /// back).
     pub fn append_recorded(&self, entry: Entry<E>) -> bool {
         let mut state = self.log.lock();
-        if entry.sequence != state.entries.len() as u64 + 1 {
+        if state.entries.is_empty() {
+            state.base = entry.sequence.saturating_sub(1);
+        }
+        if entry.sequence != state.base + state.entries.len() as u64 + 1 {
             return false;
         }
         state.bytes += entry.event.approx_bytes();
         state.entries.push(Arc::new(entry));
         true
+    }
+
+    /// Numbers this (still empty) log's entries from `base + 1`: the log of
+    /// a batch taken over from a replica that stopped continues after every
+    /// sequence that replica could have handed out, so that a client
+    /// re-attaching with the last sequence it saw there reads exactly what
+    /// the new owner logs. No effect once an entry is logged.
+    pub fn continue_after(&self, base: u64) {
+        let mut state = self.log.lock();
+        if state.entries.is_empty() {
+            state.base = base;
+        }
     }
 
     /// Closes a log whose last entry [`LogWriter::append_recorded`] took:
@@ -329,7 +362,7 @@ impl<E: LogEvent> Drop for LogWriter<E> {
 }
 
 fn push<E: LogEvent>(state: &mut LogState<E>, event: E) -> u64 {
-    let sequence = state.entries.len() as u64 + 1;
+    let sequence = state.base + state.entries.len() as u64 + 1;
     state.bytes += event.approx_bytes();
     state.entries.push(Arc::new(Entry {
         sequence,
@@ -489,6 +522,50 @@ mod tests {
         let seqs: Vec<u64> = log.entries().iter().map(|e| e.sequence).collect();
         assert_eq!(seqs, [1, 2, 3]);
         assert!(log.is_finished());
+    }
+
+    #[test]
+    fn a_continued_log_numbers_after_its_base_and_reads_earlier_positions_from_its_start() {
+        let (log, writer) = BatchLog::new();
+        writer.continue_after(1000);
+        assert_eq!(writer.append(Ev::Step("again")), 1001);
+        assert_eq!(writer.append(Ev::Step("next")), 1002);
+        assert_eq!(log.last_sequence(), 1002);
+        // A position in the stopped owner's log: everything logged here.
+        let mut early = log.reader(7).unwrap();
+        assert_eq!(
+            drain(&mut early),
+            [(1001, Ev::Step("again")), (1002, Ev::Step("next"))]
+        );
+        let mut late = log.reader(1001).unwrap();
+        assert_eq!(drain(&mut late), [(1002, Ev::Step("next"))]);
+        assert_eq!(
+            log.reader(1003).err(),
+            Some(BeyondEnd {
+                after: 1003,
+                last: 1002
+            })
+        );
+        // Too late once something is logged.
+        writer.continue_after(5);
+        assert_eq!(writer.finish(Ev::End), 1003);
+        // Read back from a store, the base comes with the first entry.
+        let (copy, tail) = BatchLog::new();
+        for e in log.entries() {
+            assert!(tail.append_recorded(Entry {
+                sequence: e.sequence,
+                at: e.at,
+                event: e.event.clone(),
+            }));
+        }
+        assert!(!tail.append_recorded(Entry {
+            sequence: 1005,
+            at: SystemTime::now(),
+            event: Ev::End,
+        }));
+        tail.finish_recorded();
+        assert_eq!(copy.last_sequence(), 1003);
+        assert_eq!(drain(&mut copy.reader(1002).unwrap()), [(1003, Ev::End)]);
     }
 
     #[test]

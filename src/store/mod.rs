@@ -35,7 +35,7 @@ use std::time::Duration;
 
 pub use log::{BatchLog, BeyondEnd, Entry, LAG_EVENTS, LogEvent, LogReader, LogWriter, MergeKey};
 pub use memory::MemoryStore;
-pub use postgres::{LEASE_TTL, PostgresError, PostgresStore, RELAY_TIMEOUT};
+pub use postgres::{LEASE_TTL, PostgresError, PostgresStore, RELAY_TIMEOUT, SEQUENCES_PER_OWNER};
 
 /// A future returned by a store call that may need a round trip.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -65,12 +65,17 @@ pub struct NewBatch {
 /// A running batch taken over from a replica that stopped
 /// ([`Store::adopt`]): the lease is this replica's now.
 pub struct Adopted<E: LogEvent> {
-    /// The batch's new log (its events start again at sequence 1).
+    /// The batch's new log: its sequences continue past every one the
+    /// stopped owner could have handed out ([`SEQUENCES_PER_OWNER`]).
     pub writer: LogWriter<E>,
     /// [`NewBatch::request`] as recorded.
     pub request: Vec<u8>,
-    /// Calls recorded Executing: they may have run, and are never run again.
+    /// Calls recorded Executing with no end: they may have run, and are
+    /// never run again.
     pub executing: Vec<String>,
+    /// Calls whose end was recorded ([`Store::record_ended`]): (call id, the
+    /// end as the scheduler encoded it); they keep it.
+    pub ended: Vec<(String, Vec<u8>)>,
 }
 
 /// What [`Store::begin_batch`] found.
@@ -237,6 +242,15 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
         Box::pin(async { Ok(None) })
     }
 
+    /// The running batches of a replica that stopped, found when
+    /// [`Store::begin_batch`] claimed their session for a new batch, oldest
+    /// first: the scheduler resumes them ([`Store::adopt`]) before the new
+    /// one, as the session's queue order says. Each is handed out once.
+    fn take_orphans(&self, session_id: &str) -> Vec<String> {
+        let _ = session_id;
+        Vec::new()
+    }
+
     /// The replica holding an unexpired lease on the session, when it is
     /// not this one (`None`: the memory store, nobody, or this replica).
     fn owner_elsewhere<'a>(
@@ -308,6 +322,15 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
         call_id: &'a str,
     ) -> StoreFuture<'a, Result<(), StoreError>>;
 
+    /// A call recorded Executing ended; `end` is its terminal state as the
+    /// scheduler encodes it. Written behind the session, in order (an end
+    /// not yet written when the replica stops leaves the call
+    /// `outcome_unknown`). Nothing to do for a store that does not outlive
+    /// the process.
+    fn record_ended(&self, session_id: &str, batch_id: &str, call_id: &str, end: Vec<u8>) {
+        let _ = (session_id, batch_id, call_id, end);
+    }
+
     /// Records the answer to prompt `correlation_id` of `call_id`; the first
     /// answer wins.
     fn record_answer(
@@ -321,6 +344,22 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
 
     /// The winning answer to a prompt of a retained batch.
     fn answer(&self, session_id: &str, call_id: &str, correlation_id: &str) -> Option<Answer>;
+
+    /// The winning answer to a prompt as a durable store recorded it, for
+    /// a Confirm that reaches a replica not holding it in memory (the
+    /// prompt's replica stopped, or its lease lapsed and the session is
+    /// served here now): a repeated answer is then `already_applied` as on
+    /// one replica. `None` from a store with nothing beyond
+    /// [`Store::answer`] (the memory store).
+    fn recorded_answer<'a>(
+        &'a self,
+        session_id: &'a str,
+        call_id: &'a str,
+        correlation_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<Answer>, StoreError>> {
+        let _ = (session_id, call_id, correlation_id);
+        Box::pin(async { Ok(None) })
+    }
 
     /// The terminal state of `call_id` in a retained completed batch of the
     /// session (the most recent such call).

@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::{mpsc, watch};
@@ -52,6 +52,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../../migrations/0003_takeover.sql"),
     ),
     (4, "inbox", include_str!("../../migrations/0004_inbox.sql")),
+    (
+        5,
+        "call_ends",
+        include_str!("../../migrations/0005_call_ends.sql"),
+    ),
 ];
 
 /// Longest a request relayed to a session's owner ([`Store::relay`]) waits
@@ -64,6 +69,13 @@ pub const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
 /// store at least this often (woken sooner by NOTIFY): it also notices so
 /// that the owner died.
 const TAIL_POLL: Duration = Duration::from_secs(1);
+
+/// Sequences each owner of a batch numbers its log in: the owner at the
+/// batch's n-th epoch since it began logs from `n × this + 1`. Far more than
+/// one owner's log can hold (each entry is an event kept in memory), so a
+/// sequence a client saw from a replica that stopped is always before the
+/// first one of the replica that took the batch over.
+pub const SEQUENCES_PER_OWNER: u64 = 1 << 32;
 
 /// Entries a mirror writes in one statement (a backlog goes in chunks).
 const MIRROR_CHUNK: usize = 256;
@@ -100,6 +112,59 @@ const RETRY_EVERY: Duration = Duration::from_millis(500);
 
 /// Longest time between two deletions of expired batches.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
+
+/// Claims a session's lease ($1 session, $2 this replica, $3 seconds):
+/// free, expired, or already this replica's (then renewed). Taking it from
+/// another replica bumps the epoch. A CTE named `claimed` (its `epoch`),
+/// shared by [`CLAIM`] and [`CLAIM_AND_INSERT`].
+macro_rules! claimed_cte {
+    () => {
+        "WITH claimed AS (\
+           INSERT INTO toolsched_leases AS l (session_id, owner, epoch, expires_at) \
+           VALUES ($1, $2, 1, now() + make_interval(secs => $3)) \
+           ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, \
+             epoch = CASE WHEN l.owner = EXCLUDED.owner THEN l.epoch ELSE l.epoch + 1 END, \
+             expires_at = EXCLUDED.expires_at, renewed_at = now() \
+           WHERE l.owner = EXCLUDED.owner OR l.expires_at <= now() \
+           RETURNING epoch) "
+    };
+}
+
+/// Claims a session's lease: its epoch, or no row when another replica
+/// holds it.
+const CLAIM: &str = concat!(claimed_cte!(), "SELECT epoch FROM claimed");
+
+/// [`CLAIM`] and a batch's row in one statement ($4 batch id, $5 request
+/// id, $6 digest, $7 request). Gives the epoch (NULL: owned elsewhere),
+/// the inserted batch id (NULL: not inserted), the batch its request id
+/// already names and its digest, the lease's owner and seconds left, and
+/// the session's running batches before this one, oldest first (those not
+/// running here are a stopped owner's, to be resumed first).
+const CLAIM_AND_INSERT: &str = concat!(
+    claimed_cte!(),
+    ", inserted AS (INSERT INTO toolsched_batches \
+       (session_id, batch_id, request_id, digest, epoch, request) \
+       SELECT $1, $4, $5, $6, epoch, $7 FROM claimed \
+       ON CONFLICT (session_id, request_id) DO NOTHING RETURNING batch_id) \
+     SELECT (SELECT epoch FROM claimed), (SELECT batch_id FROM inserted), \
+       b.batch_id, b.digest, l.owner, \
+       greatest(extract(epoch FROM l.expires_at - now()), 0)::float8, \
+       ARRAY(SELECT r.batch_id FROM toolsched_batches r WHERE r.session_id = $1 \
+         AND r.completed_at IS NULL AND r.request IS NOT NULL ORDER BY r.began_at) \
+     FROM (SELECT 1) one \
+     LEFT JOIN toolsched_batches b ON b.session_id = $1 AND b.request_id = $5 \
+     LEFT JOIN toolsched_leases l ON l.session_id = $1"
+);
+
+/// A batch's row under a lease this replica holds ($1 session, $2 batch id,
+/// $3 request id, $4 digest, $5 epoch, $6 request, $7 this replica):
+/// nothing is inserted unless the lease is still this replica's at that
+/// epoch and unexpired (fencing), or when the request id is known.
+const INSERT_FENCED: &str = "INSERT INTO toolsched_batches \
+       (session_id, batch_id, request_id, digest, epoch, request) \
+     SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS (SELECT 1 FROM toolsched_leases \
+       WHERE session_id = $1 AND owner = $7 AND epoch = $5 AND expires_at > now()) \
+     ON CONFLICT (session_id, request_id) DO NOTHING RETURNING batch_id";
 
 /// Why the PostgreSQL store could not start.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +206,13 @@ enum Write {
         session_id: String,
         batch_id: String,
     },
+    /// A side-effecting call ended ([`Store::record_ended`]).
+    Ended {
+        session_id: String,
+        batch_id: String,
+        call_id: String,
+        end: Vec<u8>,
+    },
     /// Everything before it is written: answered then.
     Flush(tokio::sync::oneshot::Sender<()>),
 }
@@ -148,9 +220,19 @@ enum Write {
 /// What a write is fenced by: the lease it was made under.
 #[derive(Debug, Clone)]
 struct Fence {
-    session_id: String,
     owner: Arc<str>,
     epoch: i64,
+}
+
+/// A lease this replica holds on a session, as far as it knows.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    epoch: i64,
+    /// Until when (this process's clock) a new batch skips the claim: half
+    /// the lease after it was taken or renewed. Only a shortcut: the batch's
+    /// insert is still fenced by owner, epoch and expiry in the database,
+    /// and falls back to a claim when that fails.
+    fresh_until: Instant,
 }
 
 /// Live logs by (session id, batch id).
@@ -173,13 +255,17 @@ pub struct PostgresStore<E: LogEvent> {
     /// This process's name in lease rows.
     replica: Arc<str>,
     lease_ttl: Duration,
-    /// The epoch this replica holds for each session it owns.
-    epochs: Mutex<HashMap<String, i64>>,
+    /// The lease this replica holds (or last held) on each session.
+    epochs: Mutex<HashMap<String, Held>>,
     /// Requests relayed by this replica, awaiting the owner's answer, by id.
     waiters: Mutex<HashMap<i64, tokio::sync::oneshot::Sender<Vec<u8>>>>,
     /// Requests relayed to this replica, for the API to apply (taken once).
     inbox: Mutex<Option<mpsc::UnboundedReceiver<InboxItem>>>,
     inbox_tx: mpsc::UnboundedSender<InboxItem>,
+    /// Running batches of a stopped owner found when a session was claimed
+    /// for a new batch, by session: to be resumed before it
+    /// ([`Store::take_orphans`]), taken once.
+    orphans: Mutex<HashMap<String, Vec<String>>>,
     /// Batches whose log is copied into the store as it grows.
     mirrored: Mutex<std::collections::HashSet<(String, String)>>,
     /// Readers here of batches another replica runs, woken by NOTIFY, by
@@ -269,6 +355,7 @@ impl<E: LogEvent> PostgresStore<E> {
             waiters: Mutex::new(HashMap::new()),
             inbox: Mutex::new(Some(inbox_rx)),
             inbox_tx,
+            orphans: Mutex::new(HashMap::new()),
             mirrored: Mutex::new(Default::default()),
             tails: Mutex::new(HashMap::new()),
             me: std::sync::OnceLock::new(),
@@ -292,22 +379,18 @@ impl<E: LogEvent> PostgresStore<E> {
         session_id: &str,
     ) -> Result<i64, StoreError> {
         let ttl = self.lease_ttl.as_secs_f64();
+        let asked = Instant::now();
+        let statement = client
+            .prepare_cached(CLAIM)
+            .await
+            .map_err(|e| unavailable(&e))?;
         let claimed = client
-            .query_opt(
-                "INSERT INTO toolsched_leases AS l (session_id, owner, epoch, expires_at) \
-                 VALUES ($1, $2, 1, now() + make_interval(secs => $3)) \
-                 ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, \
-                   epoch = CASE WHEN l.owner = EXCLUDED.owner THEN l.epoch ELSE l.epoch + 1 END, \
-                   expires_at = EXCLUDED.expires_at, renewed_at = now() \
-                 WHERE l.owner = EXCLUDED.owner OR l.expires_at <= now() \
-                 RETURNING epoch",
-                &[&session_id, &&*self.replica, &ttl],
-            )
+            .query_opt(&statement, &[&session_id, &&*self.replica, &ttl])
             .await
             .map_err(|e| unavailable(&e))?;
         if let Some(row) = claimed {
             let epoch: i64 = row.get(0);
-            self.epochs().insert(session_id.to_string(), epoch);
+            self.held(session_id, epoch, asked);
             return Ok(epoch);
         }
         let row = client
@@ -320,23 +403,45 @@ impl<E: LogEvent> PostgresStore<E> {
             .map_err(|e| unavailable(&e))?;
         let (owner, secs): (String, f64) =
             row.map_or((String::new(), 0.0), |r| (r.get(0), r.get(1)));
-        Err(StoreError::OwnedElsewhere {
-            session_id: session_id.to_string(),
-            owner,
-            expires_in: Duration::from_secs_f64(secs.ceil()),
-        })
+        Err(self.owned_elsewhere(session_id, owner, secs))
     }
 
-    fn epochs(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+    fn owned_elsewhere(&self, session_id: &str, owner: String, secs: f64) -> StoreError {
+        StoreError::OwnedElsewhere {
+            session_id: session_id.to_string(),
+            owner,
+            expires_in: Duration::from_secs_f64(secs.max(0.0).ceil()),
+        }
+    }
+
+    fn epochs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
         // Inserts and reads only: consistent after any panic.
         self.epochs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The lease on `session_id` is this replica's at `epoch`, taken or
+    /// renewed by a statement sent at `asked`.
+    fn held(&self, session_id: &str, epoch: i64, asked: Instant) {
+        let held = Held {
+            epoch,
+            fresh_until: asked + self.lease_ttl / 2,
+        };
+        self.epochs().insert(session_id.to_string(), held);
+    }
+
+    /// The epoch of this replica's lease on `session_id` while it is fresh
+    /// (a new batch then skips the claim).
+    fn fresh_epoch(&self, session_id: &str) -> Option<i64> {
+        self.epochs()
+            .get(session_id)
+            .filter(|h| h.fresh_until > Instant::now())
+            .map(|h| h.epoch)
+    }
+
     fn fence(&self, session_id: &str) -> Fence {
         Fence {
-            session_id: session_id.to_string(),
             owner: self.replica.clone(),
-            epoch: self.epochs().get(session_id).copied().unwrap_or(0),
+            epoch: self.epochs().get(session_id).map_or(0, |h| h.epoch),
         }
     }
 
@@ -386,44 +491,43 @@ impl<E: LogEvent> PostgresStore<E> {
         self.pool.get().await.map_err(|e| unavailable(&e))
     }
 
+    /// One round trip: while this replica's lease on the session is fresh,
+    /// the batch's row is inserted fenced by that lease (no lease write);
+    /// otherwise the lease is claimed and the row inserted in one statement.
     async fn begin(&self, new: NewBatch) -> Result<Begun<E>, StoreError> {
         let client = self.client().await?;
-        let epoch = self.claim(&client, &new.session_id).await?;
-        let inserted = client
-            .query_opt(
-                "INSERT INTO toolsched_batches \
-                   (session_id, batch_id, request_id, digest, epoch, request) \
-                 VALUES ($1, $2, $3, $4, $5, $6) \
-                 ON CONFLICT (session_id, request_id) DO NOTHING RETURNING batch_id",
-                &[
-                    &new.session_id,
-                    &new.batch_id,
-                    &new.request_id,
-                    &new.digest.as_slice(),
-                    &epoch,
-                    &new.request,
-                ],
-            )
-            .await
-            .map_err(|e| unavailable(&e))?;
-        if inserted.is_none() {
-            // The request id is known: the same calls replay that batch.
-            let row = client
-                .query_one(
-                    "SELECT batch_id, digest FROM toolsched_batches \
-                     WHERE session_id = $1 AND request_id = $2",
-                    &[&new.session_id, &new.request_id],
+        let mut found = None;
+        if let Some(epoch) = self.fresh_epoch(&new.session_id) {
+            let statement = client
+                .prepare_cached(INSERT_FENCED)
+                .await
+                .map_err(|e| unavailable(&e))?;
+            let inserted = client
+                .query_opt(
+                    &statement,
+                    &[
+                        &new.session_id,
+                        &new.batch_id,
+                        &new.request_id,
+                        &new.digest.as_slice(),
+                        &epoch,
+                        &new.request,
+                        &&*self.replica,
+                    ],
                 )
                 .await
                 .map_err(|e| unavailable(&e))?;
-            let batch_id: String = row.get(0);
-            let digest: Vec<u8> = row.get(1);
-            if digest != new.digest {
-                return Err(StoreError::RequestIdConflict {
-                    request_id: new.request_id.unwrap_or_default(),
-                    batch_id,
-                });
+            if inserted.is_some() {
+                found = Some(None);
             }
+            // Else a known request id, or the lease is not what we thought:
+            // the claiming statement below tells which.
+        }
+        let found = match found {
+            Some(found) => found,
+            None => self.claim_and_insert(&client, &new).await?,
+        };
+        if let Some(batch_id) = found {
             drop(client);
             let log = self.load(&new.session_id, &batch_id).await?;
             return Ok(Begun::Existing { batch_id, log });
@@ -435,6 +539,87 @@ impl<E: LogEvent> PostgresStore<E> {
             self.live().insert(key, writer.log().clone());
         }
         Ok(begun)
+    }
+
+    /// Claims the session's lease and inserts the batch's row in one
+    /// statement: `None` when inserted, the batch its request id names
+    /// when known with the same calls.
+    async fn claim_and_insert(
+        &self,
+        client: &deadpool_postgres::Object,
+        new: &NewBatch,
+    ) -> Result<Option<String>, StoreError> {
+        let asked = Instant::now();
+        let statement = client
+            .prepare_cached(CLAIM_AND_INSERT)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let row = client
+            .query_one(
+                &statement,
+                &[
+                    &new.session_id,
+                    &&*self.replica,
+                    &self.lease_ttl.as_secs_f64(),
+                    &new.batch_id,
+                    &new.request_id,
+                    &new.digest.as_slice(),
+                    &new.request,
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let epoch: Option<i64> = row.get(0);
+        let inserted: Option<String> = row.get(1);
+        let Some(epoch) = epoch else {
+            let owner: Option<String> = row.get(4);
+            let secs: Option<f64> = row.get(5);
+            return Err(self.owned_elsewhere(
+                &new.session_id,
+                owner.unwrap_or_default(),
+                secs.unwrap_or(0.0),
+            ));
+        };
+        self.held(&new.session_id, epoch, asked);
+        let running: Vec<String> = row.get(6);
+        let orphans: Vec<String> = {
+            let live = self.live();
+            running
+                .into_iter()
+                .filter(|b| !live.contains_key(&(new.session_id.clone(), b.clone())))
+                .collect()
+        };
+        if !orphans.is_empty() {
+            self.orphans().insert(new.session_id.clone(), orphans);
+        }
+        if inserted.is_some() {
+            return Ok(None);
+        }
+        // The request id is known: the same calls replay that batch. (Read
+        // again when another replica inserted it during this statement: its
+        // row was not in the statement's snapshot.)
+        let (batch_id, digest): (Option<String>, Option<Vec<u8>>) = (row.get(2), row.get(3));
+        let (batch_id, digest) = match (batch_id, digest) {
+            (Some(b), Some(d)) => (b, d),
+            _ => {
+                let row = client
+                    .query_one(
+                        "SELECT batch_id, digest FROM toolsched_batches \
+                         WHERE session_id = $1 AND request_id = $2",
+                        &[&new.session_id, &new.request_id],
+                    )
+                    .await
+                    .map_err(|e| unavailable(&e))?;
+                (row.get(0), row.get(1))
+            }
+        };
+        if digest != new.digest {
+            return Err(StoreError::RequestIdConflict {
+                request_id: new.request_id.clone().unwrap_or_default(),
+                batch_id,
+            });
+        }
+        Ok(Some(batch_id))
     }
 
     /// A retained batch's log: this process's live one, or read back.
@@ -478,9 +663,11 @@ impl<E: LogEvent> PostgresStore<E> {
             .await
             .map_err(|e| unavailable(&e))?;
         let mut entries = Vec::with_capacity(rows.len());
+        // A taken-over batch's log continues after a base.
+        let first = rows.first().map_or(1, |r| r.get::<_, i64>(0));
         for (i, row) in rows.into_iter().enumerate() {
             let sequence: i64 = row.get(0);
-            if sequence != i as i64 + 1 {
+            if sequence != first + i as i64 {
                 return Err(StoreError::Unavailable {
                     reason: format!(
                         "the recorded log of batch '{batch_id}' has a gap before sequence {sequence}"
@@ -504,10 +691,10 @@ impl<E: LogEvent> PostgresStore<E> {
         let client = self.client().await?;
         // Only a running batch whose owner's lease is gone (expired or let
         // go) is claimed: a live owner keeps it (OwnedElsewhere).
-        self.claim(&client, session_id).await?;
+        let epoch = self.claim(&client, session_id).await?;
         let row = client
             .query_opt(
-                "SELECT request, request_id, digest FROM toolsched_batches \
+                "SELECT request, request_id, digest, epoch FROM toolsched_batches \
                  WHERE session_id = $1 AND batch_id = $2 AND completed_at IS NULL",
                 &[&session_id, &batch_id],
             )
@@ -522,17 +709,38 @@ impl<E: LogEvent> PostgresStore<E> {
         };
         let request_id: Option<String> = row.get(1);
         let digest: Vec<u8> = row.get(2);
-        let executing = client
+        let began_at_epoch: i64 = row.get(3);
+        // Every epoch since the batch began had its own range of sequences:
+        // the new log starts past all of them. What the stopped owner
+        // mirrored is superseded by the new log (one log per batch in the
+        // store).
+        let base = u64::try_from(epoch.saturating_sub(began_at_epoch))
+            .unwrap_or(0)
+            .saturating_mul(SEQUENCES_PER_OWNER);
+        client
+            .execute(
+                "DELETE FROM toolsched_events WHERE session_id = $1 AND batch_id = $2",
+                &[&session_id, &batch_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let mut executing = Vec::new();
+        let mut ended = Vec::new();
+        for row in client
             .query(
-                "SELECT call_id FROM toolsched_executing \
+                "SELECT call_id, ended FROM toolsched_executing \
                  WHERE session_id = $1 AND batch_id = $2",
                 &[&session_id, &batch_id],
             )
             .await
             .map_err(|e| unavailable(&e))?
-            .into_iter()
-            .map(|r| r.get::<_, String>(0))
-            .collect::<Vec<_>>();
+        {
+            let call_id: String = row.get(0);
+            match row.get::<_, Option<Vec<u8>>>(1) {
+                Some(end) => ended.push((call_id, end)),
+                None => executing.push(call_id),
+            }
+        }
         // This process's record of the batch, as if it had begun it here
         // (the row is kept: its request id still names it).
         let mut new = NewBatch {
@@ -548,7 +756,8 @@ impl<E: LogEvent> PostgresStore<E> {
         let Begun::New(writer) = self.memory.begin_batch(new).await? else {
             return Ok(None);
         };
-        for call_id in &executing {
+        writer.continue_after(base);
+        for call_id in executing.iter().chain(ended.iter().map(|(c, _)| c)) {
             self.memory
                 .record_executing(session_id, batch_id, call_id)
                 .await?;
@@ -561,6 +770,7 @@ impl<E: LogEvent> PostgresStore<E> {
             writer,
             request,
             executing,
+            ended,
         }))
     }
 
@@ -714,6 +924,11 @@ impl<E: LogEvent> PostgresStore<E> {
             let _ = waiter.send(row.get(0));
         }
         Ok(())
+    }
+
+    fn orphans(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<String>>> {
+        // Inserts and removes only: consistent after any panic.
+        self.orphans.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn mirrored(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<(String, String)>> {
@@ -895,14 +1110,20 @@ impl<E: LogEvent> PostgresStore<E> {
     ) -> Result<(), StoreError> {
         let fence = self.fence(session_id);
         // Fenced: only under a lease this replica still holds, unexpired.
-        let written = self
-            .client()
-            .await?
-            .execute(
+        // One round trip (a statement prepared once per connection).
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
                 "INSERT INTO toolsched_executing (session_id, batch_id, call_id) \
                  SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM toolsched_leases \
                    WHERE session_id = $1 AND owner = $4 AND epoch = $5 AND expires_at > now()) \
                  ON CONFLICT DO NOTHING",
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let written = client
+            .execute(
+                &statement,
                 &[
                     &session_id,
                     &batch_id,
@@ -978,6 +1199,19 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
         batch_id: &'a str,
     ) -> StoreFuture<'a, Result<Option<Adopted<E>>, StoreError>> {
         Box::pin(self.take_over(session_id, batch_id))
+    }
+
+    fn record_ended(&self, session_id: &str, batch_id: &str, call_id: &str, end: Vec<u8>) {
+        self.write(Write::Ended {
+            session_id: session_id.to_string(),
+            batch_id: batch_id.to_string(),
+            call_id: call_id.to_string(),
+            end,
+        });
+    }
+
+    fn take_orphans(&self, session_id: &str) -> Vec<String> {
+        self.orphans().remove(session_id).unwrap_or_default()
     }
 
     fn owner_elsewhere<'a>(
@@ -1068,6 +1302,33 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
         self.memory.ended(session_id, call_id)
     }
 
+    fn recorded_answer<'a>(
+        &'a self,
+        session_id: &'a str,
+        call_id: &'a str,
+        correlation_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<Answer>, StoreError>> {
+        Box::pin(async move {
+            if let Some(answer) = self.memory.answer(session_id, call_id, correlation_id) {
+                return Ok(Some(answer));
+            }
+            let row = self
+                .client()
+                .await?
+                .query_opt(
+                    "SELECT outcome, new_content FROM toolsched_answers \
+                     WHERE session_id = $1 AND call_id = $2 AND correlation_id = $3 LIMIT 1",
+                    &[&session_id, &call_id, &correlation_id],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?;
+            Ok(row.map(|r| Answer {
+                outcome: r.get(0),
+                new_content: r.get(1),
+            }))
+        })
+    }
+
     fn retention(&self) -> Retention {
         self.retention
     }
@@ -1155,7 +1416,7 @@ async fn writer(pool: Pool, mut rx: mpsc::UnboundedReceiver<Write>, retention: R
 }
 
 async fn apply(pool: &Pool, write: &Write) -> Result<(), String> {
-    let mut client = pool.get().await.map_err(|e| reason(&e))?;
+    let client = pool.get().await.map_err(|e| reason(&e))?;
     let err = |e: tokio_postgres::Error| reason(&e);
     match write {
         Write::Complete {
@@ -1170,41 +1431,50 @@ async fn apply(pool: &Pool, write: &Write) -> Result<(), String> {
             let bodies: Vec<&[u8]> = entries.iter().map(|e| e.2.as_slice()).collect();
             let calls: Vec<&str> = ended.iter().map(|c| c.call_id.as_str()).collect();
             let states: Vec<&str> = ended.iter().map(|c| c.state).collect();
-            let tx = client.transaction().await.map_err(err)?;
-            // Fenced: a replica that lost the session writes nothing more
-            // of it (the owner and epoch it held must still be the lease's).
-            let held = tx
-                .query_opt(
-                    "SELECT 1 FROM toolsched_leases WHERE session_id = $1 AND owner = $2 \
-                     AND epoch = $3 FOR SHARE",
-                    &[&fence.session_id, &&*fence.owner, &fence.epoch],
+            // One statement (one round trip, one commit). Fenced: a replica
+            // that lost the session writes nothing more of it (the owner and
+            // epoch it held must still be the lease's).
+            let statement = client
+                .prepare_cached(
+                    "WITH held AS (SELECT 1 FROM toolsched_leases WHERE session_id = $1 \
+                       AND owner = $6 AND epoch = $7 FOR SHARE), \
+                     events AS (INSERT INTO toolsched_events \
+                       (session_id, batch_id, sequence, at, body) \
+                       SELECT $1, $2, * FROM unnest($3::bigint[], $4::timestamptz[], $5::bytea[]) \
+                       WHERE EXISTS (SELECT 1 FROM held) ON CONFLICT DO NOTHING), \
+                     completed AS (UPDATE toolsched_batches SET completed_at = now(), \
+                       ended_calls = $8, ended_states = $9 \
+                       WHERE session_id = $1 AND batch_id = $2 AND EXISTS (SELECT 1 FROM held)) \
+                     SELECT EXISTS (SELECT 1 FROM held)",
                 )
                 .await
                 .map_err(err)?;
-            if held.is_none() {
+            let held: bool = client
+                .query_one(
+                    &statement,
+                    &[
+                        session_id,
+                        batch_id,
+                        &sequences,
+                        &times,
+                        &bodies,
+                        &&*fence.owner,
+                        &fence.epoch,
+                        &calls,
+                        &states,
+                    ],
+                )
+                .await
+                .map_err(err)?
+                .get(0);
+            if !held {
                 tracing::warn!(
                     session = %session_id,
                     batch = %batch_id,
                     "store: the session's lease passed to another replica; this batch's log is not written"
                 );
-                return Ok(());
             }
-            tx.execute(
-                "INSERT INTO toolsched_events (session_id, batch_id, sequence, at, body) \
-                 SELECT $1, $2, * FROM unnest($3::bigint[], $4::timestamptz[], $5::bytea[]) \
-                 ON CONFLICT DO NOTHING",
-                &[session_id, batch_id, &sequences, &times, &bodies],
-            )
-            .await
-            .map_err(err)?;
-            tx.execute(
-                "UPDATE toolsched_batches SET completed_at = now(), ended_calls = $3, \
-                 ended_states = $4 WHERE session_id = $1 AND batch_id = $2",
-                &[session_id, batch_id, &calls, &states],
-            )
-            .await
-            .map_err(err)?;
-            tx.commit().await.map_err(err)
+            Ok(())
         }
         Write::Answer {
             session_id,
@@ -1240,6 +1510,25 @@ async fn apply(pool: &Pool, write: &Write) -> Result<(), String> {
             .await
             .map(drop)
             .map_err(err),
+        Write::Ended {
+            session_id,
+            batch_id,
+            call_id,
+            end,
+        } => {
+            let statement = client
+                .prepare_cached(
+                    "UPDATE toolsched_executing SET ended = $4 \
+                     WHERE session_id = $1 AND batch_id = $2 AND call_id = $3",
+                )
+                .await
+                .map_err(err)?;
+            client
+                .execute(&statement, &[session_id, batch_id, call_id, end])
+                .await
+                .map(drop)
+                .map_err(err)
+        }
         Write::Flush(_) => Ok(()),
     }
 }
@@ -1289,19 +1578,28 @@ async fn renew<E: LogEvent>(store: std::sync::Weak<PostgresStore<E>>) {
         if sessions.is_empty() {
             continue;
         }
+        let asked = Instant::now();
         let renewed = async {
             let client = store.pool.get().await.map_err(|e| reason(&e))?;
             client
-                .execute(
+                .query(
                     "UPDATE toolsched_leases SET expires_at = now() + make_interval(secs => $3), \
-                     renewed_at = now() WHERE owner = $1 AND session_id = ANY($2)",
+                     renewed_at = now() WHERE owner = $1 AND session_id = ANY($2) \
+                     RETURNING session_id, epoch",
                     &[&&*store.replica, &sessions, &store.lease_ttl.as_secs_f64()],
                 )
                 .await
                 .map_err(|e| reason(&e))
         };
-        if let Err(reason) = renewed.await {
-            tracing::warn!(%reason, "store: renewing leases failed");
+        match renewed.await {
+            // Renewed: new batches of these sessions skip the claim a while
+            // longer.
+            Ok(rows) => {
+                for row in rows {
+                    store.held(row.get(0), row.get(1), asked);
+                }
+            }
+            Err(reason) => tracing::warn!(%reason, "store: renewing leases failed"),
         }
     }
 }
@@ -1393,14 +1691,19 @@ async fn write_entries<E: LogEvent>(
     let sequences: Vec<i64> = entries.iter().map(|e| e.sequence as i64).collect();
     let times: Vec<SystemTime> = entries.iter().map(|e| e.at).collect();
     let bodies: Vec<Vec<u8>> = entries.iter().map(|e| codec.encode(e)).collect();
-    pool.get()
-        .await
-        .map_err(|e| reason(&e))?
-        .execute(
+    let client = pool.get().await.map_err(|e| reason(&e))?;
+    let statement = client
+        .prepare_cached(
             "WITH written AS (INSERT INTO toolsched_events (session_id, batch_id, sequence, at, body) \
                SELECT $1, $2, * FROM unnest($3::bigint[], $4::timestamptz[], $5::bytea[]) \
                ON CONFLICT DO NOTHING RETURNING 1) \
              SELECT pg_notify('toolsched_events', $2) FROM (SELECT count(*) FROM written) w",
+        )
+        .await
+        .map_err(|e| reason(&e))?;
+    client
+        .execute(
+            &statement,
             &[&session_id, &batch_id, &sequences, &times, &bodies],
         )
         .await

@@ -115,6 +115,36 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind (to read a name back).
+    pub const ALL: [ErrorKind; 21] = [
+        Self::ToolNotRegistered,
+        Self::InvalidToolParams,
+        Self::PolicyViolation,
+        Self::FileNotFound,
+        Self::TargetIsDirectory,
+        Self::PathNotInWorkspace,
+        Self::FileTooLarge,
+        Self::PermissionDenied,
+        Self::NoSpaceLeft,
+        Self::EditNoOccurrenceFound,
+        Self::EditExpectedOccurrenceMismatch,
+        Self::EditNoChange,
+        Self::AttemptToCreateExistingFile,
+        Self::SearchPathNotFound,
+        Self::ExecutionTimeout,
+        Self::SandboxDenied,
+        Self::McpToolError,
+        Self::UnhandledException,
+        Self::PathIsNotADirectory,
+        Self::FileChangedConcurrently,
+        Self::OutcomeUnknown,
+    ];
+
+    /// The kind named `name` ([`ErrorKind::as_str`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     /// The stable snake_case name (as in the proto's `ErrorType`, lower-cased).
     pub fn as_str(self) -> &'static str {
         match self {
