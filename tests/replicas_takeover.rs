@@ -67,7 +67,7 @@ async fn watch_after_taken_over(
                 assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
                 assert!(
                     status.message().starts_with(&format!(
-                        "the store is unavailable: the replica running session '{session}' did not answer within 2 s"
+                        "the replica running session '{session}' did not answer within 2 s (it may have stopped"
                     )),
                     "{}",
                     status.message()

@@ -41,6 +41,7 @@ fn store_status(e: &StoreError, message: String) -> Status {
         StoreError::RequestIdConflict { .. } => Status::already_exists(message),
         StoreError::UnknownBatch { .. } => Status::not_found(message),
         StoreError::Unavailable { .. }
+        | StoreError::OwnerSilent { .. }
         | StoreError::OwnedElsewhere { .. }
         | StoreError::LeaseLost { .. }
         | StoreError::RunningElsewhere { .. } => Status::unavailable(message),

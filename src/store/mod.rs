@@ -178,6 +178,18 @@ pub enum StoreError {
     /// The store cannot be reached (a durable store only).
     #[error("the store is unavailable: {reason}")]
     Unavailable { reason: String },
+    /// The replica holding the session's lease did not answer a relayed
+    /// request in time (a durable store only): it is busy, partitioned or
+    /// stopped. Once its lease runs out, the next request takes the session
+    /// over.
+    #[error(
+        "the replica running session '{session_id}' did not answer within {} s (it may have stopped: once its lease runs out, at most --store-lease-secs, the next request takes the session over); retry",
+        waited.as_secs()
+    )]
+    OwnerSilent {
+        session_id: String,
+        waited: Duration,
+    },
     /// Another replica holds the session's lease (a durable store only).
     #[error(
         "session '{session_id}' is run by another replica ({owner}) for up to {} s more; retry (it is taken over once that replica stops renewing), or route by the x-toolsched-session header",

@@ -834,16 +834,13 @@ impl<E: LogEvent> PostgresStore<E> {
             Ok(Ok(answer)) => Ok(answer),
             _ => {
                 self.waiters().remove(&id);
-                Err(StoreError::Unavailable {
-                    reason: format!(
-                        "the replica running session '{}' did not answer within {} s",
-                        // The client's own id, never the tenant's key.
-                        crate::tenant::TenantId::client_session_id(session_id)
-                            .chars()
-                            .take(64)
-                            .collect::<String>(),
-                        wait.as_secs_f64()
-                    ),
+                Err(StoreError::OwnerSilent {
+                    // The client's own id, never the tenant's key.
+                    session_id: crate::tenant::TenantId::client_session_id(session_id)
+                        .chars()
+                        .take(64)
+                        .collect(),
+                    waited: wait,
                 })
             }
         }
