@@ -47,6 +47,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         None => toolsched::policy::PolicyHandle::default(),
     };
     let mut config = settings.scheduler.clone();
+    // The worker is this very binary, whatever its file is called (the
+    // library's guess looks for a `toolsched` beside test executables).
+    if config.sandbox.worker_exe.is_none() {
+        config.sandbox.worker_exe = std::env::current_exe().ok();
+    }
     let mut durable = None;
     if let Some(url) = &settings.store_url {
         // Unreachable at start-up: the server does not start (the reason is
