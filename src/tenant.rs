@@ -33,9 +33,10 @@ pub enum InvalidName {
     },
     #[error("{kind} name may hold only letters, digits, '-', '_' and '.'")]
     BadCharacter { kind: &'static str },
-    /// `.` and `..`: a tenant or workspace name is a path component of the
-    /// workspaces root, and these would leave it.
-    #[error("{kind} name may not be '.' or '..'")]
+    /// A leading `.`: a tenant or workspace name is a path component of the
+    /// workspaces root, where `.` and `..` would leave it and `.git` would
+    /// become the repository of every sibling directory for the host's git.
+    #[error("{kind} name may not begin with '.'")]
     DotName { kind: &'static str },
 }
 
@@ -295,7 +296,7 @@ pub fn check_name(kind: &'static str, name: &str, limit: usize) -> Result<(), In
     {
         return Err(InvalidName::BadCharacter { kind });
     }
-    if name == "." || name == ".." {
+    if name.starts_with('.') {
         return Err(InvalidName::DotName { kind });
     }
     Ok(())
@@ -332,10 +333,13 @@ mod tests {
             b.session_key("b/main"),
             TenantId::new("a.b").unwrap().session_key("main")
         );
-        assert_eq!(
-            TenantId::new(".."),
-            Err(InvalidName::DotName { kind: "tenant" })
-        );
+        for dotted in ["..", ".", ".git", ".x"] {
+            assert_eq!(
+                TenantId::new(dotted),
+                Err(InvalidName::DotName { kind: "tenant" })
+            );
+        }
+        assert!(TenantId::new("a.git").is_ok());
         assert!(Principal::new(b.clone(), "alice@example.com").is_ok());
         assert_eq!(
             Principal::new(b, "a\nb"),

@@ -430,7 +430,10 @@ mod tests {
     fn names_are_one_safe_path_component() {
         assert!(WorkspaceName::new("main").is_ok());
         assert!(WorkspaceName::new("a-b_c.1").is_ok());
-        for bad in ["", ".", "..", "a/b", "a b", "é"] {
+        // `.git` would be the repository of every sibling workspace.
+        for bad in [
+            "", ".", "..", ".git", ".GIT", ".hidden", "...", "a/b", "a b", "é",
+        ] {
             assert!(WorkspaceName::new(bad).is_err(), "{bad:?} accepted");
         }
         assert!(WorkspaceName::new(&"x".repeat(129)).is_err());

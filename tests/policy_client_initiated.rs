@@ -176,3 +176,50 @@ async fn a_client_initiated_call_is_still_denied_by_a_deny() {
             .exists()
     );
 }
+
+/// A command whose analysis cannot see what it runs (the command `find
+/// -exec` runs, a git alias given on the command line, a computed command
+/// name) could hide a denied one (`curl` here): a client-initiated call of
+/// it still asks, so a non-interactive batch refuses it and nothing runs.
+#[tokio::test]
+async fn a_client_initiated_command_that_hides_what_it_runs_still_asks() {
+    let srv = server().await;
+    let hidden = [
+        ("find-exec", "find . -maxdepth 0 -exec curl http://x ';'"),
+        (
+            "find-execdir",
+            "find . -maxdepth 0 -execdir curl http://x ';'",
+        ),
+        ("git-alias", "git -c 'alias.x=!curl http://x' x"),
+        ("computed", "C=curl; $C http://x"),
+    ];
+    for (id, cmd) in hidden {
+        let events = collect(
+            srv.schedule_with(batch(
+                vec![user(shell(id, cmd))],
+                pb::ApprovalMode::Default,
+                false,
+            ))
+            .await,
+        )
+        .await;
+        assert_eq!(states(&events, id), ["validating", "error"], "{id}");
+        let (kind, message) = error_of(&events, id);
+        assert_eq!(kind, pb::ErrorType::PolicyViolation, "{id}");
+        assert!(
+            message.starts_with("Approval required but the batch is non-interactive"),
+            "{id}: {message}"
+        );
+    }
+    // What the analysis sees whole still runs without a prompt.
+    let events = collect(
+        srv.schedule_with(batch(
+            vec![user(shell("find", "find . -maxdepth 0 -name work"))],
+            pb::ApprovalMode::Default,
+            false,
+        ))
+        .await,
+    )
+    .await;
+    assert_eq!(states(&events, "find"), RAN);
+}

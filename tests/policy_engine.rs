@@ -703,8 +703,11 @@ decision = "deny"
 }
 
 /// Issue 11 item 19: `client_initiated` turns every ask into allow (rules,
-/// dangerous forms, unresolved commands, protected paths, non-interactive
-/// batches) and leaves every deny a deny.
+/// dangerous forms, protected paths, non-interactive batches) and leaves
+/// every deny a deny. Not an ask for a command the analysis cannot see (a
+/// computed command name, `find -exec`, a command-line git alias): a deny
+/// rule could not have matched what runs there (`$CMD` may be `curl`), so
+/// it still asks.
 #[test]
 fn client_initiated_skips_asks_but_never_denies() {
     let none = SessionRules::default();
@@ -728,13 +731,21 @@ decision = "deny"
         ("touch a", AutoEdit, false),
         ("rm -rf build", Yolo, true),
         ("BASH_ENV=x bash -c ls", Yolo, true),
-        ("$CMD x", Dflt, true),
         ("ls && > f", Dflt, false),
     ];
     for (cmd, mode, interactive) in ask_then_allow {
         let (model, user) = shell_in(cmd, mode, interactive);
         assert_eq!(model.0, "ask", "{cmd}");
         assert_eq!(user, ("allow", String::new()), "{cmd}");
+    }
+    for cmd in [
+        "$CMD x",
+        "find . -exec curl x ';'",
+        "git -c 'alias.x=!curl x' x",
+    ] {
+        let (model, user) = shell_in(cmd, Dflt, true);
+        assert_eq!(model.0, "ask", "{cmd}");
+        assert_eq!(user.0, "ask", "{cmd}");
     }
     let denied = [
         ("curl x", Yolo, "no-curl"),

@@ -316,7 +316,10 @@ async fn other_processes_cmdline_is_not_readable() {
         run_ok(
             &srv,
             "s",
-            "tr '\\0' ' ' < /proc/self/cmdline; echo; sleep 1 & tr '\\0' ' ' < /proc/$!/cmdline; echo; wait; ps -e -o comm= | sort | tr '\\n' ' '"
+            // The child is read once it has exec'd `sleep` (before, its
+            // cmdline is still the forking shell's); builtins only, so the
+            // wait starts no process of its own.
+            "tr '\\0' ' ' < /proc/self/cmdline; echo; sleep 1 & until read -r c < /proc/$!/comm && [ \"$c\" = sleep ]; do :; done; tr '\\0' ' ' < /proc/$!/cmdline; echo; wait; ps -e -o comm= | sort | tr '\\n' ' '"
         )
         .await,
         "tr \\0   \nsleep 1 \nbash ps sort tr "

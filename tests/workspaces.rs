@@ -299,7 +299,8 @@ async fn the_workspace_is_fixed_and_refusals_have_their_codes() {
     assert!(m.contains("ScheduleCallsRequest.workspace"), "{m}");
     // Bad names: INVALID_ARGUMENT, echoing a short prefix only.
     for (bad, why) in [
-        ("..", "may not be '.' or '..'"),
+        ("..", "may not begin with '.'"),
+        (".git", "may not begin with '.'"),
         ("../beta/main", "may hold only letters"),
         ("a b", "may hold only letters"),
     ] {

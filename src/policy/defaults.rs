@@ -326,6 +326,30 @@ pub fn context_danger(seg: &Segment) -> Option<String> {
     None
 }
 
+/// Whether `seg` runs a command that its words do not show to the rules:
+/// `find -exec/-execdir/-ok/-okdir` (what follows is find's argument, not a
+/// segment), a git alias defined on the command line (`git -c
+/// alias.x='!cmd' x`), or `find`/`git` with arguments computed at run time.
+/// A deny rule cannot match what runs there.
+pub fn runs_hidden_command(seg: &Segment) -> bool {
+    let Some(name) = seg.base_name() else {
+        return true;
+    };
+    if !matches!(name, "find" | "git") {
+        return false;
+    }
+    if !seg.is_literal() {
+        return true;
+    }
+    seg.words.iter().skip(1).any(|w| {
+        let a = w.literal.as_deref().unwrap_or("");
+        match name {
+            "find" => matches!(a, "-exec" | "-execdir" | "-ok" | "-okdir"),
+            _ => a.starts_with("alias.") || a.contains("=!"),
+        }
+    })
+}
+
 /// The dangerous form `seg`'s words take, if any (shown in the prompt): an
 /// operator rule naming the command (`command_prefix`, `args_pattern`) may
 /// allow it.

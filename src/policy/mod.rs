@@ -216,6 +216,9 @@ pub struct PolicyInput<'a> {
     /// The user asked for the call directly (a frontend's `!ls`): what
     /// would ask is allowed, in every mode, but a deny stays a deny (a deny
     /// rule, plan mode, a write outside the workspace), as in Gemini CLI.
+    /// A shell command whose analysis cannot see what it runs (a computed
+    /// command name, `find -exec …`) still asks: no deny rule could have
+    /// been matched against it.
     pub client_initiated: bool,
 }
 
@@ -233,6 +236,11 @@ struct Verdict {
     source: DecisionSource,
     /// Why, without the source.
     why: String,
+    /// An ask because the analysis cannot see which command will run (a
+    /// computed command name, `find -exec` and the other forms that run a
+    /// command of their own): no rule, a deny rule included, could be
+    /// matched against it, so a client-initiated call still asks.
+    opaque: bool,
 }
 
 /// Where a redirection writes, relative to the workspace.
@@ -328,8 +336,10 @@ impl Policy {
             } => self.shell_verdict(&input, analysis, dir_path, workspace),
             _ => self.call_verdict(&input, &args_text),
         };
-        if input.client_initiated && verdict.level == Level::Ask {
-            // The person asking is the one a prompt would ask.
+        if input.client_initiated && verdict.level == Level::Ask && !verdict.opaque {
+            // The person asking is the one a prompt would ask. Not when the
+            // analysis cannot see what runs: a deny rule could not have
+            // matched it, and a deny stays a deny.
             return Decision::Allow;
         }
         into_decision(verdict, input.decl)
@@ -411,12 +421,14 @@ impl Policy {
             if rule.decision == RuleDecision::Deny {
                 verdicts.push(rule_verdict(rule, Some(&u.text)));
             } else {
-                verdicts.push(builtin_verdict(
+                let mut v = builtin_verdict(
                     Level::Ask,
                     "unresolved-shell",
                     Some(&u.text),
                     format!("the command cannot be analysed fully: {}", u.reason),
-                ));
+                );
+                v.opaque = true;
+                verdicts.push(v);
             }
         }
         if verdicts.is_empty() {
@@ -424,12 +436,16 @@ impl Policy {
             return self.call_verdict(input, &rules::serialize_args(input.args));
         }
         // The strictest; the first one of that level names the segment.
+        // Opaque if any ask is: one hidden command hides it from the rules
+        // whichever segment names the decision.
+        let opaque = verdicts.iter().any(|v| v.opaque && v.level == Level::Ask);
         let mut best = verdicts.remove(0);
         for v in verdicts {
             if v.level > best.level {
                 best = v;
             }
         }
+        best.opaque = best.level == Level::Ask && opaque;
         best
     }
 
@@ -497,6 +513,9 @@ impl Policy {
             );
             session_may_allow = false;
         }
+        if v.level == Level::Ask && defaults::runs_hidden_command(seg) {
+            v.opaque = true;
+        }
         for w in &seg.writes {
             let shown = w.target.as_deref().unwrap_or(&w.text);
             match place(
@@ -536,6 +555,7 @@ impl Policy {
                                 "it writes to {shown} through a redirection, and the rule that allows it has no allow_redirection"
                             ),
                             source: v.source,
+                            opaque: false,
                         };
                     }
                 }
@@ -588,7 +608,12 @@ fn rule_verdict(rule: &Rule, segment: Option<&str>) -> Verdict {
                 .unwrap_or_else(|| "the rule denies it".to_string()),
         ),
     };
-    Verdict { level, source, why }
+    Verdict {
+        level,
+        source,
+        why,
+        opaque: false,
+    }
 }
 
 fn builtin_verdict(level: Level, rule: &str, segment: Option<&str>, why: String) -> Verdict {
@@ -601,6 +626,7 @@ fn builtin_verdict(level: Level, rule: &str, segment: Option<&str>, why: String)
             segment: segment.map(str::to_string),
         },
         why,
+        opaque: false,
     }
 }
 
@@ -614,6 +640,7 @@ fn session_verdict(segment: Option<&str>, why: &str) -> Verdict {
             segment: segment.map(str::to_string),
         },
         why: why.into(),
+        opaque: false,
     }
 }
 

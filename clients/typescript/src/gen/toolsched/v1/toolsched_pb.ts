@@ -66,7 +66,9 @@ export type FunctionCall = Message<"toolsched.v1.FunctionCall"> & {
    * not the model: it skips the approval prompt (a decision of ask_user
    * becomes allow, in every mode and also in a non-interactive batch), but
    * never a deny: a deny rule, plan mode and a write outside the workspace
-   * still end it in Error (policy_violation), as in Gemini CLI.
+   * still end it in Error (policy_violation), as in Gemini CLI. A shell
+   * command whose analysis cannot see what it runs (a computed command
+   * name, `find -exec`, a command-line git alias) still asks.
    *
    * @generated from field: bool client_initiated = 5;
    */
@@ -201,6 +203,8 @@ export type WatchBatchRequest = Message<"toolsched.v1.WatchBatchRequest"> & {
 
   /**
    * The last sequence the client has seen; 0 replays from the first event.
+   * One below the first sequence of a taken-over batch's log (seen on the
+   * replica that stopped) replays that log from its first event.
    *
    * @generated from field: uint64 after_sequence = 3;
    */
@@ -223,6 +227,10 @@ export type ScheduleCallsResponse = Message<"toolsched.v1.ScheduleCallsResponse"
   /**
    * 1, 2, 3, … within the batch, without gaps; the same numbers for every
    * reader of the batch (ScheduleCalls, a retried request_id, WatchBatch).
+   * A batch taken over by another replica after its replica stopped
+   * (--store postgres) continues at n × 2^32 + 1 after its n-th takeover:
+   * above every sequence the stopped replica handed out, so WatchBatch with
+   * the last sequence seen there gets exactly the new replica's events.
    *
    * @generated from field: uint64 sequence = 1;
    */
