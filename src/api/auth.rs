@@ -118,10 +118,11 @@ impl Authenticator {
     /// the request's extensions.
     pub fn interceptor(self) -> impl Fn(Request<()>) -> Result<Request<()>, Status> + Clone {
         move |mut req: Request<()>| {
-            let given = req
-                .metadata()
-                .get("authorization")
-                .and_then(|v| v.to_str().ok());
+            let mut values = req.metadata().get_all("authorization").iter();
+            let given = values.next().and_then(|v| v.to_str().ok());
+            // Two credentials: which one a proxy or the server reads is
+            // anybody's guess, so neither is taken.
+            let ambiguous = values.next().is_some();
             // mTLS: the client certificate names the caller (the handshake
             // already required one signed by the client CA).
             let from_cert = req
@@ -132,6 +133,9 @@ impl Authenticator {
                 Some(Ok(principal)) => principal,
                 Some(Err(super::tls::UnmappedCert)) => {
                     return Err(ApiError::from(AuthError::UnmappedCert).into());
+                }
+                None if ambiguous => {
+                    return Err(ApiError::from(AuthError::Ambiguous).into());
                 }
                 None => self.authenticate(given).map_err(ApiError::from)?,
             };
@@ -171,6 +175,30 @@ mod tests {
             sha256: hash_hex(secret).to_uppercase(),
             tenant: tenant.into(),
             principal: principal.into(),
+        }
+    }
+
+    /// Two `authorization` values are refused, whichever comes first.
+    #[test]
+    fn two_authorization_values_are_unauthenticated() {
+        let auth = Authenticator::new(None, &[token("a-secret", "acme", "alice")], None).unwrap();
+        let check = auth.interceptor();
+        let mut req = Request::new(());
+        req.metadata_mut()
+            .append("authorization", "Bearer a-secret".parse().unwrap());
+        assert!(check(req).is_ok());
+        for second in ["Bearer a-secret", "Bearer other"] {
+            let mut req = Request::new(());
+            req.metadata_mut()
+                .append("authorization", "Bearer a-secret".parse().unwrap());
+            req.metadata_mut()
+                .append("authorization", second.parse().unwrap());
+            let status = check(req).unwrap_err();
+            assert_eq!(status.code(), tonic::Code::Unauthenticated);
+            assert_eq!(
+                status.message(),
+                "more than one 'authorization' metadata value"
+            );
         }
     }
 

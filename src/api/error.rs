@@ -73,6 +73,8 @@ pub enum AuthError {
     Jwt(super::jwt::JwtReason),
     #[error("the client certificate names no configured tenant principal (tls_clients)")]
     UnmappedCert,
+    #[error("more than one 'authorization' metadata value")]
+    Ambiguous,
 }
 
 use crate::scheduler::tenants::TenantRefusal;
