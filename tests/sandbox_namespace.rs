@@ -298,9 +298,21 @@ async fn other_processes_cmdline_is_not_readable() {
         .and_then(|p| p.lines().next())
         .and_then(|p| p.parse().ok())
         .expect("sibling pid");
-    // Visible from outside the sandbox: the test reads it itself.
-    let outside = std::fs::read(format!("/proc/{sibling_pid}/cmdline")).unwrap();
-    assert!(String::from_utf8_lossy(&outside).contains(&marker));
+    // Visible from outside the sandbox: the test reads it itself, once the
+    // sibling has exec'd (its `pid=` line comes just before the exec).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let outside = std::fs::read(format!("/proc/{sibling_pid}/cmdline")).unwrap();
+        if String::from_utf8_lossy(&outside).contains(&marker) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sibling did not exec within 30 s: {:?}",
+            String::from_utf8_lossy(&outside)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     let server = std::process::id();
     for pid in [server, sibling_pid, 1] {
         let msg = run_denied(&srv, "s", &format!("cat /proc/{pid}/cmdline")).await;
