@@ -90,9 +90,9 @@ impl From<ApiError> for Status {
             ApiError::Unauthenticated(_) => Status::unauthenticated(message),
             ApiError::Schedule(s) => match s {
                 ScheduleError::Invalid(_) => Status::invalid_argument(message),
-                ScheduleError::TooManyCalls { .. } | ScheduleError::TooManySessions { .. } => {
-                    Status::resource_exhausted(message)
-                }
+                ScheduleError::TooManyCalls { .. }
+                | ScheduleError::TooManySessions { .. }
+                | ScheduleError::TooManyBatches { .. } => Status::resource_exhausted(message),
                 ScheduleError::ShuttingDown => Status::unavailable(message),
                 ScheduleError::SandboxLevelNotAllowed { .. } => Status::permission_denied(message),
                 ScheduleError::GraceTooLong { .. } => Status::resource_exhausted(message),

@@ -319,6 +319,14 @@ impl Hub {
         }
         let tenant = self.shared.tenants.of_key(&request.session_id).cloned();
         let existing = self.sessions.get(&request.session_id);
+        // Each accepted, uncompleted batch holds a clone of `batches`.
+        if let Some(e) = existing
+            && Arc::strong_count(&e.batches) > super::MAX_BATCHES_PER_SESSION
+        {
+            return Err(ScheduleError::TooManyBatches {
+                limit: super::MAX_BATCHES_PER_SESSION,
+            });
+        }
         let mut queued_slot = None;
         if let Some(t) = &tenant {
             // Before anything is created for the batch: a refused batch

@@ -144,6 +144,11 @@ impl Default for SchedulerConfig {
     }
 }
 
+/// Batches one session may hold running or queued at once: each holds its
+/// calls and log until it runs, and `GetSession` lists the queued ones
+/// (1,024 ids stay far below a 4 MiB response).
+pub const MAX_BATCHES_PER_SESSION: usize = 1024;
+
 /// Why a batch was not accepted.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ScheduleError {
@@ -155,6 +160,10 @@ pub enum ScheduleError {
         "{limit} sessions are live, each with an open batch stream; the limit is max_sessions = {limit}"
     )]
     TooManySessions { limit: usize },
+    #[error(
+        "session has {limit} batches running or queued; the limit is MAX_BATCHES_PER_SESSION = {limit}: wait for one to complete"
+    )]
+    TooManyBatches { limit: usize },
     #[error("the server is shutting down and accepts no new batches")]
     ShuttingDown,
     #[error(
