@@ -1,7 +1,7 @@
 //! Approval: prompts, outcomes, "always" rules, modification, rejection,
 //! non-interactive batches, plan mode, and Confirm's errors.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

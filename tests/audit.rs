@@ -3,7 +3,7 @@
 //! line per call decision and per terminal state, fields at the top level;
 //! per-call state lines at DEBUG carry the session.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

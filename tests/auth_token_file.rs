@@ -2,7 +2,7 @@
 //! file (a Kubernetes Secret mounted as one), refused at start-up when it is
 //! a placeholder or too short, saying why and never echoing it.
 
-mod support;
+use crate::support;
 
 use std::io::Read as _;
 use std::process::{Command, Stdio};

@@ -4,8 +4,8 @@
 //! the latest, so the client, reading at last, gets far fewer reports than
 //! were sent, still in order and ending with the last one.
 
-mod mcp_common;
-mod support;
+use crate::mcp_common;
+use crate::support;
 
 use mcp_common::*;
 use serde_json::json;

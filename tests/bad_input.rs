@@ -2,7 +2,7 @@
 //! starts; one bad call in a batch is that call's Error, never a broken
 //! stream, and its siblings run.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

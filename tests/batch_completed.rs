@@ -3,7 +3,7 @@
 //! the call's own terminal event said (a client reading only the last event
 //! knows what became of each call).
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

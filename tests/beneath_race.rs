@@ -11,7 +11,7 @@
 //! and `tools::file::tests::accesses_after_the_check_*` prove the second on
 //! its own, with the swap made after the check.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

@@ -2,7 +2,7 @@
 //! group is really gone), while queued; a client that drops its stream; a
 //! confirmation timeout; server shutdown.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

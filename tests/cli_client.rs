@@ -1,7 +1,7 @@
 //! `toolsched call`, the small client for manual use, against the built
 //! server binary: prompts answered from stdin or with --yes.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

@@ -4,7 +4,7 @@
 //! that do not fit end in `no_space_left`, the file they targeted is left
 //! as it was, and no temp file is left behind.
 
-mod support;
+use crate::support;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};

@@ -4,8 +4,8 @@
 //! approved edits of one file in one batch, and an edit applied to the file
 //! as it is at execution.
 
-mod file_support;
-mod support;
+use crate::file_support;
+use crate::support;
 
 use file_support::*;
 use serde_json::json;

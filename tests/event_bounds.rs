@@ -4,8 +4,8 @@
 //! stream with an error, so receiving the terminal event and BatchCompleted
 //! is the proof; each test also measures what it received.
 
-mod mcp_common;
-mod support;
+use crate::mcp_common;
+use crate::support;
 
 use mcp_common::*;
 use prost::Message;

@@ -3,8 +3,8 @@
 //! type, and the workspace boundary (symlinks out, a sibling sharing the
 //! root's name prefix, `..`) for every file and search tool.
 
-mod file_support;
-mod support;
+use crate::file_support;
+use crate::support;
 
 use file_support::*;
 use serde_json::json;

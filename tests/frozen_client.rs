@@ -4,7 +4,7 @@
 //! cancelled as disconnected (issue 11 item 8). The client is a real child
 //! process (Python grpcio), really stopped.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

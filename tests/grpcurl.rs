@@ -2,7 +2,7 @@
 //! person debugging the service would: list, describe, health, and a
 //! ScheduleCalls of read_file built from reflection alone.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 //! reads the whole output from; the bounds per call and per session hold;
 //! confined commands cannot read the kept files.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

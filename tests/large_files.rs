@@ -6,8 +6,8 @@
 //! The files are written into the temp workspace at test time and removed
 //! with it.
 
-mod file_support;
-mod support;
+use crate::file_support;
+use crate::support;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -4,8 +4,8 @@
 //! Executing updates with percentages, images come back as inline data, and
 //! the same server works over streamable HTTP.
 
-mod mcp_common;
-mod support;
+use crate::mcp_common;
+use crate::support;
 
 use std::process::Stdio;
 

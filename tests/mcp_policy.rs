@@ -4,8 +4,8 @@
 //! a server rule never covers another server whose name merely starts the
 //! same way (spoofing), and `trust` decides whether `readOnlyHint` counts.
 
-mod mcp_common;
-mod support;
+use crate::mcp_common;
+use crate::support;
 
 use mcp_common::*;
 use serde_json::json;

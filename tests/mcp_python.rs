@@ -3,8 +3,8 @@
 //! inactivity and total time limits, error results, tool list changes, and
 //! servers that fail to start.
 
-mod mcp_common;
-mod support;
+use crate::mcp_common;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! by deploy/tools/setup.sh) must accept the output, and every family's HELP
 //! text must be the one the README's Metrics table gives.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

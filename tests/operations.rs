@@ -1,7 +1,7 @@
 //! Operating the service: bearer-token authentication, health during
 //! shutdown, session expiry, ListTools.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

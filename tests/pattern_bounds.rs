@@ -3,7 +3,7 @@
 //! without repeating it; a pattern within the length whose compiled form is
 //! too large is refused by the size limit the compiler checks as it builds.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

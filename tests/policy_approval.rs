@@ -4,7 +4,7 @@
 //! edit's `proceed_always` switches the session to auto_edit; plan mode
 //! denies with a message.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

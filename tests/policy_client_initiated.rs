@@ -4,7 +4,7 @@
 //! write outside the workspace still end it in policy_violation (issue 11,
 //! item 19, as Gemini CLI).
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

@@ -5,7 +5,7 @@
 //! old_string does not. Each ends Validating → Error `invalid_tool_params`
 //! in every mode, and nothing is written.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

@@ -6,7 +6,7 @@
 //! symlink into `.git` and `.GIT` are the same protected place. Issue 11,
 //! item 3.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

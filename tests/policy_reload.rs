@@ -2,7 +2,7 @@
 //! and reason; a changed file is reloaded while sessions run; a bad new
 //! file is rejected with the reason and the old policy stays.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! each one's decision, the deciding rule and segment, and that a denied
 //! command ran no segment at all.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

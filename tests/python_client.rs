@@ -2,7 +2,7 @@
 //! against the real server: a frontend in another language schedules a
 //! batch, approves the write with Confirm and gets the function responses.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use support::{TestServer, venv_tool};

@@ -1,7 +1,7 @@
 //! The per-session request queue: batches of one session never interleave;
 //! other sessions run independently.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

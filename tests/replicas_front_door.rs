@@ -5,8 +5,8 @@
 //! woken (LISTEN/NOTIFY) and carries it out, and the caller gets the
 //! owner's answer with the owner's codes.
 
-mod replicas_support;
-mod support;
+use crate::replicas_support;
+use crate::support;
 
 use replicas_support::{client, fresh_database};
 use serde_json::json;

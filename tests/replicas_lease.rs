@@ -3,7 +3,7 @@
 //! replicas; a lease is made to expire by the database's clock (as for a
 //! paused replica that stopped renewing), never by waiting.
 
-mod replicas_support;
+use crate::replicas_support;
 
 use std::sync::Arc;
 use std::time::Duration;

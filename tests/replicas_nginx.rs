@@ -4,8 +4,8 @@
 //! session reaches the replica holding its lease (a batch reaching another
 //! one would be refused UNAVAILABLE while the lease holds).
 
-mod replicas_support;
-mod support;
+use crate::replicas_support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -4,8 +4,8 @@
 //! stopped with SIGTERM lets go of its sessions so the next request on
 //! another replica runs at once.
 
-mod replicas_support;
-mod support;
+use crate::replicas_support;
+use crate::support;
 
 use replicas_support::{client, fresh_database, messages};
 use serde_json::json;

@@ -2,7 +2,7 @@
 //! body's session_id on every session RPC (INVALID_ARGUMENT otherwise,
 //! naming both, each cut to a short prefix); absent, nothing changes.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::{TestServer, call, collect, completed, request};

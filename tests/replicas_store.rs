@@ -4,8 +4,8 @@
 //! NOT_SERVING and new batches UNAVAILABLE until it is back, and completed
 //! batches (and their request ids) surviving a restart.
 
-mod replicas_support;
-mod support;
+use crate::replicas_support;
+use crate::support;
 
 use replicas_support::{Relay, batch_id, client, fresh_database, messages, sql, via, wait_health};
 use serde_json::json;

@@ -5,8 +5,8 @@
 //! never run again; calls not yet started run; an open prompt is offered
 //! again with a new correlation id (the old one is stale).
 
-mod replicas_support;
-mod support;
+use crate::replicas_support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! request_id retries that run nothing again, several watchers, retention,
 //! and a client that stops reading while a command prints without end.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! inside the workspace or outside it. Through the real binary
 //! (`toolsched serve --config … --policy-file …`), its real worker, as root.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -7,7 +7,7 @@
 //! Through the real gRPC server (yolo mode) and the real worker, with the
 //! mount namespace and with `sandbox_landlock_only`.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

@@ -5,7 +5,7 @@
 //! the real gRPC server (yolo mode) and the real worker, as root: CI runs
 //! as root, and root owns every system file, so this is where the hole was.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

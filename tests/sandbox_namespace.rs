@@ -13,7 +13,7 @@
 //! Where the kernel or the user cannot make the namespace these tests say
 //! so loudly and stop; as root (CI) it must be available.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

@@ -5,7 +5,7 @@
 //! server had kept the listings of the directories around it. Through the
 //! real gRPC server (yolo mode) and the real worker.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};

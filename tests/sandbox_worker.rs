@@ -5,7 +5,7 @@
 //! the worker binary directly where a test needs options the harness cannot
 //! give (a protected path inside the workspace, a broken workspace).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

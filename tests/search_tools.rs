@@ -4,8 +4,8 @@
 //! counts of what was left out, bounded results that say what was cut, and
 //! every error type.
 
-mod file_support;
-mod support;
+use crate::file_support;
+use crate::support;
 
 use std::time::{Duration, SystemTime};
 

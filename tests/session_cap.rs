@@ -4,7 +4,7 @@
 //! batch stream is never evicted, and when every session is busy a new one
 //! is RESOURCE_EXHAUSTED naming the limit.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

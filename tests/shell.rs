@@ -2,7 +2,7 @@
 //! group, pipes held open by background children, bounded output, a scrubbed
 //! environment.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

@@ -3,7 +3,7 @@
 //! per batch, the parent of one span per call; a call's span has one event
 //! per state transition, in the order the client saw the states.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -6,9 +6,9 @@
 //! audit trail naming who asked and who approved (the real binary,
 //! `--log-format json`).
 
-mod mcp_common;
-mod replicas_support;
-mod support;
+use crate::mcp_common;
+use crate::replicas_support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! (tenant, principal); sessions are namespaced by tenant, and another
 //! tenant's session, call or batch behaves as if it did not exist.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

@@ -3,7 +3,7 @@
 //! claims; every refusal UNAUTHENTICATED with a fixed reason, and no token
 //! in any log line.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

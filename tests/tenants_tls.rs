@@ -4,7 +4,7 @@
 //! `[[tls_clients]]` maps is UNAUTHENTICATED; a rotated server certificate
 //! is served from the next handshake on; grpcurl works as the README shows.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

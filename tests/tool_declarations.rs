@@ -3,8 +3,8 @@
 //! example call a declaration carries (`parameters.examples`) validates
 //! against its schema and succeeds when fed through the service.
 
-mod file_support;
-mod support;
+use crate::file_support;
+use crate::support;
 
 use file_support::*;
 use serde_json::{Value, json};

@@ -1,7 +1,7 @@
 //! Waves: consecutive parallelizable calls run concurrently, side-effecting
 //! calls one at a time, the topic tool first, in exact state sequences.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::*;

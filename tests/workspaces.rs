@@ -5,7 +5,7 @@
 //! GetSession show only the caller's tenant's. Two tenants with static
 //! tokens, the real server and the real sandbox worker.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

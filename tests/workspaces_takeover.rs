@@ -4,8 +4,8 @@
 //! the session named (re-opened from the recorded request), never in its
 //! own `--workspace`.
 
-mod replicas_support;
-mod support;
+use crate::replicas_support;
+use crate::support;
 
 use std::time::Duration;
 
