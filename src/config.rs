@@ -1282,7 +1282,7 @@ mod tests {
             })
         };
         let s = resolve(format!(
-            "[mcp_servers.docs]\ncommand = \"x\"\n\n[[tenants]]\nname = \"acme\"\nallowed_modes = [\"default\", \"plan\"]\nmax_sandbox_level = \"read_only\"\nmcp_servers = [\"docs\"]\npolicy_file = \"{}\"\nmax_sessions = 3\nmax_executing_calls = 2\nmax_queued_batches = 4\nmax_shell_commands_per_minute = 5\n",
+            "[mcp_servers.docs]\ncommand = \"x\"\n\n[[tenants]]\nname = \"acme\"\nallowed_modes = [\"default\", \"plan\"]\nmax_sandbox_level = \"read_only\"\nmcp_servers = [\"docs\"]\npolicy_file = \"{}\"\nmax_sessions = 3\nmax_executing_calls = 2\nmax_queued_batches = 4\nmax_shell_commands_per_minute = 5\nmax_retained_event_bytes = 1048576\n",
             policy.display()
         ))
         .unwrap();
@@ -1295,6 +1295,7 @@ mod tests {
                 max_executing_calls: Some(2),
                 max_queued_batches: Some(4),
                 max_shell_commands_per_minute: Some(5),
+                max_retained_event_bytes: Some(1_048_576),
             }
         );
         assert_eq!(t.max_sandbox_level, Some(SandboxLevel::ReadOnly));

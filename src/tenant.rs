@@ -173,6 +173,7 @@ struct RawTenantConfig {
     max_executing_calls: Option<usize>,
     max_queued_batches: Option<usize>,
     max_shell_commands_per_minute: Option<usize>,
+    max_retained_event_bytes: Option<usize>,
     #[serde(default)]
     workspaces: Vec<String>,
 }
@@ -190,6 +191,7 @@ impl From<RawTenantConfig> for TenantConfig {
                 max_executing_calls: r.max_executing_calls,
                 max_queued_batches: r.max_queued_batches,
                 max_shell_commands_per_minute: r.max_shell_commands_per_minute,
+                max_retained_event_bytes: r.max_retained_event_bytes,
             },
             workspaces: r.workspaces,
         }
@@ -212,6 +214,13 @@ pub struct TenantQuotas {
     /// `run_shell_command` calls admitted per minute (sliding window): the
     /// rate of process spawns one tenant can ask of the host.
     pub max_shell_commands_per_minute: Option<usize>,
+    /// Estimated bytes of event logs the tenant's batches hold in this
+    /// process (running ones and the completed ones kept for WatchBatch and
+    /// request-id replay): at admission its oldest completed batches are
+    /// dropped to fit, and a batch is refused while what cannot be dropped
+    /// (running batches, each session's newest completed one) still
+    /// reaches it. The memory a tenant's history holds.
+    pub max_retained_event_bytes: Option<usize>,
 }
 
 /// Why a `[[tenants]]` table is unusable (at start-up).
@@ -266,6 +275,7 @@ impl TenantConfig {
                 "max_shell_commands_per_minute",
                 q.max_shell_commands_per_minute,
             ),
+            ("max_retained_event_bytes", q.max_retained_event_bytes),
         ] {
             if value == Some(0) {
                 return Err(TenantConfigError::ZeroQuota {

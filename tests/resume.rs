@@ -448,6 +448,37 @@ async fn a_request_id_with_other_calls_is_already_exists_naming_the_batch() {
         "names the batch: {}",
         status.message()
     );
+    // The same calls asking for another approval mode, sandbox level or
+    // interactivity are another batch too: refused, nothing replayed.
+    type Change = fn(&mut pb::ScheduleCallsRequest);
+    let modes: [(&str, Change); 3] = [
+        ("approval_mode", |r| {
+            r.approval_mode = pb::ApprovalMode::Plan as i32
+        }),
+        ("sandbox_level", |r| {
+            r.sandbox_level = pb::SandboxLevel::ReadOnly as i32
+        }),
+        ("interactive", |r| r.interactive = Some(false)),
+    ];
+    for (what, change) in modes {
+        let mut retry = with_request_id("s", vec![shell("sh", "true")], "r-3");
+        change(&mut retry);
+        let status = srv
+            .client
+            .clone()
+            .schedule_calls(retry)
+            .await
+            .expect_err(what);
+        assert_eq!(status.code(), tonic::Code::AlreadyExists, "{what}");
+        assert_eq!(
+            status.message(),
+            format!(
+                "request_id 'r-3' was already used in this session by batch '{}' with different calls or settings (approval_mode, sandbox_level, workspace, interactive); use a new request_id for a new batch",
+                batch_id(&first)
+            ),
+            "{what}"
+        );
+    }
     // Another session has its own request ids.
     let other = collect_seq(
         srv.schedule_with(with_request_id("t", vec![shell("sh", "false")], "r-3"))

@@ -408,6 +408,132 @@ async fn over_its_shell_commands_per_minute_a_tenant_is_refused() {
     assert_eq!(terminal_name(&events, "c"), "success");
 }
 
+fn first_batch_id(events: &[Event]) -> String {
+    match events.first() {
+        Some(Event::BatchAccepted(a)) => a.batch_id.clone(),
+        other => panic!("first event is not BatchAccepted: {other:?}"),
+    }
+}
+
+async fn watch_as(
+    srv: &TestServer,
+    token: &str,
+    session: &str,
+    batch: &str,
+) -> Result<Vec<Event>, tonic::Status> {
+    let mut client = srv.client.clone();
+    let stream = client
+        .watch_batch(with_token(
+            token,
+            pb::WatchBatchRequest {
+                session_id: session.into(),
+                batch_id: batch.into(),
+                after_sequence: 0,
+            },
+        ))
+        .await?
+        .into_inner();
+    Ok(collect(stream).await)
+}
+
+#[tokio::test]
+async fn over_its_retained_event_bytes_a_tenant_loses_its_oldest_events_then_is_refused() {
+    const QUOTA: usize = 64 * 1024;
+    let srv = server(
+        yolo(),
+        TenantConfig {
+            quotas: TenantQuotas {
+                max_retained_event_bytes: Some(QUOTA),
+                ..TenantQuotas::default()
+            },
+            ..TenantConfig::default()
+        },
+    )
+    .await;
+    // Each batch's events hold its 40,000-byte output (streamed, then in the
+    // function response): more than half the quota.
+    let big = |file: &str| {
+        shell(
+            "c",
+            &format!("echo ran >> {file} && head -c 40000 /dev/zero | tr '\\0' x"),
+        )
+    };
+    let mut first = request("one", vec![big("acme.log")]);
+    first.request_id = "r-one".into();
+    let first = run(&srv, A, first.clone()).await;
+    assert_eq!(terminal_name(&first, "c"), "success");
+    let first_id = first_batch_id(&first);
+    let beta = run(&srv, B, request("one", vec![big("beta.log")])).await;
+    let beta_id = first_batch_id(&beta);
+
+    // The next batch of acme (another session) makes room: the oldest
+    // completed batch's events go, the session and request id stay.
+    let second = run(&srv, A, request("two", vec![big("acme.log")])).await;
+    assert_eq!(terminal_name(&second, "c"), "success");
+    let dropped = format!(
+        "batch '{first_id}' of session 'one' completed, but its events were dropped to fit the tenant's max_retained_event_bytes: they cannot be replayed or watched (nothing was run again)"
+    );
+    let status = watch_as(&srv, A, "one", &first_id).await.unwrap_err();
+    assert_eq!(refusal(status, tonic::Code::FailedPrecondition), dropped);
+    let mut retry = request("one", vec![big("acme.log")]);
+    retry.request_id = "r-one".into();
+    let status = schedule(&srv, A, retry).await.unwrap_err();
+    assert_eq!(refusal(status, tonic::Code::FailedPrecondition), dropped);
+    let ran = std::fs::read_to_string(srv.workspace.path().join("acme.log")).unwrap();
+    assert_eq!(ran, "ran\nran\n", "the retry ran nothing");
+    // The other tenant's history is its own.
+    let replay = watch_as(&srv, B, "one", &beta_id)
+        .await
+        .expect("beta's batch kept");
+    assert_eq!(terminal_name(&replay, "c"), "success");
+
+    // A running batch that holds more than the quota: acme is refused,
+    // naming the quota and its use, while beta runs.
+    let mut holding = schedule(
+        &srv,
+        A,
+        request(
+            "hold",
+            vec![shell("h", "head -c 70000 /dev/zero | tr '\\0' x; sleep 30")],
+        ),
+    )
+    .await
+    .expect("accepted");
+    let mut streamed = 0;
+    while streamed < 70_000 {
+        let msg = tokio::time::timeout(Duration::from_secs(60), holding.message())
+            .await
+            .expect("output within 60 s")
+            .expect("stream ok")
+            .expect("stream open");
+        if let Some(Event::CallUpdate(pb::ToolCallUpdate {
+            state: Some(State::Executing(x)),
+            ..
+        })) = msg.event
+        {
+            streamed += x.output_chunk.len();
+        }
+    }
+    let status = schedule(&srv, A, request("two", vec![read("r")]))
+        .await
+        .unwrap_err();
+    let message = refusal(status, tonic::Code::ResourceExhausted);
+    let used = message
+        .strip_prefix("tenant acme: max_retained_event_bytes 65536 reached (")
+        .and_then(|m| m.strip_suffix(" bytes held by 1 running batches)"))
+        .unwrap_or_else(|| panic!("{message}"));
+    assert!(used.parse::<usize>().unwrap() >= 70_000, "{message}");
+    let events = run(&srv, B, request("two", vec![shell("e", "echo b")])).await;
+    assert_eq!(terminal_name(&events, "e"), "success");
+
+    // Once the batch ended its events can go: acme runs again.
+    cancel(&srv, A, "hold").await;
+    let rest = collect(holding).await;
+    assert_eq!(terminal_name(&rest, "h"), "cancelled");
+    let events = run(&srv, A, request("two", vec![read("r")])).await;
+    assert_eq!(terminal_name(&events, "r"), "success");
+}
+
 #[tokio::test]
 async fn list_tools_differs_per_tenant_and_a_hidden_tool_is_unknown() {
     use mcp_common::{py, servers};

@@ -40,6 +40,7 @@ fn store_status(e: &StoreError, message: String) -> Status {
     match e {
         StoreError::RequestIdConflict { .. } => Status::already_exists(message),
         StoreError::UnknownBatch { .. } => Status::not_found(message),
+        StoreError::EventsDropped { .. } => Status::failed_precondition(message),
         StoreError::Unavailable { .. }
         | StoreError::OwnerSilent { .. }
         | StoreError::OwnedElsewhere { .. }

@@ -317,9 +317,17 @@ impl CancelError {
 }
 
 impl StoreError {
+    /// Every session id a store error names is the client's, never the
+    /// store's `<tenant>/<id>` key.
     fn for_client(&mut self) {
-        if let StoreError::UnknownBatch { session_id, .. } = self {
-            unkey(session_id);
+        match self {
+            StoreError::UnknownBatch { session_id, .. }
+            | StoreError::EventsDropped { session_id, .. }
+            | StoreError::OwnerSilent { session_id, .. }
+            | StoreError::OwnedElsewhere { session_id, .. }
+            | StoreError::RunningElsewhere { session_id, .. }
+            | StoreError::LeaseLost { session_id } => unkey(session_id),
+            StoreError::RequestIdConflict { .. } | StoreError::Unavailable { .. } => {}
         }
     }
 }
@@ -600,7 +608,7 @@ impl Scheduler {
         let batch_id = uuid::Uuid::new_v4().to_string();
         // Only a request id needs the digest: the hot path hashes nothing.
         let digest = match request.request_id {
-            Some(_) => resume::calls_digest(&request.calls),
+            Some(_) => resume::batch_digest(&request),
             None => [0; 32],
         };
         let begun = self
@@ -640,6 +648,15 @@ impl Scheduler {
             }
         };
         let session_id = request.session_id.clone();
+        // After the claim, so that a replayed request id is never refused:
+        // it holds nothing new.
+        if let Some(t) = self.tenants.of_key(&session_id)
+            && let Some(limit) = t.config.quotas.max_retained_event_bytes
+            && let Err(held) = self.store.make_room(&t.config.name, limit, &batch_id)
+        {
+            self.store.abandon_batch(&session_id, &batch_id);
+            return Err(t.retained_refusal(limit, held).into());
+        }
         // A stopped owner's running batches of this session go on here
         // first, queued before this one as they were (each runs to its end
         // with a reader here; its own client re-attaches with WatchBatch).

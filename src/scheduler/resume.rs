@@ -82,6 +82,27 @@ pub fn grace_reason(grace: Duration) -> String {
     )
 }
 
+/// What a request id is checked against when it comes again: the calls
+/// ([`calls_digest`]) and the batch's settings that change what they do
+/// (approval mode, sandbox level, workspace, interactive). A retry that
+/// asks for another mode or workspace is another batch, refused as a
+/// conflict rather than answered with the first one's results.
+pub fn batch_digest(request: &BatchRequest) -> CallsDigest {
+    let mut hasher = Sha256::new();
+    hasher.update(calls_digest(&request.calls));
+    let mode = request.approval_mode.map_or("", crate::policy::mode_name);
+    field(&mut hasher, mode.as_bytes());
+    let level = request
+        .sandbox_level
+        .map(|l| l.to_string())
+        .unwrap_or_default();
+    field(&mut hasher, level.as_bytes());
+    let workspace = request.workspace.as_ref().map_or("", |w| w.as_str());
+    field(&mut hasher, workspace.as_bytes());
+    hasher.update([u8::from(request.interactive)]);
+    hasher.finalize().into()
+}
+
 /// SHA-256 of the calls in a canonical form (object keys sorted, so the
 /// order a client's JSON library emits them in does not matter): ids,
 /// names, arguments and `wait_for_previous`, in request order.
@@ -249,6 +270,60 @@ mod tests {
             args: Arc::new(args.as_object().cloned().unwrap_or_default()),
             wait_for_previous: false,
             client_initiated: false,
+        }
+    }
+
+    #[test]
+    fn a_batch_digest_covers_the_settings_that_change_what_runs() {
+        let request = BatchRequest {
+            session_id: "s".into(),
+            calls: vec![call("a", json!({"command": "ls"}))],
+            approval_mode: None,
+            interactive: true,
+            sandbox_level: None,
+            trace_parent: Default::default(),
+            request_id: Some("r-1".into()),
+            disconnect_grace: None,
+            outcome_unknown: Vec::new(),
+            workspace: Some(crate::workspaces::WorkspaceName::new("a").unwrap()),
+            principal: "alice".into(),
+            ended: Vec::new(),
+        };
+        let base = batch_digest(&request);
+        // Who asks, the grace and the trace do not change what runs.
+        let same = BatchRequest {
+            principal: "bob".into(),
+            disconnect_grace: Some(Duration::from_secs(9)),
+            ..request.clone()
+        };
+        assert_eq!(batch_digest(&same), base);
+        for other in [
+            BatchRequest {
+                workspace: Some(crate::workspaces::WorkspaceName::new("b").unwrap()),
+                ..request.clone()
+            },
+            BatchRequest {
+                workspace: None,
+                ..request.clone()
+            },
+            BatchRequest {
+                approval_mode: Some(ApprovalMode::Yolo),
+                ..request.clone()
+            },
+            BatchRequest {
+                sandbox_level: Some(crate::sandbox::SandboxLevel::ReadOnly),
+                ..request.clone()
+            },
+            BatchRequest {
+                interactive: false,
+                ..request.clone()
+            },
+            BatchRequest {
+                calls: vec![call("a", json!({"command": "rm"}))],
+                ..request.clone()
+            },
+        ] {
+            assert_ne!(batch_digest(&other), base, "{other:?}");
         }
     }
 

@@ -9,6 +9,10 @@
 //! - `max_sessions`, `max_queued_batches`, `max_shell_commands_per_minute`,
 //!   `max_executing_calls`: at admission of a batch (the hub), refusing the
 //!   ScheduleCalls with RESOURCE_EXHAUSTED naming the quota and the use;
+//! - `max_retained_event_bytes`: after the store claimed the batch's request
+//!   id (a replayed request id holds nothing new), by the store, which
+//!   drops the tenant's oldest completed batches to fit
+//!   (`crate::store::Store::make_room`);
 //! - `max_executing_calls` also bounds execution itself: a call of a batch
 //!   admitted while the tenant was under its quota, that reaches Executing
 //!   when the tenant's other calls took every slot meanwhile, waits for a
@@ -303,6 +307,12 @@ impl TenantState {
             self.queued.fetch_add(1, Ordering::Relaxed);
             QueuedSlot(self.clone())
         }))
+    }
+
+    /// The refusal of a batch at `max_retained_event_bytes`: what its
+    /// batches hold that could not be dropped.
+    pub fn retained_refusal(&self, limit: usize, held: crate::store::RetainedUse) -> TenantRefusal {
+        self.quota("max_retained_event_bytes", limit, held.to_string())
     }
 
     /// The tenant's execution slots, when it has `max_executing_calls`.

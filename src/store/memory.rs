@@ -5,13 +5,13 @@
 //! calls, every session at most once per [`SWEEP_EVERY`] (on any call), so
 //! an idle server holds what it held and a busy one never scans per batch.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::{
-    Answer, AnswerRecord, BatchLog, Begun, CallsDigest, EndedCall, LogEvent, NewBatch, Retention,
-    Store, StoreError, StoreFuture,
+    Answer, AnswerRecord, BatchLog, Begun, CallsDigest, EndedCall, LogEvent, NewBatch, RetainedUse,
+    Retention, Store, StoreError, StoreFuture,
 };
 
 /// Longest time between two sweeps of every session's expired batches.
@@ -24,7 +24,9 @@ pub struct MemoryStore<E: LogEvent> {
 }
 
 struct State<E: LogEvent> {
-    sessions: HashMap<String, SessionRecord<E>>,
+    /// By session key `<tenant>/<id>`: ordered, so that one tenant's
+    /// sessions are a range ([`MemoryStore::make_room`]).
+    sessions: BTreeMap<String, SessionRecord<E>>,
     last_sweep: Instant,
 }
 
@@ -48,6 +50,11 @@ struct BatchRecord<E: LogEvent> {
     /// Estimated log bytes, taken when it completed (a running batch's log
     /// still grows; it is never dropped).
     bytes: usize,
+    /// Its events were dropped to fit its tenant's
+    /// `max_retained_event_bytes` ([`Store::make_room`]): its request id,
+    /// answers and ended calls stay for the retention, so that a retry runs
+    /// nothing again, but neither a replay nor WatchBatch can read it.
+    dropped: bool,
     ended: Vec<EndedCall>,
     /// (call id, correlation id) → the winning answer.
     answers: HashMap<(String, String), Answer>,
@@ -60,7 +67,7 @@ impl<E: LogEvent> MemoryStore<E> {
         Self {
             retention,
             state: Mutex::new(State {
-                sessions: HashMap::new(),
+                sessions: BTreeMap::new(),
                 last_sweep: Instant::now(),
             }),
         }
@@ -126,7 +133,7 @@ impl<E: LogEvent> MemoryStore<E> {
         let mut state = self.lock();
         let session = state
             .sessions
-            .entry(new.session_id)
+            .entry(new.session_id.clone())
             .or_insert_with(|| SessionRecord {
                 batches: VecDeque::new(),
                 completed_bytes: 0,
@@ -138,7 +145,12 @@ impl<E: LogEvent> MemoryStore<E> {
                 .iter()
                 .find(|b| b.request_id.as_ref() == Some(request_id))
         {
-            return if known.digest == new.digest {
+            return if known.digest == new.digest && known.dropped {
+                Err(StoreError::EventsDropped {
+                    session_id: new.session_id,
+                    batch_id: known.id.clone(),
+                })
+            } else if known.digest == new.digest {
                 Ok(Begun::Existing {
                     batch_id: known.id.clone(),
                     log: known.log.clone(),
@@ -158,6 +170,7 @@ impl<E: LogEvent> MemoryStore<E> {
             log,
             completed: None,
             bytes: 0,
+            dropped: false,
             ended: Vec::new(),
             answers: HashMap::new(),
             executing: Vec::new(),
@@ -258,14 +271,21 @@ impl<E: LogEvent> Store<E> for MemoryStore<E> {
                     .iter()
                     .rev()
                     .find(|b| b.id == batch_id)
-                    .map(|b| b.log.clone())
+                    .map(|b| (!b.dropped).then(|| b.log.clone()))
             })
         };
-        ready(found.ok_or_else(|| StoreError::UnknownBatch {
-            session_id: session_id.to_string(),
-            batch_id: batch_id.to_string(),
-            retention: self.retention.completed_for,
-        }))
+        ready(match found {
+            Some(Some(log)) => Ok(log),
+            Some(None) => Err(StoreError::EventsDropped {
+                session_id: session_id.to_string(),
+                batch_id: batch_id.to_string(),
+            }),
+            None => Err(StoreError::UnknownBatch {
+                session_id: session_id.to_string(),
+                batch_id: batch_id.to_string(),
+                retention: self.retention.completed_for,
+            }),
+        })
     }
 
     fn complete_batch(&self, session_id: &str, batch_id: &str, ended: Vec<EndedCall>) {
@@ -345,6 +365,74 @@ impl<E: LogEvent> Store<E> for MemoryStore<E> {
 
     fn retention(&self) -> Retention {
         self.retention
+    }
+
+    fn make_room(&self, tenant: &str, limit: usize, admitting: &str) -> Result<(), RetainedUse> {
+        let now = Instant::now();
+        let retention = self.retention;
+        // Keys are `<tenant>/<id>`: '0' follows '/', so this range is the
+        // tenant's sessions and nobody else's.
+        let range = format!("{tenant}/")..format!("{tenant}0");
+        let mut gone = Vec::new();
+        let result = {
+            let mut state = self.lock();
+            let mut held = RetainedUse {
+                bytes: 0,
+                running: 0,
+            };
+            for session in state.sessions.range_mut(range.clone()).map(|(_, s)| s) {
+                session.expire(&retention, now);
+                held.bytes += session.completed_bytes;
+                for b in session
+                    .batches
+                    .iter()
+                    .filter(|b| b.completed.is_none() && b.id != admitting)
+                {
+                    held.running += 1;
+                    held.bytes += b.log.bytes();
+                }
+            }
+            if held.bytes >= limit {
+                // Over: the completed batches' events go, oldest first.
+                let mut droppable: Vec<(Instant, String, String)> = Vec::new();
+                for (key, session) in state.sessions.range(range) {
+                    for b in &session.batches {
+                        if let Some(at) = b.completed
+                            && !b.dropped
+                            && b.bytes > 0
+                        {
+                            droppable.push((at, key.clone(), b.id.clone()));
+                        }
+                    }
+                }
+                droppable.sort_by_key(|(at, _, _)| *at);
+                for (_, key, id) in droppable {
+                    if held.bytes < limit {
+                        break;
+                    }
+                    if let Some(session) = state.sessions.get_mut(&key)
+                        && let Some(b) = session.batches.iter_mut().find(|b| b.id == id)
+                    {
+                        session.completed_bytes -= b.bytes;
+                        held.bytes -= b.bytes;
+                        b.bytes = 0;
+                        b.dropped = true;
+                        gone.push(std::mem::replace(
+                            &mut b.log,
+                            BatchLog::recorded(Vec::new()),
+                        ));
+                    }
+                }
+            }
+            if held.bytes >= limit {
+                Err(held)
+            } else {
+                Ok(())
+            }
+        };
+        // Freed after the lock, as in `bound`.
+        drop(gone);
+        result
     }
 }
 
@@ -455,6 +543,93 @@ mod tests {
         assert_eq!(store.retained("s"), ["c2"]);
         run_to_end(&store, "huge", 1000);
         assert_eq!(store.retained("s"), ["huge"], "kept whatever its size");
+    }
+
+    /// A batch of `session` (a store key) run to its end with `bytes` of
+    /// events, its request id `request_id`.
+    fn completed_in(store: &MemoryStore<Ev>, session: &str, batch: &str, bytes: usize) {
+        let w = writer(begin(
+            store,
+            NewBatch {
+                session_id: session.into(),
+                request_id: Some(format!("r-{batch}")),
+                ..new(batch, None, 1)
+            },
+        ));
+        w.finish(Ev(bytes));
+        store.complete_batch(session, batch, Vec::new());
+    }
+
+    fn watch(store: &MemoryStore<Ev>, session: &str, batch: &str) -> Result<(), StoreError> {
+        store
+            .batch(session, batch)
+            .now_or_never()
+            .expect("ready")
+            .map(|_| ())
+    }
+
+    #[test]
+    fn a_tenants_oldest_completed_events_go_first_and_only_its_own() {
+        let store = MemoryStore::new(Retention::default());
+        completed_in(&store, "a/s1", "a1", 40);
+        completed_in(&store, "b/s1", "b1", 500);
+        completed_in(&store, "a/s2", "a2", 40);
+        completed_in(&store, "a/s1", "a3", 40);
+        completed_in(&store, "ab/s1", "x", 500);
+        // Under the limit: nothing goes.
+        assert_eq!(store.make_room("a", 121, "new"), Ok(()));
+        assert_eq!(watch(&store, "a/s1", "a1"), Ok(()));
+        // 120 bytes against 100: the oldest (a1) goes, whatever its session.
+        assert_eq!(store.make_room("a", 100, "new"), Ok(()));
+        let dropped = StoreError::EventsDropped {
+            session_id: "a/s1".into(),
+            batch_id: "a1".into(),
+        };
+        assert_eq!(watch(&store, "a/s1", "a1"), Err(dropped.clone()));
+        assert_eq!(watch(&store, "a/s2", "a2"), Ok(()));
+        assert_eq!(watch(&store, "a/s1", "a3"), Ok(()));
+        // Its request id is still known: a retry is told, and runs nothing.
+        let retry = begin(
+            &store,
+            NewBatch {
+                session_id: "a/s1".into(),
+                request_id: Some("r-a1".into()),
+                ..new("again", None, 1)
+            },
+        );
+        assert_eq!(retry.err(), Some(dropped));
+        // Other tenants (`b`, and `ab` whose name starts the same) keep all.
+        assert_eq!(watch(&store, "b/s1", "b1"), Ok(()));
+        assert_eq!(watch(&store, "ab/s1", "x"), Ok(()));
+        // Down to nothing completed: the newest of each session goes too.
+        assert_eq!(store.make_room("a", 1, "new"), Ok(()));
+        assert!(watch(&store, "a/s1", "a3").is_err());
+        assert_eq!(store.make_room("b", 501, "new"), Ok(()));
+        assert_eq!(watch(&store, "b/s1", "b1"), Ok(()));
+    }
+
+    #[test]
+    fn running_batches_that_hold_a_tenants_limit_refuse_more() {
+        let store = MemoryStore::new(Retention::default());
+        completed_in(&store, "a/s1", "done", 30);
+        let running = writer(begin(
+            &store,
+            NewBatch {
+                session_id: "a/s2".into(),
+                ..new("running", None, 0)
+            },
+        ));
+        running.append(Ev(70));
+        assert_eq!(
+            store.make_room("a", 50, "new"),
+            Err(RetainedUse {
+                bytes: 70,
+                running: 1
+            })
+        );
+        assert!(watch(&store, "a/s1", "done").is_err(), "dropped trying");
+        assert_eq!(watch(&store, "a/s2", "running"), Ok(()), "never dropped");
+        assert_eq!(store.make_room("a", 71, "new"), Ok(()));
     }
 
     #[test]

@@ -144,6 +144,26 @@ impl Default for Retention {
     }
 }
 
+/// What a tenant's batches hold that [`Store::make_room`] could not drop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetainedUse {
+    /// Estimated log bytes of the tenant's batches held now.
+    pub bytes: usize,
+    /// Running batches holding them (their logs still grow; a completed
+    /// batch's events can always be dropped).
+    pub running: usize,
+}
+
+impl std::fmt::Display for RetainedUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} bytes held by {} running batches",
+            self.bytes, self.running
+        )
+    }
+}
+
 /// A request another replica relayed to this one, for the session it owns.
 pub struct InboxItem {
     pub session_id: String,
@@ -159,7 +179,7 @@ pub struct InboxItem {
 pub enum StoreError {
     /// The request id is taken by a batch with other calls.
     #[error(
-        "request_id '{request_id}' was already used in this session by batch '{batch_id}' with different calls; use a new request_id for a new batch"
+        "request_id '{request_id}' was already used in this session by batch '{batch_id}' with different calls or settings (approval_mode, sandbox_level, workspace, interactive); use a new request_id for a new batch"
     )]
     RequestIdConflict {
         request_id: String,
@@ -174,6 +194,16 @@ pub enum StoreError {
         session_id: String,
         batch_id: String,
         retention: Duration,
+    },
+    /// A completed batch whose events were dropped to fit its tenant's
+    /// `max_retained_event_bytes`: its request id is still known (a retry
+    /// runs nothing again) but its events cannot be read.
+    #[error(
+        "batch '{batch_id}' of session '{session_id}' completed, but its events were dropped to fit the tenant's max_retained_event_bytes: they cannot be replayed or watched (nothing was run again)"
+    )]
+    EventsDropped {
+        session_id: String,
+        batch_id: String,
     },
     /// The store cannot be reached (a durable store only).
     #[error("the store is unavailable: {reason}")]
@@ -379,6 +409,15 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
 
     /// How long completed batches are kept (named in errors).
     fn retention(&self) -> Retention;
+
+    /// Makes the event logs of `tenant`'s batches held in this process fit
+    /// under `limit` estimated bytes (its `max_retained_event_bytes`),
+    /// dropping the events of its completed batches, oldest first
+    /// ([`StoreError::EventsDropped`] from then on); `Err` says what its
+    /// running batches hold when that is not enough (`admitting`, the batch
+    /// being admitted, is not counted). Only the tenant's own sessions are
+    /// looked at.
+    fn make_room(&self, tenant: &str, limit: usize, admitting: &str) -> Result<(), RetainedUse>;
 
     /// Whether the store can be reached, for a store that can be lost (the
     /// server's health follows it); `None` for one that cannot.

@@ -29,7 +29,7 @@ use tokio_postgres::NoTls;
 
 use super::{
     Adopted, Answer, AnswerRecord, BatchLog, Begun, EndedCall, Entry, EventCodec, InboxItem,
-    LogEvent, MemoryStore, NewBatch, Retention, Store, StoreError, StoreFuture,
+    LogEvent, MemoryStore, NewBatch, RetainedUse, Retention, Store, StoreError, StoreFuture,
 };
 
 /// The schema's versions, in order: (version, name, SQL). A database at a
@@ -1328,6 +1328,12 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
 
     fn retention(&self) -> Retention {
         self.retention
+    }
+
+    fn make_room(&self, tenant: &str, limit: usize, admitting: &str) -> Result<(), RetainedUse> {
+        // What this replica holds; the database's rows follow the
+        // retention alone.
+        self.memory.make_room(tenant, limit, admitting)
     }
 
     fn reachable(&self) -> Option<watch::Receiver<bool>> {
