@@ -216,10 +216,10 @@ pub struct TenantQuotas {
     pub max_shell_commands_per_minute: Option<usize>,
     /// Estimated bytes of event logs the tenant's batches hold in this
     /// process (running ones and the completed ones kept for WatchBatch and
-    /// request-id replay): at admission its oldest completed batches are
-    /// dropped to fit, and a batch is refused while what cannot be dropped
-    /// (running batches, each session's newest completed one) still
-    /// reaches it. The memory a tenant's history holds.
+    /// request-id replay): at admission the events of its oldest completed
+    /// batches are dropped to fit (their request ids stay), and a batch is
+    /// refused while its running batches alone reach it. The memory a
+    /// tenant's history holds.
     pub max_retained_event_bytes: Option<usize>,
 }
 

@@ -364,6 +364,34 @@ async fn at_its_queued_batches_quota_a_tenant_is_refused() {
         refusal(status, tonic::Code::ResourceExhausted),
         "tenant acme: max_queued_batches 1 reached (1 queued)"
     );
+    // Requests with one request id racing each other, each refused: every
+    // one is told (none follows the empty log of a refused original).
+    let racing = (0..16).map(|_| {
+        let srv = &srv;
+        async move {
+            let mut again = request("s", vec![read("q3")]);
+            again.request_id = "raced".into();
+            match schedule(srv, A, again).await {
+                Ok(stream) => Ok(collect(stream).await.len()),
+                Err(status) => Err((status.code(), status.message().to_string())),
+            }
+        }
+    });
+    for outcome in futures::future::join_all(racing).await {
+        match outcome {
+            Err((tonic::Code::ResourceExhausted, message)) => {
+                assert_eq!(
+                    message,
+                    "tenant acme: max_queued_batches 1 reached (1 queued)"
+                )
+            }
+            Err((tonic::Code::Unavailable, message)) => assert_eq!(
+                message,
+                "the store is unavailable: the batch this request_id named was refused before it started (a request with the same request_id raced it); send the request again"
+            ),
+            other => panic!("a racing request was not told it was refused: {other:?}"),
+        }
+    }
     // Not queued: another session of the tenant, and the other tenant.
     let events = run(&srv, A, request("t", vec![read("r")])).await;
     assert_eq!(terminal_name(&events, "r"), "success");
@@ -520,7 +548,7 @@ async fn over_its_retained_event_bytes_a_tenant_loses_its_oldest_events_then_is_
     let message = refusal(status, tonic::Code::ResourceExhausted);
     let used = message
         .strip_prefix("tenant acme: max_retained_event_bytes 65536 reached (")
-        .and_then(|m| m.strip_suffix(" bytes held by 1 running batches)"))
+        .and_then(|m| m.strip_suffix(" bytes held by 1 running batch)"))
         .unwrap_or_else(|| panic!("{message}"));
     assert!(used.parse::<usize>().unwrap() >= 70_000, "{message}");
     let events = run(&srv, B, request("two", vec![shell("e", "echo b")])).await;
@@ -532,6 +560,99 @@ async fn over_its_retained_event_bytes_a_tenant_loses_its_oldest_events_then_is_
     assert_eq!(terminal_name(&rest, "h"), "cancelled");
     let events = run(&srv, A, request("two", vec![read("r")])).await;
     assert_eq!(terminal_name(&events, "r"), "success");
+}
+
+/// A batch refused by any check counts nothing and drops nothing: not the
+/// shell commands it asks, not the tenant's retained events.
+#[tokio::test]
+async fn a_refused_batch_changes_nothing_of_its_tenants() {
+    let srv = server(
+        SchedulerConfig {
+            max_sessions: 3,
+            ..yolo()
+        },
+        TenantConfig {
+            quotas: TenantQuotas {
+                max_queued_batches: Some(1),
+                max_shell_commands_per_minute: Some(4),
+                max_retained_event_bytes: Some(20_000),
+                ..TenantQuotas::default()
+            },
+            ..TenantConfig::default()
+        },
+    )
+    .await;
+    let mut busy = schedule(&srv, A, request("busy", vec![shell("s", "sleep 30")]))
+        .await
+        .expect("accepted");
+    until_executing(&mut busy, "s").await;
+    let mut queued = schedule(&srv, A, request("busy", vec![read("q")]))
+        .await
+        .expect("one may wait");
+    // Completed, and more than the retained quota on its own.
+    std::fs::write(srv.workspace.path().join("big.txt"), "x".repeat(30_000)).unwrap();
+    let kept = run(
+        &srv,
+        A,
+        request(
+            "kept",
+            vec![call("big", "read_file", json!({"file_path": "big.txt"}))],
+        ),
+    )
+    .await;
+    let kept_id = first_batch_id(&kept);
+    assert_eq!(terminal_name(&kept, "big"), "success");
+
+    // Refused by the queue: the kept batch's events stay.
+    let status = schedule(&srv, A, request("busy", vec![read("q2")]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refusal(status, tonic::Code::ResourceExhausted),
+        "tenant acme: max_queued_batches 1 reached (1 queued)"
+    );
+    let replay = watch_as(&srv, A, "kept", &kept_id)
+        .await
+        .expect("still kept");
+    assert_eq!(terminal_name(&replay, "big"), "success");
+
+    // Refused by the server's max_sessions (3 live, each busy): its two
+    // shell commands are not counted against the tenant's four a minute
+    // (the two sleeps hold two).
+    let mut other = schedule(&srv, B, request("b", vec![shell("s", "sleep 30")]))
+        .await
+        .expect("accepted");
+    until_executing(&mut other, "s").await;
+    let mut holding = schedule(&srv, A, request("kept", vec![shell("h", "sleep 30")]))
+        .await
+        .expect("accepted");
+    until_executing(&mut holding, "h").await;
+    let two = || vec![shell("x1", "true"), shell("x2", "true")];
+    let status = schedule(&srv, A, request("new", two())).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("max_sessions"),
+        "{}",
+        status.message()
+    );
+    cancel(&srv, B, "b").await;
+    collect(other).await;
+    let events = run(&srv, A, request("new", two())).await;
+    assert_eq!(terminal_name(&events, "x2"), "success");
+    // A batch asking more than the quota alone says so.
+    let five = (0..5).map(|i| shell(&format!("y{i}"), "true")).collect();
+    let status = schedule(&srv, A, request("new", five)).await.unwrap_err();
+    assert_eq!(
+        refusal(status, tonic::Code::ResourceExhausted),
+        "tenant acme: max_shell_commands_per_minute 4 reached (this batch alone asks 5)"
+    );
+
+    for session in ["busy", "kept"] {
+        cancel(&srv, A, session).await;
+    }
+    collect(busy).await;
+    collect(holding).await;
+    while queued.message().await.expect("stream").is_some() {}
 }
 
 #[tokio::test]

@@ -327,18 +327,36 @@ impl Hub {
                 limit: super::MAX_BATCHES_PER_SESSION,
             });
         }
+        // Checked before anything is counted or evicted: a batch refused by
+        // any check holds nothing and has changed nothing.
+        let new_session = existing.is_none();
+        let limit = self.shared.config.max_sessions;
+        if new_session && self.sessions.len() >= limit && !self.has_idle_session(None) {
+            return Err(ScheduleError::TooManySessions { limit });
+        }
+        let queued = existing.is_some_and(|e| Arc::strong_count(&e.batches) > 1);
         let mut queued_slot = None;
+        let mut shell = 0;
         if let Some(t) = &tenant {
-            // Before anything is created for the batch: a refused batch
-            // holds nothing of its tenant's.
-            let queued = existing.is_some_and(|e| Arc::strong_count(&e.batches) > 1);
-            if existing.is_none()
+            if new_session
                 && let Some(limit) = t.at_session_quota()
                 && !self.tenant_has_idle_session(&t.config.name)
             {
                 return Err(t.session_refusal(limit).into());
             }
-            queued_slot = t.admit(&request.calls, queued)?;
+            shell = t.check_admission(&request.calls, queued)?;
+            if let Some(limit) = t.config.quotas.max_retained_event_bytes {
+                // The last check of a tenant's: it drops the tenant's
+                // oldest completed events to fit only when it admits.
+                self.shared
+                    .store
+                    .make_room(&t.config.name, limit, &batch_id)
+                    .map_err(|held| t.retained_refusal(limit, held))?;
+            }
+        }
+        // Every check passed; what follows counts and evicts.
+        if let Some(t) = &tenant {
+            queued_slot = t.admitted(shell, queued);
         }
         if !self.sessions.contains_key(&request.session_id) {
             // At the tenant's quota (checked above: it has an idle session),
@@ -427,10 +445,16 @@ impl Hub {
     /// Whether tenant `name` has a session [`Hub::evict_oldest_idle`] could
     /// forget. A scan of the map, only when the tenant is at its quota.
     fn tenant_has_idle_session(&self, name: &str) -> bool {
-        let prefix = format!("{name}/");
+        self.has_idle_session(Some(&format!("{name}/")))
+    }
+
+    /// Whether a session (of `prefix`, `<tenant>/`) is one
+    /// [`Hub::evict_oldest_idle`] could forget. A scan of the map, only at
+    /// a cap.
+    fn has_idle_session(&self, prefix: Option<&str>) -> bool {
         self.sessions
             .iter()
-            .any(|(id, e)| e.idle() && id.starts_with(&prefix))
+            .any(|(id, e)| e.idle() && prefix.is_none_or(|p| id.starts_with(p)))
     }
 
     /// At `max_sessions`: forgets the idle session (no open stream) the hub

@@ -332,6 +332,12 @@ impl StoreError {
     }
 }
 
+/// How many times a request claims its request id again after the batch
+/// it named was refused before it started (requests with one request id
+/// racing each other): each time one of them became the batch and was
+/// refused, so this bounds a request's work, not the outcome.
+const MAX_RECLAIMS: u32 = 8;
+
 /// What every session shares (read-only).
 pub(crate) struct Shared {
     pub config: SchedulerConfig,
@@ -611,52 +617,72 @@ impl Scheduler {
             Some(_) => resume::batch_digest(&request),
             None => [0; 32],
         };
-        let begun = self
-            .store
-            .begin_batch(NewBatch {
-                session_id: request.session_id.clone(),
-                batch_id: batch_id.clone(),
-                request_id: request.request_id.clone(),
-                digest,
-                request: self.durable.then(|| resume::encode_request(&request)),
-            })
-            .await;
-        let begun = match begun {
-            // A retry of a batch whose replica stopped: taken over here,
-            // nothing of it run twice.
-            Err(StoreError::RunningElsewhere {
-                session_id,
-                batch_id,
-            }) => {
-                return self
-                    .take_over(&session_id, &batch_id)
-                    .await
-                    .map_err(|e| match e {
-                        WatchError::Store(e) => ScheduleError::Store(e),
-                        _ => ScheduleError::ShuttingDown,
-                    });
-            }
-            other => other?,
-        };
-        let writer = match begun {
-            Begun::New(writer) => writer,
-            Begun::Existing { batch_id, log } => {
-                return self
-                    .attach(request.session_id, batch_id, log, 0, true)
-                    .await
-                    .map_err(|_| ScheduleError::ShuttingDown);
+        let mut refused_originals = 0;
+        let writer = loop {
+            let begun = self
+                .store
+                .begin_batch(NewBatch {
+                    session_id: request.session_id.clone(),
+                    batch_id: batch_id.clone(),
+                    request_id: request.request_id.clone(),
+                    digest,
+                    request: self.durable.then(|| resume::encode_request(&request)),
+                })
+                .await;
+            let begun = match begun {
+                // A retry of a batch whose replica stopped: taken over here,
+                // nothing of it run twice.
+                Err(StoreError::RunningElsewhere {
+                    session_id,
+                    batch_id,
+                }) => {
+                    return self
+                        .take_over(&session_id, &batch_id)
+                        .await
+                        .map_err(|e| match e {
+                            WatchError::Store(e) => ScheduleError::Store(e),
+                            _ => ScheduleError::ShuttingDown,
+                        });
+                }
+                other => other?,
+            };
+            match begun {
+                Begun::New(writer) => break writer,
+                Begun::Existing {
+                    batch_id: original,
+                    log,
+                } => {
+                    // A retry racing its original between the claim and the
+                    // admission: an original then refused closes its log
+                    // with no event and frees the request id, and this
+                    // request claims it again (it is the batch now, and is
+                    // told its own admission) rather than following an
+                    // empty log.
+                    if log.last_sequence() == 0
+                        && let Ok(mut first) = log.reader(0)
+                        && first.next().await.is_none()
+                    {
+                        refused_originals += 1;
+                        // The original's own request frees the id too, when
+                        // it is told; freeing it here first is the same.
+                        // A durable store frees it behind, in order: there
+                        // the client is told to retry.
+                        if !self.durable && refused_originals < MAX_RECLAIMS {
+                            self.store.abandon_batch(&request.session_id, &original);
+                            continue;
+                        }
+                        return Err(ScheduleError::Store(StoreError::Unavailable {
+                            reason: "the batch this request_id named was refused before it started (a request with the same request_id raced it); send the request again".into(),
+                        }));
+                    }
+                    return self
+                        .attach(request.session_id, original, log, 0, true)
+                        .await
+                        .map_err(|_| ScheduleError::ShuttingDown);
+                }
             }
         };
         let session_id = request.session_id.clone();
-        // After the claim, so that a replayed request id is never refused:
-        // it holds nothing new.
-        if let Some(t) = self.tenants.of_key(&session_id)
-            && let Some(limit) = t.config.quotas.max_retained_event_bytes
-            && let Err(held) = self.store.make_room(&t.config.name, limit, &batch_id)
-        {
-            self.store.abandon_batch(&session_id, &batch_id);
-            return Err(t.retained_refusal(limit, held).into());
-        }
         // A stopped owner's running batches of this session go on here
         // first, queued before this one as they were (each runs to its end
         // with a reader here; its own client re-attaches with WatchBatch).

@@ -105,7 +105,8 @@ pub fn batch_digest(request: &BatchRequest) -> CallsDigest {
 
 /// SHA-256 of the calls in a canonical form (object keys sorted, so the
 /// order a client's JSON library emits them in does not matter): ids,
-/// names, arguments and `wait_for_previous`, in request order.
+/// names, arguments, `wait_for_previous` and `client_initiated`, in request
+/// order.
 pub fn calls_digest(calls: &[CallRequest]) -> CallsDigest {
     let mut hasher = Sha256::new();
     for call in calls {
@@ -113,6 +114,8 @@ pub fn calls_digest(calls: &[CallRequest]) -> CallsDigest {
         field(&mut hasher, call.name.as_bytes());
         hash_object(&mut hasher, &call.args);
         hasher.update([u8::from(call.wait_for_previous)]);
+        // Who initiated it changes how it is approved.
+        hasher.update([u8::from(call.client_initiated)]);
     }
     hasher.finalize().into()
 }
@@ -380,6 +383,9 @@ mod tests {
         let mut waits = call("c", json!({"command": "ls", "dir_path": "."}));
         waits.wait_for_previous = true;
         let other_wait = calls_digest(&[waits]);
+        let mut by_client = call("c", json!({"command": "ls", "dir_path": "."}));
+        by_client.client_initiated = true;
+        assert_ne!(a, calls_digest(&[by_client]));
         assert_ne!(a, other_value);
         assert_ne!(a, other_id);
         assert_ne!(a, other_wait);

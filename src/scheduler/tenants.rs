@@ -255,15 +255,16 @@ impl TenantState {
         }
     }
 
-    /// Admission of a batch of `calls`, `queued` behind another batch of
-    /// its session: the executing and queued quotas, then the shell rate
-    /// (counted here, so a refused batch counts nothing). Returns the
-    /// queue slot a queued batch holds while it waits.
-    pub fn admit(
-        self: &Arc<Self>,
+    /// The admission checks of a batch of `calls`, `queued` behind another
+    /// batch of its session: the executing and queued quotas and the shell
+    /// rate. Nothing is counted here ([`TenantState::admitted`] counts once
+    /// every check of the batch passed), so a batch refused by any later
+    /// check counts nothing. Returns the shell commands it asks.
+    pub fn check_admission(
+        &self,
         calls: &[super::CallRequest],
         queued: bool,
-    ) -> Result<Option<QueuedSlot>, TenantRefusal> {
+    ) -> Result<usize, TenantRefusal> {
         let q = self.config.quotas;
         if let Some(limit) = q.max_executing_calls {
             let used = self.executing();
@@ -277,36 +278,59 @@ impl TenantState {
                 return Err(self.quota("max_queued_batches", limit, format!("{used} queued")));
             }
         }
-        if let Some(limit) = q.max_shell_commands_per_minute {
-            let asked = calls.iter().filter(|c| c.name == SHELL_TOOL).count();
-            if asked > 0 {
-                let now = Instant::now();
-                // Poisoned only if a panic happened while held: the window is
-                // still a valid list of instants.
-                let mut window = self.shell.lock().unwrap_or_else(|e| e.into_inner());
-                while window
-                    .front()
-                    .is_some_and(|t| now.duration_since(*t) >= SHELL_WINDOW)
-                {
-                    window.pop_front();
-                }
-                if window.len() + asked > limit {
-                    return Err(self.quota(
-                        "max_shell_commands_per_minute",
-                        limit,
-                        format!(
-                            "{} in the last minute, this batch asks {asked}",
-                            window.len()
-                        ),
-                    ));
-                }
-                window.extend(std::iter::repeat_n(now, asked));
+        let asked = calls.iter().filter(|c| c.name == SHELL_TOOL).count();
+        if let Some(limit) = q.max_shell_commands_per_minute
+            && asked > 0
+        {
+            let recent = self.shell_window(Instant::now()).len();
+            if asked > limit {
+                return Err(self.quota(
+                    "max_shell_commands_per_minute",
+                    limit,
+                    format!("this batch alone asks {asked}"),
+                ));
+            }
+            if recent + asked > limit {
+                return Err(self.quota(
+                    "max_shell_commands_per_minute",
+                    limit,
+                    format!("{recent} in the last minute, this batch asks {asked}"),
+                ));
             }
         }
-        Ok(queued.then(|| {
+        Ok(asked)
+    }
+
+    /// Counts a batch that passed every check ([`TenantState::check_admission`]
+    /// gave `shell` commands): its shell commands enter the window, and a
+    /// queued batch takes the queue slot it holds while it waits. Admission
+    /// runs on the hub's one task, so nothing counts between the check and
+    /// this.
+    pub fn admitted(self: &Arc<Self>, shell: usize, queued: bool) -> Option<QueuedSlot> {
+        if self.config.quotas.max_shell_commands_per_minute.is_some() && shell > 0 {
+            let now = Instant::now();
+            self.shell_window(now)
+                .extend(std::iter::repeat_n(now, shell));
+        }
+        queued.then(|| {
             self.queued.fetch_add(1, Ordering::Relaxed);
             QueuedSlot(self.clone())
-        }))
+        })
+    }
+
+    /// The window of admitted shell commands, those older than a minute
+    /// gone.
+    fn shell_window(&self, now: Instant) -> std::sync::MutexGuard<'_, VecDeque<Instant>> {
+        // Poisoned only if a panic happened while held: the window is still
+        // a valid list of instants.
+        let mut window = self.shell.lock().unwrap_or_else(|e| e.into_inner());
+        while window
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= SHELL_WINDOW)
+        {
+            window.pop_front();
+        }
+        window
     }
 
     /// The refusal of a batch at `max_retained_event_bytes`: what its
@@ -341,6 +365,16 @@ pub(crate) type ExecutionSlot = OwnedSemaphorePermit;
 mod tests {
     use super::*;
     use crate::tenant::TenantQuotas;
+
+    /// Admission as the hub does it: every check, then the counting.
+    fn admit(
+        t: &Arc<TenantState>,
+        calls: &[super::super::CallRequest],
+        queued: bool,
+    ) -> Result<Option<QueuedSlot>, TenantRefusal> {
+        let shell = t.check_admission(calls, queued)?;
+        Ok(t.admitted(shell, queued))
+    }
 
     fn call(name: &str) -> super::super::CallRequest {
         super::super::CallRequest {
@@ -393,10 +427,10 @@ mod tests {
             ..TenantQuotas::default()
         });
         let shell = [call(SHELL_TOOL), call("read_file")];
-        assert!(t.admit(&shell, false).unwrap().is_none());
-        let slot = t.admit(&shell, true).unwrap().expect("queued slot");
+        assert!(admit(&t, &shell, false).unwrap().is_none());
+        let slot = admit(&t, &shell, true).unwrap().expect("queued slot");
         assert_eq!(
-            t.admit(&[call("read_file")], true)
+            admit(&t, &[call("read_file")], true)
                 .err()
                 .unwrap()
                 .to_string(),
@@ -404,15 +438,15 @@ mod tests {
         );
         drop(slot);
         assert_eq!(
-            t.admit(&shell, false).err().unwrap().to_string(),
+            admit(&t, &shell, false).err().unwrap().to_string(),
             "tenant a: max_shell_commands_per_minute 2 reached (2 in the last minute, this batch asks 1)"
         );
         // Not a shell command: not counted against the rate.
-        assert!(t.admit(&[call("read_file")], true).is_ok());
+        assert!(admit(&t, &[call("read_file")], true).is_ok());
         let permit = t.execution_slots().unwrap().try_acquire_owned().unwrap();
         assert_eq!(t.executing(), 1);
         assert_eq!(
-            t.admit(&[call("read_file")], false)
+            admit(&t, &[call("read_file")], false)
                 .err()
                 .unwrap()
                 .to_string(),

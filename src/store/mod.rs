@@ -158,8 +158,10 @@ impl std::fmt::Display for RetainedUse {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} bytes held by {} running batches",
-            self.bytes, self.running
+            "{} bytes held by {} running batch{}",
+            self.bytes,
+            self.running,
+            if self.running == 1 { "" } else { "es" }
         )
     }
 }
@@ -413,10 +415,10 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
     /// Makes the event logs of `tenant`'s batches held in this process fit
     /// under `limit` estimated bytes (its `max_retained_event_bytes`),
     /// dropping the events of its completed batches, oldest first
-    /// ([`StoreError::EventsDropped`] from then on); `Err` says what its
-    /// running batches hold when that is not enough (`admitting`, the batch
-    /// being admitted, is not counted). Only the tenant's own sessions are
-    /// looked at.
+    /// ([`StoreError::EventsDropped`] from then on); `Err`, with nothing
+    /// dropped, when its running batches alone hold `limit` (`admitting`,
+    /// the batch being admitted, is not counted). Only the tenant's own
+    /// sessions are looked at.
     fn make_room(&self, tenant: &str, limit: usize, admitting: &str) -> Result<(), RetainedUse>;
 
     /// Whether the store can be reached, for a store that can be lost (the

@@ -123,7 +123,8 @@ class ToolSchedulerServicer:
         NOT_FOUND: unknown batch, or completed longer ago than the server's
         --batch-retention-secs (named in the message). OUT_OF_RANGE:
         after_sequence is beyond the last logged event. INVALID_ARGUMENT: empty
-        ids.
+        ids. FAILED_PRECONDITION: a completed batch whose events its tenant's
+        max_retained_event_bytes dropped.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

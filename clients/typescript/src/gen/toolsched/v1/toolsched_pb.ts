@@ -2032,7 +2032,8 @@ export const ToolScheduler: GenService<{
    * NOT_FOUND: unknown batch, or completed longer ago than the server's
    * --batch-retention-secs (named in the message). OUT_OF_RANGE:
    * after_sequence is beyond the last logged event. INVALID_ARGUMENT: empty
-   * ids.
+   * ids. FAILED_PRECONDITION: a completed batch whose events its tenant's
+   * max_retained_event_bytes dropped.
    *
    * @generated from rpc toolsched.v1.ToolScheduler.WatchBatch
    */
