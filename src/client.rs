@@ -48,6 +48,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
             interactive: Some(true),
             sandbox_level: 0,
             disconnect_grace_secs: args.disconnect_grace_secs,
+            workspace: args.workspace.clone().unwrap_or_default(),
             ..Default::default()
         })
         .await?
@@ -172,16 +173,39 @@ const REATTACH_WINDOW: Duration = Duration::from_secs(10);
 /// Wait between two re-attach attempts.
 const REATTACH_BACKOFF: Duration = Duration::from_millis(250);
 
+/// The address as an endpoint, over TLS when a CA or client certificate is
+/// given (the scheme becomes https).
+fn endpoint(args: &CallArgs) -> anyhow::Result<tonic::transport::Endpoint> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+    };
+    if args.ca_cert.is_none() && args.cert.is_none() {
+        return Ok(tonic::transport::Endpoint::from_shared(args.addr.clone())?);
+    }
+    let addr = match args.addr.strip_prefix("http://") {
+        Some(rest) => format!("https://{rest}"),
+        None => args.addr.clone(),
+    };
+    let mut tls = tonic::transport::ClientTlsConfig::new();
+    if let Some(ca) = &args.ca_cert {
+        tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
+    }
+    if let (Some(cert), Some(key)) = (&args.cert, &args.key) {
+        tls = tls.identity(tonic::transport::Identity::from_pem(
+            read(cert)?,
+            read(key)?,
+        ));
+    }
+    Ok(tonic::transport::Endpoint::from_shared(addr)?.tls_config(tls)?)
+}
+
 async fn connect(args: &CallArgs) -> anyhow::Result<Client> {
-    let channel = tonic::transport::Endpoint::from_shared(args.addr.clone())?
-        .connect()
-        .await
-        .with_context(|| {
-            format!(
-                "cannot connect to {}: is `toolsched serve` running there? (set --addr)",
-                args.addr
-            )
-        })?;
+    let channel = endpoint(args)?.connect().await.with_context(|| {
+        format!(
+            "cannot connect to {}: is `toolsched serve` running there? (set --addr)",
+            args.addr
+        )
+    })?;
     let token = args.auth_token.clone();
     let auth: Auth = Box::new(move |mut req: tonic::Request<()>| {
         if let Some(t) = &token {

@@ -70,6 +70,20 @@ pub struct CallArgs {
     /// Bearer token, when the server requires one.
     #[arg(long, env = "TOOLSCHED_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
+    /// The session's workspace, on a server with --workspaces-root.
+    #[arg(long)]
+    pub workspace: Option<String>,
+    /// PEM file of the CA that signed the server's certificate: connect
+    /// over TLS (the address may say https://).
+    #[arg(long)]
+    pub ca_cert: Option<std::path::PathBuf>,
+    /// PEM client certificate for a server that requires one (mTLS), with
+    /// --key.
+    #[arg(long, requires = "key")]
+    pub cert: Option<std::path::PathBuf>,
+    /// PEM private key of --cert.
+    #[arg(long, requires = "cert")]
+    pub key: Option<std::path::PathBuf>,
     /// Seconds the batch keeps running if the connection drops; the client
     /// re-attaches (WatchBatch) within them [default: the server's].
     #[arg(long)]

@@ -227,6 +227,26 @@ fn mtls_maps_client_certificates_to_tenants_and_refuses_the_rest() {
     );
     assert!(stdout.contains("\"batchCompleted\""), "{stdout}");
     assert!(stdout.contains("a.txt"), "A's workspace listed: {stdout}");
+    // `toolsched call`, with the same files.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolsched"))
+        .args(["call", "--addr", &format!("https://{addr}")])
+        .args(["--ca-cert", ca_pem.to_str().unwrap()])
+        .args([
+            "--cert",
+            a.0.to_str().unwrap(),
+            "--key",
+            a.1.to_str().unwrap(),
+        ])
+        .args(["--session", "cli", "list_directory", r#"{"dir_path":"."}"#])
+        .output()
+        .expect("run toolsched call");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "toolsched call: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("a.txt"), "A's workspace listed: {stdout}");
     let out = std::process::Command::new(&grpcurl)
         .args(["-cacert", ca_pem.to_str().unwrap()])
         .arg(addr.to_string())
