@@ -297,6 +297,80 @@ async fn at_its_executing_quota_a_tenant_is_refused_while_the_other_runs() {
     }
 }
 
+/// A call whose tenant's execution slots are all taken is not Executing
+/// until its tool starts: it stays Scheduled while it waits for a slot.
+#[tokio::test]
+async fn a_call_waiting_for_its_tenants_slot_is_scheduled_not_executing() {
+    let srv = server(
+        SchedulerConfig::default(),
+        TenantConfig {
+            quotas: TenantQuotas {
+                max_executing_calls: Some(1),
+                ..TenantQuotas::default()
+            },
+            ..TenantConfig::default()
+        },
+    )
+    .await;
+    // Both admitted while nothing executes: each waits at its prompt.
+    let mut first = schedule(
+        &srv,
+        A,
+        request("a", vec![shell("w", "echo a > a.txt; sleep 30")]),
+    )
+    .await
+    .expect("accepted");
+    let mut second = schedule(&srv, A, request("b", vec![shell("w", "echo b > b.txt")]))
+        .await
+        .expect("accepted");
+    let mut seen = Vec::new();
+    let prompt_a = await_prompt(&mut first, &mut seen, "w").await;
+    let prompt_b = await_prompt(&mut second, &mut seen, "w").await;
+    let mut client = srv.client.clone();
+    client
+        .confirm(with_token(A, confirm_once("a", &prompt_a)))
+        .await
+        .expect("confirm a");
+    until_executing(&mut first, "w").await;
+    client
+        .confirm(with_token(A, confirm_once("b", &prompt_b)))
+        .await
+        .expect("confirm b");
+    // b holds no slot: it stays Scheduled until a's command stopped.
+    let mut b_events = Vec::new();
+    next_matching(&mut second, &mut b_events, |e| {
+        matches!(e, Event::CallUpdate(u) if u.state.as_ref().map(state_name) == Some("scheduled"))
+    })
+    .await;
+    let cancel_sent = std::time::SystemTime::now();
+    cancel(&srv, A, "a").await;
+    let mut executing_at = None;
+    while let Some(msg) = second.message().await.expect("stream ok") {
+        let event = msg.event.expect("event set");
+        if executing_at.is_none()
+            && matches!(&event, Event::CallUpdate(u) if u.state.as_ref().map(state_name) == Some("executing"))
+        {
+            let t = msg.time.expect("time");
+            executing_at =
+                Some(std::time::UNIX_EPOCH + Duration::new(t.seconds as u64, t.nanos as u32));
+        }
+        b_events.push(event);
+    }
+    assert_eq!(
+        states(&b_events, "w"),
+        ["scheduled", "executing", "success"],
+        "{b_events:?}"
+    );
+    let executing_at = executing_at.expect("b executed");
+    assert!(
+        executing_at >= cancel_sent,
+        "b was Executing {:?} before a's slot was given back",
+        cancel_sent.duration_since(executing_at).unwrap_or_default()
+    );
+    let rest = collect(first).await;
+    assert_eq!(terminal_name(&rest, "w"), "cancelled");
+}
+
 #[tokio::test]
 async fn at_its_session_quota_a_tenant_is_refused_while_the_other_runs() {
     let srv = server(

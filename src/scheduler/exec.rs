@@ -47,6 +47,9 @@ pub(crate) struct ExecJob {
     /// The execution slots of the call's tenant (`max_executing_calls`):
     /// the tool starts once it holds one, and gives it back when it stopped.
     pub slots: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    /// A slot of them the session already took (its Executing event went
+    /// out with it).
+    pub slot: Option<super::tenants::ExecutionSlot>,
 }
 
 /// Starts `job` once it holds an execution slot of its tenant, if its
@@ -54,6 +57,9 @@ pub(crate) struct ExecJob {
 /// slots are all taken (by batches admitted at the same time) waits for one
 /// in its own task: only that tenant's calls wait.
 pub(crate) fn start(mut job: ExecJob, reports: &InternalTx) -> Option<ToolOutcome> {
+    if let Some(slot) = job.slot.take() {
+        return start_now(job, Some(slot), reports);
+    }
     let Some(slots) = job.slots.take() else {
         return start_now(job, None, reports);
     };
@@ -69,7 +75,15 @@ pub(crate) fn start(mut job: ExecJob, reports: &InternalTx) -> Option<ToolOutcom
                     () = token.cancelled() => None,
                 };
                 let outcome = match slot {
-                    Some(slot) => start_now(job, Some(slot), &reports),
+                    Some(slot) => {
+                        // Before the tool's reports, on the same channel: the
+                        // session sends the call's Executing event now.
+                        let _ = reports.send(Internal::SlotGranted {
+                            batch_id: batch_id.clone(),
+                            index,
+                        });
+                        start_now(job, Some(slot), &reports)
+                    }
                     // Cancelled meanwhile: the batch already ended the call
                     // (this late outcome is dropped).
                     None => Some(
@@ -113,6 +127,7 @@ fn start_now(
         session,
         metrics,
         slots: _,
+        slot: _,
     } = job;
     // Drained without waiting by the task below (or right here); see
     // `ExecContext::progress` for what bounds the producers.

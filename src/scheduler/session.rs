@@ -12,7 +12,7 @@
 //! (`approval.rs`), running a tool (`exec.rs`), the map of sessions
 //! (`hub.rs`).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -176,6 +176,13 @@ pub(crate) enum Internal {
         batch_id: String,
         index: usize,
     },
+    /// A call that waited for an execution slot of its tenant got one: its
+    /// tool starts now, and its held Executing event goes out (the tool's
+    /// reports follow this on the same channel).
+    SlotGranted {
+        batch_id: String,
+        index: usize,
+    },
 }
 
 struct PendingBatch {
@@ -194,6 +201,10 @@ struct ActiveBatch {
     grace: Duration,
     /// Counted as one of the session's batches until it completes.
     _batch: Arc<()>,
+    /// Executing events of calls waiting for an execution slot of their
+    /// tenant, by call id: sent when the slot is granted, dropped when the
+    /// call ends first (it never executed).
+    held: HashMap<String, BatchEvent>,
 }
 
 /// The session actor's state.
@@ -609,6 +620,15 @@ impl Session {
                 correlation_id,
             } => (batch_id, Report::ConfirmTimeout(index, correlation_id)),
             Internal::CancelGuard { batch_id, index } => (batch_id, Report::CancelGuard(index)),
+            Internal::SlotGranted { batch_id, index } => {
+                if let Some(active) = self.active.as_mut().filter(|a| a.batch.id() == batch_id)
+                    && let Some(call) = active.batch.calls.get(index)
+                    && let Some(event) = active.held.remove(&call.request.id)
+                {
+                    active.events.emit(event);
+                }
+                return;
+            }
         };
         // A late report of a batch that is gone is dropped.
         let Some(active) = self.active.as_mut().filter(|a| a.batch.id() == batch_id) else {
@@ -834,6 +854,7 @@ impl Session {
             events,
             grace: request_grace,
             _batch,
+            held: HashMap::new(),
         });
         self.perform(effects);
     }
@@ -842,13 +863,46 @@ impl Session {
     /// their first poll are applied after the rest, as one step.
     fn perform(&mut self, effects: Vec<Effect>) {
         let mut finished = Vec::new();
-        for effect in effects {
+        // The execution slot taken for the call whose Executing event just
+        // went out (the next effect starts it).
+        let mut taken: Option<(usize, super::tenants::ExecutionSlot)> = None;
+        let mut effects = effects.into_iter().peekable();
+        while let Some(effect) = effects.next() {
             let Some(active) = self.active.as_mut() else {
                 return;
             };
             let batch_id = active.batch.id();
             match effect {
-                Effect::Emit(event) => active.events.emit(event),
+                Effect::Emit(event) => {
+                    let BatchEvent::CallUpdate {
+                        call_id, update, ..
+                    } = &event
+                    else {
+                        active.events.emit(event);
+                        continue;
+                    };
+                    // A call is Executing once its tool starts: with its
+                    // tenant's slots all taken, its Executing waits with it.
+                    if matches!(update, super::StateUpdate::Executing(None))
+                        && let Some(Effect::Execute { index, .. }) = effects.peek()
+                        && let Some(slots) = self.tenant.as_ref().and_then(|t| t.execution_slots())
+                    {
+                        match slots.try_acquire_owned() {
+                            Ok(slot) => {
+                                taken = Some((*index, slot));
+                                active.events.emit(event);
+                            }
+                            Err(_) => {
+                                active.held.insert(call_id.clone(), event);
+                            }
+                        }
+                        continue;
+                    }
+                    // A call that ends while it waits for a slot never
+                    // executed: its held Executing is dropped.
+                    active.held.remove(call_id);
+                    active.events.emit(event);
+                }
                 Effect::PreparePrompt {
                     index,
                     invocation,
@@ -883,6 +937,7 @@ impl Session {
                         session: self.id.as_str().into(),
                         metrics: self.shared.metrics.clone(),
                         slots: self.tenant.as_ref().and_then(|t| t.execution_slots()),
+                        slot: taken.take().filter(|(i, _)| *i == index).map(|(_, s)| s),
                     };
                     let slot = &active.batch.calls[index];
                     let read_only = slot
