@@ -10,6 +10,15 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 use toolsched::config::{Cli, Command, LogFormat, ServeArgs, Settings};
 
+/// mimalloc for the server (and the sandbox worker, the same binary): each
+/// event of a batch allocates and frees a few small buffers on whichever
+/// runtime thread handles it, and glibc's malloc/free took 23% of S1's CPU
+/// (BENCHMARKS.md, "Session 6"). Its options are its environment variables
+/// (`MIMALLOC_ARENA_EAGER_COMMIT=0 MIMALLOC_PURGE_DELAY=0` hold less memory
+/// per idle stream; the Kubernetes manifests set them).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // The worker must stay single-threaded (Landlock and seccomp bind the
