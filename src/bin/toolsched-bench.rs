@@ -623,6 +623,11 @@ async fn store_beside_memory(env: &Env) -> anyhow::Result<Vec<Row>> {
     };
     let (k, c) = (8, 64);
     let secs = if env.quick { 1 } else { 4 };
+    // A fresh database per run: the servers of an earlier run were killed
+    // (SIGKILL) holding the leases of the same session names, so reusing
+    // its tables would measure takeovers (a lease's wait, resumed batches).
+    let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
+    let url = &soak::fresh_database(url, &name).await?;
     let memory = start_toolsched(env, &[])?;
     let durable = start_toolsched(env, &["--store", url])?;
     let reads: Arc<dyn Fn(usize) -> pb::ScheduleCallsRequest + Send + Sync> =
@@ -716,6 +721,8 @@ async fn store_beside_memory(env: &Env) -> anyhow::Result<Vec<Row>> {
             push(&mut figures, 4, percentile(&w1.end, 0.99));
         }
     }
+    drop(durable);
+    soak::drop_database(env.store.as_deref().unwrap_or_default(), &name).await;
     Ok(figures
         .into_iter()
         .enumerate()

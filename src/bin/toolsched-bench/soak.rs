@@ -540,8 +540,8 @@ fn live_commands(workspace: &Path, token: &str) -> Vec<String> {
     out
 }
 
-/// A new empty database on the server at `url`; its URL.
-async fn fresh_database(url: &str, name: &str) -> anyhow::Result<String> {
+/// A new empty database `name` on the server at `url`; its URL.
+pub async fn fresh_database(url: &str, name: &str) -> anyhow::Result<String> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .with_context(|| "connect to --store (run `bash tests/services.sh`)".to_string())?;
@@ -556,6 +556,16 @@ async fn fresh_database(url: &str, name: &str) -> anyhow::Result<String> {
     let base = base.to_string();
     let query = url.split_once('?').map(|(_, q)| format!("?{q}"));
     Ok(format!("{base}/{name}{}", query.unwrap_or_default()))
+}
+
+/// Drops database `name` of the server at `url` (its servers stopped);
+/// best effort: a database left behind is only disk.
+pub async fn drop_database(url: &str, name: &str) {
+    if let Ok(admin) = sql(url).await {
+        let _ = admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await;
+    }
 }
 
 async fn sql(url: &str) -> anyhow::Result<tokio_postgres::Client> {
@@ -905,11 +915,7 @@ pub async fn soak(env: &Env, o: SoakOptions) -> anyhow::Result<Vec<Row>> {
     } else {
         // Passed: the run's database and files are not needed any more.
         drop(store);
-        if let Ok(admin) = sql(url).await {
-            let _ = admin
-                .batch_execute(&format!("DROP DATABASE IF EXISTS soak_{token} WITH (FORCE)"))
-                .await;
-        }
+        drop_database(url, &format!("soak_{token}")).await;
         let _ = std::fs::remove_dir_all(&run_dir);
     }
     Ok(rows)
