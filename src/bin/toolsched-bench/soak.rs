@@ -78,6 +78,11 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// replicas' commands get to settle before "nothing left running" fails.
 const SETTLE: Duration = Duration::from_secs(30);
 
+/// The killer stops this many leases before the clients do (and at
+/// least QUIET_MIN before).
+const QUIET_LEASES: u64 = 2;
+const QUIET_MIN: Duration = Duration::from_secs(10);
+
 /// The effects file in the shared workspace.
 const EFFECTS: &str = "soak-effects.log";
 
@@ -175,6 +180,9 @@ struct Tally {
     /// The shell call of each batch that got as far as a request: its
     /// effect id and final state (None: never completed).
     effects: Vec<(String, Option<Final>)>,
+    /// Each completed batch: session, batch id, every call's final state
+    /// as its client saw it live (for the replay after the run).
+    finals: Vec<(String, String, Vec<(String, Final)>)>,
     /// Anything a check found, with what the client saw.
     problems: Vec<String>,
     /// Retry causes, by kind, for the report.
@@ -428,6 +436,14 @@ async fn client_loop(
             t.accepted += 1;
         }
         if let Some(done) = &f.completed {
+            t.finals.push((
+                request.session_id.clone(),
+                done.batch_id.clone(),
+                done.calls
+                    .iter()
+                    .filter_map(|c| Some((c.call_id.clone(), Final::of_completed(c)?)))
+                    .collect(),
+            ));
             t.completed += 1;
             t.calls += done.calls.len() as u64;
             t.outcome_unknown += done
@@ -507,6 +523,80 @@ fn check_completed(
 
 // === the checks at the end ===
 
+/// Replays every completed batch still retained (WatchBatch from sequence
+/// 0, on the replicas in turn) and compares its final states with what its
+/// client saw live. (Number replayed, number not retained, differences.)
+async fn replay_all(
+    channels: &[Channel],
+    finals: &[(String, String, Vec<(String, Final)>)],
+) -> (u64, u64, Vec<String>) {
+    use futures::StreamExt;
+    let results: Vec<Result<bool, String>> = futures::stream::iter(finals.iter().enumerate())
+        .map(|(i, (session, batch_id, live))| {
+            let channel = channels[i % channels.len()].clone();
+            async move {
+                let mut c = ToolSchedulerClient::new(channel);
+                let request = pb::WatchBatchRequest {
+                    session_id: session.clone(),
+                    batch_id: batch_id.clone(),
+                    after_sequence: 0,
+                };
+                let opened = tokio::time::timeout(STALL, c.watch_batch(request)).await;
+                let mut stream = match opened {
+                    Err(_) => return Err(format!("{session} {batch_id}: WatchBatch did not answer")),
+                    Ok(Err(status)) if status.code() == tonic::Code::NotFound => return Ok(false),
+                    Ok(Err(status)) => {
+                        return Err(format!("{session} {batch_id}: WatchBatch: {status:?}"));
+                    }
+                    Ok(Ok(stream)) => stream.into_inner(),
+                };
+                loop {
+                    match tokio::time::timeout(STALL, stream.message()).await {
+                        Ok(Ok(Some(m))) => {
+                            if let Some(Event::BatchCompleted(done)) = m.event {
+                                let replayed: Vec<(String, Final)> = done
+                                    .calls
+                                    .iter()
+                                    .filter_map(|c| {
+                                        Some((c.call_id.clone(), Final::of_completed(c)?))
+                                    })
+                                    .collect();
+                                return if replayed == *live {
+                                    Ok(true)
+                                } else {
+                                    Err(format!(
+                                        "{session} {batch_id}: live {live:?}, replayed {replayed:?}"
+                                    ))
+                                };
+                            }
+                        }
+                        other => {
+                            return Err(format!(
+                                "{session} {batch_id}: replay ended without BatchCompleted: {other:?}"
+                            ));
+                        }
+                    }
+                }
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let mut differ = Vec::new();
+    let (mut replayed, mut gone) = (0, 0);
+    for r in results {
+        match r {
+            Ok(true) => replayed += 1,
+            Ok(false) => gone += 1,
+            Err(e) => {
+                replayed += 1;
+                differ.push(e);
+            }
+        }
+    }
+    (replayed, gone, differ)
+}
+
 /// Every id's lines in the effects file.
 fn effect_counts(path: &Path) -> anyhow::Result<HashMap<String, u64>> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -517,9 +607,10 @@ fn effect_counts(path: &Path) -> anyhow::Result<HashMap<String, u64>> {
     Ok(counts)
 }
 
-/// Live processes of the run: cwd in the workspace or the run's token on
-/// their command line (the servers run elsewhere and carry no token).
-fn live_commands(workspace: &Path, token: &str) -> Vec<String> {
+/// Live processes of the run's commands: cwd in the workspace, or the
+/// effects file on their command line (`bash -c "echo … >> soak-effects.log
+/// …"`). The replicas run elsewhere, and name the workspace only as a flag.
+fn live_commands(workspace: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -533,7 +624,7 @@ fn live_commands(workspace: &Path, token: &str) -> Vec<String> {
         let cmdline = std::fs::read(entry.path().join("cmdline"))
             .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
             .unwrap_or_default();
-        if cwd.is_some_and(|c| c.starts_with(workspace)) || cmdline.contains(token) {
+        if cwd.is_some_and(|c| c.starts_with(workspace)) || cmdline.contains(EFFECTS) {
             out.push(format!("{name}: {}", cmdline.trim()));
         }
     }
@@ -665,13 +756,19 @@ pub async fn soak(env: &Env, o: SoakOptions) -> anyhow::Result<Vec<Row>> {
     let killer = {
         let (replicas, stop, kills) = (replicas.clone(), stop.clone(), kills.clone());
         let every = Duration::from_secs(o.kill_every_secs);
+        // No kill in the last QUIET_LEASES leases (at least QUIET_MIN):
+        // the sessions of the last one killed are taken over by their
+        // clients' next requests before the clients stop.
+        let last_kill = (Instant::now() + Duration::from_secs(o.secs))
+            .checked_sub(QUIET_MIN.max(Duration::from_secs(o.lease_secs * QUIET_LEASES)))
+            .unwrap_or_else(Instant::now);
         std::thread::spawn(move || -> anyhow::Result<()> {
             if every.is_zero() {
                 return Ok(());
             }
             let mut next = Instant::now() + every;
             let mut victim = 0;
-            while !stop.load(Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) && next <= last_kill {
                 if Instant::now() < next {
                     std::thread::sleep(Duration::from_millis(50));
                     continue;
@@ -778,7 +875,7 @@ pub async fn soak(env: &Env, o: SoakOptions) -> anyhow::Result<Vec<Row>> {
             left.push(format!("the store has {open} uncompleted batches"));
         }
         left.extend(
-            live_commands(&workspace, &token)
+            live_commands(&workspace)
                 .into_iter()
                 .map(|p| format!("still running: {p}")),
         );
@@ -795,6 +892,10 @@ pub async fn soak(env: &Env, o: SoakOptions) -> anyhow::Result<Vec<Row>> {
         )
         .await?
         .get(0);
+
+    // Every completed batch replayed now says what its client saw live.
+    progress("[soak] replaying completed batches");
+    let (replayed, not_retained, differ) = replay_all(&channels, &tally.finals).await;
 
     // No side effect twice.
     let counts = effect_counts(&workspace.join(EFFECTS))?;
@@ -821,7 +922,7 @@ pub async fn soak(env: &Env, o: SoakOptions) -> anyhow::Result<Vec<Row>> {
     let secs = elapsed.as_secs_f64();
     rows.push(row(
         format!(
-            "{} sessions over {REPLICAS} replicas (one PostgreSQL database, one workspace, lease {} s) for {secs:.0} s, a replica killed (SIGKILL) and restarted every {} s: kills",
+            "{} sessions over {REPLICAS} replicas (one PostgreSQL database, one workspace, lease {} s) for {secs:.0} s, a replica killed (SIGKILL) and restarted on its port every {} s: replicas killed",
             o.sessions, o.lease_secs, o.kill_every_secs
         ),
         kills.load(Ordering::Relaxed) as f64,
@@ -906,6 +1007,18 @@ pub async fn soak(env: &Env, o: SoakOptions) -> anyhow::Result<Vec<Row>> {
         &missing,
     );
     check(&mut rows, "nothing left running", &left);
+    rows.push(row(
+        format!(
+            "completed batches replayed after the run (WatchBatch from 0); {not_retained} no longer retained"
+        ),
+        replayed as f64,
+        "reported",
+    ));
+    check(
+        &mut rows,
+        "a replay shows the final states its client saw live",
+        &differ,
+    );
     drop(replicas);
     if rows.iter().any(|r| r.metric.starts_with("FAILED")) {
         eprintln!(
