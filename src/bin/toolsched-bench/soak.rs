@@ -180,13 +180,40 @@ struct Tally {
     /// The shell call of each batch that got as far as a request: its
     /// effect id and final state (None: never completed).
     effects: Vec<(String, Option<Final>)>,
-    /// Each completed batch: session, batch id, every call's final state
-    /// as its client saw it live (for the replay after the run).
-    finals: Vec<(String, String, Vec<(String, Final)>)>,
+    /// Each completed batch as its client saw it live, for the replay
+    /// after the run.
+    finals: Vec<LiveBatch>,
     /// Anything a check found, with what the client saw.
     problems: Vec<String>,
     /// Retry causes, by kind, for the report.
     causes: BTreeMap<String, u64>,
+}
+
+/// A completed batch as its client saw it live.
+struct LiveBatch {
+    session_id: String,
+    batch_id: String,
+    /// Every call's final state (BatchCompleted), in request order.
+    finals: Vec<(String, Final)>,
+    /// Its log had continued past a takeover already.
+    resumed: bool,
+}
+
+/// What replaying a completed batch after the run found.
+#[derive(Default)]
+struct Replays {
+    replayed: u64,
+    /// NOT_FOUND: past retention.
+    not_retained: u64,
+    /// Its log is a takeover's (sequences past 2^32) although its client
+    /// saw it complete without one: run again after it completed.
+    rerun_after_completion: u64,
+    /// Final states other than the live ones, by (call, live, replayed).
+    differ: BTreeMap<String, u64>,
+    /// Streams that ended (OK) without BatchCompleted.
+    no_completion: u64,
+    /// Everything that does not hold, with an example each.
+    problems: Vec<String>,
 }
 
 /// A call's terminal state as the clients compare them.
@@ -436,14 +463,16 @@ async fn client_loop(
             t.accepted += 1;
         }
         if let Some(done) = &f.completed {
-            t.finals.push((
-                request.session_id.clone(),
-                done.batch_id.clone(),
-                done.calls
+            t.finals.push(LiveBatch {
+                session_id: request.session_id.clone(),
+                batch_id: done.batch_id.clone(),
+                finals: done
+                    .calls
                     .iter()
                     .filter_map(|c| Some((c.call_id.clone(), Final::of_completed(c)?)))
                     .collect(),
-            ));
+                resumed: f.resumed,
+            });
             t.completed += 1;
             t.calls += done.calls.len() as u64;
             t.outcome_unknown += done
@@ -523,78 +552,99 @@ fn check_completed(
 
 // === the checks at the end ===
 
-/// Replays every completed batch still retained (WatchBatch from sequence
-/// 0, on the replicas in turn) and compares its final states with what its
-/// client saw live. (Number replayed, number not retained, differences.)
-async fn replay_all(
-    channels: &[Channel],
-    finals: &[(String, String, Vec<(String, Final)>)],
-) -> (u64, u64, Vec<String>) {
-    use futures::StreamExt;
-    let results: Vec<Result<bool, String>> = futures::stream::iter(finals.iter().enumerate())
-        .map(|(i, (session, batch_id, live))| {
-            let channel = channels[i % channels.len()].clone();
-            async move {
-                let mut c = ToolSchedulerClient::new(channel);
-                let request = pb::WatchBatchRequest {
-                    session_id: session.clone(),
-                    batch_id: batch_id.clone(),
-                    after_sequence: 0,
-                };
-                let opened = tokio::time::timeout(STALL, c.watch_batch(request)).await;
-                let mut stream = match opened {
-                    Err(_) => return Err(format!("{session} {batch_id}: WatchBatch did not answer")),
-                    Ok(Err(status)) if status.code() == tonic::Code::NotFound => return Ok(false),
-                    Ok(Err(status)) => {
-                        return Err(format!("{session} {batch_id}: WatchBatch: {status:?}"));
-                    }
-                    Ok(Ok(stream)) => stream.into_inner(),
-                };
-                loop {
-                    match tokio::time::timeout(STALL, stream.message()).await {
-                        Ok(Ok(Some(m))) => {
-                            if let Some(Event::BatchCompleted(done)) = m.event {
-                                let replayed: Vec<(String, Final)> = done
-                                    .calls
-                                    .iter()
-                                    .filter_map(|c| {
-                                        Some((c.call_id.clone(), Final::of_completed(c)?))
-                                    })
-                                    .collect();
-                                return if replayed == *live {
-                                    Ok(true)
-                                } else {
-                                    Err(format!(
-                                        "{session} {batch_id}: live {live:?}, replayed {replayed:?}"
-                                    ))
-                                };
-                            }
-                        }
-                        other => {
-                            return Err(format!(
-                                "{session} {batch_id}: replay ended without BatchCompleted: {other:?}"
-                            ));
-                        }
-                    }
+/// How one replay ended.
+enum Replay {
+    NotRetained,
+    /// Its final states, and whether its log is a takeover's.
+    Completed(Vec<(String, Final)>, bool),
+    NoCompletion,
+    Failed(String),
+}
+
+/// Replays one completed batch: WatchBatch from sequence 0.
+async fn replay(channel: Channel, b: &LiveBatch) -> Replay {
+    let mut c = ToolSchedulerClient::new(channel);
+    let request = pb::WatchBatchRequest {
+        session_id: b.session_id.clone(),
+        batch_id: b.batch_id.clone(),
+        after_sequence: 0,
+    };
+    let mut stream = match tokio::time::timeout(STALL, c.watch_batch(request)).await {
+        Err(_) => return Replay::Failed("WatchBatch did not answer".into()),
+        Ok(Err(status)) if status.code() == tonic::Code::NotFound => return Replay::NotRetained,
+        Ok(Err(status)) => return Replay::Failed(format!("WatchBatch: {status:?}")),
+        Ok(Ok(stream)) => stream.into_inner(),
+    };
+    let mut taken_over = false;
+    loop {
+        match tokio::time::timeout(STALL, stream.message()).await {
+            Ok(Ok(Some(m))) => {
+                taken_over |= m.sequence > PER_OWNER;
+                if let Some(Event::BatchCompleted(done)) = m.event {
+                    let finals = done
+                        .calls
+                        .iter()
+                        .filter_map(|c| Some((c.call_id.clone(), Final::of_completed(c)?)))
+                        .collect();
+                    return Replay::Completed(finals, taken_over);
                 }
             }
+            Ok(Ok(None)) => return Replay::NoCompletion,
+            Ok(Err(status)) => return Replay::Failed(format!("cut: {status:?}")),
+            Err(_) => return Replay::Failed("stalled".into()),
+        }
+    }
+}
+
+/// Replays every completed batch (on the replicas in turn) and compares
+/// it with what its client saw live.
+async fn replay_all(channels: &[Channel], batches: &[LiveBatch]) -> Replays {
+    use futures::StreamExt;
+    let results: Vec<(usize, Replay)> = futures::stream::iter(batches.iter().enumerate())
+        .map(|(i, b)| {
+            let channel = channels[i % channels.len()].clone();
+            async move { (i, replay(channel, b).await) }
         })
         .buffer_unordered(16)
         .collect()
         .await;
-    let mut differ = Vec::new();
-    let (mut replayed, mut gone) = (0, 0);
-    for r in results {
-        match r {
-            Ok(true) => replayed += 1,
-            Ok(false) => gone += 1,
-            Err(e) => {
-                replayed += 1;
-                differ.push(e);
+    let mut r = Replays::default();
+    for (i, outcome) in results {
+        let b = &batches[i];
+        let at = format!("{} {}", b.session_id, b.batch_id);
+        match outcome {
+            Replay::NotRetained => r.not_retained += 1,
+            Replay::NoCompletion => {
+                r.replayed += 1;
+                r.no_completion += 1;
+                r.problems.push(format!("{at}: the replay ended without BatchCompleted"));
+            }
+            Replay::Failed(why) => {
+                r.replayed += 1;
+                r.problems.push(format!("{at}: {why}"));
+            }
+            Replay::Completed(finals, taken_over) => {
+                r.replayed += 1;
+                if taken_over && !b.resumed {
+                    r.rerun_after_completion += 1;
+                }
+                if finals != b.finals {
+                    for ((call, live), (_, now)) in b.finals.iter().zip(&finals) {
+                        if live != now {
+                            *r.differ
+                                .entry(format!("{call}: {live:?} live, {now:?} replayed"))
+                                .or_default() += 1;
+                        }
+                    }
+                    r.problems.push(format!(
+                        "{at}: live {:?}, replayed {finals:?}",
+                        b.finals
+                    ));
+                }
             }
         }
     }
-    (replayed, gone, differ)
+    r
 }
 
 /// Every id's lines in the effects file.
@@ -895,7 +945,7 @@ pub async fn soak(env: &Env, o: SoakOptions) -> anyhow::Result<Vec<Row>> {
 
     // Every completed batch replayed now says what its client saw live.
     progress("[soak] replaying completed batches");
-    let (replayed, not_retained, differ) = replay_all(&channels, &tally.finals).await;
+    let replays = replay_all(&channels, &tally.finals).await;
 
     // No side effect twice.
     let counts = effect_counts(&workspace.join(EFFECTS))?;
@@ -1009,15 +1059,34 @@ pub async fn soak(env: &Env, o: SoakOptions) -> anyhow::Result<Vec<Row>> {
     check(&mut rows, "nothing left running", &left);
     rows.push(row(
         format!(
-            "completed batches replayed after the run (WatchBatch from 0); {not_retained} no longer retained"
+            "completed batches replayed after the run (WatchBatch from 0); {} no longer retained",
+            replays.not_retained
         ),
-        replayed as f64,
+        replays.replayed as f64,
         "reported",
+    ));
+    rows.push(row(
+        "of them run again by another replica after their client saw them complete (a takeover's log)".into(),
+        replays.rerun_after_completion as f64,
+        "0",
+    ));
+    rows.push(row(
+        format!(
+            "of them with other final states than their client saw live: {:?}",
+            replays.differ
+        ),
+        replays.differ.values().sum::<u64>() as f64,
+        "0",
+    ));
+    rows.push(row(
+        "of them whose replay ended (OK) without BatchCompleted".into(),
+        replays.no_completion as f64,
+        "0",
     ));
     check(
         &mut rows,
         "a replay shows the final states its client saw live",
-        &differ,
+        &replays.problems,
     );
     drop(replicas);
     if rows.iter().any(|r| r.metric.starts_with("FAILED")) {
