@@ -232,7 +232,10 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
     progress("");
     eprintln!();
     print_table(&rows);
-    let failed = rows.iter().filter(|r| r.metric.starts_with("FAILED")).count();
+    let failed = rows
+        .iter()
+        .filter(|r| r.metric.starts_with("FAILED"))
+        .count();
     if failed > 0 {
         bail!("{failed} rows FAILED");
     }

@@ -617,7 +617,8 @@ async fn replay_all(channels: &[Channel], batches: &[LiveBatch]) -> Replays {
             Replay::NoCompletion => {
                 r.replayed += 1;
                 r.no_completion += 1;
-                r.problems.push(format!("{at}: the replay ended without BatchCompleted"));
+                r.problems
+                    .push(format!("{at}: the replay ended without BatchCompleted"));
             }
             Replay::Failed(why) => {
                 r.replayed += 1;
@@ -636,10 +637,8 @@ async fn replay_all(channels: &[Channel], batches: &[LiveBatch]) -> Replays {
                                 .or_default() += 1;
                         }
                     }
-                    r.problems.push(format!(
-                        "{at}: live {:?}, replayed {finals:?}",
-                        b.finals
-                    ));
+                    r.problems
+                        .push(format!("{at}: live {:?}, replayed {finals:?}", b.finals));
                 }
             }
         }
@@ -970,10 +969,18 @@ pub async fn soak(env: &Env, o: SoakOptions) -> anyhow::Result<Vec<Row>> {
 
     let t = &tally;
     let secs = elapsed.as_secs_f64();
+    let killing = if o.kill_every_secs == 0 {
+        "no replica killed".to_string()
+    } else {
+        format!(
+            "a replica killed (SIGKILL) and restarted on its port every {} s",
+            o.kill_every_secs
+        )
+    };
     rows.push(row(
         format!(
-            "{} sessions over {REPLICAS} replicas (one PostgreSQL database, one workspace, lease {} s) for {secs:.0} s, a replica killed (SIGKILL) and restarted on its port every {} s: replicas killed",
-            o.sessions, o.lease_secs, o.kill_every_secs
+            "{} sessions over {REPLICAS} replicas (one PostgreSQL database, one workspace, lease {} s) for {secs:.0} s, {killing}: replicas killed",
+            o.sessions, o.lease_secs
         ),
         kills.load(Ordering::Relaxed) as f64,
         "reported",
@@ -1042,9 +1049,16 @@ pub async fn soak(env: &Env, o: SoakOptions) -> anyhow::Result<Vec<Row>> {
     let unmatched: Vec<String> = if t.accepted == t.completed {
         Vec::new()
     } else {
-        vec![format!("{} accepted, {} completed", t.accepted, t.completed)]
+        vec![format!(
+            "{} accepted, {} completed",
+            t.accepted, t.completed
+        )]
     };
-    check(&mut rows, "batches accepted = batches completed", &unmatched);
+    check(
+        &mut rows,
+        "batches accepted = batches completed",
+        &unmatched,
+    );
     check(
         &mut rows,
         "every call one terminal state, the expected one; one batch per request; sequences without gaps",
