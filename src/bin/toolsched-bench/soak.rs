@@ -648,7 +648,12 @@ async fn replay_all(channels: &[Channel], batches: &[LiveBatch]) -> Replays {
 
 /// Every id's lines in the effects file.
 fn effect_counts(path: &Path) -> anyhow::Result<HashMap<String, u64>> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        // No shell call ran at all.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
+    };
     let mut counts = HashMap::new();
     for line in text.lines() {
         *counts.entry(line.trim().to_string()).or_default() += 1;
