@@ -52,6 +52,7 @@ mod replicas_lease;
 mod replicas_nginx;
 mod replicas_processes;
 mod replicas_routing;
+mod replicas_soak;
 mod replicas_store;
 mod replicas_takeover;
 mod resume;

@@ -34,6 +34,9 @@ use toolsched::api::convert::json_to_struct;
 use toolsched::api::pb;
 use toolsched::api::pb::tool_scheduler_client::ToolSchedulerClient;
 
+#[path = "toolsched-bench/soak.rs"]
+mod soak;
+
 #[derive(Parser)]
 #[command(
     name = "toolsched-bench",
@@ -43,7 +46,8 @@ struct Cli {
     #[command(subcommand)]
     command: Option<Cmd>,
     /// Scenarios to run, comma-separated (s1,s2,s3,s4,s5,s6, and `sweep`:
-    /// the curves over concurrency, batch size and idle sessions).
+    /// the curves over concurrency, batch size and idle sessions; `store`
+    /// and `soak` need --store).
     #[arg(long, default_value = "s1,s2,s3,s4,s5,s6")]
     scenarios: String,
     /// Runs per figure; the table shows the median with min and max.
@@ -60,6 +64,20 @@ struct Cli {
     /// one to .services/postgres.url).
     #[arg(long, env = "TOOLSCHED_BENCH_STORE", hide_env_values = true)]
     store: Option<String>,
+    /// Scenario `soak`: seconds the clients send new batches.
+    #[arg(long, default_value_t = 180)]
+    soak_secs: u64,
+    /// Scenario `soak`: concurrent sessions (one client loop each).
+    #[arg(long, default_value_t = 64)]
+    sessions: usize,
+    /// Scenario `soak`: a replica is killed (SIGKILL) and restarted on its
+    /// port this often, in turn (0: never).
+    #[arg(long, default_value_t = 30)]
+    kill_every_secs: u64,
+    /// Scenario `soak`: the replicas' --store-lease-secs (how soon a
+    /// killed replica's sessions can be taken over).
+    #[arg(long, default_value_t = 5)]
+    soak_lease_secs: u64,
 }
 
 #[derive(Subcommand)]
@@ -171,13 +189,19 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
         runs: cli.runs.max(1),
         quick: cli.quick,
         store: cli.store.clone(),
+        soak: soak::SoakOptions {
+            secs: cli.soak_secs,
+            sessions: cli.sessions,
+            kill_every_secs: cli.kill_every_secs,
+            lease_secs: cli.soak_lease_secs.max(1),
+        },
     };
     type Scenario = for<'a> fn(
         &'a Env,
     ) -> Pin<
         Box<dyn std::future::Future<Output = anyhow::Result<Vec<Row>>> + 'a>,
     >;
-    let all: [(&str, &'static str, Scenario); 8] = [
+    let all: [(&str, &'static str, Scenario); 9] = [
         ("s1", "S1", |e| Box::pin(s1_throughput(e))),
         ("s2", "S2", |e| Box::pin(s2_latency(e))),
         ("s3", "S3", |e| Box::pin(s3_waves(e))),
@@ -186,6 +210,7 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
         ("s6", "S6", |e| Box::pin(s6_shell(e))),
         ("store", "store", |e| Box::pin(store_beside_memory(e))),
         ("sweep", "sweep", |e| Box::pin(sweep(e))),
+        ("soak", "soak", |e| Box::pin(soak::soak(e, e.soak))),
     ];
     for (key, name, run) in all {
         if !scenarios.iter().any(|s| s == key) {
@@ -207,6 +232,13 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
     progress("");
     eprintln!();
     print_table(&rows);
+    let failed = rows
+        .iter()
+        .filter(|r| r.metric.starts_with("FAILED"))
+        .count();
+    if failed > 0 {
+        bail!("{failed} rows FAILED");
+    }
     Ok(())
 }
 
@@ -235,6 +267,7 @@ struct Env {
     runs: usize,
     quick: bool,
     store: Option<String>,
+    soak: soak::SoakOptions,
 }
 
 /// A child process serving on a loopback port.
@@ -265,6 +298,17 @@ fn rss_kib(pid: u32) -> u64 {
 /// Starts `program args…`, which must log a JSON line with
 /// `fields.message == "toolsched serving"` or print `floor serving ADDR`.
 fn start(program: &Path, args: &[&str]) -> anyhow::Result<Served> {
+    start_logged(program, args, None)
+}
+
+/// [`start`], every line the child prints also appended to `log`.
+fn start_logged(program: &Path, args: &[&str], log: Option<&Path>) -> anyhow::Result<Served> {
+    let log = match log {
+        Some(path) => Some(Arc::new(Mutex::new(
+            std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?,
+        ))),
+        None => None,
+    };
     let mut child = Command::new(program)
         .args(args)
         .env("RUST_LOG", "warn,toolsched=info")
@@ -281,11 +325,17 @@ fn start(program: &Path, args: &[&str]) -> anyhow::Result<Served> {
         Box::new(stdout),
     ] {
         let tx = tx.clone();
+        let log = log.clone();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(reader)
                 .lines()
                 .map_while(Result::ok)
             {
+                if let Some(file) = &log
+                    && let Ok(mut f) = file.lock()
+                {
+                    let _ = writeln!(f, "{line}");
+                }
                 let _ = tx.send(line);
             }
         });
@@ -576,6 +626,11 @@ async fn store_beside_memory(env: &Env) -> anyhow::Result<Vec<Row>> {
     };
     let (k, c) = (8, 64);
     let secs = if env.quick { 1 } else { 4 };
+    // A fresh database per run: the servers of an earlier run were killed
+    // (SIGKILL) holding the leases of the same session names, so reusing
+    // its tables would measure takeovers (a lease's wait, resumed batches).
+    let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
+    let url = &soak::fresh_database(url, &name).await?;
     let memory = start_toolsched(env, &[])?;
     let durable = start_toolsched(env, &["--store", url])?;
     let reads: Arc<dyn Fn(usize) -> pb::ScheduleCallsRequest + Send + Sync> =
@@ -669,6 +724,8 @@ async fn store_beside_memory(env: &Env) -> anyhow::Result<Vec<Row>> {
             push(&mut figures, 4, percentile(&w1.end, 0.99));
         }
     }
+    drop(durable);
+    soak::drop_database(env.store.as_deref().unwrap_or_default(), &name).await;
     Ok(figures
         .into_iter()
         .enumerate()
