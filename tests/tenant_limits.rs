@@ -927,6 +927,12 @@ async fn the_audit_log_names_who_asked_and_who_approved_and_never_a_token() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::PermissionDenied);
+    const WRONG: &str = "token-nobody-was-given-0123456789";
+    let status = client
+        .list_tools(with_token(WRONG, pb::ListToolsRequest::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unauthenticated);
 
     let ended = |l: &[Value]| {
         l.iter()
@@ -964,8 +970,32 @@ async fn the_audit_log_names_who_asked_and_who_approved_and_never_a_token() {
     while let Ok(line) = bin.stderr_lines.recv_timeout(Duration::from_secs(60)) {
         all.push(line);
     }
+    // Each refusal is an audit line naming why, never the credential.
+    let refused: Vec<(String, String)> = all
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["message"] == "request refused")
+        .map(|v| {
+            assert_eq!(v["target"], "toolsched::audit", "{v}");
+            (
+                v["code"].as_str().unwrap_or_default().to_string(),
+                v["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        refused.contains(&(
+            "permission_denied".into(),
+            "tenant acme may not use approval mode yolo (allowed: default, auto_edit)".into()
+        )),
+        "{refused:?}"
+    );
+    assert!(
+        refused.iter().any(|(code, _)| code == "unauthenticated"),
+        "{refused:?}"
+    );
     for line in &all {
-        for token in [A, A2, B] {
+        for token in [A, A2, B, WRONG] {
             assert!(!line.contains(token), "a token in the log: {line}");
             assert!(
                 !line.contains(&hash_hex(token)),

@@ -82,57 +82,79 @@ use crate::scheduler::tenants::TenantRefusal;
 
 impl From<ApiError> for Status {
     fn from(e: ApiError) -> Self {
-        let message = e.to_string();
-        match e {
-            ApiError::InvalidArgument(_) => Status::invalid_argument(message),
-            ApiError::UnknownSession(_) => Status::not_found(message),
-            ApiError::NoWorkspacesRoot => Status::failed_precondition(message),
-            ApiError::WorkspacesUnreadable => Status::unavailable(message),
-            ApiError::Unauthenticated(_) => Status::unauthenticated(message),
-            ApiError::Schedule(s) => match s {
-                ScheduleError::Invalid(_) => Status::invalid_argument(message),
-                ScheduleError::TooManyCalls { .. }
-                | ScheduleError::TooManySessions { .. }
-                | ScheduleError::TooManyBatches { .. } => Status::resource_exhausted(message),
-                ScheduleError::ShuttingDown => Status::unavailable(message),
-                ScheduleError::SandboxLevelNotAllowed { .. } => Status::permission_denied(message),
-                ScheduleError::GraceTooLong { .. } => Status::resource_exhausted(message),
-                ScheduleError::Tenant(t) => match t {
-                    TenantRefusal::ModeNotAllowed { .. } | TenantRefusal::SandboxLevel { .. } => {
-                        Status::permission_denied(message)
-                    }
-                    TenantRefusal::Quota { .. } => Status::resource_exhausted(message),
-                },
-                ScheduleError::Store(e) => store_status(&e, message),
-                ScheduleError::Workspace(w) => workspace_status(&w, message),
-            },
-            ApiError::Confirm(c) => match c {
-                ConfirmError::Invalid(_) => Status::invalid_argument(message),
-                ConfirmError::UnknownSession { .. } | ConfirmError::UnknownCall { .. } => {
-                    Status::not_found(message)
-                }
-                ConfirmError::NotAwaitingApproval { .. }
-                | ConfirmError::AlreadyEnded { .. }
-                | ConfirmError::StaleCorrelation { .. }
-                | ConfirmError::OutcomeNotOffered { .. }
-                | ConfirmError::CannotModify { .. }
-                | ConfirmError::AnsweredDifferently { .. } => Status::failed_precondition(message),
-                ConfirmError::InvalidNewContent { .. } => Status::invalid_argument(message),
-                ConfirmError::Unavailable => Status::unavailable(message),
-            },
-            ApiError::Cancel(c) => match c {
-                CancelError::Invalid(_) => Status::invalid_argument(message),
-                CancelError::UnknownSession { .. } | CancelError::UnknownBatch { .. } => {
-                    Status::not_found(message)
-                }
-                CancelError::Unavailable => Status::unavailable(message),
-            },
-            ApiError::Watch(w) => match w {
-                WatchError::Invalid(_) => Status::invalid_argument(message),
-                WatchError::Store(e) => store_status(&e, message),
-                WatchError::BeyondEnd { .. } => Status::out_of_range(message),
-                WatchError::Unavailable => Status::unavailable(message),
-            },
+        let status = status_of(e);
+        // What an operator needs to see of a refusal: who was turned away
+        // and why (the reasons name no secret: a credential is never in
+        // them, a quota names the tenant and its use).
+        let code = match status.code() {
+            tonic::Code::Unauthenticated => Some("unauthenticated"),
+            tonic::Code::PermissionDenied => Some("permission_denied"),
+            tonic::Code::ResourceExhausted => Some("resource_exhausted"),
+            _ => None,
+        };
+        if let Some(code) = code {
+            tracing::info!(
+                target: "toolsched::audit",
+                code,
+                reason = status.message(),
+                "request refused"
+            );
         }
+        status
+    }
+}
+
+fn status_of(e: ApiError) -> Status {
+    let message = e.to_string();
+    match e {
+        ApiError::InvalidArgument(_) => Status::invalid_argument(message),
+        ApiError::UnknownSession(_) => Status::not_found(message),
+        ApiError::NoWorkspacesRoot => Status::failed_precondition(message),
+        ApiError::WorkspacesUnreadable => Status::unavailable(message),
+        ApiError::Unauthenticated(_) => Status::unauthenticated(message),
+        ApiError::Schedule(s) => match s {
+            ScheduleError::Invalid(_) => Status::invalid_argument(message),
+            ScheduleError::TooManyCalls { .. }
+            | ScheduleError::TooManySessions { .. }
+            | ScheduleError::TooManyBatches { .. } => Status::resource_exhausted(message),
+            ScheduleError::ShuttingDown => Status::unavailable(message),
+            ScheduleError::SandboxLevelNotAllowed { .. } => Status::permission_denied(message),
+            ScheduleError::GraceTooLong { .. } => Status::resource_exhausted(message),
+            ScheduleError::Tenant(t) => match t {
+                TenantRefusal::ModeNotAllowed { .. } | TenantRefusal::SandboxLevel { .. } => {
+                    Status::permission_denied(message)
+                }
+                TenantRefusal::Quota { .. } => Status::resource_exhausted(message),
+            },
+            ScheduleError::Store(e) => store_status(&e, message),
+            ScheduleError::Workspace(w) => workspace_status(&w, message),
+        },
+        ApiError::Confirm(c) => match c {
+            ConfirmError::Invalid(_) => Status::invalid_argument(message),
+            ConfirmError::UnknownSession { .. } | ConfirmError::UnknownCall { .. } => {
+                Status::not_found(message)
+            }
+            ConfirmError::NotAwaitingApproval { .. }
+            | ConfirmError::AlreadyEnded { .. }
+            | ConfirmError::StaleCorrelation { .. }
+            | ConfirmError::OutcomeNotOffered { .. }
+            | ConfirmError::CannotModify { .. }
+            | ConfirmError::AnsweredDifferently { .. } => Status::failed_precondition(message),
+            ConfirmError::InvalidNewContent { .. } => Status::invalid_argument(message),
+            ConfirmError::Unavailable => Status::unavailable(message),
+        },
+        ApiError::Cancel(c) => match c {
+            CancelError::Invalid(_) => Status::invalid_argument(message),
+            CancelError::UnknownSession { .. } | CancelError::UnknownBatch { .. } => {
+                Status::not_found(message)
+            }
+            CancelError::Unavailable => Status::unavailable(message),
+        },
+        ApiError::Watch(w) => match w {
+            WatchError::Invalid(_) => Status::invalid_argument(message),
+            WatchError::Store(e) => store_status(&e, message),
+            WatchError::BeyondEnd { .. } => Status::out_of_range(message),
+            WatchError::Unavailable => Status::unavailable(message),
+        },
     }
 }
