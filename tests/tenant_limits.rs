@@ -636,6 +636,51 @@ async fn over_its_retained_event_bytes_a_tenant_loses_its_oldest_events_then_is_
     assert_eq!(terminal_name(&events, "r"), "success");
 }
 
+/// At the server's max_sessions a new session of a tenant forgets that
+/// tenant's own least recently used idle session before another tenant's
+/// (a forgotten session loses its mode and rules).
+#[tokio::test]
+async fn at_the_servers_session_cap_a_tenant_makes_room_from_its_own_sessions() {
+    let srv = server(
+        SchedulerConfig {
+            max_sessions: 2,
+            ..yolo()
+        },
+        TenantConfig::default(),
+    )
+    .await;
+    let known = |token: &'static str, id: &'static str| {
+        let mut client = srv.client.clone();
+        async move {
+            client
+                .get_session(with_token(
+                    token,
+                    pb::GetSessionRequest {
+                        session_id: id.into(),
+                    },
+                ))
+                .await
+                .is_ok()
+        }
+    };
+    // beta's session is the least recently used.
+    let events = run(&srv, B, request("b1", vec![read("r")])).await;
+    assert_eq!(terminal_name(&events, "r"), "success");
+    let events = run(&srv, A, request("a1", vec![read("r")])).await;
+    assert_eq!(terminal_name(&events, "r"), "success");
+    let events = run(&srv, A, request("a2", vec![read("r")])).await;
+    assert_eq!(terminal_name(&events, "r"), "success");
+    assert!(known(B, "b1").await, "beta's session is kept");
+    assert!(!known(A, "a1").await, "acme's own idle session made room");
+    assert!(known(A, "a2").await);
+    // beta's next new session forgets beta's b1, not acme's newer a2.
+    let events = run(&srv, B, request("b2", vec![read("r")])).await;
+    assert_eq!(terminal_name(&events, "r"), "success");
+    assert!(known(B, "b2").await);
+    assert!(!known(B, "b1").await);
+    assert!(known(A, "a2").await, "acme's session is kept");
+}
+
 /// A batch refused by any check counts nothing and drops nothing: not the
 /// shell commands it asks, not the tenant's retained events.
 #[tokio::test]

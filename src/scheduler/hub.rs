@@ -368,9 +368,20 @@ impl Hub {
                 let prefix = format!("{}/", t.config.name);
                 self.evict_oldest_idle(Some(&prefix));
             }
+            // At the server's cap: the tenant's own least recently used
+            // idle session first, another tenant's only when it has none
+            // (a forgotten session loses its mode and rules).
             let limit = self.shared.config.max_sessions;
-            if self.sessions.len() >= limit && !self.evict_oldest_idle(None) {
-                return Err(ScheduleError::TooManySessions { limit });
+            if self.sessions.len() >= limit {
+                let own = request
+                    .session_id
+                    .split_once('/')
+                    .map(|(tenant, _)| format!("{tenant}/"));
+                let made_room = own.is_some_and(|p| self.evict_oldest_idle(Some(&p)))
+                    || self.evict_oldest_idle(None);
+                if !made_room {
+                    return Err(ScheduleError::TooManySessions { limit });
+                }
             }
             let (tx, rx) = mpsc::unbounded_channel();
             let (link, internal) = session::internal_channel();
