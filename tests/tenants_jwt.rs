@@ -128,6 +128,7 @@ fn jwt_config(jwks_file: &Path) -> JwtConfig {
         tenant_claim: "tenant".into(),
         principal_claim: "sub".into(),
         leeway_secs: 0,
+        tenants: Vec::new(),
     }
 }
 
@@ -146,6 +147,64 @@ fn write(id: &str, path: &str) -> pb::FunctionCall {
         "write_file",
         json!({"file_path": path, "content": "x\n"}),
     )
+}
+
+/// With `jwt.tenants`, a validly signed token naming another tenant is
+/// UNAUTHENTICATED: the issuer cannot mint tenants the server never meant to
+/// serve (each is a metric label and a directory).
+#[tokio::test]
+async fn jwt_tenants_bounds_the_tenants_a_token_may_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = keys(dir.path());
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(&jwks, keys.jwks.to_string()).unwrap();
+    let server = TestServer::with_options(
+        SchedulerConfig::default(),
+        ServerOptions {
+            jwt: Some(JwtConfig {
+                tenants: vec!["acme".into()],
+                ..jwt_config(&jwks)
+            }),
+            ..ServerOptions::default()
+        },
+    )
+    .await;
+    let mut client = server.client.clone();
+    let acme = sign(
+        Algorithm::RS256,
+        "rsa-1",
+        &keys.rsa,
+        &claims("acme", "alice", |_| {}),
+    );
+    let gamma = sign(
+        Algorithm::RS256,
+        "rsa-1",
+        &keys.rsa,
+        &claims("gamma", "eve", |_| {}),
+    );
+    client
+        .list_tools(with_token(&acme, pb::ListToolsRequest::default()))
+        .await
+        .expect("a listed tenant");
+    let status = client
+        .list_tools(with_token(&gamma, pb::ListToolsRequest::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unauthenticated);
+    assert_eq!(
+        status.message(),
+        "invalid JWT: the tenant claim names a tenant this server does not serve (jwt.tenants)"
+    );
+    // A name that is no tenant name stops start-up.
+    let err = toolsched::api::jwt::JwtVerifier::load(&JwtConfig {
+        tenants: vec!["a/b".into()],
+        ..jwt_config(&jwks)
+    })
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "jwt.tenants: 'a/b' is not a valid tenant name"
+    );
 }
 
 #[tokio::test]

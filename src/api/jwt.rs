@@ -41,6 +41,11 @@ pub struct JwtConfig {
     /// Clock skew tolerated on `exp`/`nbf`, in seconds [default: 30].
     #[serde(default = "default_leeway")]
     pub leeway_secs: u64,
+    /// The tenants a token may name [default: empty, any the issuer
+    /// signs]: every tenant is a metric label and a directory under the
+    /// workspaces root, so a server that serves known customers lists them.
+    #[serde(default)]
+    pub tenants: Vec<String>,
 }
 
 fn default_tenant_claim() -> String {
@@ -66,6 +71,8 @@ pub enum JwksError {
     Unsupported { path: PathBuf, index: usize },
     #[error("jwt.jwks_file {path}: key {index} is not a valid public key")]
     BadKey { path: PathBuf, index: usize },
+    #[error("jwt.tenants: '{name}' is not a valid tenant name")]
+    Tenant { name: String },
     #[error("jwt.jwks_file {path} holds no key")]
     Empty { path: PathBuf },
 }
@@ -95,6 +102,8 @@ pub enum JwtReason {
     Tenant,
     #[error("the principal claim is missing or not a valid principal name")]
     Principal,
+    #[error("the tenant claim names a tenant this server does not serve (jwt.tenants)")]
+    UnknownTenant,
 }
 
 /// One key of the set.
@@ -112,6 +121,8 @@ pub struct JwtVerifier {
     tenant_claim: String,
     principal_claim: String,
     leeway_secs: u64,
+    /// `jwt.tenants` (empty: any).
+    tenants: Vec<TenantId>,
 }
 
 impl std::fmt::Debug for JwtVerifier {
@@ -133,7 +144,13 @@ impl JwtVerifier {
             reason: e.to_string(),
         })?;
         let keys = parse_jwks(path, &text)?;
+        let tenants = config
+            .tenants
+            .iter()
+            .map(|name| TenantId::new(name).map_err(|_| JwksError::Tenant { name: name.clone() }))
+            .collect::<Result<_, _>>()?;
         Ok(Self {
+            tenants,
             keys,
             issuer: config.issuer.clone(),
             audience: config.audience.clone(),
@@ -197,6 +214,9 @@ impl JwtVerifier {
         let tenant = claim(&self.tenant_claim)
             .ok_or(JwtReason::Tenant)
             .and_then(|t| TenantId::new(t).map_err(|_| JwtReason::Tenant))?;
+        if !self.tenants.is_empty() && !self.tenants.contains(&tenant) {
+            return Err(JwtReason::UnknownTenant);
+        }
         let name = claim(&self.principal_claim).ok_or(JwtReason::Principal)?;
         Principal::new(tenant, name).map_err(|_: InvalidName| JwtReason::Principal)
     }
