@@ -64,15 +64,6 @@ async fn server(config: SchedulerConfig, tenant: TenantConfig) -> TestServer {
     TestServer::with_options(config, options()).await
 }
 
-fn with_token<T>(token: &str, message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {token}").parse().expect("metadata value"),
-    );
-    request
-}
-
 fn shell(id: &str, command: &str) -> pb::FunctionCall {
     call(
         id,
@@ -83,6 +74,33 @@ fn shell(id: &str, command: &str) -> pb::FunctionCall {
 
 fn read(id: &str) -> pb::FunctionCall {
     call(id, "list_directory", json!({"dir_path": "."}))
+}
+
+/// A tenant table with only `quotas`.
+fn limited(quotas: TenantQuotas) -> TenantConfig {
+    TenantConfig {
+        quotas,
+        ..TenantConfig::default()
+    }
+}
+
+/// A batch of `token` in `session` whose call `call_id` (`sleep 30`) is
+/// Executing: it holds an execution slot and keeps its session busy.
+async fn busy(
+    srv: &TestServer,
+    token: &str,
+    session: &str,
+    call_id: &str,
+) -> tonic::Streaming<pb::ScheduleCallsResponse> {
+    let mut stream = schedule(
+        srv,
+        token,
+        request(session, vec![shell(call_id, "sleep 30")]),
+    )
+    .await
+    .expect("accepted");
+    until_executing(&mut stream, call_id).await;
+    stream
 }
 
 /// Schedules as `token`; the status when refused.
@@ -256,19 +274,13 @@ async fn a_tenants_policy_file_denies_what_the_servers_allows() {
 async fn at_its_executing_quota_a_tenant_is_refused_while_the_other_runs() {
     let srv = server(
         yolo(),
-        TenantConfig {
-            quotas: TenantQuotas {
-                max_executing_calls: Some(1),
-                ..TenantQuotas::default()
-            },
-            ..TenantConfig::default()
-        },
+        limited(TenantQuotas {
+            max_executing_calls: Some(1),
+            ..TenantQuotas::default()
+        }),
     )
     .await;
-    let mut running = schedule(&srv, A, request("long", vec![shell("s", "sleep 30")]))
-        .await
-        .expect("accepted");
-    until_executing(&mut running, "s").await;
+    let running = busy(&srv, A, "long", "s").await;
 
     let status = schedule(&srv, A, request("other", vec![read("r")]))
         .await
@@ -303,13 +315,10 @@ async fn at_its_executing_quota_a_tenant_is_refused_while_the_other_runs() {
 async fn a_call_waiting_for_its_tenants_slot_is_scheduled_not_executing() {
     let srv = server(
         SchedulerConfig::default(),
-        TenantConfig {
-            quotas: TenantQuotas {
-                max_executing_calls: Some(1),
-                ..TenantQuotas::default()
-            },
-            ..TenantConfig::default()
-        },
+        limited(TenantQuotas {
+            max_executing_calls: Some(1),
+            ..TenantQuotas::default()
+        }),
     )
     .await;
     // Both admitted while nothing executes: each waits at its prompt.
@@ -375,19 +384,13 @@ async fn a_call_waiting_for_its_tenants_slot_is_scheduled_not_executing() {
 async fn at_its_session_quota_a_tenant_is_refused_while_the_other_runs() {
     let srv = server(
         yolo(),
-        TenantConfig {
-            quotas: TenantQuotas {
-                max_sessions: Some(1),
-                ..TenantQuotas::default()
-            },
-            ..TenantConfig::default()
-        },
+        limited(TenantQuotas {
+            max_sessions: Some(1),
+            ..TenantQuotas::default()
+        }),
     )
     .await;
-    let mut running = schedule(&srv, A, request("one", vec![shell("s", "sleep 30")]))
-        .await
-        .expect("accepted");
-    until_executing(&mut running, "s").await;
+    let running = busy(&srv, A, "one", "s").await;
     let status = schedule(&srv, A, request("two", vec![read("r")]))
         .await
         .unwrap_err();
@@ -415,19 +418,13 @@ async fn at_its_session_quota_a_tenant_is_refused_while_the_other_runs() {
 async fn at_its_queued_batches_quota_a_tenant_is_refused() {
     let srv = server(
         yolo(),
-        TenantConfig {
-            quotas: TenantQuotas {
-                max_queued_batches: Some(1),
-                ..TenantQuotas::default()
-            },
-            ..TenantConfig::default()
-        },
+        limited(TenantQuotas {
+            max_queued_batches: Some(1),
+            ..TenantQuotas::default()
+        }),
     )
     .await;
-    let mut running = schedule(&srv, A, request("s", vec![shell("s", "sleep 30")]))
-        .await
-        .expect("accepted");
-    until_executing(&mut running, "s").await;
+    let running = busy(&srv, A, "s", "s").await;
     let mut waiting = schedule(&srv, A, request("s", vec![read("q")]))
         .await
         .expect("one may wait");
@@ -480,13 +477,10 @@ async fn at_its_queued_batches_quota_a_tenant_is_refused() {
 async fn over_its_shell_commands_per_minute_a_tenant_is_refused() {
     let srv = server(
         yolo(),
-        TenantConfig {
-            quotas: TenantQuotas {
-                max_shell_commands_per_minute: Some(2),
-                ..TenantQuotas::default()
-            },
-            ..TenantConfig::default()
-        },
+        limited(TenantQuotas {
+            max_shell_commands_per_minute: Some(2),
+            ..TenantQuotas::default()
+        }),
     )
     .await;
     let events = run(
@@ -543,13 +537,10 @@ async fn over_its_retained_event_bytes_a_tenant_loses_its_oldest_events_then_is_
     const QUOTA: usize = 64 * 1024;
     let srv = server(
         yolo(),
-        TenantConfig {
-            quotas: TenantQuotas {
-                max_retained_event_bytes: Some(QUOTA),
-                ..TenantQuotas::default()
-            },
-            ..TenantConfig::default()
-        },
+        limited(TenantQuotas {
+            max_retained_event_bytes: Some(QUOTA),
+            ..TenantQuotas::default()
+        }),
     )
     .await;
     // Each batch's events hold its 40,000-byte output (streamed, then in the
@@ -690,21 +681,15 @@ async fn a_refused_batch_changes_nothing_of_its_tenants() {
             max_sessions: 3,
             ..yolo()
         },
-        TenantConfig {
-            quotas: TenantQuotas {
-                max_queued_batches: Some(1),
-                max_shell_commands_per_minute: Some(4),
-                max_retained_event_bytes: Some(20_000),
-                ..TenantQuotas::default()
-            },
-            ..TenantConfig::default()
-        },
+        limited(TenantQuotas {
+            max_queued_batches: Some(1),
+            max_shell_commands_per_minute: Some(4),
+            max_retained_event_bytes: Some(20_000),
+            ..TenantQuotas::default()
+        }),
     )
     .await;
-    let mut busy = schedule(&srv, A, request("busy", vec![shell("s", "sleep 30")]))
-        .await
-        .expect("accepted");
-    until_executing(&mut busy, "s").await;
+    let occupied = busy(&srv, A, "busy", "s").await;
     let mut queued = schedule(&srv, A, request("busy", vec![read("q")]))
         .await
         .expect("one may wait");
@@ -738,14 +723,8 @@ async fn a_refused_batch_changes_nothing_of_its_tenants() {
     // Refused by the server's max_sessions (3 live, each busy): its two
     // shell commands are not counted against the tenant's four a minute
     // (the two sleeps hold two).
-    let mut other = schedule(&srv, B, request("b", vec![shell("s", "sleep 30")]))
-        .await
-        .expect("accepted");
-    until_executing(&mut other, "s").await;
-    let mut holding = schedule(&srv, A, request("kept", vec![shell("h", "sleep 30")]))
-        .await
-        .expect("accepted");
-    until_executing(&mut holding, "h").await;
+    let other = busy(&srv, B, "b", "s").await;
+    let holding = busy(&srv, A, "kept", "h").await;
     let two = || vec![shell("x1", "true"), shell("x2", "true")];
     let status = schedule(&srv, A, request("new", two())).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
@@ -769,7 +748,7 @@ async fn a_refused_batch_changes_nothing_of_its_tenants() {
     for session in ["busy", "kept"] {
         cancel(&srv, A, session).await;
     }
-    collect(busy).await;
+    collect(occupied).await;
     collect(holding).await;
     while queued.message().await.expect("stream").is_some() {}
 }

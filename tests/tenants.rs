@@ -33,15 +33,6 @@ async fn two_tenants() -> TestServer {
     .await
 }
 
-fn with_token<T>(token: &str, message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {token}").parse().expect("metadata value"),
-    );
-    request
-}
-
 fn write(id: &str, path: &str) -> pb::FunctionCall {
     call(
         id,

@@ -108,15 +108,6 @@ impl Roots {
     }
 }
 
-fn with_token<T>(token: &str, message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {token}").parse().expect("metadata value"),
-    );
-    request
-}
-
 fn write(id: &str, path: &str, content: &str) -> pb::FunctionCall {
     call(
         id,

@@ -676,3 +676,13 @@ pub fn run_worker_process(
     let status = std::fs::read_to_string(&status_file).unwrap_or_default();
     (out.status.code(), text, status)
 }
+
+/// `message` with `authorization: Bearer <token>` metadata.
+pub fn with_token<T>(token: &str, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("metadata value"),
+    );
+    request
+}
