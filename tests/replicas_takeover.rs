@@ -875,3 +875,87 @@ async fn a_call_end_the_store_never_had_was_never_shown() {
         "x\n"
     );
 }
+
+/// A batch taken over through WatchBatch brings the stopped owner's other
+/// batches of its session with it: the one queued behind it runs after it
+/// on the new owner, although its own client never came back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_taken_over_by_a_watch_brings_the_batch_queued_behind_it() {
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let yolo = ["--approval-mode", "yolo"];
+    let a = replica(workspace.path(), &url, &yolo);
+    let b = replica(workspace.path(), &url, &yolo);
+
+    let (running, seen, _) =
+        run_until_executing(a.addr, "s-behind", "echo x >> log; sleep 30").await;
+    let first = accepted(&seen);
+    let mut queued = client(a.addr)
+        .await
+        .schedule_calls(request(
+            "s-behind",
+            vec![call(
+                "q",
+                "run_shell_command",
+                json!({"command": "echo queued >> log"}),
+            )],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let behind = match queued.message().await.unwrap().and_then(|m| m.event) {
+        Some(Event::BatchAccepted(x)) => {
+            assert!(x.queued, "{x:?}");
+            x.batch_id
+        }
+        other => panic!("{other:?}"),
+    };
+    wait_for_file(&workspace.path().join("log"), "x\n").await;
+    kill_9(a);
+    drop((running, queued));
+
+    let events =
+        events_of(&messages(watch_once_taken_over(b.addr, "s-behind", &first).await).await);
+    assert_eq!(
+        support::error_of(&events, "w").0,
+        pb::ErrorType::OutcomeUnknown
+    );
+    // The queued batch runs next on B, with nobody asking for it.
+    wait_for_file(&workspace.path().join("log"), "x\nqueued\n").await;
+    let db = replicas_support::sql(&url).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !db
+        .query_one(
+            "SELECT completed_at IS NOT NULL FROM toolsched_batches WHERE batch_id = $1",
+            &[&behind],
+        )
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "queued batch not completed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let replay = events_of(
+        &messages(
+            client(b.addr)
+                .await
+                .watch_batch(pb::WatchBatchRequest {
+                    session_id: "s-behind".into(),
+                    batch_id: behind.clone(),
+                    after_sequence: 0,
+                })
+                .await
+                .unwrap()
+                .into_inner(),
+        )
+        .await,
+    );
+    assert_eq!(
+        support::states(&replay, "q"),
+        ["validating", "scheduled", "executing", "success"]
+    );
+}

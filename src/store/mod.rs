@@ -76,6 +76,10 @@ pub struct Adopted<E: LogEvent> {
     /// Calls whose end was recorded ([`Store::record_ended`]): (call id, the
     /// end as the scheduler encoded it); they keep it.
     pub ended: Vec<(String, Vec<u8>)>,
+    /// The session's other batches the stopped owner was running or had
+    /// queued, oldest first: those that began before this one, and after.
+    pub began_before: Vec<String>,
+    pub began_after: Vec<String>,
 }
 
 /// What [`Store::begin_batch`] found.

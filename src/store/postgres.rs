@@ -724,6 +724,31 @@ impl<E: LogEvent> PostgresStore<E> {
             )
             .await
             .map_err(|e| unavailable(&e))?;
+        // The session's other running batches of stopped owners (not this
+        // process's own), in the order they began.
+        let mut began_before = Vec::new();
+        let mut began_after = Vec::new();
+        let mut seen_this = false;
+        for row in client
+            .query(
+                "SELECT batch_id FROM toolsched_batches WHERE session_id = $1 \
+                 AND completed_at IS NULL AND request IS NOT NULL ORDER BY began_at, batch_id",
+                &[&session_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?
+        {
+            let id: String = row.get(0);
+            if id == batch_id {
+                seen_this = true;
+            } else if !self.memory.knows(session_id, &id) {
+                if seen_this {
+                    began_after.push(id);
+                } else {
+                    began_before.push(id);
+                }
+            }
+        }
         let mut executing = Vec::new();
         let mut ended = Vec::new();
         for row in client
@@ -771,6 +796,8 @@ impl<E: LogEvent> PostgresStore<E> {
             request,
             executing,
             ended,
+            began_before,
+            began_after,
         }))
     }
 
