@@ -5,11 +5,13 @@
 //! The owner of a batch keeps its live log in memory (the
 //! [`MemoryStore`] inside) and readers in this process read it there. The
 //! store's round trips are only those [`Store`] awaits: claiming a batch and
-//! its request id ([`Store::begin_batch`]) and recording a side-effecting
-//! call before its tool starts ([`Store::record_executing`]). Everything
-//! else (a completed batch's events, answers, the end of a batch) goes
-//! through one writer task in order, retried until the database takes it,
-//! so that a store lost for a while loses nothing that was recorded.
+//! its request id ([`Store::begin_batch`]), recording a side-effecting call
+//! before its tool starts ([`Store::record_executing`]) and its end before
+//! anyone is told it ([`Store::record_ended`]). Everything else (a
+//! completed batch's events, answers, an abandoned batch) goes through one
+//! writer task, sent in groups (pipelined on one connection) and retried
+//! until the database takes them, so that a store lost for a while loses
+//! nothing that was recorded.
 //!
 //! The schema is versioned: the files of `migrations/` are embedded and
 //! applied at start-up, once, under an advisory lock (replicas starting
