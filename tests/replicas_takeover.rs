@@ -143,12 +143,7 @@ async fn a_call_running_when_its_replica_is_killed_ends_outcome_unknown_and_the_
     };
     let batch = accepted(&seen);
     // The command had its effect before the replica dies.
-    let log = workspace.path().join("log");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while std::fs::read_to_string(&log).unwrap_or_default() != "x\n" {
-        assert!(std::time::Instant::now() < deadline, "echo did not run");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_file(&workspace.path().join("log"), "x\n").await;
 
     kill_9(a);
     drop(running);
@@ -195,7 +190,10 @@ async fn a_call_running_when_its_replica_is_killed_ends_outcome_unknown_and_the_
         ]
     );
     // Never run again: one line; the second call ran once.
-    assert_eq!(std::fs::read_to_string(&log).unwrap(), "x\n");
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("log")).unwrap(),
+        "x\n"
+    );
     assert_eq!(
         std::fs::read_to_string(workspace.path().join("log2")).unwrap(),
         "y\n"
@@ -706,5 +704,258 @@ async fn a_call_that_ended_before_its_replica_was_killed_keeps_its_result_in_the
     assert_eq!(
         std::fs::read_to_string(workspace.path().join("log")).unwrap(),
         "x\n"
+    );
+}
+
+/// Waits (bounded, 10 s) until `path` holds `text`: a command's effect.
+async fn wait_for_file(path: &std::path::Path, text: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(path).unwrap_or_default() != text {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never held {text:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Starts `command` as call "w" of session `session` on `addr`; returns the
+/// stream, the events seen up to the call's Executing with a pid, and that
+/// pid (its process group).
+async fn run_until_executing(
+    addr: std::net::SocketAddr,
+    session: &str,
+    command: &str,
+) -> (tonic::Streaming<pb::ScheduleCallsResponse>, Vec<Event>, i32) {
+    let mut stream = client(addr)
+        .await
+        .schedule_calls(request(
+            session,
+            vec![call(
+                "w",
+                "run_shell_command",
+                json!({ "command": command }),
+            )],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    let executing = next_matching(&mut stream, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(u) if u.call_id == "w"
+            && matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()))
+    })
+    .await;
+    let Event::CallUpdate(pb::ToolCallUpdate {
+        state: Some(State::Executing(pb::Executing {
+            pid: Some(pgid), ..
+        })),
+        ..
+    }) = executing
+    else {
+        unreachable!()
+    };
+    (stream, seen, pgid as i32)
+}
+
+/// The client is told a side-effecting call's end only once the store has
+/// it: with the store cut while the command ends, the stream waits; the
+/// store back, the end is written and shown; the replica killed at once
+/// after, the batch taken over elsewhere says the same (not
+/// outcome_unknown).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_a_client_was_shown_survives_its_replica_being_killed() {
+    let url = fresh_database().await;
+    let (target, _) = replicas_support::via(&url, "127.0.0.1:1".parse().unwrap());
+    let relay = replicas_support::Relay::start(target).await;
+    let (_, relayed) = replicas_support::via(&url, relay.addr);
+    let workspace = tempfile::tempdir().unwrap();
+    let yolo = ["--approval-mode", "yolo"];
+    let a = replica(workspace.path(), &relayed, &yolo);
+    let b = replica(workspace.path(), &url, &yolo);
+
+    let (mut stream, mut seen, pgid) =
+        run_until_executing(a.addr, "s-shown", "echo x >> log; sleep 0.5").await;
+    let batch = accepted(&seen);
+    relay.cut();
+    // The command ends while its end cannot be written.
+    wait_for_file(&workspace.path().join("log"), "x\n").await;
+    assert!(
+        support::wait_group_gone(pgid).await,
+        "command still running"
+    );
+    relay.restore();
+    let shown = next_matching(&mut stream, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(u) if u.call_id == "w"
+            && matches!(u.state, Some(State::Success(_) | State::Error(_) | State::Cancelled(_))))
+    })
+    .await;
+    assert!(
+        matches!(&shown, Event::CallUpdate(u) if matches!(u.state, Some(State::Success(_)))),
+        "{shown:?}"
+    );
+    // Shown, so recorded: the row has its end already.
+    let ended: Vec<String> = replicas_support::sql(&url)
+        .await
+        .query(
+            "SELECT call_id FROM toolsched_executing WHERE ended IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ended, ["w"]);
+    kill_9(a);
+    drop(stream);
+
+    let events = events_of(&messages(watch_once_taken_over(b.addr, "s-shown", &batch).await).await);
+    // Replayed as A logged it (its completion was written), or taken over
+    // with the end A recorded: Success either way, and only Success.
+    let states = support::states(&events, "w");
+    assert!(
+        states == ["validating", "scheduled", "executing", "success"] || states == ["success"],
+        "{events:?}"
+    );
+    assert_eq!(
+        support::completed(&events).calls[0].state,
+        pb::FinalState::Success as i32
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("log")).unwrap(),
+        "x\n"
+    );
+}
+
+/// A replica killed while a side-effecting call's end could not be written
+/// never told its client that end: the batch taken over elsewhere ends the
+/// call outcome_unknown, and that is the only end any stream shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_end_the_store_never_had_was_never_shown() {
+    let url = fresh_database().await;
+    let (target, _) = replicas_support::via(&url, "127.0.0.1:1".parse().unwrap());
+    let relay = replicas_support::Relay::start(target).await;
+    let (_, relayed) = replicas_support::via(&url, relay.addr);
+    let workspace = tempfile::tempdir().unwrap();
+    let yolo = ["--approval-mode", "yolo"];
+    let a = replica(workspace.path(), &relayed, &yolo);
+    let b = replica(workspace.path(), &url, &yolo);
+
+    let (mut stream, mut seen, pgid) =
+        run_until_executing(a.addr, "s-unshown", "echo x >> log").await;
+    let batch = accepted(&seen);
+    relay.cut();
+    wait_for_file(&workspace.path().join("log"), "x\n").await;
+    assert!(
+        support::wait_group_gone(pgid).await,
+        "command still running"
+    );
+    kill_9(a);
+    // Everything A sent before it died.
+    while let Ok(Some(m)) = stream.message().await {
+        seen.extend(m.event);
+    }
+    assert_eq!(
+        support::states(&seen, "w"),
+        ["validating", "scheduled", "executing"]
+    );
+    relay.restore();
+
+    let events =
+        events_of(&messages(watch_once_taken_over(b.addr, "s-unshown", &batch).await).await);
+    assert_eq!(support::states(&events, "w"), ["error"], "{events:?}");
+    assert_eq!(
+        support::error_of(&events, "w").0,
+        pb::ErrorType::OutcomeUnknown
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("log")).unwrap(),
+        "x\n"
+    );
+}
+
+/// A batch taken over through WatchBatch brings the stopped owner's other
+/// batches of its session with it: the one queued behind it runs after it
+/// on the new owner, although its own client never came back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_taken_over_by_a_watch_brings_the_batch_queued_behind_it() {
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let yolo = ["--approval-mode", "yolo"];
+    let a = replica(workspace.path(), &url, &yolo);
+    let b = replica(workspace.path(), &url, &yolo);
+
+    let (running, seen, _) =
+        run_until_executing(a.addr, "s-behind", "echo x >> log; sleep 30").await;
+    let first = accepted(&seen);
+    let mut queued = client(a.addr)
+        .await
+        .schedule_calls(request(
+            "s-behind",
+            vec![call(
+                "q",
+                "run_shell_command",
+                json!({"command": "echo queued >> log"}),
+            )],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let behind = match queued.message().await.unwrap().and_then(|m| m.event) {
+        Some(Event::BatchAccepted(x)) => {
+            assert!(x.queued, "{x:?}");
+            x.batch_id
+        }
+        other => panic!("{other:?}"),
+    };
+    wait_for_file(&workspace.path().join("log"), "x\n").await;
+    kill_9(a);
+    drop((running, queued));
+
+    let events =
+        events_of(&messages(watch_once_taken_over(b.addr, "s-behind", &first).await).await);
+    assert_eq!(
+        support::error_of(&events, "w").0,
+        pb::ErrorType::OutcomeUnknown
+    );
+    // The queued batch runs next on B, with nobody asking for it.
+    wait_for_file(&workspace.path().join("log"), "x\nqueued\n").await;
+    let db = replicas_support::sql(&url).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !db
+        .query_one(
+            "SELECT completed_at IS NOT NULL FROM toolsched_batches WHERE batch_id = $1",
+            &[&behind],
+        )
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "queued batch not completed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let replay = events_of(
+        &messages(
+            client(b.addr)
+                .await
+                .watch_batch(pb::WatchBatchRequest {
+                    session_id: "s-behind".into(),
+                    batch_id: behind.clone(),
+                    after_sequence: 0,
+                })
+                .await
+                .unwrap()
+                .into_inner(),
+        )
+        .await,
+    );
+    assert_eq!(
+        support::states(&replay, "q"),
+        ["validating", "scheduled", "executing", "success"]
     );
 }

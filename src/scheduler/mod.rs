@@ -687,17 +687,7 @@ impl Scheduler {
         // first, queued before this one as they were (each runs to its end
         // with a reader here; its own client re-attaches with WatchBatch).
         for orphan in self.store.take_orphans(&session_id) {
-            match self.take_over(&session_id, &orphan).await {
-                Ok(mut stream) => {
-                    tokio::spawn(async move { while stream.next().await.is_some() {} });
-                }
-                Err(e) => tracing::warn!(
-                    session = %session_id,
-                    batch = %orphan,
-                    reason = %e,
-                    "a stopped replica's batch could not be resumed"
-                ),
-            }
+            self.resume_orphan(&session_id, &orphan).await;
         }
         let (reply, rx) = oneshot::channel();
         let sent = self
@@ -775,7 +765,7 @@ impl Scheduler {
                 retention: self.store.retention().completed_for,
             })
         };
-        let Some(adopted) = self.store.adopt(session_id, batch_id).await? else {
+        let Some(mut adopted) = self.store.adopt(session_id, batch_id).await? else {
             // Completed meanwhile: read as any completed batch.
             let log = self
                 .store
@@ -789,6 +779,53 @@ impl Scheduler {
                 .attach(session_id.to_string(), batch_id.to_string(), log, 0, false)
                 .await;
         };
+        // The stopped owner's other running batches of the session go on
+        // here too, in the order they began around this one (queued behind
+        // each other as they were), whether or not their clients come back.
+        let before = std::mem::take(&mut adopted.began_before);
+        let after = std::mem::take(&mut adopted.began_after);
+        for orphan in &before {
+            self.resume_orphan(session_id, orphan).await;
+        }
+        let stream = self.run_adopted(session_id, batch_id, adopted).await;
+        for orphan in &after {
+            self.resume_orphan(session_id, orphan).await;
+        }
+        stream
+    }
+
+    /// Takes over a stopped owner's batch nobody asked for yet: it runs to
+    /// its end here, read by a task (its own client re-attaches with
+    /// WatchBatch).
+    async fn resume_orphan(&self, session_id: &str, batch_id: &str) {
+        let resumed = match self.store.adopt(session_id, batch_id).await {
+            Ok(Some(adopted)) => self.run_adopted(session_id, batch_id, adopted).await,
+            // Completed meanwhile, or already going on here.
+            Ok(None) => return,
+            Err(e) => Err(WatchError::Store(e)),
+        };
+        match resumed {
+            Ok(mut stream) => {
+                tokio::spawn(async move { while stream.next().await.is_some() {} });
+            }
+            Err(e) => tracing::warn!(
+                session = %session_id,
+                batch = %batch_id,
+                reason = %e,
+                "a stopped replica's batch could not be resumed"
+            ),
+        }
+    }
+
+    /// Runs a batch adopted from a stopped owner ([`Store::adopt`]).
+    ///
+    /// [`Store::adopt`]: crate::store::Store::adopt
+    async fn run_adopted(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        adopted: crate::store::Adopted<BatchEvent>,
+    ) -> Result<BatchStream, WatchError> {
         let mut request = match resume::decode_request(&adopted.request) {
             Ok(request) => request,
             Err(e) => {

@@ -183,6 +183,12 @@ pub(crate) enum Internal {
         batch_id: String,
         index: usize,
     },
+    /// A side-effecting call's end is recorded in the durable store (or
+    /// could not be: the session passed to another replica, or the server
+    /// is stopping): what followed its end goes out now.
+    EndRecorded {
+        batch_id: String,
+    },
 }
 
 struct PendingBatch {
@@ -205,6 +211,11 @@ struct ActiveBatch {
     /// tenant, by call id: sent when the slot is granted, dropped when the
     /// call ends first (it never executed).
     held: HashMap<String, BatchEvent>,
+    /// Set while a side-effecting call's end is being recorded in the
+    /// durable store: the effects of its end and of everything after it,
+    /// performed in order once it is recorded (the client is never told an
+    /// end the store could forget).
+    recording: Option<Vec<Effect>>,
 }
 
 /// The session actor's state.
@@ -620,6 +631,14 @@ impl Session {
                 correlation_id,
             } => (batch_id, Report::ConfirmTimeout(index, correlation_id)),
             Internal::CancelGuard { batch_id, index } => (batch_id, Report::CancelGuard(index)),
+            Internal::EndRecorded { batch_id } => {
+                if let Some(active) = self.active.as_mut().filter(|a| a.batch.id() == batch_id)
+                    && let Some(effects) = active.recording.take()
+                {
+                    self.perform(effects);
+                }
+                return;
+            }
             Internal::SlotGranted { batch_id, index } => {
                 if let Some(active) = self.active.as_mut().filter(|a| a.batch.id() == batch_id)
                     && let Some(call) = active.batch.calls.get(index)
@@ -648,9 +667,10 @@ impl Session {
             Report::Progress(index, progress) => batch.on_progress(index, progress),
             Report::Executed(index, outcome) => {
                 let effects = batch.on_executed(index, outcome, drop_reason);
-                // A side-effecting call's end is recorded when it ends (a
-                // durable store): a replica taking an uncompleted batch over
-                // keeps it instead of ending the call outcome_unknown.
+                // A side-effecting call's end is recorded (a durable store)
+                // before the client is told it: a replica taking an
+                // uncompleted batch over keeps it instead of ending the call
+                // outcome_unknown, and never says otherwise than the stream.
                 if let Some(slot) = batch.calls.get(index)
                     && let CallState::Done(end) = &slot.state
                     && self.shared.config.store.is_some()
@@ -659,12 +679,17 @@ impl Session {
                         .as_ref()
                         .is_some_and(|t| t.declaration().read_only)
                 {
-                    self.shared.store.record_ended(
-                        &self.id,
-                        batch.id(),
-                        &slot.request.id,
+                    active.recording = Some(effects);
+                    record_end(
+                        self.shared.store.clone(),
+                        self.shared.shutdown.clone(),
+                        self.id.clone(),
+                        batch.id().to_string(),
+                        slot.request.id.clone(),
                         end.encode(),
+                        self.internal_tx.clone(),
                     );
+                    return;
                 }
                 effects
             }
@@ -855,6 +880,7 @@ impl Session {
             grace: request_grace,
             _batch,
             held: HashMap::new(),
+            recording: None,
         });
         self.perform(effects);
     }
@@ -862,6 +888,11 @@ impl Session {
     /// Performs the running batch's effects in order. Executions that end at
     /// their first poll are applied after the rest, as one step.
     fn perform(&mut self, effects: Vec<Effect>) {
+        // Behind a side-effecting call's end being recorded, in order.
+        if let Some(recording) = self.active.as_mut().and_then(|a| a.recording.as_mut()) {
+            recording.extend(effects);
+            return;
+        }
         let mut finished = Vec::new();
         // The execution slot taken for the call whose Executing event just
         // went out (the next effect starts it).
@@ -1061,6 +1092,51 @@ fn record_then_start(
                 outcome,
             });
         }
+    });
+}
+
+/// How long a failed write of a call's end waits before it is tried again
+/// (the store is unreachable: the call's end waits for it).
+const RECORD_END_RETRY: Duration = Duration::from_millis(500);
+
+/// Records a side-effecting call's end in the durable store, then reports
+/// [`Internal::EndRecorded`]. An unreachable store is retried until it is
+/// back (the call's end waits: telling it first could be contradicted by a
+/// replica taking over); a session that passed to another replica, or a
+/// server that is stopping, gives up (logged): that replica ends the call
+/// `outcome_unknown`.
+fn record_end(
+    store: crate::store::SharedStore<BatchEvent>,
+    shutdown: CancellationToken,
+    session_id: String,
+    batch_id: String,
+    call_id: String,
+    end: Vec<u8>,
+    reports: InternalTx,
+) {
+    tokio::spawn(async move {
+        loop {
+            match store
+                .record_ended(&session_id, &batch_id, &call_id, end.clone())
+                .await
+            {
+                Ok(()) => break,
+                Err(e @ crate::store::StoreError::LeaseLost { .. }) => {
+                    tracing::warn!(session = %session_id, batch = %batch_id, call = %call_id,
+                        reason = %e, "a call's end could not be recorded");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(session = %session_id, batch = %batch_id, call = %call_id,
+                        reason = %e, "recording a call's end failed; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(RECORD_END_RETRY) => {}
+                        () = shutdown.cancelled() => break,
+                    }
+                }
+            }
+        }
+        let _ = reports.send(Internal::EndRecorded { batch_id });
     });
 }
 

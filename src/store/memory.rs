@@ -100,6 +100,16 @@ impl<E: LogEvent> MemoryStore<E> {
         session.batches.iter().map(|b| b.id.clone()).collect()
     }
 
+    /// Whether this process began (or took over) the batch and still keeps
+    /// its record: running, or completed within the retention.
+    pub fn knows(&self, session_id: &str, batch_id: &str) -> bool {
+        let state = self.lock();
+        state
+            .sessions
+            .get(session_id)
+            .is_some_and(|s| s.batches.iter().any(|b| b.id == batch_id))
+    }
+
     /// Calls of a batch recorded Executing (for tests and diagnostics).
     pub fn recorded_executing(&self, session_id: &str, batch_id: &str) -> Vec<String> {
         let state = self.lock();

@@ -76,6 +76,10 @@ pub struct Adopted<E: LogEvent> {
     /// Calls whose end was recorded ([`Store::record_ended`]): (call id, the
     /// end as the scheduler encoded it); they keep it.
     pub ended: Vec<(String, Vec<u8>)>,
+    /// The session's other batches the stopped owner was running or had
+    /// queued, oldest first: those that began before this one, and after.
+    pub began_before: Vec<String>,
+    pub began_after: Vec<String>,
 }
 
 /// What [`Store::begin_batch`] found.
@@ -367,12 +371,21 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
     ) -> StoreFuture<'a, Result<(), StoreError>>;
 
     /// A call recorded Executing ended; `end` is its terminal state as the
-    /// scheduler encodes it. Written behind the session, in order (an end
-    /// not yet written when the replica stops leaves the call
-    /// `outcome_unknown`). Nothing to do for a store that does not outlive
-    /// the process.
-    fn record_ended(&self, session_id: &str, batch_id: &str, call_id: &str, end: Vec<u8>) {
+    /// scheduler encodes it. Resolves once recorded: the scheduler tells
+    /// the client the call's end only then, so that a replica taking the
+    /// batch over keeps that end (a call recorded Executing with no end is
+    /// `outcome_unknown` there). A durable store writes it fenced by the
+    /// session's lease ([`StoreError::LeaseLost`] when another replica holds
+    /// it now). Nothing to do for a store that does not outlive the process.
+    fn record_ended<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+        call_id: &'a str,
+        end: Vec<u8>,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
         let _ = (session_id, batch_id, call_id, end);
+        Box::pin(std::future::ready(Ok(())))
     }
 
     /// Records the answer to prompt `correlation_id` of `call_id`; the first

@@ -5,11 +5,13 @@
 //! The owner of a batch keeps its live log in memory (the
 //! [`MemoryStore`] inside) and readers in this process read it there. The
 //! store's round trips are only those [`Store`] awaits: claiming a batch and
-//! its request id ([`Store::begin_batch`]) and recording a side-effecting
-//! call before its tool starts ([`Store::record_executing`]). Everything
-//! else (a completed batch's events, answers, the end of a batch) goes
-//! through one writer task in order, retried until the database takes it,
-//! so that a store lost for a while loses nothing that was recorded.
+//! its request id ([`Store::begin_batch`]), recording a side-effecting call
+//! before its tool starts ([`Store::record_executing`]) and its end before
+//! anyone is told it ([`Store::record_ended`]). Everything else (a
+//! completed batch's events, answers, an abandoned batch) goes through one
+//! writer task, sent in groups (pipelined on one connection) and retried
+//! until the database takes them, so that a store lost for a while loses
+//! nothing that was recorded.
 //!
 //! The schema is versioned: the files of `migrations/` are embedded and
 //! applied at start-up, once, under an advisory lock (replicas starting
@@ -205,13 +207,6 @@ enum Write {
     Abandon {
         session_id: String,
         batch_id: String,
-    },
-    /// A side-effecting call ended ([`Store::record_ended`]).
-    Ended {
-        session_id: String,
-        batch_id: String,
-        call_id: String,
-        end: Vec<u8>,
     },
     /// Everything before it is written: answered then.
     Flush(tokio::sync::oneshot::Sender<()>),
@@ -582,13 +577,13 @@ impl<E: LogEvent> PostgresStore<E> {
         };
         self.held(&new.session_id, epoch, asked);
         let running: Vec<String> = row.get(6);
-        let orphans: Vec<String> = {
-            let live = self.live();
-            running
-                .into_iter()
-                .filter(|b| !live.contains_key(&(new.session_id.clone(), b.clone())))
-                .collect()
-        };
+        // Batches this process began or took over are its own, running or
+        // completed (their completion may not be written yet): never
+        // orphans.
+        let orphans: Vec<String> = running
+            .into_iter()
+            .filter(|b| !self.memory.knows(&new.session_id, b))
+            .collect();
         if !orphans.is_empty() {
             self.orphans().insert(new.session_id.clone(), orphans);
         }
@@ -688,6 +683,13 @@ impl<E: LogEvent> PostgresStore<E> {
         session_id: &str,
         batch_id: &str,
     ) -> Result<Option<Adopted<E>>, StoreError> {
+        // A batch this process began or took over is its own: it runs here,
+        // or completed here (its completion perhaps not written yet, so the
+        // store's row still says running). Taking it over again would run
+        // it twice and delete the log its completion writes.
+        if self.memory.knows(session_id, batch_id) {
+            return Ok(None);
+        }
         let client = self.client().await?;
         // Only a running batch whose owner's lease is gone (expired or let
         // go) is claimed: a live owner keeps it (OwnedElsewhere).
@@ -724,6 +726,31 @@ impl<E: LogEvent> PostgresStore<E> {
             )
             .await
             .map_err(|e| unavailable(&e))?;
+        // The session's other running batches of stopped owners (not this
+        // process's own), in the order they began.
+        let mut began_before = Vec::new();
+        let mut began_after = Vec::new();
+        let mut seen_this = false;
+        for row in client
+            .query(
+                "SELECT batch_id FROM toolsched_batches WHERE session_id = $1 \
+                 AND completed_at IS NULL AND request IS NOT NULL ORDER BY began_at, batch_id",
+                &[&session_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?
+        {
+            let id: String = row.get(0);
+            if id == batch_id {
+                seen_this = true;
+            } else if !self.memory.knows(session_id, &id) {
+                if seen_this {
+                    began_after.push(id);
+                } else {
+                    began_before.push(id);
+                }
+            }
+        }
         let mut executing = Vec::new();
         let mut ended = Vec::new();
         for row in client
@@ -771,6 +798,8 @@ impl<E: LogEvent> PostgresStore<E> {
             request,
             executing,
             ended,
+            began_before,
+            began_after,
         }))
     }
 
@@ -1092,6 +1121,55 @@ impl<E: LogEvent> PostgresStore<E> {
         Ok((last, completed))
     }
 
+    /// Writes a side-effecting call's end, fenced like a batch's completion:
+    /// the lease row is held (FOR SHARE) for the statement, so a replica
+    /// claiming the session either waits for this write and then reads the
+    /// end, or has claimed first and nothing is written (LeaseLost). One
+    /// round trip (a statement prepared once per connection).
+    async fn ended_now(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        call_id: &str,
+        end: Vec<u8>,
+    ) -> Result<(), StoreError> {
+        let fence = self.fence(session_id);
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
+                "WITH held AS (SELECT 1 FROM toolsched_leases WHERE session_id = $1 \
+                   AND owner = $5 AND epoch = $6 FOR SHARE), \
+                 ended AS (UPDATE toolsched_executing SET ended = $4 \
+                   WHERE session_id = $1 AND batch_id = $2 AND call_id = $3 \
+                   AND EXISTS (SELECT 1 FROM held) RETURNING 1) \
+                 SELECT EXISTS (SELECT 1 FROM ended)",
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let written: bool = client
+            .query_one(
+                &statement,
+                &[
+                    &session_id,
+                    &batch_id,
+                    &call_id,
+                    &end,
+                    &&*fence.owner,
+                    &fence.epoch,
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?
+            .get(0);
+        if written {
+            Ok(())
+        } else {
+            Err(StoreError::LeaseLost {
+                session_id: session_id.to_string(),
+            })
+        }
+    }
+
     fn is_recorded_executing(&self, session_id: &str, batch_id: &str, call_id: &str) -> bool {
         self.memory
             .recorded_executing(session_id, batch_id)
@@ -1198,13 +1276,14 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
         Box::pin(self.take_over(session_id, batch_id))
     }
 
-    fn record_ended(&self, session_id: &str, batch_id: &str, call_id: &str, end: Vec<u8>) {
-        self.write(Write::Ended {
-            session_id: session_id.to_string(),
-            batch_id: batch_id.to_string(),
-            call_id: call_id.to_string(),
-            end,
-        });
+    fn record_ended<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+        call_id: &'a str,
+        end: Vec<u8>,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.ended_now(session_id, batch_id, call_id, end))
     }
 
     fn take_orphans(&self, session_id: &str) -> Vec<String> {
@@ -1393,20 +1472,31 @@ async fn migrate(pool: &Pool) -> Result<(), PostgresError> {
 
 // === background tasks ===
 
+/// Writes taken from the queue at once: sent together on one connection
+/// (tokio-postgres pipelines concurrent statements), one round trip for all
+/// of them. A bound on what one failed group retries.
+const WRITE_GROUP: usize = 64;
+
 async fn writer(pool: Pool, mut rx: mpsc::UnboundedReceiver<Write>, retention: Retention) {
     let mut last_sweep = tokio::time::Instant::now();
-    while let Some(write) = rx.recv().await {
-        if let Write::Flush(done) = write {
-            let _ = done.send(());
-            continue;
-        }
+    let mut group = Vec::with_capacity(WRITE_GROUP);
+    while rx.recv_many(&mut group, WRITE_GROUP).await > 0 {
+        // The writes of a group are independent of each other (a batch's
+        // completion, an answer, an abandoned batch: each idempotent), so
+        // they may run in any order; a failed group is retried whole.
         loop {
-            match apply(&pool, &write).await {
+            match apply_group(&pool, &group).await {
                 Ok(()) => break,
                 Err(reason) => {
-                    tracing::warn!(%reason, "store: a write failed; retrying");
+                    tracing::warn!(%reason, writes = group.len(), "store: a write failed; retrying");
                     tokio::time::sleep(RETRY_EVERY).await;
                 }
+            }
+        }
+        // A flush is answered once everything queued before it is written.
+        for write in group.drain(..) {
+            if let Write::Flush(done) = write {
+                let _ = done.send(());
             }
         }
         if last_sweep.elapsed() >= SWEEP_EVERY.min(retention.completed_for) {
@@ -1418,8 +1508,13 @@ async fn writer(pool: Pool, mut rx: mpsc::UnboundedReceiver<Write>, retention: R
     }
 }
 
-async fn apply(pool: &Pool, write: &Write) -> Result<(), String> {
+async fn apply_group(pool: &Pool, group: &[Write]) -> Result<(), String> {
     let client = pool.get().await.map_err(|e| reason(&e))?;
+    futures::future::try_join_all(group.iter().map(|w| apply(&client, w))).await?;
+    Ok(())
+}
+
+async fn apply(client: &deadpool_postgres::Object, write: &Write) -> Result<(), String> {
     let err = |e: tokio_postgres::Error| reason(&e);
     match write {
         Write::Complete {
@@ -1513,25 +1608,6 @@ async fn apply(pool: &Pool, write: &Write) -> Result<(), String> {
             .await
             .map(drop)
             .map_err(err),
-        Write::Ended {
-            session_id,
-            batch_id,
-            call_id,
-            end,
-        } => {
-            let statement = client
-                .prepare_cached(
-                    "UPDATE toolsched_executing SET ended = $4 \
-                     WHERE session_id = $1 AND batch_id = $2 AND call_id = $3",
-                )
-                .await
-                .map_err(err)?;
-            client
-                .execute(&statement, &[session_id, batch_id, call_id, end])
-                .await
-                .map(drop)
-                .map_err(err)
-        }
         Write::Flush(_) => Ok(()),
     }
 }
