@@ -13,8 +13,7 @@ use crate::policy::ApprovalMode;
 use crate::sandbox::{Sandbox, SandboxLevel};
 use crate::scheduler::{
     BatchEvent, BatchRequest, CallEnd, CallRequest, CallSummary, CancelRequest, CancelSummary,
-    ConfirmRequest, ConfirmationOutcome, Confirmed, Event, FunctionResponse, StateUpdate,
-    WatchRequest,
+    ConfirmRequest, ConfirmationOutcome, Confirmed, FunctionResponse, StateUpdate, WatchRequest,
 };
 use crate::store::Entry;
 use crate::tools::{ConfirmationDetails, Declaration, ErrorKind, Progress, ToolKind};
@@ -292,11 +291,11 @@ impl From<CancelSummary> for pb::CancelResponse {
 
 // === events ===
 
-impl From<FunctionResponse> for pb::FunctionResponse {
-    fn from(r: FunctionResponse) -> Self {
+impl From<&FunctionResponse> for pb::FunctionResponse {
+    fn from(r: &FunctionResponse) -> Self {
         pb::FunctionResponse {
-            id: r.id,
-            name: r.name,
+            id: r.id.clone(),
+            name: r.name.clone(),
             response: Some(json_to_struct(&r.response)),
         }
     }
@@ -369,11 +368,14 @@ fn details(d: ConfirmationDetails) -> pb::awaiting_approval::Details {
     }
 }
 
-fn state(update: StateUpdate) -> pb::tool_call_update::State {
+/// A call's state as a message, from the logged update (every reader of
+/// the log converts the shared entry; nothing of it is copied but what the
+/// message holds).
+fn state(update: &StateUpdate) -> pb::tool_call_update::State {
     use pb::tool_call_update::State;
     match update {
         StateUpdate::Validating { args } => State::Validating(pb::Validating {
-            args: Some(json_to_struct(&args)),
+            args: Some(json_to_struct(args)),
         }),
         StateUpdate::Scheduled { args } => State::Scheduled(pb::Scheduled {
             args: args.as_deref().map(json_to_struct),
@@ -386,65 +388,62 @@ fn state(update: StateUpdate) -> pb::tool_call_update::State {
             reason,
             policy_rule,
         } => State::AwaitingApproval(pb::AwaitingApproval {
-            correlation_id,
-            details: Some(details(d)),
-            outcomes: outcomes
-                .into_iter()
-                .map(|o| outcome_to_pb(o) as i32)
-                .collect(),
+            correlation_id: correlation_id.clone(),
+            details: Some(details(d.clone())),
+            outcomes: outcomes.iter().map(|o| outcome_to_pb(*o) as i32).collect(),
             deadline: deadline.map(timestamp),
-            reason,
-            policy_rule: policy_rule.map(|s| pb::PolicyRuleRef {
+            reason: reason.clone(),
+            policy_rule: policy_rule.as_deref().map(|s| pb::PolicyRuleRef {
                 line: s.line.map_or(0, |l| u32::try_from(l).unwrap_or(u32::MAX)),
-                file: s.file,
-                rule: s.rule,
-                segment: s.segment.unwrap_or_default(),
+                file: s.file.clone(),
+                rule: s.rule.clone(),
+                segment: s.segment.clone().unwrap_or_default(),
             }),
         }),
-        StateUpdate::Executing(p) => State::Executing(executing(p)),
+        StateUpdate::Executing(p) => State::Executing(executing(p.as_ref())),
         StateUpdate::Success {
             response,
             result,
             duration,
         } => State::Success(pb::Success {
             response: Some(response.into()),
-            exit_code: crate::scheduler::events::exit_code(&result),
-            result: Some(json_to_struct(&result)),
-            duration_ms: millis(duration),
+            exit_code: crate::scheduler::events::exit_code(result),
+            result: Some(json_to_struct(result)),
+            duration_ms: millis(*duration),
         }),
         StateUpdate::Error {
             kind,
             message,
             response,
         } => State::Error(pb::Error {
-            r#type: error_type(kind) as i32,
-            message,
+            r#type: error_type(*kind) as i32,
+            message: message.clone(),
             response: Some(response.into()),
         }),
         StateUpdate::Cancelled { reason, response } => State::Cancelled(pb::Cancelled {
-            reason,
+            reason: reason.clone(),
             response: Some(response.into()),
         }),
     }
 }
 
 /// An Executing update: the call started (`None`) or one progress report.
-fn executing(p: Option<Progress>) -> pb::Executing {
+fn executing(p: Option<&Progress>) -> pb::Executing {
     let mut e = pb::Executing::default();
     match p {
         None => {}
-        Some(Progress::Started { pid }) => e.pid = Some(pid),
-        Some(Progress::Output(chunk)) => e.output_chunk = chunk,
+        Some(Progress::Started { pid }) => e.pid = Some(*pid),
+        Some(Progress::Output(chunk)) => e.output_chunk = chunk.clone(),
         Some(Progress::Report {
             progress,
             total,
             percent,
             message,
         }) => {
-            e.progress = progress;
-            e.total = total;
-            e.percent = percent;
-            e.message = message;
+            e.progress = *progress;
+            e.total = *total;
+            e.percent = *percent;
+            e.message = message.clone();
         }
     }
     e
@@ -455,28 +454,31 @@ fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-impl From<CallSummary> for pb::CompletedCall {
-    fn from(c: CallSummary) -> Self {
-        let (state, error_type, message, exit_code) = match c.end {
+impl From<&CallSummary> for pb::CompletedCall {
+    fn from(c: &CallSummary) -> Self {
+        let (state, error_type, message, exit_code) = match &c.end {
             CallEnd::Success { exit_code } => (
                 pb::FinalState::Success,
                 pb::ErrorType::Unspecified,
                 String::new(),
-                exit_code,
+                *exit_code,
             ),
-            CallEnd::Error { kind, message } => {
-                (pb::FinalState::Error, error_type(kind), message, None)
-            }
+            CallEnd::Error { kind, message } => (
+                pb::FinalState::Error,
+                error_type(*kind),
+                message.clone(),
+                None,
+            ),
             CallEnd::Cancelled { reason } => (
                 pb::FinalState::Cancelled,
                 pb::ErrorType::Unspecified,
-                reason,
+                reason.clone(),
                 None,
             ),
         };
         Self {
-            call_id: c.call_id,
-            tool_name: c.tool_name,
+            call_id: c.call_id.clone(),
+            tool_name: c.tool_name.clone(),
             state: state as i32,
             error_type: error_type as i32,
             message,
@@ -487,28 +489,30 @@ impl From<CallSummary> for pb::CompletedCall {
 }
 
 /// An event of a batch as the `sequence`-th message of its stream.
-pub fn event_to_pb(e: Event, sequence: u64) -> pb::ScheduleCallsResponse {
+fn event_to_pb(event: &BatchEvent, at: SystemTime, sequence: u64) -> pb::ScheduleCallsResponse {
     use pb::schedule_calls_response::Event as E;
-    let event = match e.event {
-        BatchEvent::Recorded(bytes) => return recorded(&bytes),
+    let event = match event {
+        BatchEvent::Recorded(bytes) => return recorded(bytes),
         BatchEvent::Accepted {
             batch_id,
             queued,
             batches_ahead,
         } => E::BatchAccepted(pb::BatchAccepted {
-            batch_id,
-            queued,
-            batches_ahead,
+            batch_id: batch_id.clone(),
+            queued: *queued,
+            batches_ahead: *batches_ahead,
             replayed: false,
         }),
-        BatchEvent::Started { batch_id } => E::BatchStarted(pb::BatchStarted { batch_id }),
+        BatchEvent::Started { batch_id } => E::BatchStarted(pb::BatchStarted {
+            batch_id: batch_id.clone(),
+        }),
         BatchEvent::CallUpdate {
             call_id,
             tool_name,
             update,
         } => E::CallUpdate(pb::ToolCallUpdate {
-            call_id,
-            tool_name,
+            call_id: call_id.clone(),
+            tool_name: tool_name.clone(),
             state: Some(state(update)),
         }),
         BatchEvent::Completed {
@@ -516,14 +520,14 @@ pub fn event_to_pb(e: Event, sequence: u64) -> pb::ScheduleCallsResponse {
             responses,
             calls,
         } => E::BatchCompleted(pb::BatchCompleted {
-            batch_id,
-            responses: responses.into_iter().map(Into::into).collect(),
-            calls: calls.into_iter().map(Into::into).collect(),
+            batch_id: batch_id.clone(),
+            responses: responses.iter().map(Into::into).collect(),
+            calls: calls.iter().map(Into::into).collect(),
         }),
     };
     pb::ScheduleCallsResponse {
         sequence,
-        time: Some(timestamp(e.at)),
+        time: Some(timestamp(at)),
         event: Some(event),
     }
 }
@@ -557,11 +561,7 @@ impl crate::store::EventCodec<BatchEvent> for WireCodec {
 /// A logged event as a stream message. On a stream that re-attached by a
 /// repeated request id (`replayed`), its BatchAccepted says so.
 pub fn entry_to_pb(entry: &Entry<BatchEvent>, replayed: bool) -> pb::ScheduleCallsResponse {
-    let event = Event {
-        at: entry.at,
-        event: entry.event.clone(),
-    };
-    let mut message = event_to_pb(event, entry.sequence);
+    let mut message = event_to_pb(&entry.event, entry.at, entry.sequence);
     if replayed
         && let Some(pb::schedule_calls_response::Event::BatchAccepted(accepted)) =
             &mut message.event
