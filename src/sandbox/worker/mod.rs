@@ -1,5 +1,6 @@
-//! The worker: `toolsched sandbox-exec [options] -- PROGRAM ARGS…`, this
-//! binary re-executed by the server for every command. It runs no async
+//! The worker: what runs every command, forked for it by the zygote
+//! ([`super::zygote`], which calls [`main_with_parent`]), or by hand as
+//! `toolsched sandbox-exec [options] -- PROGRAM ARGS…`. It runs no async
 //! runtime (Landlock and seccomp bind the calling thread; a single-threaded
 //! process confines all of itself) and the server never confines itself.
 //!
