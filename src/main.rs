@@ -20,6 +20,13 @@ use toolsched::config::{Cli, Command, LogFormat, ServeArgs, Settings};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
+    // The sandbox zygote: single-threaded, before anything else runs
+    // (and without building the server's command line).
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(toolsched::sandbox::zygote::SUBCOMMAND))
+    {
+        toolsched::sandbox::zygote::main()
+    }
     let cli = Cli::parse();
     // The worker must stay single-threaded (Landlock and seccomp bind the
     // calling thread): it runs before any async runtime exists.

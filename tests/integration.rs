@@ -62,6 +62,7 @@ mod sandbox_metadata;
 mod sandbox_namespace;
 mod sandbox_protected;
 mod sandbox_worker;
+mod sandbox_zygote;
 mod search_tools;
 mod session_cap;
 mod shell;

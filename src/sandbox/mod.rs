@@ -29,6 +29,7 @@ pub mod process;
 pub mod protected;
 pub mod worker;
 mod workspace;
+pub mod zygote;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,6 +49,9 @@ pub struct Sandbox {
     /// The protected paths of each workspace commands ran in, kept between
     /// commands; shared with the sandboxes made by [`Sandbox::at_level`].
     protected: Arc<protected::ProtectedRegistry>,
+    /// The pre-started worker every command of this sandbox (and of those
+    /// made by [`Sandbox::at_level`]) is forked from.
+    zygote: Arc<zygote::Zygote>,
 }
 
 /// Why the service must not start with the configured sandbox.
@@ -75,10 +79,14 @@ impl Sandbox {
             probe.proc_hidden = false;
             probe = probe.at_level(config.level);
         }
+        let zygote = Arc::new(zygote::Zygote::new(worker_exe(
+            config.worker_exe.as_deref(),
+        )));
         Self {
             config,
             probe,
             protected: Arc::default(),
+            zygote,
         }
     }
 
@@ -94,7 +102,13 @@ impl Sandbox {
             probe: self.probe.at_level(level),
             config,
             protected: self.protected.clone(),
+            zygote: self.zygote.clone(),
         }
+    }
+
+    /// The zygote commands are forked from.
+    pub fn zygote(&self) -> &zygote::Zygote {
+        &self.zygote
     }
 
     /// The protected paths of the workspace at `root` (canonical), kept

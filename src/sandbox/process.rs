@@ -1,5 +1,6 @@
-//! Running a command through the worker (`toolsched sandbox-exec`), with
-//! bounded output, a timeout and a kill that reaches every descendant.
+//! Running a command through the worker (forked by the zygote, see
+//! [`super::zygote`]), with bounded output, a timeout and a kill that
+//! reaches every descendant.
 //!
 //! As codex-rs does: the command runs in its own process group with stdin
 //! from `/dev/null` and an environment built from a short allowlist; cancel
@@ -20,18 +21,17 @@
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
-use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::probe::ProcessLimitKind;
-use super::worker::{PROTECTED_FD, STATUS_FD, WorkerArgs};
+use super::worker::{PROTECTED_FD, WorkerArgs};
+use super::zygote::Request;
 use super::{SandboxLevel, SharedSandbox};
 
 /// Environment variables passed through to commands. Everything else
@@ -280,81 +280,69 @@ pub async fn run_process(
         landlock_only: config.landlock_only,
         command,
     };
-    let exe = super::worker_exe(config.worker_exe.as_deref());
-    let mut cmd = Command::new(&exe);
-    cmd.arg("sandbox-exec")
-        .args(worker_args.to_args())
-        .current_dir(&spec.cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env_clear()
-        .kill_on_drop(true);
-    for (key, value) in command_env() {
-        cmd.env(key, value);
-    }
-    cmd.env("TMPDIR", tmp.path());
+    let mut env = command_env();
+    env.push(("TMPDIR".into(), tmp.path().as_os_str().to_os_string()));
     if config.level.is_confined() {
         // The server user's home is outside the ruleset: tools that read
         // dotfiles there (git's ~/.gitconfig) would fail with a denial that
         // has nothing to do with the command. The private tmp stands in.
-        cmd.env("HOME", tmp.path());
+        env.retain(|(k, _)| k != "HOME");
+        env.push(("HOME".into(), tmp.path().as_os_str().to_os_string()));
     }
-    let raw_w = status_w.as_raw_fd();
-    let raw_p = protected.as_ref().map(AsRawFd::as_raw_fd);
-    // SAFETY: the closure runs in the forked child before exec and only
-    // calls async-signal-safe dup2/fcntl on fds that are open there.
-    unsafe {
-        cmd.pre_exec(move || {
-            // Out of the way first, so that neither dup2 below closes it.
-            let high_p = match raw_p {
-                Some(p) => {
-                    let h = libc::fcntl(p, libc::F_DUPFD_CLOEXEC, PROTECTED_FD + 1);
-                    if h < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Some(h)
-                }
-                None => None,
-            };
-            if raw_w == STATUS_FD {
-                if libc::fcntl(raw_w, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(raw_w, STATUS_FD) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if let Some(h) = high_p
-                && libc::dup2(h, PROTECTED_FD) < 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
+    let (out_r, out_w, err_r, err_w, stdin) = match (
+        pipe_cloexec(),
+        pipe_cloexec(),
+        std::fs::File::open("/dev/null"),
+    ) {
+        (Ok((out_r, out_w)), Ok((err_r, err_w)), Ok(null)) => {
+            (out_r, out_w, err_r, err_w, OwnedFd::from(null))
+        }
+        (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
             return ProcessOutcome::SpawnFailed {
-                message: format!("could not start the sandbox worker {}: {e}", exe.display()),
+                message: format!("could not create the command's pipes: {e}"),
             };
         }
     };
-    // Only the worker (and its forked command, until exec) may hold the
-    // write end; EOF on the read end then means the worker is gone.
-    drop(status_w);
-    drop(protected);
-    let status_reader = tokio::spawn(read_status(status_r));
-    let pid = child.id().unwrap_or_default();
-    events.send_event(ProcessEvent::Started { pid });
-    let worker = Pid::from_raw(pid as i32);
+    let request = Request {
+        cwd: spec.cwd.clone(),
+        env: env
+            .into_iter()
+            .map(|(k, v)| (OsString::from(k), v))
+            .collect(),
+        worker_args: worker_args.to_args(),
+        stdin,
+        stdout: out_w,
+        stderr: err_w,
+        status: status_w,
+        protected,
+    };
+    // The request (and with it our copies of the write ends and the
+    // protected set) is dropped once sent: only the worker and the zygote
+    // hold the status pipe's write end, so its end of file means the
+    // worker was reaped.
+    let spawned = match spec.sandbox.zygote().spawn(request).await {
+        Ok(s) => s,
+        Err(message) => {
+            return ProcessOutcome::SpawnFailed {
+                message: format!("could not start the sandbox worker: {message}"),
+            };
+        }
+    };
+    let mut worker = Worker {
+        pidfd: spawned.pidfd,
+        ended: false,
+    };
+    let mut status_reader = tokio::spawn(read_status(status_r));
+    events.send_event(ProcessEvent::Started { pid: spawned.pid });
 
     let (chunk_tx, mut chunk_rx) = mpsc::channel::<Vec<u8>>(CHUNK_QUEUE);
-    if let Some(out) = child.stdout.take() {
-        tokio::spawn(pump(out, chunk_tx.clone()));
-    }
-    if let Some(err) = child.stderr.take() {
-        tokio::spawn(pump(err, chunk_tx.clone()));
+    for r in [out_r, err_r] {
+        match tokio::net::unix::pipe::Receiver::from_owned_fd(r) {
+            Ok(r) => {
+                tokio::spawn(pump(r, chunk_tx.clone()));
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read a command's output pipe"),
+        }
     }
     drop(chunk_tx);
 
@@ -366,18 +354,18 @@ pub async fn run_process(
     tokio::pin!(deadline);
 
     enum End {
-        Exited(std::process::ExitStatus),
-        WaitFailed,
+        Exited,
         TimedOut,
         Cancelled,
     }
     let mut pipes_open = true;
+    let mut reported = None;
     let end = loop {
         tokio::select! {
-            status = child.wait() => break match status {
-                Ok(s) => End::Exited(s),
-                Err(_) => End::WaitFailed,
-            },
+            r = &mut status_reader => {
+                reported = Some(r.unwrap_or_default());
+                break End::Exited;
+            }
             chunk = chunk_rx.recv(), if pipes_open => match chunk {
                 Some(c) => sink.push(&c),
                 None => pipes_open = false,
@@ -386,35 +374,67 @@ pub async fn run_process(
             () = token.cancelled() => break End::Cancelled,
         }
     };
-    if matches!(end, End::TimedOut | End::Cancelled) {
-        stop_worker(worker, &mut child, &mut chunk_rx, &mut sink).await;
-    }
+    let reported = match reported {
+        Some(r) => r,
+        None => stop_worker(&worker, &mut status_reader, &mut chunk_rx, &mut sink).await,
+    };
+    worker.ended = true;
     // The worker reaped everything it could; the cgroup sweep catches what
     // a SIGKILLed worker could not.
     drop(cgroup);
     drain(&mut chunk_rx, &mut sink).await;
     let output = sink.finish();
-    let reported = status_reader.await.unwrap_or_default();
+    if let Some(message) = reported.spawn_error {
+        return ProcessOutcome::SpawnFailed {
+            message: format!("could not start the sandbox worker: {message}"),
+        };
+    }
     if let Some(message) = reported.setup_error {
         return ProcessOutcome::SandboxSetupFailed { message, output };
     }
     match end {
-        End::Exited(status) => {
-            use std::os::unix::process::ExitStatusExt;
-            // The worker's report is exact; its own exit mirrors it.
+        End::Exited => {
+            // The worker's report is exact; its own exit (as the zygote
+            // reaped it) mirrors it, and stands in when it reported none.
             let (exit_code, signal) = match (reported.exit_code, reported.signal) {
-                (None, None) => (status.code(), status.signal()),
+                (None, None) => (reported.worker_exit_code, reported.worker_signal),
                 other => other,
             };
             classify(config.level, exit_code, signal, output)
         }
-        End::WaitFailed => ProcessOutcome::Exited {
-            exit_code: None,
-            signal: None,
-            output,
-        },
         End::TimedOut => ProcessOutcome::TimedOut { output },
         End::Cancelled => ProcessOutcome::Cancelled { output },
+    }
+}
+
+/// The running worker, signalled through its pidfd (never a recycled pid).
+/// Dropped before it ended (the call's future was dropped), it is killed,
+/// and the command with it (its parent-death signal).
+struct Worker {
+    pidfd: OwnedFd,
+    ended: bool,
+}
+
+impl Worker {
+    fn signal(&self, sig: Signal) {
+        // SAFETY: pidfd_send_signal on a pidfd we own; ESRCH once it ended.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                sig as libc::c_int,
+                std::ptr::null::<libc::siginfo_t>(),
+                0 as libc::c_uint,
+            );
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.signal(Signal::SIGKILL);
+        }
     }
 }
 
@@ -467,21 +487,21 @@ fn command_env() -> Vec<(String, OsString)> {
 
 /// SIGTERM to the worker, which forwards it to the command's group and every
 /// descendant and SIGKILLs them after [`KILL_GRACE`]; if the worker itself
-/// is not gone after the grace and [`WORKER_EXIT_SLACK`], SIGKILL it and its
-/// group. Output keeps being read meanwhile so that a writer blocked on a
-/// full pipe can die.
+/// is not gone after the grace and [`WORKER_EXIT_SLACK`], SIGKILL it. Output
+/// keeps being read meanwhile so that a writer blocked on a full pipe can
+/// die. Returns the status report, complete once the worker was reaped.
 async fn stop_worker(
-    worker: Pid,
-    child: &mut tokio::process::Child,
+    worker: &Worker,
+    status_reader: &mut tokio::task::JoinHandle<Reported>,
     rx: &mut mpsc::Receiver<Vec<u8>>,
     sink: &mut OutputSink,
-) {
-    let _ = kill(worker, Signal::SIGTERM);
+) -> Reported {
+    worker.signal(Signal::SIGTERM);
     let until = tokio::time::Instant::now() + KILL_GRACE + WORKER_EXIT_SLACK;
     let mut pipes_open = true;
     loop {
         tokio::select! {
-            _ = child.wait() => return,
+            r = &mut *status_reader => return r.unwrap_or_default(),
             chunk = rx.recv(), if pipes_open => match chunk {
                 Some(c) => sink.push(&c),
                 None => pipes_open = false,
@@ -489,13 +509,9 @@ async fn stop_worker(
             () = tokio::time::sleep_until(until) => break,
         }
     }
-    tracing::warn!(
-        worker = worker.as_raw(),
-        "sandbox worker ignored SIGTERM; killing it"
-    );
-    let _ = killpg(worker, Signal::SIGKILL);
-    let _ = kill(worker, Signal::SIGKILL);
-    let _ = child.wait().await;
+    tracing::warn!("sandbox worker ignored SIGTERM; killing it");
+    worker.signal(Signal::SIGKILL);
+    status_reader.await.unwrap_or_default()
 }
 
 async fn drain(rx: &mut mpsc::Receiver<Vec<u8>>, sink: &mut OutputSink) {
@@ -570,6 +586,12 @@ struct Reported {
     exit_code: Option<i32>,
     signal: Option<i32>,
     setup_error: Option<String>,
+    /// The worker never started: its directory, environment or options
+    /// could not be set (the zygote's child says why).
+    spawn_error: Option<String>,
+    /// How the worker process itself ended, as the zygote reaped it.
+    worker_exit_code: Option<i32>,
+    worker_signal: Option<i32>,
 }
 
 fn pipe_cloexec() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -606,6 +628,18 @@ async fn read_status(fd: OwnedFd) -> Reported {
         }
         if let Some(s) = v.get("signal").and_then(serde_json::Value::as_i64) {
             r.signal = i32::try_from(s).ok();
+        }
+        if let Some(m) = v.get("spawn_error").and_then(|m| m.as_str()) {
+            r.spawn_error = Some(m.to_string());
+        }
+        if let Some(w) = v.get("worker_exit") {
+            let int = |k| {
+                w.get(k)
+                    .and_then(serde_json::Value::as_i64)
+                    .and_then(|c| i32::try_from(c).ok())
+            };
+            r.worker_exit_code = int("exit_code");
+            r.worker_signal = int("signal");
         }
     }
     r

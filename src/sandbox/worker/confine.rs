@@ -146,11 +146,7 @@ pub(super) fn drop_capabilities() -> Result<(), String> {
             0,
         );
         if libc::geteuid() == 0 {
-            let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-                .ok()
-                .and_then(|s| s.trim().parse::<libc::c_ulong>().ok())
-                .unwrap_or(63);
-            for cap in 0..=last {
+            for cap in 0..=last_cap() {
                 if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0
                     && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
                 {
@@ -185,6 +181,19 @@ pub(super) fn drop_capabilities() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The kernel's highest capability number (63 when it cannot be read:
+/// dropping numbers it does not know fails EINVAL, which is ignored). Read
+/// once per process; the zygote reads it before it forks any worker.
+pub(super) fn last_cap() -> libc::c_ulong {
+    static LAST: std::sync::OnceLock<libc::c_ulong> = std::sync::OnceLock::new();
+    *LAST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse::<libc::c_ulong>().ok())
+            .unwrap_or(63)
+    })
 }
 
 /// Installs the metadata filter ([`super::metadata`]), tells the worker the

@@ -1,5 +1,6 @@
-//! The worker: `toolsched sandbox-exec [options] -- PROGRAM ARGS…`, this
-//! binary re-executed by the server for every command. It runs no async
+//! The worker: what runs every command, forked for it by the zygote
+//! ([`super::zygote`], which calls [`main_with_parent`]), or by hand as
+//! `toolsched sandbox-exec [options] -- PROGRAM ARGS…`. It runs no async
 //! runtime (Landlock and seccomp bind the calling thread; a single-threaded
 //! process confines all of itself) and the server never confines itself.
 //!
@@ -217,12 +218,18 @@ enum Ended {
 
 /// Runs the worker; does not return (exits like the command did).
 pub fn main(args: WorkerArgs) -> ! {
+    main_with_parent(args, None)
+}
+
+/// Runs the worker forked by the zygote `parent` (see [`super::zygote`]),
+/// or exec'd by the server (`None`); does not return.
+pub fn main_with_parent(args: WorkerArgs, parent: Option<libc::pid_t>) -> ! {
     // First, before this process opens an fd that could take its number.
     let protected = args.protected_fd.map(read_protected).transpose();
     // SAFETY: the status fd is ours, passed by the server on purpose; no
     // other File owns it.
     let mut status = unsafe { File::from_raw_fd(STATUS_FD) };
-    match protected.and_then(|p| supervise::supervise(&args, p.as_deref(), &mut status)) {
+    match protected.and_then(|p| supervise::supervise(&args, p.as_deref(), parent, &mut status)) {
         Ok(ended) => {
             let line = match ended {
                 Ended::Code(c) => serde_json::json!({ "exit_code": c }),
@@ -237,6 +244,30 @@ pub fn main(args: WorkerArgs) -> ! {
             std::process::exit(SETUP_FAILED_EXIT)
         }
     }
+}
+
+/// What every worker computes the same way, done once in the zygote
+/// before it forks any (see [`super::zygote`]): the seccomp programs and
+/// the kernel's last capability. A worker run on its own computes them
+/// itself; a failure here is left for the worker to meet and report.
+pub fn prepare() {
+    seccomp::prepare();
+    confine::last_cap();
+}
+
+/// The worker's options from the words after `sandbox-exec`.
+pub fn parse_args(words: Vec<OsString>) -> Result<WorkerArgs, String> {
+    use clap::Parser;
+    #[derive(clap::Parser)]
+    #[command(name = "sandbox-exec")]
+    struct P {
+        #[command(flatten)]
+        a: WorkerArgs,
+    }
+    let argv = std::iter::once(OsString::from("sandbox-exec")).chain(words);
+    P::try_parse_from(argv)
+        .map(|p| p.a)
+        .map_err(|e| e.to_string())
 }
 
 fn exit_like(ended: Ended) -> ! {

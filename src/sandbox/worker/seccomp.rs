@@ -260,13 +260,40 @@ fn x32_program() -> BpfProgram {
     ]
 }
 
+/// The programs of both network settings, compiled once per process (the
+/// zygote compiles them before it forks any worker): they depend only on
+/// the architecture and `network`, never on the command.
+struct Programs {
+    /// `seccomp_program(network)`, indexed by `network as usize`.
+    main: [BpfProgram; 2],
+    clone3: BpfProgram,
+}
+
+static PROGRAMS: std::sync::OnceLock<Result<Programs, String>> = std::sync::OnceLock::new();
+
+fn programs() -> Result<&'static Programs, String> {
+    PROGRAMS
+        .get_or_init(|| {
+            Ok(Programs {
+                main: [seccomp_program(false)?, seccomp_program(true)?],
+                clone3: clone3_program()?,
+            })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Compiles the programs now (see [`super::prepare`]).
+pub(super) fn prepare() {
+    let _ = programs();
+}
+
 pub(super) fn apply_seccomp(network: bool) -> Result<(), String> {
-    let main = seccomp_program(network)?;
-    let clone3 = clone3_program()?;
+    let p = programs()?;
     #[cfg(target_arch = "x86_64")]
     seccompiler::apply_filter(&x32_program()).map_err(|e| format!("seccomp: {e}"))?;
-    seccompiler::apply_filter(&clone3).map_err(|e| format!("seccomp: {e}"))?;
-    seccompiler::apply_filter(&main).map_err(|e| format!("seccomp: {e}"))
+    seccompiler::apply_filter(&p.clone3).map_err(|e| format!("seccomp: {e}"))?;
+    seccompiler::apply_filter(&p.main[usize::from(network)]).map_err(|e| format!("seccomp: {e}"))
 }
 
 #[cfg(test)]

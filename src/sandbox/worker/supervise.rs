@@ -22,9 +22,12 @@ use super::{Ended, SETUP_FAILED_EXIT, WorkerArgs, errno};
 
 /// Steps 1 and 3 of the module doc; the fork in between.
 /// `protected`: the workspace's protected paths the server passed, if any.
+/// `parent`: the zygote that forked this worker, if one did (else the
+/// server exec'd it).
 pub(super) fn supervise(
     args: &WorkerArgs,
     protected: Option<&[PathBuf]>,
+    parent: Option<libc::pid_t>,
     status: &mut File,
 ) -> Result<Ended, String> {
     // SAFETY: plain syscalls on our own process with valid arguments.
@@ -41,8 +44,10 @@ pub(super) fn supervise(
         {
             return Err(errno("PR_SET_PDEATHSIG"));
         }
-        // The server may have died before the line above took effect.
-        if libc::getppid() == 1 {
+        // The server (or the zygote) may have died before the line above
+        // took effect: we would then be an orphan, re-parented.
+        let ppid = libc::getppid();
+        if parent.map_or(ppid == 1, |p| ppid != p) {
             return Err("the server exited".into());
         }
         if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) != 0 {

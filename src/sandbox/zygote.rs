@@ -1,0 +1,784 @@
+//! The zygote: one worker process per sandbox, started once and forked for
+//! every command, instead of the server forking itself and re-executing
+//! this ~29 MB binary as `toolsched sandbox-exec` per command (issue 17
+//! item 3; BENCHMARKS.md, "Session 7"). Loading and relocating the binary
+//! alone cost about as much as the whole `bash -c true` it ran.
+//!
+//! What this file owns: the zygote process (`toolsched sandbox-zygote`,
+//! entered from `main` before anything else runs), its control protocol,
+//! and the server's handle on it ([`Zygote`]). What each forked child does
+//! next is exactly the worker's ([`super::worker`]): the child only puts the
+//! command's fds, directory and environment where `sandbox-exec` would have
+//! found them after `exec`, then runs the same code.
+//!
+//! **Why it confines nothing less.** The zygote is started with an empty
+//! environment, stdin/stdout/stderr on `/dev/null`, and no fd of the server
+//! but its end of the control socket; it is single-threaded and never
+//! confined (like the server), and holds nothing a command can reach: a
+//! forked child closes every fd but the five it was sent before running
+//! any of the worker's code, and the worker then confines the command
+//! exactly as before. What the children inherit on purpose is memory: the
+//! compiled seccomp programs and the kernel's last capability number,
+//! prepared once here ([`super::worker::prepare`]); every value there
+//! depends only on the architecture and the kernel, not on the command.
+//!
+//! **Protocol** (a `SOCK_SEQPACKET` socket pair; the zygote's end is its fd
+//! [`CONTROL_FD`]): the server sends one message per command, the bytes
+//! [`REQUEST_TAG`] with `SCM_RIGHTS` carrying, in order, a memfd holding the
+//! request (directory, environment, worker options: see [`encode`]), the
+//! command's stdin, stdout and stderr, the status pipe and, optionally, the
+//! protected-paths memfd. The zygote forks and replies with the child's pid
+//! (4 bytes, native order; a negative errno when it could not fork) and a
+//! pidfd of it. The zygote keeps a copy of the status pipe until it has
+//! reaped the child, then writes how the child ended (`{"worker_exit":…}`)
+//! and closes it: end of file on the status pipe therefore means the worker
+//! is gone, which is what the server waits for (it is not the worker's
+//! parent and cannot `waitpid` it).
+//!
+//! **Lifetime.** Started on the first command of a sandbox (and again if it
+//! died), killed when the last sandbox sharing it is dropped (the handle
+//! owns the process, `kill_on_drop`). It exits by itself when the server's
+//! end of the socket closes (the server died). Each worker it forks sets
+//! `PR_SET_PDEATHSIG` and checks that its parent is still the zygote, so
+//! workers and their commands die with the zygote as they died with the
+//! server. The zygote itself sets no parent-death signal: that signal
+//! follows the thread that spawned it, and a tokio thread may end long
+//! before the server does.
+
+#![allow(unsafe_code)]
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+
+use super::worker::{PROTECTED_FD, SETUP_FAILED_EXIT, STATUS_FD};
+
+/// The zygote's subcommand (`main` dispatches on it before parsing
+/// anything else, so the zygote never builds the server's command line).
+pub const SUBCOMMAND: &str = "sandbox-zygote";
+
+/// The fd the zygote finds its end of the control socket on.
+pub const CONTROL_FD: RawFd = 3;
+
+/// The bytes of a request message (its fds carry the rest).
+const REQUEST_TAG: &[u8; 4] = b"TSZ1";
+
+/// Fds of a request: body, stdin, stdout, stderr, status; a sixth, the
+/// protected paths, is optional.
+const REQUEST_FDS: usize = 5;
+const MAX_REQUEST_FDS: usize = REQUEST_FDS + 1;
+
+/// Largest request body a forked child reads: the options hold the command
+/// itself, which only the gRPC message size bounds (far below this); a
+/// longer body is a setup failure, never a truncated command.
+const MAX_REQUEST_BYTES: u64 = 64 << 20;
+
+/// How long the server waits for the zygote's reply to one request (a fork
+/// and a send): far above what it takes, so that a zygote that stopped
+/// answering is replaced instead of holding every later command.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Received fds are first moved at or above this number in a forked child,
+/// so that placing them on 0–4 cannot overwrite one not yet placed.
+const HIGH_FD: RawFd = 64;
+
+// === the server's side ===
+
+/// One command for the zygote: where it runs, its environment, the
+/// worker's options (as [`super::WorkerArgs::to_args`] writes them) and
+/// its fds.
+pub struct Request {
+    pub cwd: PathBuf,
+    pub env: Vec<(OsString, OsString)>,
+    pub worker_args: Vec<OsString>,
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    pub status: OwnedFd,
+    pub protected: Option<OwnedFd>,
+}
+
+/// A worker the zygote forked: its pid (for the Started event and logs)
+/// and a pidfd to signal it with (never a recycled pid).
+pub struct Spawned {
+    pub pid: u32,
+    pub pidfd: OwnedFd,
+}
+
+/// The server's handle on the zygote of one worker binary.
+pub struct Zygote {
+    exe: PathBuf,
+    /// The running zygote; `None` before the first command and after it
+    /// died. One request at a time: its reply is the next message.
+    conn: tokio::sync::Mutex<Option<Conn>>,
+}
+
+struct Conn {
+    sock: AsyncFd<OwnedFd>,
+    /// Killed (and reaped by tokio) when the handle is dropped.
+    _process: tokio::process::Child,
+}
+
+impl std::fmt::Debug for Zygote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Zygote")
+            .field("exe", &self.exe)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Zygote {
+    /// A handle for the worker binary `exe`; nothing starts until the first
+    /// [`Zygote::spawn`].
+    pub fn new(exe: PathBuf) -> Self {
+        Self {
+            exe,
+            conn: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Forks a worker for `req`. An error says why no worker started; the
+    /// command then never ran.
+    pub async fn spawn(&self, req: Request) -> Result<Spawned, String> {
+        let body = encode(&req.cwd, &req.env, &req.worker_args)
+            .map_err(|e| format!("could not write the worker's request: {e}"))?;
+        let mut fds: Vec<RawFd> = vec![
+            body.as_raw_fd(),
+            req.stdin.as_raw_fd(),
+            req.stdout.as_raw_fd(),
+            req.stderr.as_raw_fd(),
+            req.status.as_raw_fd(),
+        ];
+        if let Some(p) = &req.protected {
+            fds.push(p.as_raw_fd());
+        }
+        let mut conn = self.conn.lock().await;
+        // A zygote that died since the last command (its socket reports
+        // hang-up) is replaced before it is sent anything; one that dies
+        // between the send and the reply fails this command only: the
+        // command may have started, so it is never sent twice.
+        if conn.as_ref().is_some_and(Conn::hung_up) {
+            *conn = None;
+        }
+        if conn.is_none() {
+            *conn = Some(self.start()?);
+        }
+        let Some(c) = conn.as_ref() else {
+            return Err("the sandbox zygote is not running".into());
+        };
+        if let Err(e) = c.send(&fds).await {
+            *conn = None;
+            return Err(format!("could not reach the sandbox zygote: {e}"));
+        }
+        let reply = tokio::time::timeout(REPLY_TIMEOUT, c.recv_reply()).await;
+        match reply {
+            Ok(Ok((pid, Some(pidfd)))) if pid > 0 => Ok(Spawned {
+                pid: pid as u32,
+                pidfd,
+            }),
+            Ok(Ok((pid, _))) => Err(format!(
+                "the sandbox zygote could not fork the worker: {}",
+                std::io::Error::from_raw_os_error(-pid)
+            )),
+            Ok(Err(e)) => {
+                *conn = None;
+                Err(format!("the sandbox zygote did not answer: {e}"))
+            }
+            Err(_) => {
+                *conn = None;
+                Err(format!(
+                    "the sandbox zygote did not answer within {} s",
+                    REPLY_TIMEOUT.as_secs()
+                ))
+            }
+        }
+    }
+
+    fn start(&self) -> Result<Conn, String> {
+        let mut pair = [0 as libc::c_int; 2];
+        // SAFETY: socketpair writes two fds into a valid array.
+        if unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                pair.as_mut_ptr(),
+            )
+        } != 0
+        {
+            return Err(format!(
+                "could not start the sandbox zygote: socketpair: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: both fds were just created and are owned by nobody else.
+        let (ours, theirs) =
+            unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+        let mut cmd = tokio::process::Command::new(&self.exe);
+        cmd.arg(SUBCOMMAND)
+            .env_clear()
+            .current_dir("/")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let raw = theirs.as_raw_fd();
+        // SAFETY: the closure runs in the forked child before exec and only
+        // calls async-signal-safe dup2/fcntl on an fd open there.
+        unsafe {
+            cmd.pre_exec(move || {
+                if raw == CONTROL_FD {
+                    if libc::fcntl(raw, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(raw, CONTROL_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let process = cmd.spawn().map_err(|e| {
+            format!(
+                "could not start the sandbox zygote {}: {e}",
+                self.exe.display()
+            )
+        })?;
+        drop(theirs);
+        set_nonblocking(&ours).map_err(|e| format!("could not start the sandbox zygote: {e}"))?;
+        // SAFETY: an OwnedFd's fd stays open and the same until it is
+        // dropped, which only dropping the AsyncFd does.
+        let sock = unsafe { AsyncFd::register(ours) }
+            .map_err(|e| format!("could not start the sandbox zygote: {e}"))?;
+        Ok(Conn {
+            sock,
+            _process: process,
+        })
+    }
+}
+
+impl Conn {
+    /// Whether the zygote's end is gone (it exited or was killed).
+    fn hung_up(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.sock.get_ref().as_raw_fd(),
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        r < 0 || p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+    }
+
+    async fn send(&self, fds: &[RawFd]) -> std::io::Result<()> {
+        loop {
+            let mut ready = self.sock.writable().await?;
+            match ready.try_io(|s| send_with_fds(s.get_ref().as_raw_fd(), REQUEST_TAG, fds)) {
+                Ok(r) => return r,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    async fn recv_reply(&self) -> std::io::Result<(i32, Option<OwnedFd>)> {
+        loop {
+            let mut ready = self.sock.readable().await?;
+            match ready.try_io(|s| {
+                let mut buf = [0u8; 4];
+                let (n, mut fds) = recv_with_fds(s.get_ref().as_raw_fd(), &mut buf, 1)?;
+                if n == 0 {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "it exited",
+                    ));
+                }
+                if n != buf.len() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "a malformed reply",
+                    ));
+                }
+                Ok((i32::from_ne_bytes(buf), fds.pop()))
+            }) {
+                Ok(r) => return r,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
+    // SAFETY: fcntl on an fd we own.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The request body, in a memfd: NUL after each field; the directory, then
+/// `KEY=VALUE` per variable, an empty field, then the worker's options
+/// (which may be empty strings: only the first empty field separates).
+fn encode(cwd: &Path, env: &[(OsString, OsString)], args: &[OsString]) -> std::io::Result<OwnedFd> {
+    let mut text = Vec::new();
+    text.extend_from_slice(cwd.as_os_str().as_bytes());
+    text.push(0);
+    for (k, v) in env {
+        text.extend_from_slice(k.as_bytes());
+        text.push(b'=');
+        text.extend_from_slice(v.as_bytes());
+        text.push(0);
+    }
+    text.push(0);
+    for a in args {
+        text.extend_from_slice(a.as_bytes());
+        text.push(0);
+    }
+    // SAFETY: a valid NUL-terminated name and flags; the fd is owned below.
+    let fd = unsafe { libc::memfd_create(c"toolsched-request".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: just created, owned by nobody else.
+    let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.write_all(&text)?;
+    // The child's fd shares this offset: it reads from the start.
+    file.rewind()?;
+    Ok(file.into())
+}
+
+/// What a forked child runs: the directory, the environment and the
+/// worker's options (after the subcommand name).
+struct Decoded {
+    cwd: PathBuf,
+    env: Vec<(OsString, OsString)>,
+    args: Vec<OsString>,
+}
+
+fn decode(body: &[u8]) -> Result<Decoded, String> {
+    let body = body
+        .strip_suffix(&[0])
+        .ok_or("the request does not end with a NUL")?;
+    let mut fields = body.split(|b| *b == 0);
+    let cwd = fields
+        .next()
+        .filter(|c| !c.is_empty())
+        .ok_or("the request names no directory")?;
+    let mut env = Vec::new();
+    for field in fields.by_ref() {
+        if field.is_empty() {
+            break;
+        }
+        let eq = field
+            .iter()
+            .position(|b| *b == b'=')
+            .ok_or("an environment entry without '='")?;
+        env.push((
+            OsStr::from_bytes(&field[..eq]).to_os_string(),
+            OsStr::from_bytes(&field[eq + 1..]).to_os_string(),
+        ));
+    }
+    let args: Vec<OsString> = fields
+        .map(|a| OsStr::from_bytes(a).to_os_string())
+        .collect();
+    if args.is_empty() {
+        return Err("the request holds no worker options".into());
+    }
+    Ok(Decoded {
+        cwd: PathBuf::from(OsStr::from_bytes(cwd)),
+        env,
+        args,
+    })
+}
+
+/// `sendmsg` of `data` with `fds` as `SCM_RIGHTS`.
+fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let bytes = std::mem::size_of_val(fds);
+    // SAFETY: CMSG_SPACE is a pure computation on a length.
+    let space = unsafe { libc::CMSG_SPACE(bytes as u32) } as usize;
+    // u64 words keep the buffer aligned for cmsghdr.
+    let mut cbuf = vec![0u64; space.div_ceil(8).max(1)];
+    // SAFETY: a zeroed msghdr is a valid "no name, no control" message.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        // SAFETY: the control buffer holds one header of `space` bytes;
+        // CMSG_FIRSTHDR/CMSG_DATA point inside it and `bytes` fit after it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(bytes as u32) as _;
+            std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), bytes);
+        }
+    }
+    // SAFETY: a valid message whose buffers outlive the call.
+    let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if n as usize != data.len() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::WriteZero,
+            "a short send",
+        ));
+    }
+    Ok(())
+}
+
+/// `recvmsg` into `buf`, taking at most `max_fds` fds (close-on-exec).
+/// More fds than that, or a cut control message, is an error (the fds that
+/// did arrive are closed).
+fn recv_with_fds(
+    sock: RawFd,
+    buf: &mut [u8],
+    max_fds: usize,
+) -> std::io::Result<(usize, Vec<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Room for one more than allowed, so that too many is seen, not cut.
+    let room = (max_fds + 1) * std::mem::size_of::<RawFd>();
+    // SAFETY: a pure computation on a length.
+    let space = unsafe { libc::CMSG_SPACE(room as u32) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    // SAFETY: a zeroed msghdr is a valid empty message.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: a valid message whose buffers outlive the call.
+    let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut fds = Vec::new();
+    // SAFETY: walking the control messages the kernel wrote into `cbuf`
+    // with the CMSG macros; each SCM_RIGHTS payload is an array of fds
+    // that are now ours.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg);
+                let len = (*cmsg).cmsg_len as usize - (data as usize - cmsg as usize);
+                for i in 0..len / std::mem::size_of::<RawFd>() {
+                    let fd = std::ptr::read_unaligned(data.cast::<RawFd>().add(i));
+                    fds.push(OwnedFd::from_raw_fd(fd));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 || fds.len() > max_fds {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "too many fds",
+        ));
+    }
+    Ok((n as usize, fds))
+}
+
+// === the zygote's side ===
+
+/// `toolsched sandbox-zygote`: serves requests on [`CONTROL_FD`] until the
+/// server's end closes. Never returns.
+pub fn main() -> ! {
+    // SAFETY: F_GETFD only asks whether the fd is open; F_SETFD marks it
+    // close-on-exec (workers close it anyway, see `child`).
+    if unsafe { libc::fcntl(CONTROL_FD, libc::F_GETFD) } < 0
+        || unsafe { libc::fcntl(CONTROL_FD, libc::F_SETFD, libc::FD_CLOEXEC) } != 0
+    {
+        std::process::exit(SETUP_FAILED_EXIT);
+    }
+    super::worker::prepare();
+    // SAFETY: blocking SIGCHLD for this (only) thread and reading it from a
+    // signalfd; plain calls with valid arguments.
+    let sfd = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        if fd < 0 {
+            std::process::exit(SETUP_FAILED_EXIT);
+        }
+        OwnedFd::from_raw_fd(fd)
+    };
+    // SAFETY: cannot fail.
+    let me = unsafe { libc::getpid() };
+    // Each live worker's status pipe, written and closed once it is reaped.
+    let mut live: Vec<(libc::pid_t, File)> = Vec::new();
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: CONTROL_FD,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfd entries.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            std::process::exit(SETUP_FAILED_EXIT);
+        }
+        if fds[1].revents & libc::POLLIN != 0 {
+            drain_signalfd(&sfd);
+            reap(&mut live);
+        }
+        if fds[0].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+            let mut tag = [0u8; REQUEST_TAG.len()];
+            match recv_with_fds(CONTROL_FD, &mut tag, MAX_REQUEST_FDS) {
+                // The server is gone: so are we (the workers follow through
+                // their parent-death signal).
+                Ok((0, _)) => std::process::exit(0),
+                Ok((n, received)) if n == tag.len() && &tag == REQUEST_TAG => {
+                    if let Some(w) = serve(received, me) {
+                        live.push(w);
+                    }
+                }
+                Ok(_) => reply(-libc::EINVAL, None),
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {}
+                Err(e) => reply(-e.raw_os_error().unwrap_or(libc::EINVAL), None),
+            }
+        }
+    }
+}
+
+/// One request: forks the worker and replies. Returns the worker's pid and
+/// a copy of its status pipe.
+fn serve(received: Vec<OwnedFd>, me: libc::pid_t) -> Option<(libc::pid_t, File)> {
+    if !(REQUEST_FDS..=MAX_REQUEST_FDS).contains(&received.len()) {
+        reply(-libc::EINVAL, None);
+        return None;
+    }
+    let status = match received[4].try_clone() {
+        Ok(s) => File::from(s),
+        Err(e) => {
+            reply(-e.raw_os_error().unwrap_or(libc::EMFILE), None);
+            return None;
+        }
+    };
+    let raw: Vec<RawFd> = received.iter().map(AsRawFd::as_raw_fd).collect();
+    // SAFETY: this process is single-threaded (no runtime, no threads), so
+    // the child may allocate and run ordinary Rust code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        reply(
+            -std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EAGAIN),
+            None,
+        );
+        return None;
+    }
+    if pid == 0 {
+        // SAFETY: in the freshly forked child; `raw` are its copies.
+        unsafe { child(&raw, me) }
+    }
+    drop(received);
+    // SAFETY: pidfd_open on our own child, which cannot have been reaped
+    // yet (only this loop reaps); the fd is owned below.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        let errno = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL);
+        // SAFETY: our own child; the server will never know of it.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+        reply(-errno, None);
+        return Some((pid, status));
+    }
+    // SAFETY: just returned by pidfd_open, owned by nobody else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+    reply(pid, Some(&pidfd));
+    Some((pid, status))
+}
+
+fn reply(pid: i32, pidfd: Option<&OwnedFd>) {
+    let fds: Vec<RawFd> = pidfd.map(AsRawFd::as_raw_fd).into_iter().collect();
+    // The server is waiting for exactly this message; if it is gone, the
+    // next poll sees the hang-up.
+    let _ = send_with_fds(CONTROL_FD, &pid.to_ne_bytes(), &fds);
+}
+
+fn drain_signalfd(sfd: &OwnedFd) {
+    // SAFETY: plain data the kernel fills; reading whole records.
+    let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::signalfd_siginfo>();
+    // SAFETY: reading into a buffer of one record's size (non-blocking).
+    while unsafe {
+        libc::read(
+            sfd.as_raw_fd(),
+            (&mut info as *mut libc::signalfd_siginfo).cast(),
+            size,
+        )
+    } == size as isize
+    {}
+}
+
+/// Reaps every worker that ended, telling its status pipe how.
+fn reap(live: &mut Vec<(libc::pid_t, File)>) {
+    loop {
+        let mut st: libc::c_int = 0;
+        // SAFETY: waitpid writes into a valid local.
+        let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+        if pid <= 0 {
+            return;
+        }
+        let Some(at) = live.iter().position(|(p, _)| *p == pid) else {
+            continue;
+        };
+        let (_, mut status) = live.swap_remove(at);
+        let line = if libc::WIFSIGNALED(st) {
+            serde_json::json!({ "worker_exit": { "signal": libc::WTERMSIG(st) } })
+        } else {
+            serde_json::json!({ "worker_exit": { "exit_code": libc::WEXITSTATUS(st) } })
+        };
+        // A few bytes into a pipe the server drains: does not block.
+        let _ = writeln!(status, "{line}");
+    }
+}
+
+/// The forked child: its fds on 0–4 as the server's `exec` of
+/// `sandbox-exec` would have had them, the request's directory and
+/// environment, then the worker. `raw`: the received fds, in request order.
+///
+/// # Safety
+/// Only in a freshly forked child of the (single-threaded) zygote.
+unsafe fn child(raw: &[RawFd], zygote: libc::pid_t) -> ! {
+    // SAFETY: plain calls on this process's own fds, mask and handlers.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        let mut high = [0 as RawFd; MAX_REQUEST_FDS];
+        for (i, fd) in raw.iter().enumerate() {
+            high[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, HIGH_FD);
+            if high[i] < 0 {
+                libc::_exit(SETUP_FAILED_EXIT);
+            }
+        }
+        // body, then stdin/stdout/stderr on 0–2, status and protected.
+        let placed = [(1, 0), (2, 1), (3, 2), (4, STATUS_FD), (5, PROTECTED_FD)];
+        for (from, to) in placed {
+            if from < raw.len() && libc::dup2(high[from], to) < 0 {
+                libc::_exit(SETUP_FAILED_EXIT);
+            }
+        }
+        let mut status = File::from_raw_fd(STATUS_FD);
+        let fail = |status: &mut File, message: String| -> ! {
+            let _ = writeln!(status, "{}", serde_json::json!({ "spawn_error": message }));
+            libc::_exit(SETUP_FAILED_EXIT)
+        };
+        let mut text = Vec::new();
+        let read = File::from_raw_fd(high[0])
+            .take(MAX_REQUEST_BYTES + 1)
+            .read_to_end(&mut text);
+        // Nothing of the zygote's survives (its socket, signalfd, other
+        // workers' status pipes), nor a spare copy of what was placed.
+        let keep = if raw.len() > REQUEST_FDS {
+            PROTECTED_FD
+        } else {
+            STATUS_FD
+        };
+        if libc::syscall(
+            libc::SYS_close_range,
+            (keep + 1) as libc::c_uint,
+            libc::c_uint::MAX,
+            0 as libc::c_uint,
+        ) != 0
+        {
+            fail(
+                &mut status,
+                format!("close_range: {}", std::io::Error::last_os_error()),
+            );
+        }
+        if let Err(e) = read {
+            fail(&mut status, format!("reading the worker's request: {e}"));
+        }
+        if text.len() as u64 > MAX_REQUEST_BYTES {
+            fail(
+                &mut status,
+                format!("the worker's request exceeds {MAX_REQUEST_BYTES} bytes"),
+            );
+        }
+        let req = match decode(&text) {
+            Ok(r) => r,
+            Err(e) => fail(&mut status, format!("a malformed worker request: {e}")),
+        };
+        drop(text);
+        if let Err(e) = std::env::set_current_dir(&req.cwd) {
+            fail(&mut status, format!("{}: {e}", req.cwd.display()));
+        }
+        // The command's environment and nothing else (the zygote's is
+        // empty); single-threaded, so changing it is sound.
+        for (k, _) in std::env::vars_os() {
+            std::env::remove_var(k);
+        }
+        for (k, v) in &req.env {
+            std::env::set_var(k, v);
+        }
+        let args = match super::worker::parse_args(req.args) {
+            Ok(a) => a,
+            Err(e) => fail(&mut status, format!("the worker's options: {e}")),
+        };
+        // The worker owns fd 3 again from here.
+        std::mem::forget(status);
+        super::worker::main_with_parent(args, Some(zygote))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_with_empty_arguments() {
+        let env = vec![
+            (OsString::from("PATH"), OsString::from("/usr/bin:/bin")),
+            (OsString::from("EMPTY"), OsString::new()),
+            (OsString::from("EQ"), OsString::from("a=b")),
+        ];
+        let args: Vec<OsString> = ["--level", "none", "--", "bash", "-c", ""]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let fd = encode(Path::new("/w/sub dir"), &env, &args).unwrap();
+        let mut text = Vec::new();
+        File::from(fd).read_to_end(&mut text).unwrap();
+        let d = decode(&text).unwrap();
+        assert_eq!(d.cwd, Path::new("/w/sub dir"));
+        assert_eq!(d.env, env);
+        assert_eq!(d.args, args);
+        assert!(decode(b"").is_err());
+        assert!(decode(b"/w\0\0").is_err());
+        assert!(decode(b"/w\0NOEQ\0\0x\0").is_err());
+    }
+}
