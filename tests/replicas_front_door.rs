@@ -10,7 +10,7 @@ use crate::support;
 
 use replicas_support::{client, fresh_database};
 use serde_json::json;
-use support::{Binary, Event, State, call, next_matching, request};
+use support::{Binary, Event, State, call, request};
 use toolsched::api::pb;
 
 fn replica(workspace: &std::path::Path, url: &str, extra: &[&str]) -> Binary {
@@ -110,20 +110,7 @@ async fn a_cancel_sent_to_another_replica_stops_the_command_on_the_owner() {
         .unwrap()
         .into_inner();
     let mut seen = Vec::new();
-    let executing = next_matching(&mut on_a, &mut seen, |e| {
-        matches!(e, Event::CallUpdate(u) if u.call_id == "sleep"
-            && matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()))
-    })
-    .await;
-    let Event::CallUpdate(pb::ToolCallUpdate {
-        state: Some(State::Executing(pb::Executing {
-            pid: Some(pgid), ..
-        })),
-        ..
-    }) = executing
-    else {
-        unreachable!()
-    };
+    let pgid = support::until_pid(&mut on_a, &mut seen, "sleep").await;
 
     let summary = client(c.addr)
         .await
@@ -142,9 +129,9 @@ async fn a_cancel_sent_to_another_replica_stops_the_command_on_the_owner() {
         other => panic!("{other:?}"),
     }
     assert!(
-        support::wait_group_gone(pgid as i32).await,
+        support::wait_group_gone(pgid).await,
         "left running: {:?}",
-        support::live_group_members(pgid as i32)
+        support::live_group_members(pgid)
     );
 
     // Nothing left to cancel: the owner says so (its session is idle).

@@ -7,7 +7,7 @@
 use crate::replicas_support;
 use crate::support;
 
-use replicas_support::{Relay, batch_id, client, fresh_database, messages, sql, via, wait_health};
+use replicas_support::{Relay, batch_id, client, fresh_database, messages, sql, wait_health};
 use serde_json::json;
 use support::{Binary, call, request};
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -282,9 +282,7 @@ fn an_unreachable_store_at_start_up_stops_the_server_with_the_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_lost_later_is_not_serving_and_refuses_new_batches_until_back() {
     let url = fresh_database().await;
-    let (target, _) = via(&url, "127.0.0.1:1".parse().unwrap());
-    let relay = Relay::start(target).await;
-    let (_, relayed) = via(&url, relay.addr);
+    let (relay, relayed) = Relay::to_store(&url).await;
     let workspace = tempfile::tempdir().unwrap();
     std::fs::write(workspace.path().join("notes.txt"), "kept\n").unwrap();
     let server = Binary::start(workspace.path(), &["--store", &relayed]);

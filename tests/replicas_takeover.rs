@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use replicas_support::{batch_id, client, fresh_database, messages};
 use serde_json::json;
-use support::{Binary, Event, State, call, live_group_members, next_matching, request};
+use support::{
+    Binary, Event, State, call, live_group_members, next_matching, request, wait_for_file,
+};
 use toolsched::api::pb;
 
 /// Leases of the replicas under test: a dead owner's sessions are taken
@@ -127,20 +129,7 @@ async fn a_call_running_when_its_replica_is_killed_ends_outcome_unknown_and_the_
         .unwrap()
         .into_inner();
     let mut seen = Vec::new();
-    let executing = next_matching(&mut running, &mut seen, |e| {
-        matches!(e, Event::CallUpdate(u) if u.call_id == "first"
-            && matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()))
-    })
-    .await;
-    let Event::CallUpdate(pb::ToolCallUpdate {
-        state: Some(State::Executing(pb::Executing {
-            pid: Some(pgid), ..
-        })),
-        ..
-    }) = executing
-    else {
-        unreachable!()
-    };
+    let pgid = support::until_pid(&mut running, &mut seen, "first").await;
     let batch = accepted(&seen);
     // The command had its effect before the replica dies.
     wait_for_file(&workspace.path().join("log"), "x\n").await;
@@ -149,9 +138,9 @@ async fn a_call_running_when_its_replica_is_killed_ends_outcome_unknown_and_the_
     drop(running);
     // The command dies with its server (the sandbox's parent-death signal).
     assert!(
-        support::wait_group_gone(pgid as i32).await,
+        support::wait_group_gone(pgid).await,
         "left running: {:?}",
-        live_group_members(pgid as i32)
+        live_group_members(pgid)
     );
 
     let taken = messages(watch_once_taken_over(b.addr, "s-kill", &batch).await).await;
@@ -526,18 +515,9 @@ async fn a_new_batch_for_a_session_whose_replica_stopped_resumes_the_stopped_bat
         .unwrap()
         .into_inner();
     let mut seen = Vec::new();
-    next_matching(&mut running, &mut seen, |e| {
-        matches!(e, Event::CallUpdate(u) if u.call_id == "first"
-            && matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()))
-    })
-    .await;
+    support::until_pid(&mut running, &mut seen, "first").await;
     let stopped = accepted(&seen);
-    let log = workspace.path().join("log");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while std::fs::read_to_string(&log).unwrap_or_default() != "x\n" {
-        assert!(std::time::Instant::now() < deadline, "echo did not run");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_file(&workspace.path().join("log"), "x\n").await;
     kill_9(a);
     drop(running);
 
@@ -575,7 +555,10 @@ async fn a_new_batch_for_a_session_whose_replica_stopped_resumes_the_stopped_bat
         std::fs::read_to_string(workspace.path().join("order")).unwrap(),
         "second\nthird\n"
     );
-    assert_eq!(std::fs::read_to_string(&log).unwrap(), "x\n");
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("log")).unwrap(),
+        "x\n"
+    );
     let resumed = messages(
         cb.watch_batch(pb::WatchBatchRequest {
             session_id: "s-resume".into(),
@@ -707,19 +690,6 @@ async fn a_call_that_ended_before_its_replica_was_killed_keeps_its_result_in_the
     );
 }
 
-/// Waits (bounded, 10 s) until `path` holds `text`: a command's effect.
-async fn wait_for_file(path: &std::path::Path, text: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while std::fs::read_to_string(path).unwrap_or_default() != text {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} never held {text:?}",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Starts `command` as call "w" of session `session` on `addr`; returns the
 /// stream, the events seen up to the call's Executing with a pid, and that
 /// pid (its process group).
@@ -742,21 +712,8 @@ async fn run_until_executing(
         .unwrap()
         .into_inner();
     let mut seen = Vec::new();
-    let executing = next_matching(&mut stream, &mut seen, |e| {
-        matches!(e, Event::CallUpdate(u) if u.call_id == "w"
-            && matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()))
-    })
-    .await;
-    let Event::CallUpdate(pb::ToolCallUpdate {
-        state: Some(State::Executing(pb::Executing {
-            pid: Some(pgid), ..
-        })),
-        ..
-    }) = executing
-    else {
-        unreachable!()
-    };
-    (stream, seen, pgid as i32)
+    let pgid = support::until_pid(&mut stream, &mut seen, "w").await;
+    (stream, seen, pgid)
 }
 
 /// The client is told a side-effecting call's end only once the store has
@@ -767,9 +724,7 @@ async fn run_until_executing(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_success_a_client_was_shown_survives_its_replica_being_killed() {
     let url = fresh_database().await;
-    let (target, _) = replicas_support::via(&url, "127.0.0.1:1".parse().unwrap());
-    let relay = replicas_support::Relay::start(target).await;
-    let (_, relayed) = replicas_support::via(&url, relay.addr);
+    let (relay, relayed) = replicas_support::Relay::to_store(&url).await;
     let workspace = tempfile::tempdir().unwrap();
     let yolo = ["--approval-mode", "yolo"];
     let a = replica(workspace.path(), &relayed, &yolo);
@@ -835,9 +790,7 @@ async fn a_success_a_client_was_shown_survives_its_replica_being_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_end_the_store_never_had_was_never_shown() {
     let url = fresh_database().await;
-    let (target, _) = replicas_support::via(&url, "127.0.0.1:1".parse().unwrap());
-    let relay = replicas_support::Relay::start(target).await;
-    let (_, relayed) = replicas_support::via(&url, relay.addr);
+    let (relay, relayed) = replicas_support::Relay::to_store(&url).await;
     let workspace = tempfile::tempdir().unwrap();
     let yolo = ["--approval-mode", "yolo"];
     let a = replica(workspace.path(), &relayed, &yolo);

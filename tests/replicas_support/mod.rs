@@ -120,6 +120,14 @@ impl Relay {
         Self { addr, up }
     }
 
+    /// A relay to the PostgreSQL server of `url`, and `url` through it.
+    pub async fn to_store(url: &str) -> (Self, String) {
+        let (target, _) = via(url, "127.0.0.1:1".parse().expect("addr"));
+        let relay = Self::start(target).await;
+        let (_, relayed) = via(url, relay.addr);
+        (relay, relayed)
+    }
+
     pub fn cut(&self) {
         self.up.send_replace(false);
     }

@@ -432,6 +432,40 @@ pub fn venv_tool(name: &str) -> std::path::PathBuf {
     path
 }
 
+/// Reads `stream` (into `seen`) until call `call_id` is Executing with its
+/// command's pid, which is its process group; returns it.
+pub async fn until_pid(
+    stream: &mut tonic::Streaming<pb::ScheduleCallsResponse>,
+    seen: &mut Vec<Event>,
+    call_id: &str,
+) -> i32 {
+    let executing = next_matching(stream, seen, |e| {
+        matches!(e, Event::CallUpdate(u) if u.call_id == call_id
+            && matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()))
+    })
+    .await;
+    match executing {
+        Event::CallUpdate(pb::ToolCallUpdate {
+            state: Some(State::Executing(pb::Executing { pid: Some(pid), .. })),
+            ..
+        }) => pid as i32,
+        other => unreachable!("{other:?}"),
+    }
+}
+
+/// Waits (bounded, 10 s) until `path` holds `text`: a command's effect.
+pub async fn wait_for_file(path: &std::path::Path, text: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(path).unwrap_or_default() != text {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never held {text:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Pids of live (not zombie) processes in process group `pgid`, from /proc.
 pub fn live_group_members(pgid: i32) -> Vec<i32> {
     let mut out = Vec::new();
