@@ -215,13 +215,7 @@ async fn timeout_kills_the_command_and_what_it_left_behind() {
     );
     let (kind, message) = error_of(&events, "c");
     assert_eq!(kind, pb::ErrorType::ExecutionTimeout, "{message}");
-    let left: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .filter(|c| c.starts_with(marker.as_bytes()))
-        .map(|c| String::from_utf8_lossy(&c).into_owned())
-        .collect();
+    let left = support::running_with_cmdline(&marker);
     assert!(left.is_empty(), "left running: {left:?}");
 }
 

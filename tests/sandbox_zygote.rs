@@ -115,13 +115,7 @@ async fn a_worker_killed_from_outside_ends_its_call_with_the_signal() {
     assert_eq!(result["signal"], json!(libc::SIGKILL), "{result:?}");
     // The command died with its worker (its parent-death signal).
     assert!(wait_group_gone(worker).await);
-    let left: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .filter(|c| c.starts_with(marker.as_bytes()))
-        .map(|c| String::from_utf8_lossy(&c).into_owned())
-        .collect();
+    let left = support::running_with_cmdline(&marker);
     assert!(left.is_empty(), "left running: {left:?}");
 }
 

@@ -466,6 +466,19 @@ pub async fn wait_for_file(path: &std::path::Path, text: &str) {
     }
 }
 
+/// Command lines of the processes whose command line starts with `prefix`
+/// (a test's unique marker), from /proc: what a test left running.
+pub fn running_with_cmdline(prefix: &str) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| c.starts_with(prefix.as_bytes()))
+        .map(|c| String::from_utf8_lossy(&c).into_owned())
+        .collect()
+}
+
 /// Pids of live (not zombie) processes in process group `pgid`, from /proc.
 pub fn live_group_members(pgid: i32) -> Vec<i32> {
     let mut out = Vec::new();
