@@ -118,6 +118,7 @@ async fn a_replica_whose_lease_passed_to_another_writes_nothing_more() {
     let row = db
         .query_one(
             "SELECT completed_at IS NULL, (SELECT count(*) FROM toolsched_events WHERE batch_id = 'b1') \
+               + coalesce(cardinality(log_bodies), 0) \
              FROM toolsched_batches WHERE batch_id = 'b1'",
             &[],
         )
@@ -209,4 +210,63 @@ async fn a_running_batch_keeps_its_lease_renewed() {
         .await
         .expect("lease renewed");
     assert_eq!(lease(&db, "s").await, (a.replica().to_string(), 1));
+}
+
+/// A completed batch's log is one row (migration 6); a batch completed
+/// before it has a `toolsched_events` row per event. Both read back the
+/// same, in order, through another replica.
+#[tokio::test]
+async fn a_completed_log_reads_back_the_same_from_its_row_and_from_event_rows() {
+    let url = fresh_database().await;
+    let db = sql(&url).await;
+    let a = replica(&url).await;
+    let Begun::New(writer) = a.begin_batch(batch("s", "b1")).await.unwrap() else {
+        panic!("a new batch");
+    };
+    writer.append(BatchEvent::Started {
+        batch_id: "b1".into(),
+    });
+    writer.append(BatchEvent::Started {
+        batch_id: "b1-second".into(),
+    });
+    writer.finish(BatchEvent::Started {
+        batch_id: "b1-third".into(),
+    });
+    a.complete_batch("s", "b1", Vec::new());
+    a.flush(Duration::from_secs(30)).await;
+    let row = db
+        .query_one(
+            "SELECT cardinality(log_bodies), (SELECT count(*) FROM toolsched_events) \
+             FROM toolsched_batches WHERE batch_id = 'b1'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, i32>(0), row.get::<_, i64>(1)), (3, 0));
+
+    let read = |store: Arc<PostgresStore<BatchEvent>>| async move {
+        let log = store.batch("s", "b1").await.unwrap();
+        assert!(log.is_finished());
+        log.entries()
+            .iter()
+            .map(|e| (e.sequence, e.event.clone()))
+            .collect::<Vec<_>>()
+    };
+    let from_row = read(replica(&url).await).await;
+    assert_eq!(
+        from_row.iter().map(|e| e.0).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+
+    // The layout of version 5: the events as rows, none in the batch's row.
+    db.batch_execute(
+        "INSERT INTO toolsched_events (session_id, batch_id, sequence, at, body) \
+           SELECT session_id, batch_id, u.* FROM toolsched_batches, \
+             unnest(log_sequences, log_at, log_bodies) u WHERE batch_id = 'b1'; \
+         UPDATE toolsched_batches SET log_sequences = NULL, log_at = NULL, log_bodies = NULL",
+    )
+    .await
+    .unwrap();
+    let from_rows = read(replica(&url).await).await;
+    assert_eq!(from_rows, from_row);
 }

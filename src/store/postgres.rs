@@ -59,6 +59,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "call_ends",
         include_str!("../../migrations/0005_call_ends.sql"),
     ),
+    (
+        6,
+        "batch_log",
+        include_str!("../../migrations/0006_batch_log.sql"),
+    ),
 ];
 
 /// Longest a request relayed to a session's owner ([`Store::relay`]) waits
@@ -268,6 +273,27 @@ pub struct PostgresStore<E: LogEvent> {
     tails: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
     /// This store, for the tasks it starts.
     me: std::sync::OnceLock<std::sync::Weak<Self>>,
+}
+
+/// A recorded event: sequence, time, the event's encoded body.
+type Recorded = (i64, SystemTime, Vec<u8>);
+
+/// The log a completed batch's row holds (migration 6: the arrays
+/// `log_sequences`, `log_at`, `log_bodies` from column `first` on), in
+/// sequence order; `None` when the row has none (running, or completed
+/// before migration 6: its events are rows of `toolsched_events`).
+fn logged(row: &tokio_postgres::Row, first: usize) -> Option<Vec<Recorded>> {
+    let sequences: Vec<i64> = row.get::<_, Option<Vec<i64>>>(first)?;
+    let at: Vec<SystemTime> = row.get::<_, Option<Vec<SystemTime>>>(first + 1)?;
+    let bodies: Vec<Vec<u8>> = row.get::<_, Option<Vec<Vec<u8>>>>(first + 2)?;
+    Some(
+        sequences
+            .into_iter()
+            .zip(at)
+            .zip(bodies)
+            .map(|((s, a), b)| (s, a, b))
+            .collect(),
+    )
 }
 
 fn reason(e: &(dyn std::error::Error + 'static)) -> String {
@@ -631,8 +657,8 @@ impl<E: LogEvent> PostgresStore<E> {
         let retention_secs = self.retention.completed_for.as_secs_f64();
         let found = client
             .query_opt(
-                "SELECT completed_at IS NOT NULL FROM toolsched_batches \
-                 WHERE session_id = $1 AND batch_id = $2 \
+                "SELECT completed_at IS NOT NULL, log_sequences, log_at, log_bodies \
+                 FROM toolsched_batches WHERE session_id = $1 AND batch_id = $2 \
                  AND (completed_at IS NULL OR completed_at > now() - make_interval(secs => $3))",
                 &[&session_id, &batch_id, &retention_secs],
             )
@@ -649,19 +675,25 @@ impl<E: LogEvent> PostgresStore<E> {
                 batch_id: batch_id.to_string(),
             });
         }
-        let rows = client
-            .query(
-                "SELECT sequence, at, body FROM toolsched_events \
-                 WHERE session_id = $1 AND batch_id = $2 ORDER BY sequence",
-                &[&session_id, &batch_id],
-            )
-            .await
-            .map_err(|e| unavailable(&e))?;
-        let mut entries = Vec::with_capacity(rows.len());
+        let recorded = match logged(&found, 1) {
+            Some(entries) => entries,
+            // Completed before migration 6: one row per event.
+            None => client
+                .query(
+                    "SELECT sequence, at, body FROM toolsched_events \
+                     WHERE session_id = $1 AND batch_id = $2 ORDER BY sequence",
+                    &[&session_id, &batch_id],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?
+                .into_iter()
+                .map(|row| (row.get(0), row.get(1), row.get(2)))
+                .collect(),
+        };
+        let mut entries = Vec::with_capacity(recorded.len());
         // A taken-over batch's log continues after a base.
-        let first = rows.first().map_or(1, |r| r.get::<_, i64>(0));
-        for (i, row) in rows.into_iter().enumerate() {
-            let sequence: i64 = row.get(0);
+        let first = recorded.first().map_or(1, |r| r.0);
+        for (i, (sequence, at, body)) in recorded.into_iter().enumerate() {
             if sequence != first + i as i64 {
                 return Err(StoreError::Unavailable {
                     reason: format!(
@@ -671,8 +703,8 @@ impl<E: LogEvent> PostgresStore<E> {
             }
             entries.push(Entry {
                 sequence: sequence as u64,
-                at: row.get(1),
-                event: self.codec.decode(row.get(2)),
+                at,
+                event: self.codec.decode(body),
             });
         }
         Ok(BatchLog::recorded(entries))
@@ -1077,7 +1109,8 @@ impl<E: LogEvent> PostgresStore<E> {
         let status = client
             .query_opt(
                 "SELECT b.completed_at IS NOT NULL, EXISTS (SELECT 1 FROM toolsched_leases l \
-                   WHERE l.session_id = b.session_id AND l.expires_at > now()) \
+                   WHERE l.session_id = b.session_id AND l.expires_at > now()), \
+                   b.log_sequences, b.log_at, b.log_bodies \
                  FROM toolsched_batches b WHERE b.session_id = $1 AND b.batch_id = $2",
                 &[&session_id, &batch_id],
             )
@@ -1091,21 +1124,29 @@ impl<E: LogEvent> PostgresStore<E> {
             });
         };
         let (completed, owned): (bool, bool) = (status.get(0), status.get(1));
-        let rows = client
-            .query(
-                "SELECT sequence, at, body FROM toolsched_events \
-                 WHERE session_id = $1 AND batch_id = $2 AND sequence > $3 ORDER BY sequence",
-                &[&session_id, &batch_id, &after],
-            )
-            .await
-            .map_err(|e| unavailable(&e))?;
+        let recorded = match logged(&status, 2) {
+            // Completed: the whole log is in its row.
+            Some(entries) => entries,
+            // Running (mirrored by its owner as it grows), or completed
+            // before migration 6: one row per event.
+            None => client
+                .query(
+                    "SELECT sequence, at, body FROM toolsched_events \
+                     WHERE session_id = $1 AND batch_id = $2 AND sequence > $3 ORDER BY sequence",
+                    &[&session_id, &batch_id, &after],
+                )
+                .await
+                .map_err(|e| unavailable(&e))?
+                .into_iter()
+                .map(|row| (row.get(0), row.get(1), row.get(2)))
+                .collect(),
+        };
         let mut last = after;
-        for row in rows {
-            let sequence: i64 = row.get(0);
+        for (sequence, at, body) in recorded.into_iter().filter(|e| e.0 > after) {
             if writer.append_recorded(Entry {
                 sequence: sequence as u64,
-                at: row.get(1),
-                event: self.codec.decode(row.get(2)),
+                at,
+                event: self.codec.decode(body),
             }) {
                 last = sequence;
             }
@@ -1529,19 +1570,17 @@ async fn apply(client: &deadpool_postgres::Object, write: &Write) -> Result<(), 
             let bodies: Vec<&[u8]> = entries.iter().map(|e| e.2.as_slice()).collect();
             let calls: Vec<&str> = ended.iter().map(|c| c.call_id.as_str()).collect();
             let states: Vec<&str> = ended.iter().map(|c| c.state).collect();
-            // One statement (one round trip, one commit). Fenced: a replica
-            // that lost the session writes nothing more of it (the owner and
-            // epoch it held must still be the lease's).
+            // One statement (one round trip, one commit), one row: the log
+            // goes into the batch's row with its completion (migration 6).
+            // Fenced: a replica that lost the session writes nothing more of
+            // it (the owner and epoch it held must still be the lease's).
             let statement = client
                 .prepare_cached(
                     "WITH held AS (SELECT 1 FROM toolsched_leases WHERE session_id = $1 \
                        AND owner = $6 AND epoch = $7 FOR SHARE), \
-                     events AS (INSERT INTO toolsched_events \
-                       (session_id, batch_id, sequence, at, body) \
-                       SELECT $1, $2, * FROM unnest($3::bigint[], $4::timestamptz[], $5::bytea[]) \
-                       WHERE EXISTS (SELECT 1 FROM held) ON CONFLICT DO NOTHING), \
                      completed AS (UPDATE toolsched_batches SET completed_at = now(), \
-                       ended_calls = $8, ended_states = $9 \
+                       ended_calls = $8, ended_states = $9, \
+                       log_sequences = $3, log_at = $4, log_bodies = $5 \
                        WHERE session_id = $1 AND batch_id = $2 AND EXISTS (SELECT 1 FROM held)) \
                      SELECT EXISTS (SELECT 1 FROM held)",
                 )
