@@ -102,6 +102,17 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
                     State::Executing(x) if !x.output_chunk.is_empty() => {
                         print!("{}", x.output_chunk);
                     }
+                    // Progress of a running call, not a second Executing.
+                    State::Executing(pb::Executing { pid: Some(pid), .. }) => {
+                        println!("{} {}: running (pid {pid})", u.call_id, u.tool_name);
+                    }
+                    State::Executing(x) if x.progress.is_some() || !x.message.is_empty() => {
+                        let percent = x.percent.map(|p| format!(" {p:.0}%")).unwrap_or_default();
+                        println!(
+                            "{} {}: progress{percent} {}",
+                            u.call_id, u.tool_name, x.message
+                        );
+                    }
                     State::AwaitingApproval(a) => {
                         println!(
                             "{} {}: awaiting approval ({})",

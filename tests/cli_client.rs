@@ -80,6 +80,19 @@ fn call_approves_from_stdin_and_rejects_on_no() {
         out.contains("from-shell\ncall-1 run_shell_command: success"),
         "{out}"
     );
+    // Executing once; the pid that follows is shown as progress.
+    let lines: Vec<&str> = out.lines().collect();
+    let at = |want: &str| {
+        let found: Vec<usize> = (0..lines.len()).filter(|&i| lines[i] == want).collect();
+        assert_eq!(found.len(), 1, "{want:?} once in {out}");
+        found[0]
+    };
+    let executing = at("call-1 run_shell_command: executing");
+    let running = (0..lines.len())
+        .filter(|&i| lines[i].starts_with("call-1 run_shell_command: running (pid "))
+        .collect::<Vec<_>>();
+    assert_eq!(running.len(), 1, "{out}");
+    assert!(executing < running[0], "{out}");
     assert!(
         out.contains(r#""output": "Command: echo from-shell\nDirectory: .\nOutput: from-shell\n""#),
         "{out}"

@@ -540,6 +540,16 @@ async fn watch_batch_refuses_what_it_cannot_serve() {
         "{}",
         unknown.message()
     );
+    // Every limit that drops a completed batch is named with its value.
+    let kept = toolsched::store::Retention::default();
+    assert!(
+        unknown.message().contains(&format!(
+            "max_retained_batches = {} batches and max_retained_bytes = {} bytes",
+            kept.max_batches_per_session, kept.max_bytes_per_session
+        )),
+        "{}",
+        unknown.message()
+    );
     let empty = watch(&srv, "s", "", 0).await.expect_err("empty id");
     assert_eq!(empty.code(), tonic::Code::InvalidArgument);
 

@@ -762,7 +762,7 @@ impl Scheduler {
             WatchError::Store(StoreError::UnknownBatch {
                 session_id: session_id.to_string(),
                 batch_id: batch_id.to_string(),
-                retention: self.store.retention().completed_for,
+                retention: self.store.retention(),
             })
         };
         let Some(mut adopted) = self.store.adopt(session_id, batch_id).await? else {

@@ -293,7 +293,7 @@ impl<E: LogEvent> Store<E> for MemoryStore<E> {
             None => Err(StoreError::UnknownBatch {
                 session_id: session_id.to_string(),
                 batch_id: batch_id.to_string(),
-                retention: self.retention.completed_for,
+                retention: self.retention,
             }),
         })
     }

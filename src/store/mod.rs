@@ -193,13 +193,15 @@ pub enum StoreError {
     },
     /// Never existed, or completed longer ago than the retention.
     #[error(
-        "no batch '{batch_id}' in session '{session_id}' (a completed batch is kept for batch_retention_secs = {} s, and at most max_retained_batches per session)",
-        retention.as_secs()
+        "no batch '{batch_id}' in session '{session_id}' (a completed batch is kept for batch_retention_secs = {} s; a session keeps at most max_retained_batches = {} batches and max_retained_bytes = {} bytes of them, the oldest completed dropped first)",
+        retention.completed_for.as_secs(),
+        retention.max_batches_per_session,
+        retention.max_bytes_per_session
     )]
     UnknownBatch {
         session_id: String,
         batch_id: String,
-        retention: Duration,
+        retention: Retention,
     },
     /// A completed batch whose events were dropped to fit its tenant's
     /// `max_retained_event_bytes`: its request id is still known (a retry
@@ -357,7 +359,7 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
             Err(StoreError::UnknownBatch {
                 session_id: session_id.to_string(),
                 batch_id: batch_id.to_string(),
-                retention: self.retention().completed_for,
+                retention: self.retention(),
             })
         })
     }

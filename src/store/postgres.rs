@@ -651,7 +651,7 @@ impl<E: LogEvent> PostgresStore<E> {
         let unknown = || StoreError::UnknownBatch {
             session_id: session_id.to_string(),
             batch_id: batch_id.to_string(),
-            retention: self.retention.completed_for,
+            retention: self.retention,
         };
         let client = self.client().await?;
         let retention_secs = self.retention.completed_for.as_secs_f64();
@@ -1120,7 +1120,7 @@ impl<E: LogEvent> PostgresStore<E> {
             return Err(StoreError::UnknownBatch {
                 session_id: session_id.to_string(),
                 batch_id: batch_id.to_string(),
-                retention: self.retention.completed_for,
+                retention: self.retention,
             });
         };
         let (completed, owned): (bool, bool) = (status.get(0), status.get(1));

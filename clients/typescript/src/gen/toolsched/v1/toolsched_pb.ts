@@ -133,11 +133,15 @@ export type ScheduleCallsRequest = Message<"toolsched.v1.ScheduleCallsRequest"> 
   /**
    * Client-chosen idempotency key (1..=128 bytes), unique within the
    * session. Repeating a ScheduleCalls with the same request_id and the same
-   * calls (ids, names, arguments, wait_for_previous) schedules nothing again:
-   * the stream is the original batch's, from its first event (its
-   * BatchAccepted marked replayed), then live. The same request_id with
-   * other calls is ALREADY_EXISTS naming the batch. Remembered as long as
-   * the batch is retained (--batch-retention-secs after it completed).
+   * calls (ids, names, arguments, wait_for_previous, client_initiated) and
+   * settings (approval_mode, sandbox_level, workspace, interactive)
+   * schedules nothing again: the stream is the original batch's, from its
+   * first event (its BatchAccepted marked replayed), then live. The same
+   * request_id with other calls or settings is ALREADY_EXISTS naming the
+   * batch. Remembered as long as the batch is retained
+   * (--batch-retention-secs after it completed, and the session's
+   * --max-retained-batches / --max-retained-bytes); after that the same
+   * request runs as a new batch.
    * Empty: no key, every request is a new batch.
    *
    * @generated from field: string request_id = 10;
@@ -146,8 +150,8 @@ export type ScheduleCallsRequest = Message<"toolsched.v1.ScheduleCallsRequest"> 
 
   /**
    * Seconds a batch keeps running after its last reader (this stream and
-   * every WatchBatch) went away; if nobody re-attaches with WatchBatch
-   * within them it is cancelled ("the client went away and did not come
+   * every WatchBatch) went away; if nobody re-attaches (WatchBatch, or this
+   * request retried with its request_id) within them it is cancelled ("the client went away and did not come
    * back within N s"). 0 cancels at once (as before this field). Unset: the
    * server's --disconnect-grace-secs (default 0). At most the server's
    * --max-disconnect-grace-secs (RESOURCE_EXHAUSTED beyond). Prompts keep
