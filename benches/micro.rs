@@ -101,6 +101,8 @@ fn scheduler(c: &mut Criterion) {
                         workspace: None,
                         principal: "bench".into(),
                         ended: Vec::new(),
+                        answered: Vec::new(),
+                        settings: None,
                     })
                     .await
                     .unwrap();

@@ -195,6 +195,8 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
             // The handler names the authenticated caller.
             principal: crate::tenant::ANONYMOUS.into(),
             ended: Vec::new(),
+            answered: Vec::new(),
+            settings: None,
         })
     }
 }

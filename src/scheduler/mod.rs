@@ -189,7 +189,7 @@ pub enum ScheduleError {
 }
 
 /// Why a Confirm was refused. Nothing changed.
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum ConfirmError {
     #[error("invalid Confirm: {0}")]
     Invalid(#[from] InvalidRequest),
@@ -242,6 +242,14 @@ pub enum ConfirmError {
         winner: String,
         with_content: bool,
     },
+    /// A durable store did not record the answer (it cannot be reached, or
+    /// the session passed to another replica): nothing changed, the prompt
+    /// is still open here.
+    #[error(
+        "the answer to the prompt of call '{}' was not applied: it could not be recorded in the store ({reason}); nothing changed, send the Confirm again",
+        Shown(call_id)
+    )]
+    NotRecorded { call_id: String, reason: String },
     #[error("the scheduler is not running")]
     Unavailable,
 }
@@ -608,7 +616,7 @@ impl Scheduler {
 
     async fn schedule_key(
         &self,
-        request: BatchRequest,
+        mut request: BatchRequest,
         workspace: Option<Arc<OpenWorkspace>>,
     ) -> Result<BatchStream, ScheduleError> {
         let batch_id = uuid::Uuid::new_v4().to_string();
@@ -683,12 +691,16 @@ impl Scheduler {
             }
         };
         let session_id = request.session_id.clone();
+        // The settings go with the first batch to reach the session.
+        let mut settings = self.settings_if_moved(&session_id).await;
         // A stopped owner's running batches of this session go on here
         // first, queued before this one as they were (each runs to its end
         // with a reader here; its own client re-attaches with WatchBatch).
         for orphan in self.store.take_orphans(&session_id) {
-            self.resume_orphan(&session_id, &orphan).await;
+            self.resume_orphan(&session_id, &orphan, &mut settings)
+                .await;
         }
+        request.settings = settings;
         let (reply, rx) = oneshot::channel();
         let sent = self
             .hub
@@ -709,6 +721,24 @@ impl Scheduler {
             self.store.abandon_batch(&session_id, &batch_id);
         }
         result
+    }
+
+    /// The session's settings as the durable store recorded them, when this
+    /// replica's hold on the session is new (see
+    /// [`crate::store::Store::session_settings`]). One the store cannot
+    /// give now is logged and the session keeps what it holds.
+    async fn settings_if_moved(&self, session_id: &str) -> Option<Vec<u8>> {
+        if !self.durable {
+            return None;
+        }
+        match self.store.session_settings(session_id).await {
+            Ok(settings) => settings,
+            Err(e) => {
+                tracing::warn!(session = %session_id, reason = %e,
+                    "store: reading the session's settings failed; keeping this replica's");
+                None
+            }
+        }
     }
 
     /// Re-attaches to a batch's log after `after_sequence`.
@@ -784,12 +814,15 @@ impl Scheduler {
         // each other as they were), whether or not their clients come back.
         let before = std::mem::take(&mut adopted.began_before);
         let after = std::mem::take(&mut adopted.began_after);
+        let mut settings = self.settings_if_moved(session_id).await;
         for orphan in &before {
-            self.resume_orphan(session_id, orphan).await;
+            self.resume_orphan(session_id, orphan, &mut settings).await;
         }
-        let stream = self.run_adopted(session_id, batch_id, adopted).await;
+        let stream = self
+            .run_adopted(session_id, batch_id, adopted, &mut settings)
+            .await;
         for orphan in &after {
-            self.resume_orphan(session_id, orphan).await;
+            self.resume_orphan(session_id, orphan, &mut settings).await;
         }
         stream
     }
@@ -797,9 +830,17 @@ impl Scheduler {
     /// Takes over a stopped owner's batch nobody asked for yet: it runs to
     /// its end here, read by a task (its own client re-attaches with
     /// WatchBatch).
-    async fn resume_orphan(&self, session_id: &str, batch_id: &str) {
+    async fn resume_orphan(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        settings: &mut Option<Vec<u8>>,
+    ) {
         let resumed = match self.store.adopt(session_id, batch_id).await {
-            Ok(Some(adopted)) => self.run_adopted(session_id, batch_id, adopted).await,
+            Ok(Some(adopted)) => {
+                self.run_adopted(session_id, batch_id, adopted, settings)
+                    .await
+            }
             // Completed meanwhile, or already going on here.
             Ok(None) => return,
             Err(e) => Err(WatchError::Store(e)),
@@ -817,7 +858,8 @@ impl Scheduler {
         }
     }
 
-    /// Runs a batch adopted from a stopped owner ([`Store::adopt`]).
+    /// Runs a batch adopted from a stopped owner ([`Store::adopt`]);
+    /// `settings` (the session's recorded settings, taken here) go with it.
     ///
     /// [`Store::adopt`]: crate::store::Store::adopt
     async fn run_adopted(
@@ -825,6 +867,7 @@ impl Scheduler {
         session_id: &str,
         batch_id: &str,
         adopted: crate::store::Adopted<BatchEvent>,
+        settings: &mut Option<Vec<u8>>,
     ) -> Result<BatchStream, WatchError> {
         let mut request = match resume::decode_request(&adopted.request) {
             Ok(request) => request,
@@ -842,6 +885,7 @@ impl Scheduler {
             "taking over a batch whose replica stopped"
         );
         request.outcome_unknown = adopted.executing;
+        request.answered = adopted.answers;
         // The batch runs in the workspace its session named, opened here
         // for the tenant of its key.
         let tenant = session_id
@@ -863,6 +907,7 @@ impl Scheduler {
                 None => request.outcome_unknown.push(call_id),
             }
         }
+        request.settings = settings.take();
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Schedule {
