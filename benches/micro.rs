@@ -101,7 +101,7 @@ fn scheduler(c: &mut Criterion) {
                         workspace: None,
                         principal: "bench".into(),
                         ended: Vec::new(),
-                        answered: Vec::new(),
+                        answered: Default::default(),
                         settings: None,
                     })
                     .await

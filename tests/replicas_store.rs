@@ -160,7 +160,8 @@ async fn migrations_are_applied_once_by_replicas_starting_together() {
             (2, "leases".to_string()),
             (3, "takeover".to_string()),
             (4, "inbox".to_string()),
-            (5, "call_ends".to_string())
+            (5, "call_ends".to_string()),
+            (6, "session_settings".to_string()),
         ]
     );
 }

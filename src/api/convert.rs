@@ -195,7 +195,7 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
             // The handler names the authenticated caller.
             principal: crate::tenant::ANONYMOUS.into(),
             ended: Vec::new(),
-            answered: Vec::new(),
+            answered: Default::default(),
             settings: None,
         })
     }

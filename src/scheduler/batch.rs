@@ -343,8 +343,11 @@ impl Batch {
                         break;
                     }
                     let wave = self.wave_from(head);
-                    self.decide(&wave.members, decider, &mut effects);
+                    let members = wave.members.clone();
+                    // In the wave first: a recorded "cancel" applied while
+                    // deciding spares its siblings, as after a Confirm.
                     self.phase = Phase::Deciding { wave };
+                    self.decide(&members, decider, &mut effects);
                 }
                 Phase::Deciding { wave } => {
                     if self.all(&wave.members, CallState::is_terminal) {

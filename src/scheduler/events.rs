@@ -59,11 +59,12 @@ pub struct BatchRequest {
     /// Answers the stopped owner recorded for prompts of a batch taken
     /// over: (call id, answer). A call that never began takes its final
     /// answer instead of being prompted again.
-    pub answered: Vec<(String, crate::store::Answer)>,
+    pub answered: Box<[(String, crate::store::Answer)]>,
     /// The session's settings as a durable store recorded them, when this
     /// replica's hold on the session is new (another replica may have
     /// changed them): the session takes them when the batch reaches it.
-    pub settings: Option<Vec<u8>>,
+    /// (Both boxed slices: a request travels inside the hub's commands.)
+    pub settings: Option<Box<[u8]>>,
 }
 
 pub use crate::policy::ConfirmationOutcome;

@@ -700,7 +700,7 @@ impl Scheduler {
             self.resume_orphan(&session_id, &orphan, &mut settings)
                 .await;
         }
-        request.settings = settings;
+        request.settings = settings.map(Into::into);
         let (reply, rx) = oneshot::channel();
         let sent = self
             .hub
@@ -885,7 +885,7 @@ impl Scheduler {
             "taking over a batch whose replica stopped"
         );
         request.outcome_unknown = adopted.executing;
-        request.answered = adopted.answers;
+        request.answered = adopted.answers.into();
         // The batch runs in the workspace its session named, opened here
         // for the tenant of its key.
         let tenant = session_id
@@ -907,7 +907,7 @@ impl Scheduler {
                 None => request.outcome_unknown.push(call_id),
             }
         }
-        request.settings = settings.take();
+        request.settings = settings.take().map(Into::into);
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Schedule {

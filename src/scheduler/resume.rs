@@ -291,7 +291,7 @@ mod tests {
             workspace: Some(crate::workspaces::WorkspaceName::new("a").unwrap()),
             principal: "alice".into(),
             ended: Vec::new(),
-            answered: Vec::new(),
+            answered: Default::default(),
             settings: None,
         };
         let base = batch_digest(&request);
@@ -353,7 +353,7 @@ mod tests {
             workspace: Some(crate::workspaces::WorkspaceName::new("main").unwrap()),
             principal: "alice".into(),
             ended: Vec::new(),
-            answered: Vec::new(),
+            answered: Default::default(),
             settings: None,
         };
         let back = decode_request(&encode_request(&request)).expect("decodes");
@@ -572,7 +572,7 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Result<BatchRequest, RecordedReque
             .unwrap_or(crate::tenant::ANONYMOUS)
             .into(),
         ended: Vec::new(),
-        answered: Vec::new(),
+        answered: Default::default(),
         settings: None,
     })
 }
