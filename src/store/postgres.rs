@@ -6,12 +6,15 @@
 //! [`MemoryStore`] inside) and readers in this process read it there. The
 //! store's round trips are only those [`Store`] awaits: claiming a batch and
 //! its request id ([`Store::begin_batch`]), recording a side-effecting call
-//! before its tool starts ([`Store::record_executing`]) and its end before
-//! anyone is told it ([`Store::record_ended`]). Everything else (a
-//! completed batch's events, answers, an abandoned batch) goes through one
-//! writer task, sent in groups (pipelined on one connection) and retried
-//! until the database takes them, so that a store lost for a while loses
-//! nothing that was recorded.
+//! before its tool starts ([`Store::record_executing`]), its end and a
+//! prompt's answer before anyone is told them ([`Store::record_ended`],
+//! [`Store::record_answer_durably`]), a session's settings when they change
+//! ([`Store::record_settings`], not waited on by the session) and reading
+//! them when the session's lease is new ([`Store::session_settings`]).
+//! Everything else (a completed batch's events, an abandoned batch) goes
+//! through one writer task, sent in groups (pipelined on one connection)
+//! and retried until the database takes them, so that a store lost for a
+//! while loses nothing that was recorded.
 //!
 //! The schema is versioned: the files of `migrations/` are embedded and
 //! applied at start-up, once, under an advisory lock (replicas starting
