@@ -561,3 +561,103 @@ async fn a_sessions_rules_and_mode_follow_it_to_the_next_replica() {
         "b\n"
     );
 }
+
+/// GetSession on a replica that does not run the session answers from the
+/// store: the replica holding its lease, its mode, its running batch and
+/// the one queued behind it; a session the store never had is NOT_FOUND.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_session_on_another_replica_answers_from_the_store() {
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let a = replica(workspace.path(), &url, &[]);
+    let b = replica(workspace.path(), &url, &[]);
+
+    let mut first = request(
+        "s-view",
+        vec![call(
+            "w",
+            "run_shell_command",
+            json!({"command": "sleep 30"}),
+        )],
+    );
+    first.approval_mode = pb::ApprovalMode::Yolo as i32;
+    let mut running = client(a.addr)
+        .await
+        .schedule_calls(first)
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    support::until_pid(&mut running, &mut seen, "w").await;
+    let batch = accepted(&seen);
+    let mut queued = client(a.addr)
+        .await
+        .schedule_calls(request(
+            "s-view",
+            vec![call("q", "run_shell_command", json!({"command": "true"}))],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let behind = match queued.message().await.unwrap().and_then(|m| m.event) {
+        Some(Event::BatchAccepted(x)) => x.batch_id,
+        other => panic!("{other:?}"),
+    };
+    // The mode the first batch asked for is written behind.
+    until_stored(
+        &url,
+        "SELECT count(*) = 1 FROM toolsched_sessions WHERE session_id = 'default/s-view'",
+        &[],
+    )
+    .await;
+    let owner: String = sql(&url)
+        .await
+        .query_one(
+            "SELECT owner FROM toolsched_leases WHERE session_id = 'default/s-view'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+
+    let mut cb = client(b.addr).await;
+    let view = cb
+        .get_session(pb::GetSessionRequest {
+            session_id: "s-view".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        view,
+        pb::GetSessionResponse {
+            session_id: "s-view".into(),
+            workspace: String::new(),
+            approval_mode: pb::ApprovalMode::Yolo as i32,
+            running_batch_id: batch,
+            queued_batch_ids: vec![behind],
+            owner_replica: owner,
+        }
+    );
+    // On its owner: the live session, no owner named.
+    let live = client(a.addr)
+        .await
+        .get_session(pb::GetSessionRequest {
+            session_id: "s-view".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (live.approval_mode, live.owner_replica.as_str()),
+        (pb::ApprovalMode::Yolo as i32, "")
+    );
+    let unknown = cb
+        .get_session(pb::GetSessionRequest {
+            session_id: "s-never".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
+    drop((running, queued));
+}

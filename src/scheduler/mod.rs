@@ -384,6 +384,9 @@ pub struct Scheduler {
     /// Whether the store is durable (batches' requests are recorded for a
     /// replica taking them over).
     durable: bool,
+    /// Approval mode of a new session (a session the store knows without
+    /// recorded settings has it).
+    default_mode: ApprovalMode,
     /// The MCP servers feeding the registry, for their status.
     mcp: Option<crate::tools::mcp::McpManager>,
     /// Named workspaces (a workspaces root).
@@ -423,6 +426,7 @@ impl Scheduler {
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
         let durable = config.store.is_some();
+        let default_mode = config.default_mode;
         let store: SharedStore<BatchEvent> = match &config.store {
             Some(DurableStore(store)) => store.clone(),
             None => Arc::new(crate::store::MemoryStore::new(config.retention)),
@@ -469,6 +473,7 @@ impl Scheduler {
             sandbox,
             store,
             durable,
+            default_mode,
             mcp: None,
             workspaces,
             tenants,
@@ -533,6 +538,47 @@ impl Scheduler {
             .await
             .ok()?;
         rx.await.ok()??.await.ok()
+    }
+
+    /// What a durable store holds of a session of `tenant` that this
+    /// replica does not run: the replica holding its lease (if any), its
+    /// mode (recorded settings), workspace (its latest batch naming one)
+    /// and its running batches (the oldest running, the rest queued).
+    /// `None`: the store knows no such session (or is not durable).
+    pub async fn describe_stored(
+        &self,
+        tenant: &TenantId,
+        session_id: &str,
+    ) -> Result<Option<(SessionView, Option<String>)>, StoreError> {
+        let Some(stored) = self
+            .store
+            .stored_session(&tenant.session_key(session_id))
+            .await
+            .map_err(|mut e| {
+                e.for_client();
+                e
+            })?
+        else {
+            return Ok(None);
+        };
+        let mode = stored
+            .settings
+            .as_deref()
+            .and_then(session::recorded_mode)
+            .unwrap_or(self.default_mode);
+        let workspace = stored
+            .requests
+            .iter()
+            .filter_map(|r| resume::decode_request(r).ok())
+            .find_map(|r| r.workspace);
+        let mut running = stored.running.into_iter();
+        let view = SessionView {
+            workspace,
+            mode,
+            running_batch: running.next(),
+            queued_batches: running.collect(),
+        };
+        Ok(Some((view, stored.owner)))
     }
 
     /// Attaches the MCP servers whose tools the registry holds, so that

@@ -1545,6 +1545,11 @@ fn encode_settings(mode: ApprovalMode, rules: &SessionRules, topic: Option<&str>
     .unwrap_or_default()
 }
 
+/// The approval mode recorded settings hold, when they can be read.
+pub(super) fn recorded_mode(bytes: &[u8]) -> Option<ApprovalMode> {
+    decode_settings(bytes)?.0
+}
+
 /// What [`encode_settings`] wrote; `None` when it cannot be read.
 fn decode_settings(bytes: &[u8]) -> Option<(Option<ApprovalMode>, SessionRules, Option<String>)> {
     let recorded: RecordedSettings = serde_json::from_slice(bytes).ok()?;

@@ -121,6 +121,19 @@ pub struct Settings {
     pub body: Vec<u8>,
 }
 
+/// What a durable store holds of a session ([`Store::stored_session`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSession {
+    /// The replica holding an unexpired lease on it.
+    pub owner: Option<String>,
+    /// Its settings as recorded ([`Store::record_settings`]).
+    pub settings: Option<Vec<u8>>,
+    /// Its running batches, oldest first.
+    pub running: Vec<String>,
+    /// The recorded requests of its retained batches, newest first.
+    pub requests: Vec<Vec<u8>>,
+}
+
 /// What recording an answer found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AnswerRecord {
@@ -462,6 +475,17 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
         &'a self,
         session_id: &'a str,
     ) -> StoreFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        let _ = session_id;
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// What a durable store holds of a session (for a replica not running
+    /// it); `None` when it knows no such session (always, for a store that
+    /// does not outlive the process: the session's actor has it all).
+    fn stored_session<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<StoredSession>, StoreError>> {
         let _ = session_id;
         Box::pin(std::future::ready(Ok(None)))
     }

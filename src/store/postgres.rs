@@ -35,7 +35,7 @@ use tokio_postgres::NoTls;
 use super::{
     Adopted, Answer, AnswerRecord, BatchLog, Begun, EndedCall, Entry, EventCodec, InboxItem,
     LogEvent, MemoryStore, NewBatch, RetainedUse, Retention, Settings, Store, StoreError,
-    StoreFuture,
+    StoreFuture, StoredSession,
 };
 
 /// The schema's versions, in order: (version, name, SQL). A database at a
@@ -214,6 +214,21 @@ const RECORD_SETTINGS_FENCED: &str = "WITH held AS (SELECT 1 FROM toolsched_leas
          epoch = EXCLUDED.epoch, version = EXCLUDED.version, updated_at = now() \
        WHERE (s.epoch, s.version) < (EXCLUDED.epoch, EXCLUDED.version)) \
      SELECT EXISTS (SELECT 1 FROM held)";
+
+/// What the store holds of a session ($1), for GetSession on a replica not
+/// running it: the lease's owner while unexpired, the recorded settings,
+/// the running batches (oldest first), the requests of the retained
+/// batches (newest first, at most [`Retention::max_batches_per_session`]
+/// are kept), and whether anything of the session is known.
+const STORED_SESSION: &str = "SELECT \
+       (SELECT owner FROM toolsched_leases WHERE session_id = $1 AND expires_at > now()), \
+       (SELECT settings FROM toolsched_sessions WHERE session_id = $1), \
+       ARRAY(SELECT batch_id FROM toolsched_batches WHERE session_id = $1 \
+         AND completed_at IS NULL AND request IS NOT NULL ORDER BY began_at, batch_id), \
+       ARRAY(SELECT request FROM toolsched_batches WHERE session_id = $1 \
+         AND request IS NOT NULL ORDER BY began_at DESC), \
+       EXISTS (SELECT 1 FROM toolsched_leases WHERE session_id = $1) \
+         OR EXISTS (SELECT 1 FROM toolsched_batches WHERE session_id = $1)";
 
 /// Why the PostgreSQL store could not start.
 #[derive(Debug, thiserror::Error)]
@@ -1396,6 +1411,25 @@ impl<E: LogEvent> PostgresStore<E> {
         Ok(())
     }
 
+    /// [`Store::stored_session`]: one round trip.
+    async fn stored(&self, session_id: &str) -> Result<Option<StoredSession>, StoreError> {
+        let row = self
+            .client()
+            .await?
+            .query_one(STORED_SESSION, &[&session_id])
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if !row.get::<_, bool>(4) {
+            return Ok(None);
+        }
+        Ok(Some(StoredSession {
+            owner: row.get(0),
+            settings: row.get(1),
+            running: row.get(2),
+            requests: row.get(3),
+        }))
+    }
+
     /// [`Store::session_settings`]: a round trip only when the lease's
     /// epoch moved since this process last wrote or read them.
     async fn settings_of(&self, session_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -1514,6 +1548,13 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
         session_id: &'a str,
     ) -> StoreFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
         Box::pin(self.settings_of(session_id))
+    }
+
+    fn stored_session<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<StoredSession>, StoreError>> {
+        Box::pin(self.stored(session_id))
     }
 
     fn take_orphans(&self, session_id: &str) -> Vec<String> {
