@@ -490,6 +490,13 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
         Box::pin(std::future::ready(Ok(None)))
     }
 
+    /// The session's actor in this process is gone (idle, or evicted):
+    /// what it held of the session's settings is no longer here, so the
+    /// next [`Store::session_settings`] reads them.
+    fn session_forgotten(&self, session_id: &str) {
+        let _ = session_id;
+    }
+
     /// The winning answer to a prompt of a retained batch.
     fn answer(&self, session_id: &str, call_id: &str, correlation_id: &str) -> Option<Answer>;
 

@@ -1557,6 +1557,10 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
         Box::pin(self.stored(session_id))
     }
 
+    fn session_forgotten(&self, session_id: &str) {
+        self.settled().remove(session_id);
+    }
+
     fn take_orphans(&self, session_id: &str) -> Vec<String> {
         self.orphans().remove(session_id).unwrap_or_default()
     }
