@@ -7,7 +7,12 @@
 //! Owns: the actor loop, the FIFO queue (batches of one session never
 //! interleave), mode and rules, routing of commands and internal reports to
 //! the running [`Batch`], and performing the [`Effect`]s it returns
-//! (spawning prompt builders, executions and timers; sending events). Not
+//! (spawning prompt builders, executions and timers; sending events). With
+//! a durable store it also holds back what the store must have first: a
+//! Confirm is applied and answered OK once its answer is recorded, a
+//! side-effecting call takes its end once the end is recorded
+//! (`outcome_unknown` when it cannot be), and it writes the session's
+//! settings when they change. Not
 //! here: the wave rules and call states (`batch.rs`, `call.rs`), prompts
 //! (`approval.rs`), running a tool (`exec.rs`), the map of sessions
 //! (`hub.rs`).
