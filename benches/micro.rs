@@ -101,6 +101,8 @@ fn scheduler(c: &mut Criterion) {
                         workspace: None,
                         principal: "bench".into(),
                         ended: Vec::new(),
+                        answered: Default::default(),
+                        settings: None,
                     })
                     .await
                     .unwrap();

@@ -47,6 +47,7 @@ mod policy_shell;
 mod policy_sighup;
 mod python_client;
 mod queueing;
+mod replicas_durable;
 mod replicas_front_door;
 mod replicas_lease;
 mod replicas_nginx;

@@ -161,7 +161,8 @@ async fn migrations_are_applied_once_by_replicas_starting_together() {
             (3, "takeover".to_string()),
             (4, "inbox".to_string()),
             (5, "call_ends".to_string()),
-            (6, "batch_log".to_string())
+            (6, "batch_log".to_string()),
+            (7, "session_settings".to_string()),
         ]
     );
 }
@@ -196,7 +197,7 @@ async fn a_database_at_an_older_version_gets_only_the_newer_migrations() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7]);
     // The batch recorded before the upgrade is kept, at epoch 0.
     let epoch: i64 = db
         .query_one(
@@ -230,7 +231,7 @@ async fn a_newer_schema_is_refused() {
     .expect("refused");
     assert_eq!(
         err.to_string(),
-        "the store's schema is at version 999, newer than this toolsched knows (6); run a newer toolsched"
+        "the store's schema is at version 999, newer than this toolsched knows (7); run a newer toolsched"
     );
 }
 

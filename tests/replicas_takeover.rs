@@ -19,16 +19,16 @@ use toolsched::api::pb;
 
 /// Leases of the replicas under test: a dead owner's sessions are taken
 /// over this long after its last renewal.
-const LEASE_SECS: &str = "2";
+pub(crate) const LEASE_SECS: &str = "2";
 
-fn replica(workspace: &std::path::Path, url: &str, extra: &[&str]) -> Binary {
+pub(crate) fn replica(workspace: &std::path::Path, url: &str, extra: &[&str]) -> Binary {
     let mut flags = vec!["--store", url, "--store-lease-secs", LEASE_SECS];
     flags.extend_from_slice(extra);
     Binary::start(workspace, &flags)
 }
 
 /// Kills the replica as `kill -9` does and reaps it.
-fn kill_9(mut replica: Binary) {
+pub(crate) fn kill_9(mut replica: Binary) {
     replica.child.kill().expect("SIGKILL");
     replica.child.wait().expect("reap");
 }
@@ -36,7 +36,7 @@ fn kill_9(mut replica: Binary) {
 /// WatchBatch through a replica that does not own the batch: UNAVAILABLE
 /// (naming the owner) until the dead owner's lease runs out, then the
 /// taken-over batch's stream. Bounded: the lease is `LEASE_SECS`.
-async fn watch_once_taken_over(
+pub(crate) async fn watch_once_taken_over(
     addr: std::net::SocketAddr,
     session: &str,
     batch: &str,
@@ -86,14 +86,14 @@ async fn watch_after_taken_over(
 }
 
 /// The batch id of the BatchAccepted that starts `events`.
-fn accepted(events: &[Event]) -> String {
+pub(crate) fn accepted(events: &[Event]) -> String {
     match events.first() {
         Some(Event::BatchAccepted(a)) => a.batch_id.clone(),
         other => panic!("first event is not BatchAccepted: {other:?}"),
     }
 }
 
-fn events_of(messages: &[pb::ScheduleCallsResponse]) -> Vec<Event> {
+pub(crate) fn events_of(messages: &[pb::ScheduleCallsResponse]) -> Vec<Event> {
     messages.iter().filter_map(|m| m.event.clone()).collect()
 }
 

@@ -191,6 +191,7 @@ async fn each_tenants_main_is_its_own_directory_and_only_its_own_is_listed() {
             approval_mode: pb::ApprovalMode::Yolo as i32,
             running_batch_id: String::new(),
             queued_batch_ids: vec![],
+            owner_replica: String::new(),
         }
     );
     let err = client.get_session(get(A, "other")).await.unwrap_err();

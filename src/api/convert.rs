@@ -110,6 +110,7 @@ pub fn get_session_id(r: pb::GetSessionRequest) -> Result<String, ApiError> {
 pub fn session_view(
     session_id: String,
     v: crate::scheduler::SessionView,
+    owner: Option<String>,
 ) -> pb::GetSessionResponse {
     let mode = match v.mode {
         ApprovalMode::Default => pb::ApprovalMode::Default,
@@ -123,6 +124,7 @@ pub fn session_view(
         approval_mode: mode as i32,
         running_batch_id: v.running_batch.unwrap_or_default(),
         queued_batch_ids: v.queued_batches,
+        owner_replica: owner.unwrap_or_default(),
     }
 }
 
@@ -195,6 +197,8 @@ impl TryFrom<pb::ScheduleCallsRequest> for BatchRequest {
             // The handler names the authenticated caller.
             principal: crate::tenant::ANONYMOUS.into(),
             ended: Vec::new(),
+            answered: Default::default(),
+            settings: None,
         })
     }
 }

@@ -141,7 +141,9 @@ fn status_of(e: ApiError) -> Status {
             | ConfirmError::CannotModify { .. }
             | ConfirmError::AnsweredDifferently { .. } => Status::failed_precondition(message),
             ConfirmError::InvalidNewContent { .. } => Status::invalid_argument(message),
-            ConfirmError::Unavailable => Status::unavailable(message),
+            ConfirmError::Unavailable | ConfirmError::NotRecorded { .. } => {
+                Status::unavailable(message)
+            }
         },
         ApiError::Cancel(c) => match c {
             CancelError::Invalid(_) => Status::invalid_argument(message),

@@ -320,12 +320,37 @@ impl ToolScheduler for Service {
     ) -> Result<Response<pb::GetSessionResponse>, Status> {
         let principal = auth::principal(&request);
         let session_id = convert::get_session_id(request.into_inner())?;
-        let view = self
-            .scheduler
-            .describe_as(&principal.tenant, &session_id)
-            .await
-            .ok_or_else(|| ApiError::UnknownSession(session_id.clone()))?;
-        Ok(Response::new(convert::session_view(session_id, view)))
+        let store_error = |e| Status::from(ApiError::from(ScheduleError::Store(e)));
+        // Run by another replica: what the store has (a session this one
+        // ran before may still be live here, out of date).
+        let elsewhere = match self.scheduler.is_durable() {
+            true => self
+                .scheduler
+                .owner_elsewhere(&principal.tenant.session_key(&session_id))
+                .await
+                .map_err(store_error)?,
+            false => None,
+        };
+        let here = match elsewhere {
+            None => {
+                self.scheduler
+                    .describe_as(&principal.tenant, &session_id)
+                    .await
+            }
+            Some(_) => None,
+        };
+        let (view, owner) = match here {
+            Some(view) => (view, None),
+            None => self
+                .scheduler
+                .describe_stored(&principal.tenant, &session_id)
+                .await
+                .map_err(store_error)?
+                .ok_or_else(|| ApiError::UnknownSession(session_id.clone()))?,
+        };
+        Ok(Response::new(convert::session_view(
+            session_id, view, owner,
+        )))
     }
 }
 

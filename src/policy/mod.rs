@@ -122,7 +122,7 @@ pub enum Decision {
 /// server. They only turn an "ask" into an "allow": never a deny, a dangerous
 /// form, a write through a redirection or something the parser could not
 /// resolve.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SessionRules {
     shell_roots: BTreeSet<String>,
     /// (tool name, path relative to the workspace root).

@@ -36,7 +36,140 @@ pub(crate) struct AlwaysGrant {
     pub kind: ToolKind,
 }
 
+/// Who applied an answer the store recorded (the audit line's principal:
+/// the person who gave it was named on the replica that stopped).
+const RECORDED_ANSWER_BY: &str = "(recorded answer)";
+
 impl Batch {
+    /// What [`Batch::on_confirm`] would do with `req`, without doing it:
+    /// the error it would give, or the "always" rule it would ask for.
+    /// With a durable store the answer is recorded between the two.
+    pub fn check_confirm(
+        &self,
+        index: usize,
+        req: &ConfirmRequest,
+        registry: &Registry,
+    ) -> Result<Option<AlwaysGrant>, ConfirmError> {
+        let slot = &self.calls[index];
+        let CallState::AwaitingApproval {
+            invocation,
+            correlation_id,
+            outcomes,
+        } = &slot.state
+        else {
+            return Err(ConfirmError::NotAwaitingApproval {
+                call_id: req.call_id.clone(),
+            });
+        };
+        if *correlation_id != req.correlation_id {
+            return Err(ConfirmError::StaleCorrelation {
+                call_id: req.call_id.clone(),
+                given: req.correlation_id.clone(),
+            });
+        }
+        if !outcomes.contains(&req.outcome) {
+            return Err(ConfirmError::OutcomeNotOffered {
+                outcome: req.outcome,
+                offered: outcomes.clone(),
+            });
+        }
+        if req.outcome == ConfirmationOutcome::Cancel {
+            return Ok(None);
+        }
+        let mut invocation = invocation.clone();
+        if let Some(content) = &req.new_content {
+            let cannot = || ConfirmError::CannotModify {
+                tool: slot.request.name.clone(),
+            };
+            let tool = slot.tool.clone().ok_or_else(cannot)?;
+            let args = tool
+                .with_new_content(&slot.request.args, content)
+                .ok_or_else(cannot)?;
+            invocation = registry
+                .build(&slot.request.name, &args)
+                .map_err(|e| ConfirmError::InvalidNewContent { message: e.message })?;
+        }
+        if req.outcome == ConfirmationOutcome::ModifyWithEditor {
+            return Ok(None);
+        }
+        Ok(req.outcome.always_scope().map(|scope| AlwaysGrant {
+            tool_name: slot.request.name.clone(),
+            subject: invocation.subject(),
+            scope,
+            kind: slot
+                .tool
+                .as_ref()
+                .map_or(ToolKind::Other, |t| t.declaration().kind),
+        }))
+    }
+
+    /// Applies a final answer the store recorded to call `index` (still
+    /// Validating, policy asking) of a batch taken over: cancel rejects it,
+    /// new content replaces its arguments, a proceed schedules it (an
+    /// "always" one also gives [`Effect::Always`]). An answer that no longer
+    /// applies (new content the tool refuses now) leaves it to be prompted.
+    pub(super) fn apply_recorded(
+        &mut self,
+        index: usize,
+        invocation: std::sync::Arc<dyn crate::tools::Invocation>,
+        outcome: ConfirmationOutcome,
+        new_content: Option<String>,
+        effects: &mut Vec<Effect>,
+    ) {
+        let by: std::sync::Arc<str> = RECORDED_ANSWER_BY.into();
+        if outcome == ConfirmationOutcome::Cancel {
+            self.calls[index].note_approval(outcome, &by);
+            effects.extend(self.reject(index));
+            return;
+        }
+        let mut invocation = invocation;
+        if let Some(content) = &new_content {
+            let slot = &self.calls[index];
+            let built = slot.tool.clone().and_then(|tool| {
+                let args = tool.with_new_content(&slot.request.args, content)?;
+                let invocation = tool.build(&args).ok()?;
+                Some((args, invocation))
+            });
+            let Some((args, built)) = built else {
+                self.prompt_instead(index, invocation, effects);
+                return;
+            };
+            invocation = built;
+            self.calls[index].modify(args);
+        }
+        let slot = &mut self.calls[index];
+        slot.note_approval(outcome, &by);
+        if let Some(scope) = outcome.always_scope() {
+            effects.push(Effect::Always(AlwaysGrant {
+                tool_name: slot.request.name.clone(),
+                subject: invocation.subject(),
+                scope,
+                kind: slot
+                    .tool
+                    .as_ref()
+                    .map_or(ToolKind::Other, |t| t.declaration().kind),
+            }));
+        }
+        let update = slot.schedule(invocation);
+        self.emit(index, update, effects);
+    }
+
+    /// Call `index` is prompted after all (see [`Batch::apply_recorded`]).
+    fn prompt_instead(
+        &mut self,
+        index: usize,
+        invocation: std::sync::Arc<dyn crate::tools::Invocation>,
+        effects: &mut Vec<Effect>,
+    ) {
+        if self.calls[index].prepare_prompt(invocation.clone()) {
+            effects.push(Effect::PreparePrompt {
+                index,
+                invocation,
+                reason: None,
+            });
+        }
+    }
+
     /// Answers the prompt of call `index`. On an error nothing changed.
     pub fn on_confirm(
         &mut self,

@@ -16,6 +16,7 @@
 //! session's queue, mode and rules (`session.rs`), policy itself
 //! (`policy`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +29,8 @@ use super::events::{
     fit_responses,
 };
 use crate::policy::{
-    ApprovalMode, Decision, DecisionSource, PolicyHandle, PolicyInput, SessionRules,
+    ApprovalMode, ConfirmationOutcome, Decision, DecisionSource, PolicyHandle, PolicyInput,
+    SessionRules,
 };
 use crate::telemetry::BatchTrace;
 use crate::tools::{ErrorKind, Invocation, Progress, Registry, TOPIC_TOOL_NAME, ToolOutcome};
@@ -100,6 +102,9 @@ pub(crate) enum Effect {
     ArmCancelGuard { index: usize },
     /// `update_topic` succeeded: the session's topic is now this.
     Topic(String),
+    /// A recorded "always" answer was applied to a call of a batch taken
+    /// over: the session records its rule (and mode), as after a Confirm.
+    Always(super::approval::AlwaysGrant),
     /// Every call is terminal: these are the function responses and final
     /// states in request order. The batch does nothing more.
     Completed {
@@ -173,6 +178,10 @@ pub(crate) struct BatchStart<'a> {
     pub workspace: Arc<str>,
     /// Calls whose end the stopped replica recorded: they start in it.
     pub ended: &'a [(String, Terminal)],
+    /// Final answers the stopped replica recorded for prompts of calls
+    /// that never began: (call id, outcome, new content). Such a call takes
+    /// its answer when policy would ask, instead of a new prompt.
+    pub answered: &'a [(String, ConfirmationOutcome, Option<String>)],
 }
 
 /// The message of a call that ends `outcome_unknown`.
@@ -189,6 +198,12 @@ pub(crate) struct Batch {
     interactive: bool,
     pub(super) confirmation_timeout: Option<Duration>,
     token: CancellationToken,
+    /// Recorded answers of calls of a batch taken over, by index
+    /// ([`BatchStart::answered`]); each is used once.
+    recorded: HashMap<usize, (ConfirmationOutcome, Option<String>)>,
+    /// Calls whose tool finished and whose end is being recorded
+    /// ([`Batch::ending`]): ended as far as a Cancel is concerned.
+    ending: std::collections::HashSet<usize>,
     /// The batch's span, parent of the calls' spans; ends when dropped.
     _trace: BatchTrace,
 }
@@ -212,6 +227,7 @@ impl Batch {
             principal,
             workspace,
             ended,
+            answered,
         } = start;
         let trace = BatchTrace::start(session_id, &id, requested.len(), interactive, trace_parent)
             .by(principal, workspace)
@@ -247,6 +263,13 @@ impl Batch {
             effects.push(Effect::Emit(call_update(&slot, update)));
             calls.push(slot);
         }
+        let recorded = answered
+            .iter()
+            .filter_map(|(id, outcome, content)| {
+                let index = calls.iter().position(|c| c.request.id == *id)?;
+                Some((index, (*outcome, content.clone())))
+            })
+            .collect();
         let batch = Self {
             id,
             calls,
@@ -255,6 +278,8 @@ impl Batch {
             interactive,
             confirmation_timeout,
             token,
+            recorded,
+            ending: Default::default(),
             _trace: trace,
         };
         (batch, effects)
@@ -318,8 +343,11 @@ impl Batch {
                         break;
                     }
                     let wave = self.wave_from(head);
-                    self.decide(&wave.members, decider, &mut effects);
+                    let members = wave.members.clone();
+                    // In the wave first: a recorded "cancel" applied while
+                    // deciding spares its siblings, as after a Confirm.
                     self.phase = Phase::Deciding { wave };
+                    self.decide(&members, decider, &mut effects);
                 }
                 Phase::Deciding { wave } => {
                     if self.all(&wave.members, CallState::is_terminal) {
@@ -382,6 +410,15 @@ impl Batch {
             };
             let invocation = invocation.clone();
             let decision = decider.decide(&self.calls[index], invocation.as_ref());
+            // Answered already, on the replica that stopped (the client was
+            // told OK): the answer applies, no new prompt.
+            if matches!(decision, Some(Decision::AskUser { .. }))
+                && decider.interactive
+                && let Some((outcome, content)) = self.recorded.remove(&index)
+            {
+                self.apply_recorded(index, invocation, outcome, content, effects);
+                continue;
+            }
             let slot = &mut self.calls[index];
             let update = match decision {
                 None => slot.fail(
@@ -462,10 +499,30 @@ impl Batch {
         outcome: ToolOutcome,
         drop_reason: &str,
     ) -> Vec<Effect> {
-        let mut effects = Vec::new();
-        let Some(slot) = self.calls.get_mut(index) else {
-            return effects;
-        };
+        match self.end_of(index, outcome, drop_reason) {
+            Some(terminal) => self.finish_call(index, terminal),
+            None => Vec::new(),
+        }
+    }
+
+    /// The end call `index` takes from its tool's `outcome` (see
+    /// [`Batch::on_executed`]), to be recorded before the call takes it
+    /// ([`Batch::finish_call`]): meanwhile a Cancel leaves the call alone
+    /// (its tool has stopped; its end is what the store will say). `None`
+    /// for a late result of a call already ended.
+    pub fn ending(
+        &mut self,
+        index: usize,
+        outcome: ToolOutcome,
+        drop_reason: &str,
+    ) -> Option<Terminal> {
+        let end = self.end_of(index, outcome, drop_reason)?;
+        self.ending.insert(index);
+        Some(end)
+    }
+
+    fn end_of(&self, index: usize, outcome: ToolOutcome, drop_reason: &str) -> Option<Terminal> {
+        let slot = self.calls.get(index)?;
         let terminal = match (&slot.state, outcome) {
             (CallState::Cancelling { reason, .. }, outcome) => {
                 let partial = match &outcome {
@@ -498,7 +555,19 @@ impl Batch {
             (CallState::Executing { .. }, ToolOutcome::Cancelled { partial_output }) => {
                 Terminal::cancelled(&slot.request, drop_reason, partial_output.as_deref())
             }
-            _ => return effects, // a late result of a call already ended
+            _ => return None, // a late result of a call already ended
+        };
+        Some(terminal)
+    }
+
+    /// Executing (or Cancelling) call `index` ends in `terminal` (from
+    /// [`Batch::end_of`], or `outcome_unknown` when its end could not be
+    /// recorded).
+    pub fn finish_call(&mut self, index: usize, terminal: Terminal) -> Vec<Effect> {
+        self.ending.remove(&index);
+        let mut effects = Vec::new();
+        let Some(slot) = self.calls.get_mut(index) else {
+            return effects;
         };
         if let Terminal::Success { result, .. } = &terminal
             && slot.request.name == TOPIC_TOOL_NAME
@@ -511,6 +580,18 @@ impl Batch {
         effects
     }
 
+    /// The `outcome_unknown` end of call `index`: the same as a replica
+    /// taking its batch over gives it.
+    pub fn outcome_unknown(&self, index: usize) -> Option<Terminal> {
+        let slot = self.calls.get(index)?;
+        Some(Terminal::error(
+            &slot.request,
+            ErrorKind::OutcomeUnknown,
+            OUTCOME_UNKNOWN,
+            None,
+        ))
+    }
+
     /// Cancels every non-terminal call with `reason`. Executing calls are
     /// stopped; they end Cancelled once their tool has stopped, or when the
     /// cancel guard fires. Returns how many calls it cancelled.
@@ -518,6 +599,9 @@ impl Batch {
         let mut effects = Vec::new();
         let mut count = 0;
         for index in 0..self.calls.len() {
+            if self.ending.contains(&index) {
+                continue; // ended; its end is being recorded
+            }
             let slot = &mut self.calls[index];
             match slot.state {
                 CallState::Done(_) | CallState::Cancelling { .. } => {}
@@ -717,10 +801,21 @@ mod tests {
         guards: Vec<usize>,
         topic: Option<String>,
         completed: Option<Vec<FunctionResponse>>,
+        /// Tools of the "always" rules recorded answers asked for.
+        always: Vec<String>,
     }
 
     impl Harness {
         fn new(calls: Vec<CallRequest>, mode: ApprovalMode) -> Self {
+            Self::with_answers(calls, mode, &[])
+        }
+
+        /// A batch taken over with answers its stopped replica recorded.
+        fn with_answers(
+            calls: Vec<CallRequest>,
+            mode: ApprovalMode,
+            answered: &[(String, O, Option<String>)],
+        ) -> Self {
             let registry = registry();
             let (batch, effects) = Batch::start(BatchStart {
                 id: "b".into(),
@@ -736,6 +831,7 @@ mod tests {
                 principal: "alice".into(),
                 workspace: "".into(),
                 ended: &[],
+                answered,
             });
             let mut h = Self {
                 batch,
@@ -750,6 +846,7 @@ mod tests {
                 guards: Vec::new(),
                 topic: None,
                 completed: None,
+                always: Vec::new(),
             };
             h.record(effects);
             h
@@ -783,6 +880,7 @@ mod tests {
                     Effect::ArmConfirmTimeout { .. } => {}
                     Effect::ArmCancelGuard { index } => self.guards.push(index),
                     Effect::Topic(t) => self.topic = Some(t),
+                    Effect::Always(grant) => self.always.push(grant.tool_name),
                     Effect::Completed { responses, .. } => {
                         assert!(self.completed.is_none(), "completed twice");
                         self.completed = Some(responses);
@@ -937,6 +1035,34 @@ mod tests {
 
     fn ids(n: usize) -> Vec<String> {
         (0..n).map(|i| i.to_string()).collect()
+    }
+
+    #[test]
+    fn recorded_answers_apply_instead_of_prompts_in_a_batch_taken_over() {
+        let answered = [
+            ("w".to_string(), O::ProceedAlways, None),
+            ("x".to_string(), O::Cancel, None),
+        ];
+        let mut h = Harness::with_answers(
+            vec![call("w", "W"), call("x", "W"), call("y", "W")],
+            ApprovalMode::Default,
+            &answered,
+        );
+        h.run();
+        // Nothing is prompted: w runs on its answer (asking for its rule),
+        // x is denied and the call queued behind it cancelled, as after a
+        // Confirm.
+        assert!(h.preparing.is_empty(), "{:?}", h.preparing);
+        assert_eq!(
+            h.states("w"),
+            ["validating", "scheduled", "executing", "success"]
+        );
+        assert_eq!(h.states("x"), ["validating", "cancelled"]);
+        assert_eq!(h.cancel_reason("x"), Some(USER_DENIED_REASON));
+        assert_eq!(h.states("y"), ["validating", "cancelled"]);
+        assert_eq!(h.always, ["W"]);
+        assert!(h.completed.is_some());
+        h.assert_each_call_ended_once(&["w", "x", "y"]);
     }
 
     #[test]
@@ -1216,6 +1342,7 @@ mod tests {
             principal: "alice".into(),
             workspace: "".into(),
             ended: &[],
+            answered: &[],
         });
         let policy = PolicyHandle::default();
         let rules = SessionRules::default();

@@ -56,6 +56,15 @@ pub struct BatchRequest {
     /// taken over): (call id, the end as the store keeps it); they keep
     /// their real result and never run again.
     pub ended: Vec<(String, Vec<u8>)>,
+    /// Answers the stopped owner recorded for prompts of a batch taken
+    /// over: (call id, answer). A call that never began takes its final
+    /// answer instead of being prompted again.
+    pub answered: Box<[(String, crate::store::Answer)]>,
+    /// The session's settings as a durable store recorded them, when this
+    /// replica's hold on the session is new (another replica may have
+    /// changed them): the session takes them when the batch reaches it.
+    /// (Both boxed slices: a request travels inside the hub's commands.)
+    pub settings: Option<Box<[u8]>>,
 }
 
 pub use crate::policy::ConfirmationOutcome;

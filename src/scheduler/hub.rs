@@ -230,6 +230,9 @@ impl Hub {
     /// Drops a session from the map (it drains what it was sent and exits).
     fn forget(&mut self, session_id: &str) {
         if let Some(entry) = self.sessions.remove(session_id) {
+            // Its settings live on in a durable store: the session's next
+            // actor here reads them, as another replica's would.
+            self.shared.store.session_forgotten(session_id);
             self.shared.metrics.sessions.dec();
             if let Some(tenant) = &entry.tenant {
                 tenant.session_closed();

@@ -189,7 +189,7 @@ pub enum ScheduleError {
 }
 
 /// Why a Confirm was refused. Nothing changed.
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum ConfirmError {
     #[error("invalid Confirm: {0}")]
     Invalid(#[from] InvalidRequest),
@@ -242,6 +242,14 @@ pub enum ConfirmError {
         winner: String,
         with_content: bool,
     },
+    /// A durable store did not record the answer (it cannot be reached, or
+    /// the session passed to another replica): nothing changed, the prompt
+    /// is still open here.
+    #[error(
+        "the answer to the prompt of call '{}' was not applied: it could not be recorded in the store ({reason}); nothing changed, send the Confirm again",
+        Shown(call_id)
+    )]
+    NotRecorded { call_id: String, reason: String },
     #[error("the scheduler is not running")]
     Unavailable,
 }
@@ -376,6 +384,9 @@ pub struct Scheduler {
     /// Whether the store is durable (batches' requests are recorded for a
     /// replica taking them over).
     durable: bool,
+    /// Approval mode of a new session (a session the store knows without
+    /// recorded settings has it).
+    default_mode: ApprovalMode,
     /// The MCP servers feeding the registry, for their status.
     mcp: Option<crate::tools::mcp::McpManager>,
     /// Named workspaces (a workspaces root).
@@ -415,6 +426,7 @@ impl Scheduler {
         let (hub_tx, hub_rx) = mpsc::channel(HUB_CHANNEL_CAPACITY);
         let (open_tx, open_rx) = watch::channel(0usize);
         let durable = config.store.is_some();
+        let default_mode = config.default_mode;
         let store: SharedStore<BatchEvent> = match &config.store {
             Some(DurableStore(store)) => store.clone(),
             None => Arc::new(crate::store::MemoryStore::new(config.retention)),
@@ -461,6 +473,7 @@ impl Scheduler {
             sandbox,
             store,
             durable,
+            default_mode,
             mcp: None,
             workspaces,
             tenants,
@@ -525,6 +538,47 @@ impl Scheduler {
             .await
             .ok()?;
         rx.await.ok()??.await.ok()
+    }
+
+    /// What a durable store holds of a session of `tenant` that this
+    /// replica does not run: the replica holding its lease (if any), its
+    /// mode (recorded settings), workspace (its latest batch naming one)
+    /// and its running batches (the oldest running, the rest queued).
+    /// `None`: the store knows no such session (or is not durable).
+    pub async fn describe_stored(
+        &self,
+        tenant: &TenantId,
+        session_id: &str,
+    ) -> Result<Option<(SessionView, Option<String>)>, StoreError> {
+        let Some(stored) = self
+            .store
+            .stored_session(&tenant.session_key(session_id))
+            .await
+            .map_err(|mut e| {
+                e.for_client();
+                e
+            })?
+        else {
+            return Ok(None);
+        };
+        let mode = stored
+            .settings
+            .as_deref()
+            .and_then(session::recorded_mode)
+            .unwrap_or(self.default_mode);
+        let workspace = stored
+            .requests
+            .iter()
+            .filter_map(|r| resume::decode_request(r).ok())
+            .find_map(|r| r.workspace);
+        let mut running = stored.running.into_iter();
+        let view = SessionView {
+            workspace,
+            mode,
+            running_batch: running.next(),
+            queued_batches: running.collect(),
+        };
+        Ok(Some((view, stored.owner)))
     }
 
     /// Attaches the MCP servers whose tools the registry holds, so that
@@ -608,7 +662,7 @@ impl Scheduler {
 
     async fn schedule_key(
         &self,
-        request: BatchRequest,
+        mut request: BatchRequest,
         workspace: Option<Arc<OpenWorkspace>>,
     ) -> Result<BatchStream, ScheduleError> {
         let batch_id = uuid::Uuid::new_v4().to_string();
@@ -683,12 +737,16 @@ impl Scheduler {
             }
         };
         let session_id = request.session_id.clone();
+        // The settings go with the first batch to reach the session.
+        let mut settings = self.settings_if_moved(&session_id).await;
         // A stopped owner's running batches of this session go on here
         // first, queued before this one as they were (each runs to its end
         // with a reader here; its own client re-attaches with WatchBatch).
         for orphan in self.store.take_orphans(&session_id) {
-            self.resume_orphan(&session_id, &orphan).await;
+            self.resume_orphan(&session_id, &orphan, &mut settings)
+                .await;
         }
+        request.settings = settings.map(Into::into);
         let (reply, rx) = oneshot::channel();
         let sent = self
             .hub
@@ -709,6 +767,24 @@ impl Scheduler {
             self.store.abandon_batch(&session_id, &batch_id);
         }
         result
+    }
+
+    /// The session's settings as the durable store recorded them, when this
+    /// replica's hold on the session is new (see
+    /// [`crate::store::Store::session_settings`]). One the store cannot
+    /// give now is logged and the session keeps what it holds.
+    async fn settings_if_moved(&self, session_id: &str) -> Option<Vec<u8>> {
+        if !self.durable {
+            return None;
+        }
+        match self.store.session_settings(session_id).await {
+            Ok(settings) => settings,
+            Err(e) => {
+                tracing::warn!(session = %session_id, reason = %e,
+                    "store: reading the session's settings failed; keeping this replica's");
+                None
+            }
+        }
     }
 
     /// Re-attaches to a batch's log after `after_sequence`.
@@ -784,12 +860,15 @@ impl Scheduler {
         // each other as they were), whether or not their clients come back.
         let before = std::mem::take(&mut adopted.began_before);
         let after = std::mem::take(&mut adopted.began_after);
+        let mut settings = self.settings_if_moved(session_id).await;
         for orphan in &before {
-            self.resume_orphan(session_id, orphan).await;
+            self.resume_orphan(session_id, orphan, &mut settings).await;
         }
-        let stream = self.run_adopted(session_id, batch_id, adopted).await;
+        let stream = self
+            .run_adopted(session_id, batch_id, adopted, &mut settings)
+            .await;
         for orphan in &after {
-            self.resume_orphan(session_id, orphan).await;
+            self.resume_orphan(session_id, orphan, &mut settings).await;
         }
         stream
     }
@@ -797,9 +876,17 @@ impl Scheduler {
     /// Takes over a stopped owner's batch nobody asked for yet: it runs to
     /// its end here, read by a task (its own client re-attaches with
     /// WatchBatch).
-    async fn resume_orphan(&self, session_id: &str, batch_id: &str) {
+    async fn resume_orphan(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        settings: &mut Option<Vec<u8>>,
+    ) {
         let resumed = match self.store.adopt(session_id, batch_id).await {
-            Ok(Some(adopted)) => self.run_adopted(session_id, batch_id, adopted).await,
+            Ok(Some(adopted)) => {
+                self.run_adopted(session_id, batch_id, adopted, settings)
+                    .await
+            }
             // Completed meanwhile, or already going on here.
             Ok(None) => return,
             Err(e) => Err(WatchError::Store(e)),
@@ -817,7 +904,8 @@ impl Scheduler {
         }
     }
 
-    /// Runs a batch adopted from a stopped owner ([`Store::adopt`]).
+    /// Runs a batch adopted from a stopped owner ([`Store::adopt`]);
+    /// `settings` (the session's recorded settings, taken here) go with it.
     ///
     /// [`Store::adopt`]: crate::store::Store::adopt
     async fn run_adopted(
@@ -825,6 +913,7 @@ impl Scheduler {
         session_id: &str,
         batch_id: &str,
         adopted: crate::store::Adopted<BatchEvent>,
+        settings: &mut Option<Vec<u8>>,
     ) -> Result<BatchStream, WatchError> {
         let mut request = match resume::decode_request(&adopted.request) {
             Ok(request) => request,
@@ -842,6 +931,7 @@ impl Scheduler {
             "taking over a batch whose replica stopped"
         );
         request.outcome_unknown = adopted.executing;
+        request.answered = adopted.answers.into();
         // The batch runs in the workspace its session named, opened here
         // for the tenant of its key.
         let tenant = session_id
@@ -863,6 +953,7 @@ impl Scheduler {
                 None => request.outcome_unknown.push(call_id),
             }
         }
+        request.settings = settings.take().map(Into::into);
         let (reply, rx) = oneshot::channel();
         self.hub
             .send(HubCommand::Schedule {

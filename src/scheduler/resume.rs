@@ -291,6 +291,8 @@ mod tests {
             workspace: Some(crate::workspaces::WorkspaceName::new("a").unwrap()),
             principal: "alice".into(),
             ended: Vec::new(),
+            answered: Default::default(),
+            settings: None,
         };
         let base = batch_digest(&request);
         // Who asks, the grace and the trace do not change what runs.
@@ -351,6 +353,8 @@ mod tests {
             workspace: Some(crate::workspaces::WorkspaceName::new("main").unwrap()),
             principal: "alice".into(),
             ended: Vec::new(),
+            answered: Default::default(),
+            settings: None,
         };
         let back = decode_request(&encode_request(&request)).expect("decodes");
         assert_eq!(back, request);
@@ -568,5 +572,7 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Result<BatchRequest, RecordedReque
             .unwrap_or(crate::tenant::ANONYMOUS)
             .into(),
         ended: Vec::new(),
+        answered: Default::default(),
+        settings: None,
     })
 }

@@ -7,7 +7,12 @@
 //! Owns: the actor loop, the FIFO queue (batches of one session never
 //! interleave), mode and rules, routing of commands and internal reports to
 //! the running [`Batch`], and performing the [`Effect`]s it returns
-//! (spawning prompt builders, executions and timers; sending events). Not
+//! (spawning prompt builders, executions and timers; sending events). With
+//! a durable store it also holds back what the store must have first: a
+//! Confirm is applied and answered OK once its answer is recorded, a
+//! side-effecting call takes its end once the end is recorded
+//! (`outcome_unknown` when it cannot be), and it writes the session's
+//! settings when they change. Not
 //! here: the wave rules and call states (`batch.rs`, `call.rs`), prompts
 //! (`approval.rs`), running a tool (`exec.rs`), the map of sessions
 //! (`hub.rs`).
@@ -20,14 +25,14 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::batch::{Batch, BatchStart, Decider, Effect};
-use super::call::{CallState, Terminal};
+use super::call::Terminal;
 use super::events::{BatchEvent, BatchRequest, CancelRequest, CancelSummary, ConfirmRequest};
 use super::exec::{self, ExecJob};
 use super::feed::EventSink;
 use super::hub::IdleReport;
 use super::{CancelError, ConfirmError, Confirmed, Metrics, Shared};
-use crate::policy::{ApprovalMode, DecisionSource, SessionRules, outcomes};
-use crate::store::BatchLog;
+use crate::policy::{ApprovalMode, ConfirmationOutcome, DecisionSource, SessionRules, outcomes};
+use crate::store::{Answer, BatchLog, Settings, StoreError};
 use crate::tools::{ConfirmationDetails, Progress, ToolError, ToolOutcome};
 
 /// Time a tool gets to stop after its token was cancelled before the call is
@@ -183,12 +188,40 @@ pub(crate) enum Internal {
         batch_id: String,
         index: usize,
     },
-    /// A side-effecting call's end is recorded in the durable store (or
-    /// could not be: the session passed to another replica, or the server
-    /// is stopping): what followed its end goes out now.
+    /// A side-effecting call's end was recorded in the durable store
+    /// (`recorded`), or could not be (the session passed to another
+    /// replica, or the server is stopping): the call ends now, in its end
+    /// or `outcome_unknown`, as a replica taking the batch over says.
     EndRecorded {
         batch_id: String,
+        index: usize,
+        recorded: bool,
     },
+    /// The durable store's answer to recording a prompt's answer
+    /// ([`crate::store::Store::record_answer_durably`]): the winner, or why
+    /// it was not recorded.
+    AnswerRecorded {
+        call_id: String,
+        correlation_id: String,
+        result: Result<Answer, StoreError>,
+    },
+}
+
+/// How long a Confirm waits for its answer to be recorded in a durable
+/// store before it is refused UNAVAILABLE (nothing applied): well within a
+/// client's deadline and a relayed request's wait.
+pub(crate) const ANSWER_RECORD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A Confirm whose answer a durable store is recording: applied, and its
+/// callers answered, once recorded.
+struct PendingAnswer {
+    request: ConfirmRequest,
+    answer: Answer,
+    /// The first Confirm and any identical one that came meanwhile.
+    replies: Vec<oneshot::Sender<Result<Confirmed, ConfirmError>>>,
+    /// The prompt's confirmation timeout fired meanwhile (call index): it
+    /// applies if the answer could not be recorded.
+    timed_out: Option<usize>,
 }
 
 struct PendingBatch {
@@ -211,11 +244,11 @@ struct ActiveBatch {
     /// tenant, by call id: sent when the slot is granted, dropped when the
     /// call ends first (it never executed).
     held: HashMap<String, BatchEvent>,
-    /// Set while a side-effecting call's end is being recorded in the
-    /// durable store: the effects of its end and of everything after it,
-    /// performed in order once it is recorded (the client is never told an
-    /// end the store could forget).
-    recording: Option<Vec<Effect>>,
+    /// Side-effecting calls whose end is being recorded in the durable
+    /// store, by index: each ends (and the client is told) once its end is
+    /// recorded, never before (the client is never told an end the store
+    /// could forget).
+    ending: HashMap<usize, Terminal>,
 }
 
 /// The session actor's state.
@@ -242,6 +275,12 @@ pub(crate) struct Session {
     /// The session's own workspace (a workspaces root): its built-in tools
     /// replace the shared ones for every call of the session.
     workspace: Option<Arc<crate::workspaces::OpenWorkspace>>,
+    /// A durable store: answers, ends and settings are recorded in it.
+    durable: bool,
+    /// Answers being recorded in the durable store.
+    answering: Vec<PendingAnswer>,
+    /// Changes of the session's settings so far (their writes carry it).
+    settings_version: u64,
 }
 
 impl Session {
@@ -283,6 +322,7 @@ impl Session {
             .filter(|max| !shared.config.sandbox.level.at_most(*max))
             .and_then(|max| shared.sandboxes.get(&max).cloned())
             .unwrap_or_else(|| shared.sandbox.clone());
+        let durable = shared.config.store.is_some();
         let mut session = Session {
             id,
             mode: shared.config.default_mode,
@@ -297,6 +337,9 @@ impl Session {
             internal_tx,
             processed: 0,
             workspace,
+            durable,
+            answering: Vec::new(),
+            settings_version: 0,
         };
         let ttl = session.shared.config.session_idle_ttl;
         // One timer, re-armed when the session becomes idle (or sees a
@@ -394,11 +437,16 @@ impl Session {
         match cmd {
             SessionCommand::Schedule {
                 batch_id,
-                request,
+                mut request,
                 events,
                 token,
                 held,
             } => {
+                // This replica's hold on the session is new: the settings
+                // the store has (another replica may have changed them).
+                if let Some(settings) = request.settings.take() {
+                    self.take_settings(&settings);
+                }
                 let ahead = self.queue.len() + usize::from(self.active.is_some());
                 events.emit(BatchEvent::Accepted {
                     batch_id: batch_id.clone(),
@@ -413,6 +461,9 @@ impl Session {
                     token,
                     held,
                 });
+            }
+            SessionCommand::Confirm { request, reply } if self.durable => {
+                self.confirm_durably(request, reply);
             }
             SessionCommand::Confirm { request, reply } => {
                 let _ = reply.send(self.confirm_recorded(request));
@@ -452,22 +503,247 @@ impl Session {
                     already_applied: false,
                 })
             }
-            Err(e) => match self
-                .shared
-                .store
-                .answer(&self.id, &call_id, &correlation_id)
-            {
-                Some(winner) if winner == answer => Ok(Confirmed {
-                    already_applied: true,
-                }),
-                Some(winner) => Err(ConfirmError::AnsweredDifferently {
-                    call_id,
-                    with_content: winner.new_content.is_some(),
-                    winner: winner.outcome,
-                }),
-                None => Err(e),
-            },
+            Err(e) => self.refused(call_id, &correlation_id, &answer, e),
         }
+    }
+
+    /// A Confirm `e` refused: the same answer as the recorded winner is OK
+    /// (already applied), a different one is refused naming the winner.
+    fn refused(
+        &self,
+        call_id: String,
+        correlation_id: &str,
+        answer: &Answer,
+        e: ConfirmError,
+    ) -> Result<Confirmed, ConfirmError> {
+        match self.shared.store.answer(&self.id, &call_id, correlation_id) {
+            Some(winner) if winner == *answer => Ok(Confirmed {
+                already_applied: true,
+            }),
+            Some(winner) => Err(ConfirmError::AnsweredDifferently {
+                call_id,
+                with_content: winner.new_content.is_some(),
+                winner: winner.outcome,
+            }),
+            None => Err(e),
+        }
+    }
+
+    /// A Confirm with a durable store: the answer is recorded (fenced by
+    /// the session's lease) before it is applied and before anyone is told
+    /// OK, so that a replica taking the session over applies it too instead
+    /// of offering the prompt again. Not recorded (the store unreachable,
+    /// the session passed to another replica): UNAVAILABLE, nothing
+    /// applied, the prompt still open. Meanwhile the prompt stays open;
+    /// the same answer again waits for the same record, a different one is
+    /// refused naming it (the first answer wins).
+    fn confirm_durably(
+        &mut self,
+        req: ConfirmRequest,
+        reply: oneshot::Sender<Result<Confirmed, ConfirmError>>,
+    ) {
+        let answer = Answer {
+            outcome: req.outcome.name().to_string(),
+            new_content: req.new_content.clone(),
+        };
+        if let Some(pending) = self.answering.iter_mut().find(|p| {
+            p.request.call_id == req.call_id && p.request.correlation_id == req.correlation_id
+        }) {
+            if pending.answer == answer {
+                pending.replies.push(reply);
+            } else {
+                let _ = reply.send(Err(ConfirmError::AnsweredDifferently {
+                    call_id: req.call_id,
+                    with_content: pending.answer.new_content.is_some(),
+                    winner: pending.answer.outcome.clone(),
+                }));
+            }
+            return;
+        }
+        let registry = self.registry();
+        let checked = match self
+            .active
+            .as_ref()
+            .and_then(|a| a.batch.find(&req.call_id).map(|i| (a, i)))
+        {
+            Some((active, index)) => active
+                .batch
+                .check_confirm(index, &req, &registry)
+                .map(|grant| (active.batch.id().to_string(), grant)),
+            None => Err(self.call_not_awaiting(&req.call_id)),
+        };
+        let (batch_id, grant) = match checked {
+            Ok(checked) => checked,
+            Err(e) => {
+                let _ = reply.send(self.refused(req.call_id, &req.correlation_id, &answer, e));
+                return;
+            }
+        };
+        // The settings an "always" answer makes, in the answer's statement.
+        let settings = grant.map(|grant| {
+            let (rules, mode) = self.after_always(&grant);
+            self.settings_version += 1;
+            Settings {
+                version: self.settings_version,
+                body: encode_settings(mode, &rules, self.topic.as_deref()),
+            }
+        });
+        let store = self.shared.store.clone();
+        let tx = self.internal_tx.clone();
+        let (session_id, call_id, correlation_id) = (
+            self.id.clone(),
+            req.call_id.clone(),
+            req.correlation_id.clone(),
+        );
+        let recorded = answer.clone();
+        tokio::spawn(async move {
+            let write = store.record_answer_durably(
+                &session_id,
+                &batch_id,
+                &call_id,
+                &correlation_id,
+                recorded,
+                settings,
+            );
+            let result = match tokio::time::timeout(ANSWER_RECORD_TIMEOUT, write).await {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::Unavailable {
+                    reason: format!("no answer within {} s", ANSWER_RECORD_TIMEOUT.as_secs()),
+                }),
+            };
+            let _ = tx.send(Internal::AnswerRecorded {
+                call_id,
+                correlation_id,
+                result,
+            });
+        });
+        self.answering.push(PendingAnswer {
+            request: req,
+            answer,
+            replies: vec![reply],
+            timed_out: None,
+        });
+    }
+
+    /// A prompt's answer was recorded (or not): applied, and its callers
+    /// told.
+    fn answer_recorded(
+        &mut self,
+        call_id: &str,
+        correlation_id: &str,
+        result: Result<Answer, StoreError>,
+    ) {
+        let Some(at) = self.answering.iter().position(|p| {
+            p.request.call_id == call_id && p.request.correlation_id == correlation_id
+        }) else {
+            return;
+        };
+        let pending = self.answering.swap_remove(at);
+        let told = match result {
+            Ok(winner) if winner == pending.answer => {
+                self.confirm(pending.request).map(|()| Confirmed {
+                    already_applied: false,
+                })
+            }
+            // Recorded before (a write whose answer was lost): that one
+            // wins; the prompt is answered by it on the replica that takes
+            // the session over.
+            Ok(winner) => Err(ConfirmError::AnsweredDifferently {
+                call_id: call_id.to_string(),
+                with_content: winner.new_content.is_some(),
+                winner: winner.outcome,
+            }),
+            Err(e) => {
+                tracing::warn!(session = %self.id, call = %call_id, reason = %e,
+                    "an answer could not be recorded; it was not applied");
+                if let Some(index) = pending.timed_out
+                    && let Some(active) = self.active.as_mut()
+                {
+                    let effects = active.batch.on_confirm_timeout(index, correlation_id);
+                    self.perform(effects);
+                }
+                Err(ConfirmError::NotRecorded {
+                    call_id: call_id.to_string(),
+                    reason: match e {
+                        StoreError::LeaseLost { .. } => {
+                            "another replica took the session over".to_string()
+                        }
+                        e => e.to_string(),
+                    },
+                })
+            }
+        };
+        for reply in pending.replies {
+            let _ = reply.send(told.clone());
+        }
+    }
+
+    /// The session's rules and mode after an "always" answer's `grant`:
+    /// the rule added, and the mode it switches to where the tenant may use
+    /// it (the rule applies regardless).
+    fn after_always(&self, grant: &super::approval::AlwaysGrant) -> (SessionRules, ApprovalMode) {
+        let mut rules = self.rules.clone();
+        rules.allow_always(&grant.tool_name, &grant.subject, grant.scope);
+        let next = outcomes::mode_after_always(self.mode, grant.kind);
+        let mode = if self.tenant.as_ref().is_none_or(|t| t.allows_mode(next)) {
+            next
+        } else {
+            self.mode
+        };
+        (rules, mode)
+    }
+
+    /// Takes the settings the store recorded (empty: the defaults).
+    fn take_settings(&mut self, bytes: &[u8]) {
+        let decoded = decode_settings(bytes);
+        let (mode, rules, topic) = match decoded {
+            Some(s) => s,
+            None if bytes.is_empty() => (None, SessionRules::default(), None),
+            None => {
+                tracing::warn!(session = %self.id, "the session's recorded settings cannot be read; the defaults apply");
+                (None, SessionRules::default(), None)
+            }
+        };
+        self.mode = mode.unwrap_or(self.shared.config.default_mode);
+        self.rules = rules;
+        self.topic = topic;
+    }
+
+    /// The session's settings changed: written in the durable store, fenced,
+    /// behind (retried while the store is unreachable; given up when the
+    /// session passed to another replica or the server stops).
+    fn persist_settings(&mut self) {
+        if !self.durable {
+            return;
+        }
+        self.settings_version += 1;
+        let settings = Settings {
+            version: self.settings_version,
+            body: encode_settings(self.mode, &self.rules, self.topic.as_deref()),
+        };
+        let store = self.shared.store.clone();
+        let shutdown = self.shared.shutdown.clone();
+        let session_id = self.id.clone();
+        tokio::spawn(async move {
+            loop {
+                match store.record_settings(&session_id, settings.clone()).await {
+                    Ok(()) => return,
+                    Err(e @ StoreError::LeaseLost { .. }) => {
+                        tracing::warn!(session = %session_id, reason = %e,
+                            "the session's settings could not be recorded");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(session = %session_id, reason = %e,
+                            "recording the session's settings failed; retrying");
+                        tokio::select! {
+                            () = tokio::time::sleep(RECORD_END_RETRY) => {}
+                            () = shutdown.cancelled() => return,
+                        }
+                    }
+                }
+            }
+        });
     }
 
     fn confirm(&mut self, req: ConfirmRequest) -> Result<(), ConfirmError> {
@@ -482,14 +758,7 @@ impl Session {
         let confirmed = active.batch.on_confirm(index, req, &registry)?;
         self.perform(confirmed.effects);
         if let Some(grant) = confirmed.always {
-            self.rules
-                .allow_always(&grant.tool_name, &grant.subject, grant.scope);
-            let next = outcomes::mode_after_always(self.mode, grant.kind);
-            // "Always" on an edit switches to auto_edit only where the
-            // tenant may use it; the rule it added still applies.
-            if self.tenant.as_ref().is_none_or(|t| t.allows_mode(next)) {
-                self.mode = next;
-            }
+            self.always(&grant);
             if let Some(active) = self.active.as_mut() {
                 let decider = Decider {
                     policy: &self.policy,
@@ -502,6 +771,19 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// Records an "always" answer's rule and mode ("always" on an edit
+    /// switches to auto_edit only where the tenant may use it; the rule it
+    /// added still applies), and writes them in a durable store.
+    fn always(&mut self, grant: &super::approval::AlwaysGrant) {
+        let (rules, mode) = self.after_always(grant);
+        let changed = rules != self.rules || mode != self.mode;
+        self.rules = rules;
+        self.mode = mode;
+        if changed {
+            self.persist_settings();
+        }
     }
 
     fn call_not_awaiting(&self, call_id: &str) -> ConfirmError {
@@ -631,12 +913,34 @@ impl Session {
                 correlation_id,
             } => (batch_id, Report::ConfirmTimeout(index, correlation_id)),
             Internal::CancelGuard { batch_id, index } => (batch_id, Report::CancelGuard(index)),
-            Internal::EndRecorded { batch_id } => {
+            Internal::EndRecorded {
+                batch_id,
+                index,
+                recorded,
+            } => {
                 if let Some(active) = self.active.as_mut().filter(|a| a.batch.id() == batch_id)
-                    && let Some(effects) = active.recording.take()
+                    && let Some(end) = active.ending.remove(&index)
                 {
-                    self.perform(effects);
+                    // Not recorded: the replica that holds the session now
+                    // ends the call outcome_unknown, and so does this one.
+                    let end = if recorded {
+                        Some(end)
+                    } else {
+                        active.batch.outcome_unknown(index)
+                    };
+                    if let Some(end) = end {
+                        let effects = active.batch.finish_call(index, end);
+                        self.perform(effects);
+                    }
                 }
+                return;
+            }
+            Internal::AnswerRecorded {
+                call_id,
+                correlation_id,
+                result,
+            } => {
+                self.answer_recorded(&call_id, &correlation_id, result);
                 return;
             }
             Internal::SlotGranted { batch_id, index } => {
@@ -666,34 +970,51 @@ impl Session {
             }
             Report::Progress(index, progress) => batch.on_progress(index, progress),
             Report::Executed(index, outcome) => {
-                let effects = batch.on_executed(index, outcome, drop_reason);
                 // A side-effecting call's end is recorded (a durable store)
-                // before the client is told it: a replica taking an
-                // uncompleted batch over keeps it instead of ending the call
-                // outcome_unknown, and never says otherwise than the stream.
-                if let Some(slot) = batch.calls.get(index)
-                    && let CallState::Done(end) = &slot.state
-                    && self.shared.config.store.is_some()
-                    && !slot
+                // before the call takes it and the client is told it: a
+                // replica taking an uncompleted batch over keeps it instead
+                // of ending the call outcome_unknown, and never says
+                // otherwise than the stream.
+                let side_effecting = batch.calls.get(index).is_some_and(|slot| {
+                    !slot
                         .tool
                         .as_ref()
                         .is_some_and(|t| t.declaration().read_only)
-                {
-                    active.recording = Some(effects);
+                });
+                if !(self.durable && side_effecting) {
+                    batch.on_executed(index, outcome, drop_reason)
+                } else if let Some(end) = batch.ending(index, outcome, drop_reason) {
                     record_end(
                         self.shared.store.clone(),
                         self.shared.shutdown.clone(),
                         self.id.clone(),
-                        batch.id().to_string(),
-                        slot.request.id.clone(),
+                        (batch.id().to_string(), index),
+                        batch.calls[index].request.id.clone(),
                         end.encode(),
                         self.internal_tx.clone(),
                     );
+                    active.ending.insert(index, end);
+                    return;
+                } else {
                     return;
                 }
-                effects
             }
-            Report::ConfirmTimeout(index, id) => batch.on_confirm_timeout(index, &id),
+            Report::ConfirmTimeout(index, id) => {
+                // Its answer is being recorded: the timeout applies only if
+                // the answer cannot be.
+                if let Some(pending) = self
+                    .answering
+                    .iter_mut()
+                    .find(|p| p.request.correlation_id == id)
+                {
+                    pending.timed_out = Some(index);
+                    return;
+                }
+                batch.on_confirm_timeout(index, &id)
+            }
+            // Its end is being recorded: it ends in that (or
+            // outcome_unknown), never Cancelled by the guard meanwhile.
+            Report::CancelGuard(index) if active.ending.contains_key(&index) => return,
             Report::CancelGuard(index) => batch.on_cancel_guard(index),
         };
         self.perform(effects);
@@ -834,8 +1155,11 @@ impl Session {
         let BatchHold { _batch, _queued } = held;
         drop(_queued);
         let request_grace = request.disconnect_grace.unwrap_or_default();
-        if let Some(mode) = request.approval_mode {
+        if let Some(mode) = request.approval_mode
+            && mode != self.mode
+        {
             self.mode = mode;
+            self.persist_settings();
         }
         // The hub accepted only levels the server allows.
         if let Some(sandbox) = request
@@ -873,6 +1197,7 @@ impl Session {
                 .as_ref()
                 .map_or_else(|| "".into(), |w| w.name.as_str().into()),
             ended: &ended,
+            answered: &final_answers(&request.answered),
         });
         self.active = Some(ActiveBatch {
             batch,
@@ -880,7 +1205,7 @@ impl Session {
             grace: request_grace,
             _batch,
             held: HashMap::new(),
-            recording: None,
+            ending: HashMap::new(),
         });
         self.perform(effects);
     }
@@ -888,11 +1213,6 @@ impl Session {
     /// Performs the running batch's effects in order. Executions that end at
     /// their first poll are applied after the rest, as one step.
     fn perform(&mut self, effects: Vec<Effect>) {
-        // Behind a side-effecting call's end being recorded, in order.
-        if let Some(recording) = self.active.as_mut().and_then(|a| a.recording.as_mut()) {
-            recording.extend(effects);
-            return;
-        }
         let mut finished = Vec::new();
         // The execution slot taken for the call whose Executing event just
         // went out (the next effect starts it).
@@ -1015,7 +1335,11 @@ impl Session {
                         let _ = tx.send(Internal::CancelGuard { batch_id, index });
                     });
                 }
-                Effect::Topic(topic) => self.topic = Some(topic),
+                Effect::Topic(topic) => {
+                    self.topic = Some(topic);
+                    self.persist_settings();
+                }
+                Effect::Always(grant) => self.always(&grant),
                 Effect::Completed { responses, calls } => self.complete(responses, calls),
             }
         }
@@ -1062,21 +1386,63 @@ impl Session {
 
 /// Records call `call_id` Executing in the store, then starts `job`; a
 /// call that could not be recorded does not start (it ends Error saying
-/// why).
+/// why). A call whose tenant's execution slots are all taken waits for one
+/// first, unrecorded: until its tool starts it has not begun, and a replica
+/// taking its batch over may run it (once).
 fn record_then_start(
     store: crate::store::SharedStore<BatchEvent>,
     session_id: String,
     call_id: String,
-    job: ExecJob,
+    mut job: ExecJob,
     reports: InternalTx,
 ) {
     tokio::spawn(async move {
         let (batch_id, index) = (job.batch_id.clone(), job.index);
+        let mut granted = false;
+        if job.slot.is_none()
+            && let Some(slots) = job.slots.clone()
+        {
+            let token = job.token.clone();
+            let slot = tokio::select! {
+                slot = slots.acquire_owned() => slot.ok(),
+                () = token.cancelled() => None,
+            };
+            match slot {
+                Some(slot) => {
+                    job.slot = Some(slot);
+                    granted = true;
+                }
+                // Cancelled meanwhile: the batch already ended the call
+                // (this late outcome is dropped).
+                None => {
+                    let _ = reports.send(Internal::Executed {
+                        batch_id,
+                        index,
+                        outcome: crate::tools::ToolError::new(
+                            crate::tools::ErrorKind::UnhandledException,
+                            "cancelled while waiting for an execution slot of its tenant",
+                        )
+                        .into(),
+                    });
+                    return;
+                }
+            }
+        }
         let outcome = match store
             .record_executing(&session_id, &batch_id, &call_id)
             .await
         {
-            Ok(()) => exec::start(job, &reports),
+            Ok(()) => {
+                if granted {
+                    // Its held Executing event goes out now, before the
+                    // tool's reports on the same channel.
+                    let _ = reports.send(Internal::SlotGranted {
+                        batch_id: batch_id.clone(),
+                        index,
+                    });
+                }
+                exec::start(job, &reports)
+            }
             Err(e) => Some(
                 crate::tools::ToolError::new(
                     crate::tools::ErrorKind::UnhandledException,
@@ -1109,35 +1475,91 @@ fn record_end(
     store: crate::store::SharedStore<BatchEvent>,
     shutdown: CancellationToken,
     session_id: String,
-    batch_id: String,
+    (batch_id, index): (String, usize),
     call_id: String,
     end: Vec<u8>,
     reports: InternalTx,
 ) {
     tokio::spawn(async move {
-        loop {
+        let recorded = loop {
             match store
                 .record_ended(&session_id, &batch_id, &call_id, end.clone())
                 .await
             {
-                Ok(()) => break,
-                Err(e @ crate::store::StoreError::LeaseLost { .. }) => {
+                Ok(()) => break true,
+                Err(e @ StoreError::LeaseLost { .. }) => {
                     tracing::warn!(session = %session_id, batch = %batch_id, call = %call_id,
-                        reason = %e, "a call's end could not be recorded");
-                    break;
+                        reason = %e, "a call's end could not be recorded; it ends outcome_unknown");
+                    break false;
                 }
                 Err(e) => {
                     tracing::warn!(session = %session_id, batch = %batch_id, call = %call_id,
                         reason = %e, "recording a call's end failed; retrying");
                     tokio::select! {
                         () = tokio::time::sleep(RECORD_END_RETRY) => {}
-                        () = shutdown.cancelled() => break,
+                        () = shutdown.cancelled() => break false,
                     }
                 }
             }
-        }
-        let _ = reports.send(Internal::EndRecorded { batch_id });
+        };
+        let _ = reports.send(Internal::EndRecorded {
+            batch_id,
+            index,
+            recorded,
+        });
     });
+}
+
+/// The final answers among those a stopped replica recorded (a re-prompt,
+/// `modify_with_editor`, is not one: the call is prompted again).
+fn final_answers(
+    recorded: &[(String, Answer)],
+) -> Vec<(String, ConfirmationOutcome, Option<String>)> {
+    use ConfirmationOutcome as O;
+    recorded
+        .iter()
+        .filter_map(|(call_id, answer)| {
+            let outcome = [
+                O::ProceedOnce,
+                O::ProceedAlways,
+                O::ProceedAlwaysTool,
+                O::ProceedAlwaysServer,
+                O::Cancel,
+            ]
+            .into_iter()
+            .find(|o| o.name() == answer.outcome)?;
+            Some((call_id.clone(), outcome, answer.new_content.clone()))
+        })
+        .collect()
+}
+
+/// The session's settings as a durable store keeps them (JSON).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RecordedSettings {
+    mode: String,
+    rules: SessionRules,
+    topic: Option<String>,
+}
+
+fn encode_settings(mode: ApprovalMode, rules: &SessionRules, topic: Option<&str>) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "mode": crate::policy::mode_name(mode),
+        "rules": rules,
+        "topic": topic,
+    }))
+    .unwrap_or_default()
+}
+
+/// The approval mode recorded settings hold, when they can be read.
+pub(super) fn recorded_mode(bytes: &[u8]) -> Option<ApprovalMode> {
+    decode_settings(bytes)?.0
+}
+
+/// What [`encode_settings`] wrote; `None` when it cannot be read.
+fn decode_settings(bytes: &[u8]) -> Option<(Option<ApprovalMode>, SessionRules, Option<String>)> {
+    let recorded: RecordedSettings = serde_json::from_slice(bytes).ok()?;
+    let mode = recorded.mode.parse::<ApprovalMode>().ok()?;
+    Some((Some(mode), recorded.rules, recorded.topic))
 }
 
 /// An internal report addressed to the running batch.

@@ -15,11 +15,16 @@
 //!   its owner died ends `outcome_unknown` instead of running twice.
 //! - [`Store::batch`]: a watcher may be served by a replica that does not
 //!   own the session and must read the store.
+//! - [`Store::record_ended`], [`Store::record_answer_durably`] (a durable
+//!   store): a call's end and a prompt's answer are recorded before the
+//!   client is told them, so that a replica taking the session over says
+//!   the same.
 //!
 //! Everything else is synchronous: the session's owner is its only writer,
 //! so an implementation answers from what it wrote and persists it in order
-//! behind (an answer lost in a crash re-offers its prompt with a new
-//! correlation id; events are re-derived from the recorded states).
+//! behind (events are re-derived from the recorded states). A session's
+//! settings ([`Store::record_settings`]) are written when they change,
+//! fenced, without holding the session.
 //!
 //! Not here: what an event or an answer means (the scheduler), proto types
 //! (`api`). No SQL above this module.
@@ -76,6 +81,10 @@ pub struct Adopted<E: LogEvent> {
     /// Calls whose end was recorded ([`Store::record_ended`]): (call id, the
     /// end as the scheduler encoded it); they keep it.
     pub ended: Vec<(String, Vec<u8>)>,
+    /// Answers recorded for prompts of the batch ([`Store::record_answer_durably`]):
+    /// (call id, answer). A call that never began and has a final answer
+    /// among them takes it instead of being prompted again.
+    pub answers: Vec<(String, Answer)>,
     /// The session's other batches the stopped owner was running or had
     /// queued, oldest first: those that began before this one, and after.
     pub began_before: Vec<String>,
@@ -101,6 +110,28 @@ pub struct Answer {
     pub outcome: String,
     /// The modified content sent with it, if any.
     pub new_content: Option<String>,
+}
+
+/// A session's settings as its owner writes them: `body` in the
+/// scheduler's encoding, `version` its count of changes (a write replaces
+/// only an older one of the same lease, so writes may land in any order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub version: u64,
+    pub body: Vec<u8>,
+}
+
+/// What a durable store holds of a session ([`Store::stored_session`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSession {
+    /// The replica holding an unexpired lease on it.
+    pub owner: Option<String>,
+    /// Its settings as recorded ([`Store::record_settings`]).
+    pub settings: Option<Vec<u8>>,
+    /// Its running batches, oldest first.
+    pub running: Vec<String>,
+    /// The recorded requests of its retained batches, newest first.
+    pub requests: Vec<Vec<u8>>,
 }
 
 /// What recording an answer found.
@@ -400,6 +431,73 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
         correlation_id: &str,
         answer: Answer,
     ) -> AnswerRecord;
+
+    /// Records the answer to prompt `correlation_id` of `call_id` in a
+    /// durable store before the Confirm is told OK, fenced by the
+    /// session's lease ([`StoreError::LeaseLost`] when another replica
+    /// holds it now). Resolves to the winning answer as recorded: `answer`
+    /// when it is the first, the earlier one otherwise. Only called with a
+    /// durable store (the memory store records answers with
+    /// [`Store::record_answer`], at no cost); kept by [`Store::answer`]
+    /// once recorded. `settings`: the session's settings the answer makes
+    /// (an "always" answer adds a rule, may switch the mode), written in
+    /// the same statement.
+    fn record_answer_durably<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+        call_id: &'a str,
+        correlation_id: &'a str,
+        answer: Answer,
+        settings: Option<Settings>,
+    ) -> StoreFuture<'a, Result<Answer, StoreError>> {
+        let _ = (session_id, batch_id, call_id, correlation_id, settings);
+        Box::pin(std::future::ready(Ok(answer)))
+    }
+
+    /// Writes the session's settings (approval mode, "always" rules,
+    /// topic; `settings` as the scheduler encodes them), fenced by the
+    /// session's lease. Resolves once written. Nothing to do for a store
+    /// that does not outlive the process.
+    fn record_settings<'a>(
+        &'a self,
+        session_id: &'a str,
+        settings: Settings,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        let _ = (session_id, settings);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// The session's settings as recorded ([`Store::record_settings`]),
+    /// when what this process holds of them may be stale: its lease on the
+    /// session began (at a new epoch) after it last wrote or read them.
+    /// `Some(empty)`: none recorded (the defaults). `None`: this process's
+    /// are current (always, for the memory store), no round trip.
+    fn session_settings<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        let _ = session_id;
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// What a durable store holds of a session (for a replica not running
+    /// it); `None` when it knows no such session (always, for a store that
+    /// does not outlive the process: the session's actor has it all).
+    fn stored_session<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<StoredSession>, StoreError>> {
+        let _ = session_id;
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// The session's actor in this process is gone (idle, or evicted):
+    /// what it held of the session's settings is no longer here, so the
+    /// next [`Store::session_settings`] reads them.
+    fn session_forgotten(&self, session_id: &str) {
+        let _ = session_id;
+    }
 
     /// The winning answer to a prompt of a retained batch.
     fn answer(&self, session_id: &str, call_id: &str, correlation_id: &str) -> Option<Answer>;

@@ -6,12 +6,15 @@
 //! [`MemoryStore`] inside) and readers in this process read it there. The
 //! store's round trips are only those [`Store`] awaits: claiming a batch and
 //! its request id ([`Store::begin_batch`]), recording a side-effecting call
-//! before its tool starts ([`Store::record_executing`]) and its end before
-//! anyone is told it ([`Store::record_ended`]). Everything else (a
-//! completed batch's events, answers, an abandoned batch) goes through one
-//! writer task, sent in groups (pipelined on one connection) and retried
-//! until the database takes them, so that a store lost for a while loses
-//! nothing that was recorded.
+//! before its tool starts ([`Store::record_executing`]), its end and a
+//! prompt's answer before anyone is told them ([`Store::record_ended`],
+//! [`Store::record_answer_durably`]), a session's settings when they change
+//! ([`Store::record_settings`], not waited on by the session) and reading
+//! them when the session's lease is new ([`Store::session_settings`]).
+//! Everything else (a completed batch's events, an abandoned batch) goes
+//! through one writer task, sent in groups (pipelined on one connection)
+//! and retried until the database takes them, so that a store lost for a
+//! while loses nothing that was recorded.
 //!
 //! The schema is versioned: the files of `migrations/` are embedded and
 //! applied at start-up, once, under an advisory lock (replicas starting
@@ -31,7 +34,8 @@ use tokio_postgres::NoTls;
 
 use super::{
     Adopted, Answer, AnswerRecord, BatchLog, Begun, EndedCall, Entry, EventCodec, InboxItem,
-    LogEvent, MemoryStore, NewBatch, RetainedUse, Retention, Store, StoreError, StoreFuture,
+    LogEvent, MemoryStore, NewBatch, RetainedUse, Retention, Settings, Store, StoreError,
+    StoreFuture, StoredSession,
 };
 
 /// The schema's versions, in order: (version, name, SQL). A database at a
@@ -63,6 +67,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         6,
         "batch_log",
         include_str!("../../migrations/0006_batch_log.sql"),
+    ),
+    (
+        7,
+        "session_settings",
+        include_str!("../../migrations/0007_session_settings.sql"),
     ),
 ];
 
@@ -173,6 +182,59 @@ const INSERT_FENCED: &str = "INSERT INTO toolsched_batches \
        WHERE session_id = $1 AND owner = $7 AND epoch = $5 AND expires_at > now()) \
      ON CONFLICT (session_id, request_id) DO NOTHING RETURNING batch_id";
 
+/// An answer to a prompt, fenced like a call's end ($1 session, $2 batch,
+/// $3 call, $4 correlation id, $5 outcome, $6 new content, $7 this replica,
+/// $8 epoch): the lease row is held (FOR SHARE) for the statement, so a
+/// replica claiming the session either waits and then reads the answer, or
+/// claimed first and nothing is written. With $9 (the session's settings,
+/// NULL: none) and $10 (their version), the settings the answer makes, in
+/// the same statement (as [`RECORD_SETTINGS_FENCED`]). Gives whether the
+/// lease was held, the outcome inserted, and the answer recorded before it
+/// (on a conflict).
+const RECORD_ANSWER_FENCED: &str = "WITH held AS (SELECT 1 FROM toolsched_leases \
+       WHERE session_id = $1 AND owner = $7 AND epoch = $8 FOR SHARE), \
+     inserted AS (INSERT INTO toolsched_answers \
+       (session_id, batch_id, call_id, correlation_id, outcome, new_content) \
+       SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS (SELECT 1 FROM held) \
+       ON CONFLICT DO NOTHING RETURNING outcome), \
+     earlier AS (SELECT outcome, new_content FROM toolsched_answers \
+       WHERE session_id = $1 AND batch_id = $2 AND call_id = $3 AND correlation_id = $4), \
+     settings AS (INSERT INTO toolsched_sessions AS s (session_id, settings, epoch, version) \
+       SELECT $1, $9, $8, $10 WHERE $9::bytea IS NOT NULL AND EXISTS (SELECT 1 FROM held) \
+       ON CONFLICT (session_id) DO UPDATE SET settings = EXCLUDED.settings, \
+         epoch = EXCLUDED.epoch, version = EXCLUDED.version, updated_at = now() \
+       WHERE (s.epoch, s.version) < (EXCLUDED.epoch, EXCLUDED.version)) \
+     SELECT EXISTS (SELECT 1 FROM held), (SELECT outcome FROM inserted), \
+       (SELECT outcome FROM earlier), (SELECT new_content FROM earlier)";
+
+/// A session's settings, fenced like a call's end ($1 session, $2 this
+/// replica, $3 epoch, $4 settings, $5 version), replacing only an older
+/// write ((epoch, version) ordered: the owner's writes may land in any
+/// order). Gives whether the lease was held.
+const RECORD_SETTINGS_FENCED: &str = "WITH held AS (SELECT 1 FROM toolsched_leases \
+       WHERE session_id = $1 AND owner = $2 AND epoch = $3 FOR SHARE), \
+     settings AS (INSERT INTO toolsched_sessions AS s (session_id, settings, epoch, version) \
+       SELECT $1, $4, $3, $5 WHERE EXISTS (SELECT 1 FROM held) \
+       ON CONFLICT (session_id) DO UPDATE SET settings = EXCLUDED.settings, \
+         epoch = EXCLUDED.epoch, version = EXCLUDED.version, updated_at = now() \
+       WHERE (s.epoch, s.version) < (EXCLUDED.epoch, EXCLUDED.version)) \
+     SELECT EXISTS (SELECT 1 FROM held)";
+
+/// What the store holds of a session ($1), for GetSession on a replica not
+/// running it: the lease's owner while unexpired, the recorded settings,
+/// the running batches (oldest first), the requests of the retained
+/// batches (newest first, at most [`Retention::max_batches_per_session`]
+/// are kept), and whether anything of the session is known.
+const STORED_SESSION: &str = "SELECT \
+       (SELECT owner FROM toolsched_leases WHERE session_id = $1 AND expires_at > now()), \
+       (SELECT settings FROM toolsched_sessions WHERE session_id = $1), \
+       ARRAY(SELECT batch_id FROM toolsched_batches WHERE session_id = $1 \
+         AND completed_at IS NULL AND request IS NOT NULL ORDER BY began_at, batch_id), \
+       ARRAY(SELECT request FROM toolsched_batches WHERE session_id = $1 \
+         AND request IS NOT NULL ORDER BY began_at DESC), \
+       EXISTS (SELECT 1 FROM toolsched_leases WHERE session_id = $1) \
+         OR EXISTS (SELECT 1 FROM toolsched_batches WHERE session_id = $1)";
+
 /// Why the PostgreSQL store could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum PostgresError {
@@ -271,6 +333,10 @@ pub struct PostgresStore<E: LogEvent> {
     /// Readers here of batches another replica runs, woken by NOTIFY, by
     /// batch id.
     tails: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
+    /// The epoch at which this process last wrote or read each session's
+    /// settings: at the lease's epoch, its own are current
+    /// ([`Store::session_settings`]).
+    settled: Mutex<HashMap<String, i64>>,
     /// This store, for the tasks it starts.
     me: std::sync::OnceLock<std::sync::Weak<Self>>,
 }
@@ -379,6 +445,7 @@ impl<E: LogEvent> PostgresStore<E> {
             orphans: Mutex::new(HashMap::new()),
             mirrored: Mutex::new(Default::default()),
             tails: Mutex::new(HashMap::new()),
+            settled: Mutex::new(HashMap::new()),
             me: std::sync::OnceLock::new(),
         });
         let _ = store.me.set(Arc::downgrade(&store));
@@ -800,6 +867,23 @@ impl<E: LogEvent> PostgresStore<E> {
                 None => executing.push(call_id),
             }
         }
+        let answers = client
+            .query(
+                "SELECT call_id, outcome, new_content FROM toolsched_answers \
+                 WHERE session_id = $1 AND batch_id = $2 ORDER BY call_id, correlation_id",
+                &[&session_id, &batch_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?
+            .into_iter()
+            .map(|row| {
+                let answer = Answer {
+                    outcome: row.get(1),
+                    new_content: row.get(2),
+                };
+                (row.get::<_, String>(0), answer)
+            })
+            .collect();
         // This process's record of the batch, as if it had begun it here
         // (the row is kept: its request id still names it).
         let mut new = NewBatch {
@@ -830,6 +914,7 @@ impl<E: LogEvent> PostgresStore<E> {
             request,
             executing,
             ended,
+            answers,
             began_before,
             began_after,
         }))
@@ -1261,6 +1346,154 @@ impl<E: LogEvent> PostgresStore<E> {
     }
 }
 
+// === answers and session settings ===
+
+impl<E: LogEvent> PostgresStore<E> {
+    fn settled(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        // Inserts and reads only: consistent after any panic.
+        self.settled.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`Store::record_answer_durably`]: one round trip.
+    async fn answer_now(
+        &self,
+        key: (&str, &str, &str, &str),
+        answer: Answer,
+        settings: Option<Settings>,
+    ) -> Result<Answer, StoreError> {
+        let (session_id, batch_id, call_id, correlation_id) = key;
+        let fence = self.fence(session_id);
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(RECORD_ANSWER_FENCED)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let (body, version) = match &settings {
+            Some(s) => (Some(s.body.as_slice()), s.version as i64),
+            None => (None, 0),
+        };
+        let row = client
+            .query_one(
+                &statement,
+                &[
+                    &session_id,
+                    &batch_id,
+                    &call_id,
+                    &correlation_id,
+                    &answer.outcome,
+                    &answer.new_content,
+                    &&*fence.owner,
+                    &fence.epoch,
+                    &body,
+                    &version,
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let held: bool = row.get(0);
+        let inserted: Option<String> = row.get(1);
+        let earlier: Option<String> = row.get(2);
+        let winner = match (held, inserted, earlier) {
+            (false, _, _) => {
+                return Err(StoreError::LeaseLost {
+                    session_id: session_id.to_string(),
+                });
+            }
+            (true, Some(_), _) => answer,
+            (true, None, Some(outcome)) => Answer {
+                outcome,
+                new_content: row.get(3),
+            },
+            // Inserted by a statement this one's snapshot did not see: the
+            // prompt's only answerer is its owner, so it is this answer.
+            (true, None, None) => answer,
+        };
+        if settings.is_some() {
+            self.settled().insert(session_id.to_string(), fence.epoch);
+        }
+        self.memory.record_answer(
+            session_id,
+            batch_id,
+            call_id,
+            correlation_id,
+            winner.clone(),
+        );
+        Ok(winner)
+    }
+
+    /// [`Store::record_settings`]: one round trip.
+    async fn settings_now(&self, session_id: &str, settings: Settings) -> Result<(), StoreError> {
+        let fence = self.fence(session_id);
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(RECORD_SETTINGS_FENCED)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let held: bool = client
+            .query_one(
+                &statement,
+                &[
+                    &session_id,
+                    &&*fence.owner,
+                    &fence.epoch,
+                    &settings.body,
+                    &(settings.version as i64),
+                ],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?
+            .get(0);
+        if !held {
+            return Err(StoreError::LeaseLost {
+                session_id: session_id.to_string(),
+            });
+        }
+        self.settled().insert(session_id.to_string(), fence.epoch);
+        Ok(())
+    }
+
+    /// [`Store::stored_session`]: one round trip.
+    async fn stored(&self, session_id: &str) -> Result<Option<StoredSession>, StoreError> {
+        let row = self
+            .client()
+            .await?
+            .query_one(STORED_SESSION, &[&session_id])
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if !row.get::<_, bool>(4) {
+            return Ok(None);
+        }
+        Ok(Some(StoredSession {
+            owner: row.get(0),
+            settings: row.get(1),
+            running: row.get(2),
+            requests: row.get(3),
+        }))
+    }
+
+    /// [`Store::session_settings`]: a round trip only when the lease's
+    /// epoch moved since this process last wrote or read them.
+    async fn settings_of(&self, session_id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let epoch = self.epochs().get(session_id).map(|h| h.epoch);
+        if epoch.is_some() && self.settled().get(session_id).copied() == epoch {
+            return Ok(None);
+        }
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                "SELECT settings FROM toolsched_sessions WHERE session_id = $1",
+                &[&session_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if let Some(epoch) = epoch {
+            self.settled().insert(session_id.to_string(), epoch);
+        }
+        Ok(Some(row.map(|r| r.get(0)).unwrap_or_default()))
+    }
+}
+
 impl<E: LogEvent> Store<E> for PostgresStore<E> {
     fn begin_batch(&self, batch: NewBatch) -> StoreFuture<'_, Result<Begun<E>, StoreError>> {
         Box::pin(self.begin(batch))
@@ -1325,6 +1558,48 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
         end: Vec<u8>,
     ) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(self.ended_now(session_id, batch_id, call_id, end))
+    }
+
+    fn record_answer_durably<'a>(
+        &'a self,
+        session_id: &'a str,
+        batch_id: &'a str,
+        call_id: &'a str,
+        correlation_id: &'a str,
+        answer: Answer,
+        settings: Option<Settings>,
+    ) -> StoreFuture<'a, Result<Answer, StoreError>> {
+        Box::pin(self.answer_now(
+            (session_id, batch_id, call_id, correlation_id),
+            answer,
+            settings,
+        ))
+    }
+
+    fn record_settings<'a>(
+        &'a self,
+        session_id: &'a str,
+        settings: Settings,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.settings_now(session_id, settings))
+    }
+
+    fn session_settings<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        Box::pin(self.settings_of(session_id))
+    }
+
+    fn stored_session<'a>(
+        &'a self,
+        session_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<StoredSession>, StoreError>> {
+        Box::pin(self.stored(session_id))
+    }
+
+    fn session_forgotten(&self, session_id: &str) {
+        self.settled().remove(session_id);
     }
 
     fn take_orphans(&self, session_id: &str) -> Vec<String> {

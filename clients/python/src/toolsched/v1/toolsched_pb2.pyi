@@ -501,18 +501,20 @@ class GetSessionRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class GetSessionResponse(_message.Message):
-    __slots__ = ("session_id", "workspace", "approval_mode", "running_batch_id", "queued_batch_ids")
+    __slots__ = ("session_id", "workspace", "approval_mode", "running_batch_id", "queued_batch_ids", "owner_replica")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_MODE_FIELD_NUMBER: _ClassVar[int]
     RUNNING_BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUED_BATCH_IDS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_REPLICA_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     workspace: str
     approval_mode: ApprovalMode
     running_batch_id: str
     queued_batch_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, session_id: _Optional[str] = ..., workspace: _Optional[str] = ..., approval_mode: _Optional[_Union[ApprovalMode, str]] = ..., running_batch_id: _Optional[str] = ..., queued_batch_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    owner_replica: str
+    def __init__(self, session_id: _Optional[str] = ..., workspace: _Optional[str] = ..., approval_mode: _Optional[_Union[ApprovalMode, str]] = ..., running_batch_id: _Optional[str] = ..., queued_batch_ids: _Optional[_Iterable[str]] = ..., owner_replica: _Optional[str] = ...) -> None: ...
 
 class GetServerInfoRequest(_message.Message):
     __slots__ = ()
