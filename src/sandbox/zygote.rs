@@ -21,6 +21,13 @@
 //! compiled seccomp programs and the kernel's last capability number,
 //! prepared once here ([`super::worker::prepare`]); every value there
 //! depends only on the architecture and the kernel, not on the command.
+//! And one fd, on [`RULESET_FD`]: the Landlock ruleset prepared here for
+//! the command's options ([`super::worker::RulesetCache`], which says why
+//! sharing it grants nothing a fresh build would not). The zygote reads
+//! each request's options itself to pick it; as root it also lives in a
+//! private mount namespace with one hidden `/proc` (`--hide-proc`), which
+//! each worker's namespace copies, so that the `/proc` a prepared ruleset
+//! grants is the one the command sees.
 //!
 //! **Protocol** (a `SOCK_SEQPACKET` socket pair; the zygote's end is its fd
 //! [`CONTROL_FD`]): the server sends one message per command, the bytes
@@ -155,8 +162,10 @@ impl Zygote {
     /// [`Zygote::spawn`]. `hide_proc`: whether workers hide `/proc` (the
     /// zygote then does it once for all of them).
     pub fn new(exe: PathBuf, hide_proc: bool) -> Self {
+        use std::os::unix::fs::PermissionsExt;
         let anchor = tempfile::Builder::new()
             .prefix("toolsched-anchor-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir()
             .and_then(|d| std::fs::create_dir(d.path().join(ANCHOR_TMP)).map(|()| d));
         let anchor = match anchor {

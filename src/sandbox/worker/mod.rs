@@ -13,6 +13,8 @@
 //! - [`confine`]: the forked command process up to `exec` (fds, signal mask,
 //!   capabilities, resource limits, then Landlock and seccomp);
 //! - [`landlock`]: the filesystem and network grants of each level;
+//! - [`prepared`]: those grants prepared once in the zygote and reused by
+//!   every command with the same options;
 //! - [`seccomp`]: the system-call filters;
 //! - [`metadata`]: mode, owner, times and xattrs, which Landlock does not
 //!   govern: trapped to the worker, performed only beneath writable roots;
