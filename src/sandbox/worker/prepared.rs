@@ -62,9 +62,8 @@ struct Entry {
 pub struct RulesetCache {
     entries: Vec<Entry>,
     clock: ClockWatch,
+    /// Lookups so far: the recency of each entry.
     uses: u64,
-    /// Rulesets built (for tests and logs).
-    built: u64,
 }
 
 impl RulesetCache {
@@ -105,7 +104,6 @@ impl RulesetCache {
                 return None;
             }
         };
-        self.built += 1;
         let copy = shared.fd.try_clone().ok();
         if shared.stamps.reusable {
             if self.entries.len() >= MAX_PREPARED_RULESETS
@@ -126,19 +124,108 @@ impl RulesetCache {
         }
         copy
     }
+}
 
-    /// Rulesets built so far.
-    pub fn built(&self) -> u64 {
-        self.built
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(workspace: &std::path::Path, anchor: &std::path::Path) -> WorkerArgs {
+        WorkerArgs {
+            level: SandboxLevel::WorkspaceWrite,
+            workspace: workspace.to_path_buf(),
+            tmp: anchor.join("unused"),
+            tmp_at: Some(anchor.to_path_buf()),
+            cpu_secs: 1,
+            address_space_bytes: 1 << 30,
+            file_size_bytes: 1 << 20,
+            processes: 8,
+            open_files: 64,
+            kill_grace_ms: 1,
+            protect: vec![],
+            read: vec![],
+            cgroup: None,
+            best_effort: false,
+            protected_fd: None,
+            landlock_only: false,
+            command: vec!["true".into()],
+        }
     }
 
-    /// Rulesets kept now.
-    pub fn len(&self) -> usize {
-        self.entries.len()
+    fn workspaces_of(cache: &RulesetCache) -> Vec<PathBuf> {
+        cache
+            .entries
+            .iter()
+            .map(|e| e.key.workspace.clone())
+            .collect()
     }
 
-    /// Whether none is kept.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+    #[test]
+    fn rulesets_are_kept_per_key_rebuilt_when_stale_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let anchor = dir.path().join("anchor");
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        for d in [&anchor, &a, &b] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let mut cache = RulesetCache::default();
+        assert!(cache.get(&args(&a, &anchor)).is_some());
+        assert_eq!(
+            workspaces_of(&cache),
+            [a.clone()],
+            "kept (nothing listed changed lately)"
+        );
+        let first_use = cache.entries[0].last_used;
+        assert!(cache.get(&args(&a, &anchor)).is_some());
+        assert_eq!(
+            workspaces_of(&cache),
+            [a.clone()],
+            "reused, not built again"
+        );
+        assert!(cache.entries[0].last_used > first_use);
+        // Another workspace, or other protected files: another key.
+        assert!(cache.get(&args(&b, &anchor)).is_some());
+        let mut protecting = args(&a, &anchor);
+        protecting.protect = vec![dir.path().join("config.toml")];
+        assert!(cache.get(&protecting).is_some());
+        assert_eq!(cache.entries.len(), 3);
+        // A workspace replaced at its path: its old ruleset holds the old
+        // inode, so it is built again for the new one.
+        let old = cache.entries[0].shared.stamps.still_hold();
+        assert!(old);
+        std::fs::rename(&a, dir.path().join("a-moved")).unwrap();
+        std::fs::create_dir(&a).unwrap();
+        assert!(!cache.entries[0].shared.stamps.still_hold());
+        assert!(cache.get(&args(&a, &anchor)).is_some());
+        assert_eq!(cache.entries.len(), 3);
+        // The one for `a` with other protected files is stale too, and is
+        // built again on its next use.
+        let stale: Vec<bool> = cache
+            .entries
+            .iter()
+            .map(|e| !e.shared.stamps.still_hold())
+            .collect();
+        assert_eq!(stale.iter().filter(|s| **s).count(), 1);
+        assert!(cache.get(&protecting).is_some());
+        assert_eq!(cache.entries.len(), 3);
+        assert!(cache.entries.iter().all(|e| e.shared.stamps.still_hold()));
+        // Bounded: the least recently used goes.
+        for i in 0..MAX_PREPARED_RULESETS {
+            let w = dir.path().join(format!("w{i}"));
+            std::fs::create_dir(&w).unwrap();
+            assert!(cache.get(&args(&w, &anchor)).is_some());
+        }
+        assert_eq!(cache.entries.len(), MAX_PREPARED_RULESETS);
+        assert!(
+            !workspaces_of(&cache).contains(&b),
+            "b was used least recently"
+        );
+        // Not confined, or no anchor: nothing applies.
+        let mut none = args(&b, &anchor);
+        none.level = SandboxLevel::None;
+        assert!(cache.get(&none).is_none());
+        let mut unanchored = args(&b, &anchor);
+        unanchored.tmp_at = None;
+        assert!(cache.get(&unanchored).is_none());
     }
 }
