@@ -172,14 +172,14 @@ mod tests {
         assert!(cache.get(&args(&a, &anchor)).is_some());
         assert_eq!(
             workspaces_of(&cache),
-            [a.clone()],
+            std::slice::from_ref(&a),
             "kept (nothing listed changed lately)"
         );
         let first_use = cache.entries[0].last_used;
         assert!(cache.get(&args(&a, &anchor)).is_some());
         assert_eq!(
             workspaces_of(&cache),
-            [a.clone()],
+            std::slice::from_ref(&a),
             "reused, not built again"
         );
         assert!(cache.entries[0].last_used > first_use);
