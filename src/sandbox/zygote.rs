@@ -79,6 +79,10 @@ pub const CONTROL_FD: RawFd = 3;
 /// `/proc` before forking any worker.
 const HIDE_PROC_FLAG: &str = "--hide-proc";
 
+/// The zygote's option naming the tmp anchor: it removes the anchor when
+/// the server is gone (a server killed outright never drops its handle).
+const ANCHOR_FLAG: &str = "--anchor";
+
 /// The fd a forked worker finds its prepared Landlock ruleset on.
 const RULESET_FD: RawFd = 5;
 
@@ -269,6 +273,9 @@ impl Zygote {
         cmd.arg(SUBCOMMAND);
         if self.hide_proc {
             cmd.arg(HIDE_PROC_FLAG);
+        }
+        if let Some(a) = self.anchor() {
+            cmd.arg(ANCHOR_FLAG).arg(a);
         }
         cmd.env_clear()
             .current_dir("/")
@@ -560,6 +567,10 @@ pub fn main() -> ! {
     // would hide the one the ruleset grants.
     let proc_hidden =
         std::env::args_os().any(|a| a == HIDE_PROC_FLAG) && super::worker::hide_proc_here();
+    let anchor: Option<PathBuf> = std::env::args_os()
+        .skip_while(|a| a != ANCHOR_FLAG)
+        .nth(1)
+        .map(PathBuf::from);
     super::worker::prepare();
     let mut rulesets = RulesetCache::default();
     // SAFETY: blocking SIGCHLD for this (only) thread and reading it from a
@@ -607,8 +618,15 @@ pub fn main() -> ! {
             let mut tag = [0u8; REQUEST_TAG.len()];
             match recv_with_fds(CONTROL_FD, &mut tag, MAX_REQUEST_FDS) {
                 // The server is gone: so are we (the workers follow through
-                // their parent-death signal).
-                Ok((0, _)) => std::process::exit(0),
+                // their parent-death signal), and the anchor it made.
+                Ok((0, _)) => {
+                    if let Some(a) = &anchor {
+                        // Never recursive: only the empty layout it made.
+                        let _ = std::fs::remove_dir(a.join(ANCHOR_TMP));
+                        let _ = std::fs::remove_dir(a);
+                    }
+                    std::process::exit(0)
+                }
                 Ok((n, received)) if n == tag.len() && &tag == REQUEST_TAG => {
                     if let Some(w) = serve(received, me, proc_hidden, &mut rulesets) {
                         live.push(w);
