@@ -562,3 +562,229 @@ async fn a_session_may_choose_a_stricter_level_but_not_a_looser_one() {
     }
     assert!(!srv.path("e.txt").exists());
 }
+
+// === what a ruleset prepared once for many commands must not open up ===
+//
+// The zygote prepares one Landlock ruleset per (level, workspace,
+// protected options) and every command's private tmp is bound beneath one
+// fixed anchor (`src/sandbox/worker/prepared.rs`); these hold whatever ran
+// before.
+
+/// Runs `command` in its own session and asserts the sandbox refused it,
+/// with `error` (the failing tool's message) in the output and exit `exit`.
+async fn assert_refused(srv: &TestServer, session: &str, command: &str, error: &str, exit: i32) {
+    let events = srv.run(session, vec![shell("c", command)]).await;
+    assert_eq!(
+        states(&events, "c"),
+        ["validating", "scheduled", "executing", "error"],
+        "{command}: {events:?}"
+    );
+    let (kind, message) = error_of(&events, "c");
+    assert_eq!(kind, pb::ErrorType::SandboxDenied, "{command}: {message}");
+    assert!(message.contains(error), "{command}: {message}");
+    assert!(
+        message.contains(&format!("(exit code {exit})")),
+        "{command}: {message}"
+    );
+}
+
+/// The private tmp (its real path, outside any command's view) holding a
+/// file `name` that contains `marker`.
+fn real_tmp_with(name: &str, marker: &str) -> std::path::PathBuf {
+    let found: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("toolsched-tmp-"))
+                && std::fs::read_to_string(p.join(name)).is_ok_and(|t| t.contains(marker))
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found.into_iter().next().unwrap()
+}
+
+#[tokio::test]
+async fn a_command_cannot_reach_another_commands_private_tmp() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    let marker = unique("tmp");
+    // An earlier command leaves a file in its tmp (which goes with it).
+    let early = srv
+        .run(
+            "early",
+            vec![shell("c", &format!("echo {marker} | tee \"$TMPDIR/left\""))],
+        )
+        .await;
+    assert!(success_output(&early, "c").contains(&marker), "{early:?}");
+    // A concurrent one holds a secret in its tmp while the others run.
+    let mut holder = srv
+        .schedule(
+            "holder",
+            vec![shell(
+                "h",
+                &format!("echo {marker} | tee \"$TMPDIR/secret\" && echo ready && sleep 600"),
+            )],
+        )
+        .await;
+    let mut seen = Vec::new();
+    next_matching(&mut holder, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(pb::ToolCallUpdate { state: Some(State::Executing(x)), .. }) if x.output_chunk.contains("ready"))
+    })
+    .await;
+    let other = real_tmp_with("secret", &marker);
+    let o = other.display();
+
+    // Every command sees its own, empty tmp at the same path.
+    let own = srv
+        .run(
+            "own",
+            vec![shell(
+                "c",
+                "echo \"$TMPDIR\" && ls -A \"$TMPDIR\" | wc -l && test ! -e \"$TMPDIR/secret\" && test ! -e \"$TMPDIR/left\" && echo mine | tee \"$TMPDIR/x\"",
+            )],
+        )
+        .await;
+    let out = success_output(&own, "c");
+    let lines: Vec<&str> = out
+        .split_once("Output: ")
+        .map(|(_, o)| o.lines().collect())
+        .unwrap_or_default();
+    assert_eq!(lines.len(), 3, "{out}");
+    let seen_tmp = std::path::Path::new(lines[0]);
+    let anchor = seen_tmp.parent().unwrap();
+    assert!(
+        seen_tmp.ends_with("tmp")
+            && anchor
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("toolsched-anchor-")),
+        "{out}"
+    );
+    assert_eq!(&lines[1..], ["0", "mine"], "{out}");
+
+    // The other command's tmp at its real path: nothing.
+    let attempts = [
+        (format!("cat {o}/secret"), "Permission denied", 1),
+        (format!("ls {o}"), "Permission denied", 2),
+        (
+            format!("echo pwned | tee {o}/planted"),
+            "Permission denied",
+            1,
+        ),
+        (
+            format!("echo pwned | tee -a {o}/secret"),
+            "Permission denied",
+            1,
+        ),
+        (format!("rm {o}/secret"), "Permission denied", 1),
+    ];
+    for (command, error, exit) in &attempts {
+        assert_refused(&srv, "probe", command, error, *exit).await;
+    }
+    // The anchor every tmp is bound beneath takes nothing that a later (or
+    // concurrent) command could find: it is read-only in each command's view.
+    let a = anchor.display();
+    for (command, error, exit) in [
+        (format!("mkfifo {a}/fifo"), "Read-only file system", 1),
+        (
+            format!("echo pwned | tee {a}/planted"),
+            "Read-only file system",
+            1,
+        ),
+        (format!("rmdir {a}/tmp"), "Read-only file system", 1),
+        (format!("mv {a}/tmp {a}/moved"), "Read-only file system", 1),
+    ] {
+        assert_refused(&srv, "probe", &command, error, exit).await;
+    }
+    assert_eq!(
+        std::fs::read_to_string(other.join("secret")).unwrap(),
+        format!("{marker}\n")
+    );
+    assert_eq!(
+        std::fs::read_dir(&other).unwrap().count(),
+        1,
+        "only the holder's own file"
+    );
+    let in_anchor: Vec<_> = std::fs::read_dir(anchor)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(in_anchor, ["tmp"]);
+    assert_eq!(std::fs::read_dir(anchor.join("tmp")).unwrap().count(), 0);
+    drop(holder);
+}
+
+#[tokio::test]
+async fn a_repository_made_after_the_ruleset_was_prepared_is_still_protected() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    std::fs::create_dir_all(srv.path("early/.git/hooks")).unwrap();
+    // Commands in this workspace: its ruleset is prepared and reused.
+    for i in 0..2 {
+        let events = srv
+            .run(
+                "s",
+                vec![shell("w", &format!("echo {i} > warm.txt && cat warm.txt"))],
+            )
+            .await;
+        assert!(
+            success_output(&events, "w").ends_with(&format!("Output: {i}\n")),
+            "{events:?}"
+        );
+    }
+    assert_refused(
+        &srv,
+        "s",
+        "echo evil | tee early/.git/hooks/pre-commit",
+        "Read-only file system",
+        1,
+    )
+    .await;
+    // A repository made outside the sandbox after that.
+    std::fs::create_dir_all(srv.path("late/repo/.git/hooks")).unwrap();
+    std::fs::write(srv.path("late/repo/.git/config"), "[core]\n").unwrap();
+    assert_refused(
+        &srv,
+        "s",
+        "echo evil | tee late/repo/.git/hooks/pre-commit",
+        "Read-only file system",
+        1,
+    )
+    .await;
+    assert_refused(
+        &srv,
+        "s",
+        "echo '[core] fsmonitor = evil' | tee -a late/repo/.git/config",
+        "Read-only file system",
+        1,
+    )
+    .await;
+    assert_refused(
+        &srv,
+        "s",
+        "mv late/repo late/moved",
+        "Device or resource busy",
+        1,
+    )
+    .await;
+    assert!(!srv.path("late/repo/.git/hooks/pre-commit").exists());
+    assert!(!srv.path("early/.git/hooks/pre-commit").exists());
+    assert_eq!(
+        std::fs::read_to_string(srv.path("late/repo/.git/config")).unwrap(),
+        "[core]\n"
+    );
+    // Beside it the workspace stays writable.
+    let events = srv
+        .run("s", vec![shell("ok", "echo fine > late/x && cat late/x")])
+        .await;
+    assert!(
+        success_output(&events, "ok").ends_with("Output: fine\n"),
+        "{events:?}"
+    );
+}

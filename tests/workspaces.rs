@@ -645,3 +645,64 @@ fn the_binary_serves_workspaces_from_flags_and_config_as_the_readme_shows() {
     assert!(err.contains("workspace 'secret'"), "{err}");
     assert!(!root.join("acme/secret").exists());
 }
+
+/// The zygote prepares one Landlock ruleset per workspace and reuses it
+/// (`src/sandbox/worker/prepared.rs`): a ruleset warmed by B's commands is
+/// never the one A's commands get, before or after A's own was prepared.
+#[tokio::test]
+async fn a_command_cannot_reach_another_workspace_after_its_commands_ran() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let t = Roots::start(true).await;
+    let b_dir = t.dir("beta", "main");
+    let b = b_dir.display();
+    let b_shell = |i: usize| shell("c", &format!("echo B{i} > secret.txt && cat secret.txt"));
+    for round in 0..2 {
+        // B's commands run first: its ruleset is prepared (then reused).
+        let events = t.run(B, "s", "main", vec![b_shell(round)]).await;
+        assert!(
+            success_output(&events, "c").ends_with(&format!("Output: B{round}\n")),
+            "{events:?}"
+        );
+        for (id, command, exit) in [
+            ("read", format!("cat {b}/secret.txt"), 1),
+            ("list", format!("ls {b}"), 2),
+            ("write", format!("echo pwned | tee {b}/secret.txt"), 1),
+            ("new", format!("echo pwned | tee {b}/new.txt"), 1),
+        ] {
+            let events = t.run(A, id, "main", vec![shell("c", &command)]).await;
+            assert_eq!(
+                states(&events, "c"),
+                ["validating", "scheduled", "executing", "error"],
+                "round {round} {id}: {events:?}"
+            );
+            let (kind, message) = error_of(&events, "c");
+            assert_eq!(kind, pb::ErrorType::SandboxDenied, "{id}: {message}");
+            assert!(message.contains("Permission denied"), "{id}: {message}");
+            assert!(
+                message.contains(&format!("(exit code {exit})")),
+                "{id}: {message}"
+            );
+            assert!(
+                !message.contains("B0") && !message.contains("B1"),
+                "{id}: {message}"
+            );
+        }
+        // A's own workspace works with its own ruleset.
+        let own = t
+            .run(
+                A,
+                "own",
+                "main",
+                vec![shell("c", "echo mine > own.txt && cat own.txt")],
+            )
+            .await;
+        assert!(
+            success_output(&own, "c").ends_with("Output: mine\n"),
+            "{own:?}"
+        );
+        assert_eq!(content(&b_dir.join("secret.txt")), format!("B{round}\n"));
+        assert!(!b_dir.join("new.txt").exists());
+    }
+}

@@ -79,9 +79,10 @@ impl Sandbox {
             probe.proc_hidden = false;
             probe = probe.at_level(config.level);
         }
-        let zygote = Arc::new(zygote::Zygote::new(worker_exe(
-            config.worker_exe.as_deref(),
-        )));
+        let zygote = Arc::new(zygote::Zygote::new(
+            worker_exe(config.worker_exe.as_deref()),
+            probe.proc_hidden,
+        ));
         Self {
             config,
             probe,

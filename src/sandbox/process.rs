@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::probe::ProcessLimitKind;
-use super::worker::{PROTECTED_FD, WorkerArgs};
+use super::worker::{ANCHOR_TMP, PROTECTED_FD, WorkerArgs};
 use super::zygote::Request;
 use super::{SandboxLevel, SharedSandbox};
 
@@ -260,12 +260,24 @@ pub async fn run_process(
         None
     };
     let limits = config.limits;
+    // Where the worker's namespace can bind it, the tmp is seen beneath the
+    // zygote's anchor, so that one prepared ruleset serves every command.
+    let tmp_at = match spec.sandbox.zygote().anchor() {
+        Some(a) if config.level.is_confined() && spec.sandbox.probe.mount_namespace => {
+            Some(a.to_path_buf())
+        }
+        _ => None,
+    };
+    let seen_tmp = tmp_at
+        .as_ref()
+        .map_or_else(|| tmp.path().to_path_buf(), |a| a.join(ANCHOR_TMP));
     let mut command: Vec<OsString> = vec![spec.program.clone().into()];
     command.extend(spec.args.iter().map(OsString::from));
     let worker_args = WorkerArgs {
         level: config.level,
         workspace: spec.workspace.clone(),
         tmp: tmp.path().to_path_buf(),
+        tmp_at,
         cpu_secs: limits.cpu_secs,
         address_space_bytes: limits.address_space_bytes,
         file_size_bytes: limits.file_size_bytes,
@@ -281,13 +293,13 @@ pub async fn run_process(
         command,
     };
     let mut env = command_env();
-    env.push(("TMPDIR".into(), tmp.path().as_os_str().to_os_string()));
+    env.push(("TMPDIR".into(), seen_tmp.clone().into_os_string()));
     if config.level.is_confined() {
         // The server user's home is outside the ruleset: tools that read
         // dotfiles there (git's ~/.gitconfig) would fail with a denial that
         // has nothing to do with the command. The private tmp stands in.
         env.retain(|(k, _)| k != "HOME");
-        env.push(("HOME".into(), tmp.path().as_os_str().to_os_string()));
+        env.push(("HOME".into(), seen_tmp.into_os_string()));
     }
     let (out_r, out_w, err_r, err_w, stdin) = match (
         pipe_cloexec(),

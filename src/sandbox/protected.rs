@@ -199,25 +199,47 @@ impl ProtectedRegistry {
 
 /// What a walk keeps: settled listings by path and the clock offset of the
 /// last walk.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Listings {
     dirs: HashMap<PathBuf, Listing>,
-    /// Wall-clock minus monotonic time at the last walk, in nanoseconds.
-    clock_offset: Option<i128>,
-    /// The monotonic clock's origin for [`Self::clock_offset`].
-    epoch: Instant,
+    clock: ClockWatch,
     /// Directories the last walk read (not taken from a kept listing).
     reread: usize,
 }
 
-impl Default for Listings {
+/// Notices the wall clock being stepped back between two looks: `ctime`s
+/// may then repeat, so whatever was kept on the strength of an unchanged
+/// `ctime` must be dropped. Also used by the zygote's Landlock rulesets
+/// ([`super::worker::RulesetCache`]).
+#[derive(Debug)]
+pub(crate) struct ClockWatch {
+    /// Wall-clock minus monotonic time at the last look, in nanoseconds.
+    offset: Option<i128>,
+    /// The monotonic clock's origin for [`Self::offset`].
+    epoch: Instant,
+}
+
+impl Default for ClockWatch {
     fn default() -> Self {
         Self {
-            dirs: HashMap::new(),
-            clock_offset: None,
+            offset: None,
             epoch: Instant::now(),
-            reread: 0,
         }
+    }
+}
+
+impl ClockWatch {
+    /// Whether the wall clock went back since the last call.
+    pub(crate) fn stepped_back(&mut self) -> bool {
+        let wall = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        let offset = wall - self.epoch.elapsed().as_nanos() as i128;
+        let back = self
+            .offset
+            .is_some_and(|previous| offset < previous - CLOCK_STEP_TOLERANCE.as_nanos() as i128);
+        self.offset = Some(offset);
+        back
     }
 }
 
@@ -294,17 +316,10 @@ impl Listings {
     /// Drops every kept listing when the wall clock was stepped back since
     /// the last walk: timestamps may then repeat.
     fn check_clock(&mut self) {
-        let wall = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i128);
-        let offset = wall - self.epoch.elapsed().as_nanos() as i128;
-        if let Some(previous) = self.clock_offset
-            && offset < previous - CLOCK_STEP_TOLERANCE.as_nanos() as i128
-        {
+        if self.clock.stepped_back() {
             tracing::info!("the wall clock was stepped back; re-reading the workspace");
             self.dirs.clear();
         }
-        self.clock_offset = Some(offset);
     }
 
     fn read_counted(&mut self, dir: &Path, walk_started: SystemTime) -> Read {
@@ -378,7 +393,7 @@ fn unchanged(dir: &Path, old: &Listing) -> bool {
 
 /// Whether a `ctime` is old enough that any later change must stamp a
 /// different one ([`RACY_MARGIN`]).
-fn settled(ctime: (i64, i64), walk_started: SystemTime) -> bool {
+pub(crate) fn settled(ctime: (i64, i64), walk_started: SystemTime) -> bool {
     let Ok(started) = walk_started.duration_since(SystemTime::UNIX_EPOCH) else {
         return false;
     };
@@ -398,7 +413,7 @@ fn gone_or_unreadable(e: &std::io::Error) -> Read {
 }
 
 /// Whether the filesystem holding `file` is one of [`TRUSTED_FILESYSTEMS`].
-fn on_trusted_filesystem(file: &File) -> bool {
+pub(crate) fn on_trusted_filesystem(file: &impl AsRawFd) -> bool {
     // SAFETY: fstatfs writes into a zeroed local struct through a valid fd.
     let magic = unsafe {
         let mut st: libc::statfs = std::mem::zeroed();
@@ -551,7 +566,7 @@ mod tests {
         assert!(keep || !on_trusted_filesystem(&File::open(dir.path()).unwrap()));
         l.dirs.insert(dir.path().to_path_buf(), listing);
         l.check_clock();
-        l.clock_offset = l.clock_offset.map(|o| o + 10_000_000_000);
+        l.clock.offset = l.clock.offset.map(|o| o + 10_000_000_000);
         l.check_clock();
         assert!(l.dirs.is_empty());
     }

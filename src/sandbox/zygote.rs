@@ -21,6 +21,13 @@
 //! compiled seccomp programs and the kernel's last capability number,
 //! prepared once here ([`super::worker::prepare`]); every value there
 //! depends only on the architecture and the kernel, not on the command.
+//! And one fd, on [`RULESET_FD`]: the Landlock ruleset prepared here for
+//! the command's options ([`super::worker::RulesetCache`], which says why
+//! sharing it grants nothing a fresh build would not). The zygote reads
+//! each request's options itself to pick it; as root it also lives in a
+//! private mount namespace with one hidden `/proc` (`--hide-proc`), which
+//! each worker's namespace copies, so that the `/proc` a prepared ruleset
+//! grants is the one the command sees.
 //!
 //! **Protocol** (a `SOCK_SEQPACKET` socket pair; the zygote's end is its fd
 //! [`CONTROL_FD`]): the server sends one message per command, the bytes
@@ -57,7 +64,9 @@ use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
 
-use super::worker::{PROTECTED_FD, SETUP_FAILED_EXIT, STATUS_FD};
+use super::worker::{
+    ANCHOR_TMP, Forked, PROTECTED_FD, RulesetCache, SETUP_FAILED_EXIT, STATUS_FD, WorkerArgs,
+};
 
 /// The zygote's subcommand (`main` dispatches on it before parsing
 /// anything else, so the zygote never builds the server's command line).
@@ -65,6 +74,17 @@ pub const SUBCOMMAND: &str = "sandbox-zygote";
 
 /// The fd the zygote finds its end of the control socket on.
 pub const CONTROL_FD: RawFd = 3;
+
+/// The zygote's option: make its mount namespace private with a hidden
+/// `/proc` before forking any worker.
+const HIDE_PROC_FLAG: &str = "--hide-proc";
+
+/// The zygote's option naming the tmp anchor: it removes the anchor when
+/// the server is gone (a server killed outright never drops its handle).
+const ANCHOR_FLAG: &str = "--anchor";
+
+/// The fd a forked worker finds its prepared Landlock ruleset on.
+const RULESET_FD: RawFd = 5;
 
 /// The bytes of a request message (its fds carry the rest).
 const REQUEST_TAG: &[u8; 4] = b"TSZ1";
@@ -114,6 +134,14 @@ pub struct Spawned {
 /// The server's handle on the zygote of one worker binary.
 pub struct Zygote {
     exe: PathBuf,
+    /// Start the zygote in a private mount namespace with a hidden `/proc`
+    /// (see [`main`]).
+    hide_proc: bool,
+    /// The anchor every command's private tmp is bound beneath (see
+    /// [`super::worker::RulesetCache`]): an empty directory of ours holding
+    /// an empty [`ANCHOR_TMP`]. `None` when it could not be made (commands
+    /// then get their tmp at its own path, and build their own rulesets).
+    anchor: Option<tempfile::TempDir>,
     /// The running zygote; `None` before the first command and after it
     /// died. One request at a time: its reply is the next message.
     conn: tokio::sync::Mutex<Option<Conn>>,
@@ -135,12 +163,33 @@ impl std::fmt::Debug for Zygote {
 
 impl Zygote {
     /// A handle for the worker binary `exe`; nothing starts until the first
-    /// [`Zygote::spawn`].
-    pub fn new(exe: PathBuf) -> Self {
+    /// [`Zygote::spawn`]. `hide_proc`: whether workers hide `/proc` (the
+    /// zygote then does it once for all of them).
+    pub fn new(exe: PathBuf, hide_proc: bool) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let anchor = tempfile::Builder::new()
+            .prefix("toolsched-anchor-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()
+            .and_then(|d| std::fs::create_dir(d.path().join(ANCHOR_TMP)).map(|()| d));
+        let anchor = match anchor {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::warn!(error = %e, "no tmp anchor: every confined command builds its own Landlock ruleset");
+                None
+            }
+        };
         Self {
             exe,
+            hide_proc,
+            anchor,
             conn: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// The tmp anchor (see [`super::WorkerArgs::tmp_at`]), if there is one.
+    pub fn anchor(&self) -> Option<&Path> {
+        self.anchor.as_ref().map(tempfile::TempDir::path)
     }
 
     /// Forks a worker for `req`. An error says why no worker started; the
@@ -221,8 +270,14 @@ impl Zygote {
         let (ours, theirs) =
             unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
         let mut cmd = tokio::process::Command::new(&self.exe);
-        cmd.arg(SUBCOMMAND)
-            .env_clear()
+        cmd.arg(SUBCOMMAND);
+        if self.hide_proc {
+            cmd.arg(HIDE_PROC_FLAG);
+        }
+        if let Some(a) = self.anchor() {
+            cmd.arg(ANCHOR_FLAG).arg(a);
+        }
+        cmd.env_clear()
             .current_dir("/")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -507,7 +562,17 @@ pub fn main() -> ! {
     {
         std::process::exit(SETUP_FAILED_EXIT);
     }
+    // One hidden `/proc` for every worker, so that their prepared rulesets
+    // (which grant it by inode) reach it; each worker mounting its own
+    // would hide the one the ruleset grants.
+    let proc_hidden =
+        std::env::args_os().any(|a| a == HIDE_PROC_FLAG) && super::worker::hide_proc_here();
+    let anchor: Option<PathBuf> = std::env::args_os()
+        .skip_while(|a| a != ANCHOR_FLAG)
+        .nth(1)
+        .map(PathBuf::from);
     super::worker::prepare();
+    let mut rulesets = RulesetCache::default();
     // SAFETY: blocking SIGCHLD for this (only) thread and reading it from a
     // signalfd; plain calls with valid arguments.
     let sfd = unsafe {
@@ -553,10 +618,17 @@ pub fn main() -> ! {
             let mut tag = [0u8; REQUEST_TAG.len()];
             match recv_with_fds(CONTROL_FD, &mut tag, MAX_REQUEST_FDS) {
                 // The server is gone: so are we (the workers follow through
-                // their parent-death signal).
-                Ok((0, _)) => std::process::exit(0),
+                // their parent-death signal), and the anchor it made.
+                Ok((0, _)) => {
+                    if let Some(a) = &anchor {
+                        // Never recursive: only the empty layout it made.
+                        let _ = std::fs::remove_dir(a.join(ANCHOR_TMP));
+                        let _ = std::fs::remove_dir(a);
+                    }
+                    std::process::exit(0)
+                }
                 Ok((n, received)) if n == tag.len() && &tag == REQUEST_TAG => {
-                    if let Some(w) = serve(received, me) {
+                    if let Some(w) = serve(received, me, proc_hidden, &mut rulesets) {
                         live.push(w);
                     }
                 }
@@ -569,9 +641,15 @@ pub fn main() -> ! {
     }
 }
 
-/// One request: forks the worker and replies. Returns the worker's pid and
-/// a copy of its status pipe.
-fn serve(received: Vec<OwnedFd>, me: libc::pid_t) -> Option<(libc::pid_t, File)> {
+/// One request: reads it, finds (or prepares) its Landlock ruleset, forks
+/// the worker and replies. Returns the worker's pid and a copy of its
+/// status pipe.
+fn serve(
+    received: Vec<OwnedFd>,
+    me: libc::pid_t,
+    proc_hidden: bool,
+    rulesets: &mut RulesetCache,
+) -> Option<(libc::pid_t, File)> {
     if !(REQUEST_FDS..=MAX_REQUEST_FDS).contains(&received.len()) {
         reply(-libc::EINVAL, None);
         return None;
@@ -583,6 +661,13 @@ fn serve(received: Vec<OwnedFd>, me: libc::pid_t) -> Option<(libc::pid_t, File)>
             return None;
         }
     };
+    // Read here, not in the child: the options decide the ruleset. What is
+    // wrong with them the child reports on the status pipe, as before.
+    let request = read_request(&received[0]);
+    let ruleset = request
+        .as_ref()
+        .ok()
+        .and_then(|(_, args)| rulesets.get(args));
     let raw: Vec<RawFd> = received.iter().map(AsRawFd::as_raw_fd).collect();
     // SAFETY: this process is single-threaded (no runtime, no threads), so
     // the child may allocate and run ordinary Rust code.
@@ -597,10 +682,16 @@ fn serve(received: Vec<OwnedFd>, me: libc::pid_t) -> Option<(libc::pid_t, File)>
         return None;
     }
     if pid == 0 {
+        let forked = Forked {
+            zygote: me,
+            ruleset,
+            proc_hidden,
+        };
         // SAFETY: in the freshly forked child; `raw` are its copies.
-        unsafe { child(&raw, me) }
+        unsafe { child(&raw, request, forked) }
     }
     drop(received);
+    drop(ruleset);
     // SAFETY: pidfd_open on our own child, which cannot have been reaped
     // yet (only this loop reaps); the fd is owned below.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -619,6 +710,28 @@ fn serve(received: Vec<OwnedFd>, me: libc::pid_t) -> Option<(libc::pid_t, File)>
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
     reply(pid, Some(&pidfd));
     Some((pid, status))
+}
+
+/// The request body on `body` (a memfd of [`encode`]), decoded, and the
+/// worker's options parsed.
+fn read_request(body: &OwnedFd) -> Result<(Decoded, WorkerArgs), String> {
+    let mut text = Vec::new();
+    let file = body
+        .try_clone()
+        .map_err(|e| format!("reading the worker's request: {e}"))?;
+    File::from(file)
+        .take(MAX_REQUEST_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| format!("reading the worker's request: {e}"))?;
+    if text.len() as u64 > MAX_REQUEST_BYTES {
+        return Err(format!(
+            "the worker's request exceeds {MAX_REQUEST_BYTES} bytes"
+        ));
+    }
+    let mut req = decode(&text).map_err(|e| format!("a malformed worker request: {e}"))?;
+    let args = super::worker::parse_args(std::mem::take(&mut req.args))
+        .map_err(|e| format!("the worker's options: {e}"))?;
+    Ok((req, args))
 }
 
 fn reply(pid: i32, pidfd: Option<&OwnedFd>) {
@@ -667,12 +780,17 @@ fn reap(live: &mut Vec<(libc::pid_t, File)>) {
 }
 
 /// The forked child: its fds on 0–4 as the server's `exec` of
-/// `sandbox-exec` would have had them, the request's directory and
-/// environment, then the worker. `raw`: the received fds, in request order.
+/// `sandbox-exec` would have had them (and the prepared ruleset, if any, on
+/// [`RULESET_FD`]), the request's directory and environment, then the
+/// worker. `raw`: the received fds, in request order.
 ///
 /// # Safety
 /// Only in a freshly forked child of the (single-threaded) zygote.
-unsafe fn child(raw: &[RawFd], zygote: libc::pid_t) -> ! {
+unsafe fn child(
+    raw: &[RawFd],
+    request: Result<(Decoded, WorkerArgs), String>,
+    mut forked: Forked,
+) -> ! {
     // SAFETY: plain calls on this process's own fds, mask and handlers.
     unsafe {
         let mut empty: libc::sigset_t = std::mem::zeroed();
@@ -685,28 +803,49 @@ unsafe fn child(raw: &[RawFd], zygote: libc::pid_t) -> ! {
                 libc::_exit(SETUP_FAILED_EXIT);
             }
         }
-        // body, then stdin/stdout/stderr on 0–2, status and protected.
+        let ruleset_high = match &forked.ruleset {
+            Some(r) => {
+                let fd = libc::fcntl(r.as_raw_fd(), libc::F_DUPFD_CLOEXEC, HIGH_FD);
+                if fd < 0 {
+                    libc::_exit(SETUP_FAILED_EXIT);
+                }
+                Some(fd)
+            }
+            None => None,
+        };
+        // Its number is about to be closed or reused by the placing below.
+        if let Some(r) = forked.ruleset.take() {
+            std::mem::forget(r);
+        }
+        // stdin/stdout/stderr on 0–2, status and protected.
         let placed = [(1, 0), (2, 1), (3, 2), (4, STATUS_FD), (5, PROTECTED_FD)];
         for (from, to) in placed {
             if from < raw.len() && libc::dup2(high[from], to) < 0 {
                 libc::_exit(SETUP_FAILED_EXIT);
             }
         }
+        if raw.len() <= REQUEST_FDS {
+            // No protected set: nothing of the zygote's may sit on its fd.
+            libc::close(PROTECTED_FD);
+        }
+        if let Some(fd) = ruleset_high {
+            if libc::dup2(fd, RULESET_FD) < 0 {
+                libc::_exit(SETUP_FAILED_EXIT);
+            }
+            forked.ruleset = Some(OwnedFd::from_raw_fd(RULESET_FD));
+        }
         let mut status = File::from_raw_fd(STATUS_FD);
         let fail = |status: &mut File, message: String| -> ! {
             let _ = writeln!(status, "{}", serde_json::json!({ "spawn_error": message }));
             libc::_exit(SETUP_FAILED_EXIT)
         };
-        let mut text = Vec::new();
-        let read = File::from_raw_fd(high[0])
-            .take(MAX_REQUEST_BYTES + 1)
-            .read_to_end(&mut text);
         // Nothing of the zygote's survives (its socket, signalfd, other
-        // workers' status pipes), nor a spare copy of what was placed.
-        let keep = if raw.len() > REQUEST_FDS {
-            PROTECTED_FD
+        // workers' status pipes, the other prepared rulesets), nor a spare
+        // copy of what was placed.
+        let keep = if forked.ruleset.is_some() {
+            RULESET_FD
         } else {
-            STATUS_FD
+            PROTECTED_FD
         };
         if libc::syscall(
             libc::SYS_close_range,
@@ -720,20 +859,10 @@ unsafe fn child(raw: &[RawFd], zygote: libc::pid_t) -> ! {
                 format!("close_range: {}", std::io::Error::last_os_error()),
             );
         }
-        if let Err(e) = read {
-            fail(&mut status, format!("reading the worker's request: {e}"));
-        }
-        if text.len() as u64 > MAX_REQUEST_BYTES {
-            fail(
-                &mut status,
-                format!("the worker's request exceeds {MAX_REQUEST_BYTES} bytes"),
-            );
-        }
-        let req = match decode(&text) {
+        let (req, args) = match request {
             Ok(r) => r,
-            Err(e) => fail(&mut status, format!("a malformed worker request: {e}")),
+            Err(e) => fail(&mut status, e),
         };
-        drop(text);
         if let Err(e) = std::env::set_current_dir(&req.cwd) {
             fail(&mut status, format!("{}: {e}", req.cwd.display()));
         }
@@ -745,13 +874,9 @@ unsafe fn child(raw: &[RawFd], zygote: libc::pid_t) -> ! {
         for (k, v) in &req.env {
             std::env::set_var(k, v);
         }
-        let args = match super::worker::parse_args(req.args) {
-            Ok(a) => a,
-            Err(e) => fail(&mut status, format!("the worker's options: {e}")),
-        };
         // The worker owns fd 3 again from here.
         std::mem::forget(status);
-        super::worker::main_with_parent(args, Some(zygote))
+        super::worker::main_with_parent(args, Some(forked))
     }
 }
 

@@ -9,21 +9,26 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
-use super::landlock::{apply_landlock, fs_rules, landlock_ruleset};
+use super::landlock::{apply_landlock, apply_shared, fs_rules, landlock_ruleset};
 use super::metadata::install_notify;
 use super::mounts::MountView;
 use super::seccomp::apply_seccomp;
 use super::{ResourceLimits, WorkerArgs, errno};
 
 /// Step 2 of the module doc. Returns only on failure, with the reason.
+/// `tmp`: the private tmp as the command sees it; `prepared`: the
+/// zygote's ruleset for these options and mounts, applied instead of
+/// building one.
 pub(super) fn confine_and_exec(
     args: &WorkerArgs,
     protected: Option<&[PathBuf]>,
     mounts: MountView,
+    tmp: &Path,
+    prepared: Option<&OwnedFd>,
     worker_pid: libc::pid_t,
     handoff: Option<(RawFd, RawFd)>,
 ) -> String {
@@ -64,19 +69,28 @@ pub(super) fn confine_and_exec(
         }
     }
     if args.level.is_confined() {
-        let mut ruleset = match landlock_ruleset(args) {
-            Ok(r) => r,
-            Err(e) => return e,
-        };
-        // Grants are opened before capabilities go, as they always were.
-        if let Err(e) = fs_rules(args, protected, mounts, &mut ruleset) {
-            return e;
-        }
-        if let Err(e) = drop_capabilities() {
-            return e;
-        }
-        if let Err(e) = apply_landlock(args, ruleset) {
-            return e;
+        if let Some(fd) = prepared {
+            if let Err(e) = drop_capabilities() {
+                return e;
+            }
+            if let Err(e) = apply_shared(fd) {
+                return e;
+            }
+        } else {
+            let mut ruleset = match landlock_ruleset(args) {
+                Ok(r) => r,
+                Err(e) => return e,
+            };
+            // Grants are opened before capabilities go, as they always were.
+            if let Err(e) = fs_rules(args, protected, mounts, tmp, &mut ruleset, None) {
+                return e;
+            }
+            if let Err(e) = drop_capabilities() {
+                return e;
+            }
+            if let Err(e) = apply_landlock(args, ruleset) {
+                return e;
+            }
         }
         if let Err(e) = apply_seccomp(args.level.allows_network()) {
             return e;

@@ -11,7 +11,9 @@ use std::collections::BTreeSet;
 use std::fs::File;
 use std::ops::Bound;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
@@ -20,6 +22,7 @@ use landlock::{
 
 use super::mounts::MountView;
 use super::{WorkerArgs, protected_in};
+use crate::sandbox::protected::{on_trusted_filesystem, settled};
 
 /// Landlock ABI whose access rights we ask for (best effort below it; the
 /// start-up probe refuses kernels below [`super::probe::MIN_LANDLOCK_ABI`]).
@@ -62,6 +65,9 @@ const READ_DEVICES: &[&str] = &["/dev/zero", "/dev/full", "/dev/random", "/dev/u
 /// into the inherited RLIMIT_NOFILE).
 struct Grants<'a> {
     ruleset: &'a mut RulesetCreated,
+    /// When the ruleset is prepared to be kept (by the zygote): what it was
+    /// built from, to tell later whether it is still what a build would be.
+    stamps: Option<&'a mut Stamps>,
 }
 
 impl Grants<'_> {
@@ -71,6 +77,125 @@ impl Grants<'_> {
             .map_err(|e| format!("Landlock: {e}"))?;
         Ok(())
     }
+
+    /// `path` was opened as `opened` (a grant's root or a device): its
+    /// identity is what the rule holds.
+    fn saw_root(&mut self, path: &Path, opened: Result<&OwnedFd, ()>) {
+        if let Some(s) = self.stamps.as_deref_mut() {
+            let stamp = match opened {
+                Ok(fd) => identity_of_fd(fd)
+                    .map_or(Stamp::Unknown, |(dev, ino, _)| Stamp::Same { dev, ino }),
+                Err(()) => Stamp::Absent(lstat_identity(path)),
+            };
+            s.entries.push((path.to_path_buf(), stamp));
+        }
+    }
+
+    /// `dir`'s listing decided grants (an entry by entry grant, or which
+    /// entries are left out): a change of entries must be seen.
+    fn saw_listing(&mut self, dir: &Path, fd: &OwnedFd) {
+        if let Some(s) = self.stamps.as_deref_mut() {
+            let stamp = match identity_of_fd(fd) {
+                Some((dev, ino, ctime)) => {
+                    if !(on_trusted_filesystem(fd) && settled(ctime, s.started)) {
+                        s.reusable = false;
+                    }
+                    Stamp::Unchanged { dev, ino, ctime }
+                }
+                None => {
+                    s.reusable = false;
+                    Stamp::Unknown
+                }
+            };
+            s.entries.push((dir.to_path_buf(), stamp));
+        }
+    }
+}
+
+/// What a prepared ruleset was built from, checked before each reuse: the
+/// rules hold inodes, so a root replaced at its path (a workspace renamed
+/// away and made again) or an entry added to, removed from or renamed in a
+/// directory granted entry by entry (`/etc` around its secrets: a file
+/// renamed over `/etc/shadow` would keep its old grant) makes the kept
+/// ruleset stale. A directory's `ctime` changes with every such entry
+/// change and cannot be set by a system call (see
+/// [`crate::sandbox::protected`], whose rules for coarse timestamps and
+/// untrusted filesystems this follows).
+#[derive(Debug)]
+pub(crate) struct Stamps {
+    entries: Vec<(PathBuf, Stamp)>,
+    /// When the build started (for the racy-timestamp margin).
+    started: SystemTime,
+    /// False when a listed directory changed too recently, or lies on a
+    /// filesystem whose `ctime` is not the kernel's: use once, keep never.
+    pub(crate) reusable: bool,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Stamp {
+    /// Could not be opened; the symlink or other entry there then, if any.
+    Absent(Option<(u64, u64)>),
+    /// A grant's root: the same inode.
+    Same { dev: u64, ino: u64 },
+    /// A listed directory: the same inode, no entry changed.
+    Unchanged {
+        dev: u64,
+        ino: u64,
+        ctime: (i64, i64),
+    },
+    /// Could not be identified: never reused.
+    Unknown,
+}
+
+impl Stamps {
+    fn new() -> Self {
+        Self {
+            entries: Vec::new(),
+            started: SystemTime::now(),
+            reusable: true,
+        }
+    }
+
+    /// Whether every path is still what the ruleset was built from: one
+    /// `lstat` each (a few dozen), against the ~600 system calls of a build.
+    pub(crate) fn still_hold(&self) -> bool {
+        self.reusable
+            && self.entries.iter().all(|(path, stamp)| {
+                let now = std::fs::symlink_metadata(path).ok();
+                match stamp {
+                    Stamp::Absent(was) => now.map(|m| (m.dev(), m.ino())) == *was,
+                    Stamp::Same { dev, ino } => now.is_some_and(|m| {
+                        !m.file_type().is_symlink() && m.dev() == *dev && m.ino() == *ino
+                    }),
+                    Stamp::Unchanged { dev, ino, ctime } => now.is_some_and(|m| {
+                        m.is_dir()
+                            && m.dev() == *dev
+                            && m.ino() == *ino
+                            && (m.ctime(), m.ctime_nsec()) == *ctime
+                    }),
+                    Stamp::Unknown => false,
+                }
+            })
+    }
+}
+
+fn identity_of_fd(fd: &OwnedFd) -> Option<(u64, u64, (i64, i64))> {
+    // SAFETY: fstat into a zeroed local through a valid fd (O_PATH fds
+    // may be fstat'ed).
+    let st = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
+            return None;
+        }
+        st
+    };
+    Some((st.st_dev, st.st_ino, (st.st_ctime, st.st_ctime_nsec)))
+}
+
+fn lstat_identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 /// Whether `set` holds `dir` or a path beneath it. Paths order component
@@ -132,6 +257,7 @@ fn grant_except(
             listing_right,
         )?;
     }
+    grants.saw_listing(dir, &dirfd);
     let listing = File::from(
         open_nofollow(Some(&dirfd), Path::new("."), true)
             .map_err(|e| format!("open {}: {e}", dir.display()))?,
@@ -164,11 +290,16 @@ fn grant_except(
 /// protected paths from the server; `None` walks the workspace for them.
 /// When `mounts` made them read-only mounts, the workspace is granted
 /// whole (around the service's own files only): the mounts keep them.
+/// `tmp`: the directory granted as the private tmp (the command's own, or
+/// the anchor its tmp is bound beneath, see [`super::mounts`]). `stamps`:
+/// filled when the ruleset is prepared to be kept ([`prepare_shared`]).
 pub(super) fn fs_rules(
     args: &WorkerArgs,
     protected: Option<&[PathBuf]>,
     mounts: MountView,
+    tmp: &Path,
     ruleset: &mut RulesetCreated,
+    stamps: Option<&mut Stamps>,
 ) -> Result<(), String> {
     let read = AccessFs::from_read(TARGET_ABI);
     // Regular files, directories and symlinks are made by the worker on
@@ -176,14 +307,20 @@ pub(super) fn fs_rules(
     // created (see [`super::entries`]).
     let all = AccessFs::from_all(TARGET_ABI)
         & !(AccessFs::MakeReg | AccessFs::MakeDir | AccessFs::MakeSym);
-    let grants = &mut Grants { ruleset };
+    let grants = &mut Grants { ruleset, stamps };
     let none = BTreeSet::new();
     let config_protected: BTreeSet<PathBuf> = args.protect.iter().cloned().collect();
     let add_tree = |grants: &mut Grants<'_>, path: &Path, access, excluded: &BTreeSet<PathBuf>| {
         match open_nofollow(None, path, true) {
-            Ok(fd) => grant_except(grants, fd, path, access, excluded),
+            Ok(fd) => {
+                grants.saw_root(path, Ok(&fd));
+                grant_except(grants, fd, path, access, excluded)
+            }
             // Missing system directories are normal (no /lib32 here).
-            Err(_) => Ok(()),
+            Err(_) => {
+                grants.saw_root(path, Err(()));
+                Ok(())
+            }
         }
     };
     // The service's own files (config, policy; they may hold the auth
@@ -198,15 +335,26 @@ pub(super) fn fs_rules(
         .iter()
         .map(|s| Path::new("/etc").join(s))
         .collect();
-    if let Ok(ssh) = std::fs::read_dir("/etc/ssh") {
-        // Host private keys; their `.pub` halves stay readable.
-        etc_excluded.extend(ssh.flatten().map(|e| e.path()).filter(|p| {
-            let n = p
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            n.starts_with("ssh_host_") && !n.ends_with(".pub")
-        }));
+    let ssh = Path::new("/etc/ssh");
+    match open_nofollow(None, ssh, true) {
+        Ok(fd) => {
+            // Its listing decides what is left out, so it is stamped like
+            // a directory granted entry by entry.
+            grants.saw_listing(ssh, &fd);
+            if let Ok(entries) = cap_std::fs::Dir::from_std_file(File::from(fd)).entries() {
+                // Host private keys; their `.pub` halves stay readable.
+                etc_excluded.extend(entries.flatten().map(|e| ssh.join(e.file_name())).filter(
+                    |p| {
+                        let n = p
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default();
+                        n.starts_with("ssh_host_") && !n.ends_with(".pub")
+                    },
+                ));
+            }
+        }
+        Err(_) => grants.saw_root(ssh, Err(())),
     }
     etc_excluded.extend(args.protect.iter().cloned());
     add_tree(grants, Path::new("/etc"), read, &etc_excluded)?;
@@ -224,18 +372,22 @@ pub(super) fn fs_rules(
         &none,
     )?;
     for dev in READ_DEVICES {
-        if let Ok(fd) = open_nofollow(None, Path::new(dev), false) {
+        let opened = open_nofollow(None, Path::new(dev), false);
+        grants.saw_root(Path::new(dev), opened.as_ref().map_err(|_| ()));
+        if let Ok(fd) = opened {
             grants.add(fd, AccessFs::ReadFile.into())?;
         }
     }
     let null = open_nofollow(None, Path::new("/dev/null"), false)
         .map_err(|e| format!("open /dev/null: {e}"))?;
+    grants.saw_root(Path::new("/dev/null"), Ok(&null));
     grants.add(
         null,
         AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate,
     )?;
     let ws = open_nofollow(None, &args.workspace, true)
         .map_err(|e| format!("open workspace {}: {e}", args.workspace.display()))?;
+    grants.saw_root(&args.workspace, Ok(&ws));
     if args.level.writes_workspace() {
         let mut protected: BTreeSet<PathBuf> = match protected {
             _ if mounts.protected_read_only => BTreeSet::new(),
@@ -249,9 +401,35 @@ pub(super) fn fs_rules(
     } else {
         grant_except(grants, ws, &args.workspace, read, &config_protected)?;
     }
-    let tmp = open_nofollow(None, &args.tmp, true)
-        .map_err(|e| format!("open private tmp {}: {e}", args.tmp.display()))?;
-    grants.add(tmp, all)
+    let tmp_fd = open_nofollow(None, tmp, true)
+        .map_err(|e| format!("open private tmp {}: {e}", tmp.display()))?;
+    grants.saw_root(tmp, Ok(&tmp_fd));
+    grants.add(tmp_fd, all)
+}
+
+/// A ruleset prepared once (by the zygote) for every command with the same
+/// options, and what it was built from.
+pub(crate) struct Shared {
+    /// The ruleset's fd; a worker applies it with `landlock_restrict_self`.
+    pub(crate) fd: OwnedFd,
+    pub(crate) stamps: Stamps,
+}
+
+/// The ruleset of `args` for a command whose protected paths are read-only
+/// mounts and whose private tmp is bound beneath `anchor` (see
+/// [`super::mounts`]): nothing in it is the command's own, so it serves
+/// every such command with the same options. `None` when the kernel has no
+/// Landlock (the worker then reports that itself).
+pub(crate) fn prepare_shared(args: &WorkerArgs, anchor: &Path) -> Result<Option<Shared>, String> {
+    let mut ruleset = landlock_ruleset(args)?;
+    let mut stamps = Stamps::new();
+    let mounts = MountView {
+        protected_read_only: true,
+        ..MountView::default()
+    };
+    fs_rules(args, None, mounts, anchor, &mut ruleset, Some(&mut stamps))?;
+    let fd: Option<OwnedFd> = ruleset.into();
+    Ok(fd.map(|fd| Shared { fd, stamps }))
 }
 
 /// The Landlock ruleset of `args.level`, created (nothing enforced yet).
@@ -287,9 +465,112 @@ pub(super) fn apply_landlock(args: &WorkerArgs, ruleset: RulesetCreated) -> Resu
     Ok(())
 }
 
+/// Enforces the ruleset prepared by the zygote (`fd`, see
+/// [`prepare_shared`]) on this process from now on.
+///
+/// Raw system calls because the landlock crate cannot express this: its
+/// `RulesetCreated` is only made by `Ruleset::create` in the same process
+/// and has no constructor from an inherited fd.
+pub(super) fn apply_shared(fd: &OwnedFd) -> Result<(), String> {
+    // SAFETY: prctl and landlock_restrict_self with valid arguments on our
+    // own (single-threaded) process; `fd` is a Landlock ruleset fd.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) != 0 {
+            return Err("no_new_privs could not be set".into());
+        }
+        if libc::syscall(
+            libc::SYS_landlock_restrict_self,
+            fd.as_raw_fd(),
+            0 as libc::c_uint,
+        ) != 0
+        {
+            return Err(format!(
+                "Landlock: restricting with the prepared ruleset: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory listed for a grant (one of its entries is left out),
+    /// stamped as a build long after its last change would stamp it.
+    fn stamped(root: &Path, excluded: &BTreeSet<PathBuf>) -> Stamps {
+        let mut ruleset = Ruleset::default()
+            .handle_access(AccessFs::from_all(TARGET_ABI))
+            .unwrap()
+            .create()
+            .unwrap();
+        let mut stamps = Stamps {
+            started: SystemTime::now() + crate::sandbox::protected::RACY_MARGIN * 2,
+            ..Stamps::new()
+        };
+        let mut grants = Grants {
+            ruleset: &mut ruleset,
+            stamps: Some(&mut stamps),
+        };
+        let fd = open_nofollow(None, root, true).unwrap();
+        grants.saw_root(root, Ok(&fd));
+        grant_except(
+            &mut grants,
+            fd,
+            root,
+            AccessFs::from_read(TARGET_ABI),
+            excluded,
+        )
+        .unwrap();
+        let missing = root.join("not-yet");
+        grants.saw_root(&missing, Err(()));
+        stamps
+    }
+
+    #[test]
+    fn stamps_see_entry_changes_replaced_roots_and_new_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("r");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("plain"), "x").unwrap();
+        let excluded: BTreeSet<PathBuf> = [root.join("secret")].into_iter().collect();
+
+        let stamps = stamped(&root, &excluded);
+        assert!(stamps.reusable);
+        assert!(stamps.still_hold(), "nothing changed");
+        // A file renamed over the left-out name would keep its old grant.
+        std::fs::rename(root.join("plain"), root.join("secret")).unwrap();
+        assert!(
+            !stamps.still_hold(),
+            "an entry renamed in a listed directory"
+        );
+
+        let stamps = stamped(&root, &excluded);
+        std::fs::rename(&root, dir.path().join("r-old")).unwrap();
+        std::fs::create_dir(&root).unwrap();
+        assert!(!stamps.still_hold(), "the root replaced at its path");
+
+        let stamps = stamped(&root, &excluded);
+        std::fs::create_dir(root.join("not-yet")).unwrap();
+        assert!(!stamps.still_hold(), "a path absent at the build appeared");
+
+        // Built right after a change: used once, never kept.
+        let mut fresh = Stamps::new();
+        let fd = open_nofollow(None, &root, true).unwrap();
+        let mut ruleset = Ruleset::default()
+            .handle_access(AccessFs::from_all(TARGET_ABI))
+            .unwrap()
+            .create()
+            .unwrap();
+        Grants {
+            ruleset: &mut ruleset,
+            stamps: Some(&mut fresh),
+        }
+        .saw_listing(&root, &fd);
+        assert!(!fresh.reusable);
+        assert!(!fresh.still_hold());
+    }
 
     #[test]
     fn beneath_finds_descendants_in_the_ordered_set() {

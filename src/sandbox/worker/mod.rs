@@ -13,6 +13,8 @@
 //! - [`confine`]: the forked command process up to `exec` (fds, signal mask,
 //!   capabilities, resource limits, then Landlock and seccomp);
 //! - [`landlock`]: the filesystem and network grants of each level;
+//! - [`prepared`]: those grants prepared once in the zygote and reused by
+//!   every command with the same options;
 //! - [`seccomp`]: the system-call filters;
 //! - [`metadata`]: mode, owner, times and xattrs, which Landlock does not
 //!   govern: trapped to the worker, performed only beneath writable roots;
@@ -75,16 +77,18 @@ mod entries;
 mod landlock;
 mod metadata;
 mod mounts;
+mod prepared;
 mod seccomp;
 mod supervise;
 
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::FromRawFd;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-pub use mounts::{MAX_BIND_MOUNTS, probe as probe_namespace};
+pub use mounts::{ANCHOR_TMP, MAX_BIND_MOUNTS, hide_proc_here, probe as probe_namespace};
+pub use prepared::{MAX_PREPARED_RULESETS, RulesetCache};
 
 use super::{ResourceLimits, SandboxLevel};
 
@@ -115,6 +119,13 @@ pub struct WorkerArgs {
     /// Private tmp directory of this command (writable at every level).
     #[arg(long)]
     pub tmp: PathBuf,
+    /// An anchor directory to bind the private tmp beneath (at
+    /// `ANCHOR/tmp`, what the command is told its tmp is) in the private
+    /// mount namespace: the same for every command, so its Landlock
+    /// ruleset can be prepared once ([`RulesetCache`]). Where the bind
+    /// fails the command gets the tmp at its own path instead.
+    #[arg(long)]
+    pub tmp_at: Option<PathBuf>,
     #[arg(long)]
     pub cpu_secs: u64,
     #[arg(long)]
@@ -166,6 +177,9 @@ impl WorkerArgs {
         opt("level", self.level.name().into());
         opt("workspace", self.workspace.clone().into());
         opt("tmp", self.tmp.clone().into());
+        if let Some(a) = &self.tmp_at {
+            opt("tmp-at", a.clone().into());
+        }
         opt("cpu-secs", self.cpu_secs.to_string().into());
         opt(
             "address-space-bytes",
@@ -216,20 +230,32 @@ enum Ended {
     Signal(i32),
 }
 
+/// What the zygote hands a worker it forked (see [`super::zygote`]).
+pub struct Forked {
+    /// The zygote's pid: the worker's parent.
+    pub zygote: libc::pid_t,
+    /// The Landlock ruleset the zygote prepared for these options
+    /// ([`RulesetCache`]), used when the command's mounts are what it
+    /// assumes (protected paths read-only, the tmp at its anchor).
+    pub ruleset: Option<OwnedFd>,
+    /// `/proc` in the zygote's namespace is already a hidden instance.
+    pub proc_hidden: bool,
+}
+
 /// Runs the worker; does not return (exits like the command did).
 pub fn main(args: WorkerArgs) -> ! {
     main_with_parent(args, None)
 }
 
-/// Runs the worker forked by the zygote `parent` (see [`super::zygote`]),
-/// or exec'd by the server (`None`); does not return.
-pub fn main_with_parent(args: WorkerArgs, parent: Option<libc::pid_t>) -> ! {
+/// Runs the worker forked by the zygote (see [`super::zygote`]), or exec'd
+/// by the server (`None`); does not return.
+pub fn main_with_parent(args: WorkerArgs, forked: Option<Forked>) -> ! {
     // First, before this process opens an fd that could take its number.
     let protected = args.protected_fd.map(read_protected).transpose();
     // SAFETY: the status fd is ours, passed by the server on purpose; no
     // other File owns it.
     let mut status = unsafe { File::from_raw_fd(STATUS_FD) };
-    match protected.and_then(|p| supervise::supervise(&args, p.as_deref(), parent, &mut status)) {
+    match protected.and_then(|p| supervise::supervise(&args, p.as_deref(), forked, &mut status)) {
         Ok(ended) => {
             let line = match ended {
                 Ended::Code(c) => serde_json::json!({ "exit_code": c }),
@@ -355,6 +381,7 @@ mod tests {
             level: SandboxLevel::ReadOnly,
             workspace: "/w".into(),
             tmp: "/t".into(),
+            tmp_at: Some("/a".into()),
             cpu_secs: 1,
             address_space_bytes: 2,
             file_size_bytes: 3,
@@ -374,6 +401,7 @@ mod tests {
         let b = P::parse_from(argv).a;
         assert_eq!(b.level, SandboxLevel::ReadOnly);
         assert_eq!(b.protect, a.protect);
+        assert_eq!(b.tmp_at, a.tmp_at);
         assert_eq!(b.cgroup, a.cgroup);
         assert!(b.best_effort);
         assert_eq!(b.protected_fd, Some(PROTECTED_FD));

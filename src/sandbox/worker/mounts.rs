@@ -62,14 +62,23 @@ use std::path::{Path, PathBuf};
 /// slot of the per-namespace mount limit (`fs.mount-max`, 100,000).
 pub const MAX_BIND_MOUNTS: usize = 10_000;
 
+/// The entry of a tmp anchor the command's private tmp is bound on.
+pub const ANCHOR_TMP: &str = "tmp";
+
 /// What the namespace gave this command.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct MountView {
     /// Every protected path is a read-only mount: the workspace may be
     /// granted whole.
     pub protected_read_only: bool,
-    /// `/proc` is a fresh `hidepid=noaccess` instance.
+    /// `/proc` is a `hidepid=noaccess` instance.
     pub proc_hidden: bool,
+    /// This worker mounted that `/proc` itself: a ruleset prepared before
+    /// (the zygote's) grants the `/proc` this mount hides, not this one.
+    pub proc_mounted: bool,
+    /// The private tmp is bound on the anchor's [`ANCHOR_TMP`], and the
+    /// anchor itself is read-only (see [`enter`]).
+    pub tmp_anchored: bool,
 }
 
 const OPEN_TREE_CLONE: u32 = 1;
@@ -92,11 +101,25 @@ struct MountAttr {
 /// workspace's `protected` paths. Call it in the worker before the fork,
 /// while it still has its capabilities. Never fails: what could not be
 /// done is reported false and the caller falls back.
+///
+/// `tmp_at`: the command's private tmp and an anchor directory (the same
+/// for every command of a zygote) to bind it beneath, at
+/// `anchor/`[`ANCHOR_TMP`], so that a Landlock ruleset granting the anchor
+/// can be prepared once for every command (issue 17 item 3). Landlock's
+/// walk from a file up to the root skips the directory a mount hides (it
+/// goes from a mount's root to the mount point's *parent*; tested by
+/// `worker::mounts::tests`), so the rule is on the anchor, and the anchor
+/// is first bound on itself read-only: no command can leave an entry in it
+/// for another (`EROFS`), and the tmp mount point cannot be removed or
+/// renamed. `proc_hidden`: `/proc` is already a hidden instance (the
+/// zygote's namespace, see [`super::super::zygote`]); no new one is mounted.
 pub(super) fn enter(
     confined: bool,
     writes: bool,
     workspace: &Path,
     protected: &[PathBuf],
+    tmp_at: Option<(&Path, &Path)>,
+    proc_hidden: bool,
 ) -> MountView {
     if !confined || unshare_mount_namespace().is_err() {
         return MountView::default();
@@ -115,7 +138,17 @@ pub(super) fn enter(
         // Mounts made now could propagate to the host: make none.
         return MountView::default();
     }
-    let proc_hidden = mount_hidden_proc();
+    let proc_mounted = !proc_hidden && mount_hidden_proc();
+    let proc_hidden = proc_hidden || proc_mounted;
+    let tmp_anchored = tmp_at.is_some_and(|(tmp, anchor)| {
+        match bind(anchor, true).and_then(|()| bind_onto(tmp, &anchor.join(ANCHOR_TMP))) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(anchor = %anchor.display(), error = %e, "binding the tmp failed");
+                false
+            }
+        }
+    });
     let pinned = pinned_ancestors(workspace, protected);
     let bind_all = |paths: &[PathBuf], read_only: bool| {
         paths.iter().all(|p| match bind(p, read_only) {
@@ -135,7 +168,31 @@ pub(super) fn enter(
     MountView {
         protected_read_only,
         proc_hidden,
+        proc_mounted,
+        tmp_anchored,
     }
+}
+
+/// Makes this process's mount namespace private with a hidden `/proc`: the
+/// zygote's, so that its workers (each in a copy of it) share one `/proc`
+/// instance that a prepared ruleset can grant. Root only (a procfs mount
+/// needs it); false when anything failed (the workers then mount their own).
+pub fn hide_proc_here() -> bool {
+    // SAFETY: getter that cannot fail.
+    if unsafe { libc::geteuid() } != 0 || unshare_mount_namespace().is_err() {
+        return false;
+    }
+    // SAFETY: plain mount(2) with NUL-terminated constants.
+    let private = unsafe {
+        libc::mount(
+            c"none".as_ptr(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_SLAVE,
+            std::ptr::null(),
+        )
+    } == 0;
+    private && mount_hidden_proc()
 }
 
 /// `unshare(CLONE_NEWNS)`, inside a new user namespace (own uid and gid
@@ -298,6 +355,48 @@ fn bind(path: &Path, read_only: bool) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Binds the directory `source` (recursively) on the directory `target`,
+/// both opened without following a symlink.
+fn bind_onto(source: &Path, target: &Path) -> std::io::Result<()> {
+    let open = |p: &Path| -> std::io::Result<OwnedFd> {
+        let c = CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        // SAFETY: a valid NUL-terminated path; the fd is owned below.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: just returned by open, owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let (source, target) = (open(source)?, open(target)?);
+    // SAFETY: open_tree and move_mount on fds we own, with empty
+    // NUL-terminated paths.
+    unsafe {
+        let tree = check(libc::syscall(
+            libc::SYS_open_tree,
+            source.as_raw_fd(),
+            c"".as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as u32 | libc::AT_EMPTY_PATH as u32 | AT_RECURSIVE,
+        ))?;
+        let tree = OwnedFd::from_raw_fd(tree as i32);
+        check(libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            target.as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        ))?;
+    }
+    Ok(())
+}
+
 /// Whether this kernel and user may make the namespace: the start-up
 /// probe's question, answered by a forked child that tries (the answer for
 /// protected paths, the answer for `/proc`).
@@ -364,5 +463,131 @@ unsafe fn probe_child() -> i32 {
             c"hidepid=noaccess".as_ptr().cast(),
         ) == 0;
         if hidden { 0 } else { 1 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use landlock::{ABI, Access, AccessFs, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr};
+
+    /// Runs `f` in a forked child in a private mount namespace of its own
+    /// (Landlock and the mounts stay there); returns its exit code.
+    fn in_namespace(f: impl FnOnce() -> i32) -> i32 {
+        // SAFETY: the child runs plain system calls and small allocations
+        // (glibc's malloc is fork-safe), then `_exit`s.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0, "fork");
+            if pid == 0 {
+                let private = unshare_mount_namespace().is_ok()
+                    && libc::mount(
+                        c"none".as_ptr(),
+                        c"/".as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_REC | libc::MS_SLAVE,
+                        std::ptr::null(),
+                    ) == 0;
+                libc::_exit(if private { f() } else { 100 });
+            }
+            let mut st = 0;
+            assert_eq!(libc::waitpid(pid, &mut st, 0), pid);
+            assert!(libc::WIFEXITED(st), "the child died: {st}");
+            libc::WEXITSTATUS(st)
+        }
+    }
+
+    fn errno_of(r: std::io::Result<()>) -> i32 {
+        match r {
+            Ok(()) => 0,
+            Err(e) => e.raw_os_error().unwrap_or(-1),
+        }
+    }
+
+    fn mkfifo(p: &Path) -> std::io::Result<()> {
+        let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// What the tmp anchor relies on, on this kernel: a Landlock rule on a
+    /// mount point does not reach the mount on top of it (the walk skips
+    /// the hidden directory), a rule on its parent does; the read-only
+    /// self-bind of the anchor takes no entry, and the command's own tmp is
+    /// not reachable at its real path.
+    #[test]
+    fn a_rule_on_the_anchor_covers_the_tmp_bound_beneath_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (anchor, tmp) = (dir.path().join("anchor"), dir.path().join("own-tmp"));
+        std::fs::create_dir_all(anchor.join(ANCHOR_TMP)).unwrap();
+        std::fs::create_dir(&tmp).unwrap();
+        let seen = anchor.join(ANCHOR_TMP);
+
+        // The rule on the mount point itself: not enough.
+        let code = in_namespace(|| {
+            let granted = std::fs::File::open(&seen).unwrap();
+            if bind_onto(&tmp, &seen).is_err() {
+                return 4;
+            }
+            let all = AccessFs::from_all(ABI::V6);
+            Ruleset::default()
+                .handle_access(all)
+                .unwrap()
+                .create()
+                .unwrap()
+                .add_rule(PathBeneath::new(granted, all))
+                .unwrap()
+                .restrict_self()
+                .unwrap();
+            match errno_of(std::fs::write(seen.join("x"), "x")) {
+                libc::EACCES => 0,
+                0 => 1,
+                _ => 2,
+            }
+        });
+        assert_eq!(
+            code, 0,
+            "a rule on the hidden mount point reached the mount"
+        );
+
+        // The anchor's layout: a rule on the anchor, the anchor read-only,
+        // the tmp bound beneath it.
+        let code = in_namespace(|| {
+            let granted = std::fs::File::open(&anchor).unwrap();
+            if bind(&anchor, true).is_err() || bind_onto(&tmp, &seen).is_err() {
+                return 10;
+            }
+            let all = AccessFs::from_all(ABI::V6);
+            Ruleset::default()
+                .handle_access(all)
+                .unwrap()
+                .create()
+                .unwrap()
+                .add_rule(PathBeneath::new(granted, all))
+                .unwrap()
+                .restrict_self()
+                .unwrap();
+            if errno_of(std::fs::write(seen.join("x"), "x")) != 0 {
+                return 11;
+            }
+            if errno_of(mkfifo(&anchor.join("fifo"))) != libc::EROFS {
+                return 12;
+            }
+            if errno_of(std::fs::remove_dir(&seen)) != libc::EROFS {
+                return 13;
+            }
+            if errno_of(std::fs::write(tmp.join("y"), "y")) != libc::EACCES {
+                return 14;
+            }
+            0
+        });
+        assert_eq!(code, 0, "see the step returning {code}");
+        // The write went to the command's own tmp; the anchor stays empty.
+        assert_eq!(std::fs::read_to_string(tmp.join("x")).unwrap(), "x");
+        assert_eq!(std::fs::read_dir(&seen).unwrap().count(), 0);
+        assert!(!anchor.join("fifo").exists());
     }
 }

@@ -16,20 +16,23 @@ use std::time::{Duration, Instant};
 
 use super::confine::{confine_and_exec, drop_capabilities};
 use super::metadata::MetadataGuard;
-use super::mounts::MountView;
+use super::mounts::{ANCHOR_TMP, MountView};
 use super::protected_in;
-use super::{Ended, SETUP_FAILED_EXIT, WorkerArgs, errno};
+use super::{Ended, Forked, SETUP_FAILED_EXIT, WorkerArgs, errno};
 
 /// Steps 1 and 3 of the module doc; the fork in between.
 /// `protected`: the workspace's protected paths the server passed, if any.
-/// `parent`: the zygote that forked this worker, if one did (else the
-/// server exec'd it).
+/// `forked`: what the zygote that forked this worker handed it, if one did
+/// (else the server exec'd it).
 pub(super) fn supervise(
     args: &WorkerArgs,
     protected: Option<&[PathBuf]>,
-    parent: Option<libc::pid_t>,
+    forked: Option<Forked>,
     status: &mut File,
 ) -> Result<Ended, String> {
+    let parent = forked.as_ref().map(|f| f.zygote);
+    let proc_hidden = forked.as_ref().is_some_and(|f| f.proc_hidden);
+    let mut prepared = forked.and_then(|f| f.ruleset);
     // SAFETY: plain syscalls on our own process with valid arguments.
     let worker_pid = unsafe {
         // EPERM when we already lead a group: fine, we are one then.
@@ -85,7 +88,34 @@ pub(super) fn supervise(
         args.level.writes_workspace(),
         &args.workspace,
         protected.unwrap_or_default(),
+        args.tmp_at.as_deref().map(|a| (args.tmp.as_path(), a)),
+        proc_hidden,
     );
+    // The tmp the command sees: at its anchor, or (no bind) its own path,
+    // where the server's environment then must point too.
+    let tmp = match &args.tmp_at {
+        Some(anchor) if mounts.tmp_anchored => anchor.join(ANCHOR_TMP),
+        Some(anchor) => {
+            let anchored = anchor.join(ANCHOR_TMP);
+            for var in ["TMPDIR", "HOME"] {
+                if std::env::var_os(var).is_some_and(|v| Path::new(&v) == anchored) {
+                    // SAFETY: the worker is single-threaded.
+                    unsafe { std::env::set_var(var, &args.tmp) };
+                }
+            }
+            args.tmp.clone()
+        }
+        None => args.tmp.clone(),
+    };
+    // The zygote's ruleset assumes these mounts: the tmp beneath the
+    // anchor, the protected paths read-only (or not writable at all), and
+    // the `/proc` it was built with.
+    let usable = mounts.tmp_anchored
+        && !mounts.proc_mounted
+        && (mounts.protected_read_only || !args.level.writes_workspace());
+    if !usable {
+        prepared = None;
+    }
     let signals = [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
     // SAFETY: building and installing a signal mask for this thread.
     let set = unsafe {
@@ -117,13 +147,23 @@ pub(super) fn supervise(
         let ends = handoff
             .as_ref()
             .map(|((_, ready_w), (go_r, _))| (ready_w.as_raw_fd(), go_r.as_raw_fd()));
-        let err = confine_and_exec(args, protected, mounts, worker_pid, ends);
+        let err = confine_and_exec(
+            args,
+            protected,
+            mounts,
+            &tmp,
+            prepared.as_ref(),
+            worker_pid,
+            ends,
+        );
         let _ = writeln!(status, "{}", serde_json::json!({ "setup_error": err }));
         // SAFETY: leaving the forked child without running the parent's
         // destructors or atexit handlers.
         unsafe { libc::_exit(SETUP_FAILED_EXIT) }
     }
 
+    // Only the command process applies it; nothing here may add to it.
+    drop(prepared);
     let mut listener = match handoff {
         Some(((ready_r, ready_w), (go_r, go_w))) => {
             drop((ready_w, go_r));
@@ -141,7 +181,7 @@ pub(super) fn supervise(
         }
         None => None,
     };
-    let guard = metadata_guard(args, protected, mounts);
+    let guard = metadata_guard(args, protected, mounts, &tmp);
     // From here on the worker only waits, signals, reads /proc and performs
     // the command's allowed metadata calls: with no capability, it can never
     // do more for the command than the command's uid could itself.
@@ -302,9 +342,10 @@ fn metadata_guard(
     args: &WorkerArgs,
     protected: Option<&[PathBuf]>,
     mounts: MountView,
+    tmp: &Path,
 ) -> MetadataGuard {
     let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let mut roots = vec![canonical(&args.tmp)];
+    let mut roots = vec![canonical(tmp)];
     let mut excluded: BTreeSet<PathBuf> = args.protect.iter().map(|p| canonical(p)).collect();
     let mut way_locked = excluded.clone();
     if args.level.writes_workspace() {
