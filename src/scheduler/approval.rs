@@ -36,6 +36,19 @@ pub(crate) struct AlwaysGrant {
     pub kind: ToolKind,
 }
 
+/// An answer to an open prompt, checked ([`Batch::vet`]).
+enum Vetted {
+    /// Cancel (nothing more is checked for it).
+    Cancel,
+    /// The invocation to run or re-prompt with (built again from inline
+    /// new content), the new arguments, and the "always" rule asked for.
+    Proceed {
+        invocation: std::sync::Arc<dyn crate::tools::Invocation>,
+        new_args: Option<crate::tools::Args>,
+        always: Option<AlwaysGrant>,
+    },
+}
+
 /// Who applied an answer the store recorded (the audit line's principal:
 /// the person who gave it was named on the replica that stopped).
 const RECORDED_ANSWER_BY: &str = "(recorded answer)";
@@ -50,6 +63,22 @@ impl Batch {
         req: &ConfirmRequest,
         registry: &Registry,
     ) -> Result<Option<AlwaysGrant>, ConfirmError> {
+        Ok(match self.vet(index, req, registry)? {
+            Vetted::Cancel => None,
+            Vetted::Proceed { always, .. } => always,
+        })
+    }
+
+    /// Checks `req` against call `index`'s open prompt (the one check of
+    /// [`Batch::check_confirm`] and [`Batch::on_confirm`]): the prompt is
+    /// open under this correlation id, the outcome offered, new content
+    /// accepted by the tool and its arguments valid. Changes nothing.
+    fn vet(
+        &self,
+        index: usize,
+        req: &ConfirmRequest,
+        registry: &Registry,
+    ) -> Result<Vetted, ConfirmError> {
         let slot = &self.calls[index];
         let CallState::AwaitingApproval {
             invocation,
@@ -74,9 +103,10 @@ impl Batch {
             });
         }
         if req.outcome == ConfirmationOutcome::Cancel {
-            return Ok(None);
+            return Ok(Vetted::Cancel);
         }
         let mut invocation = invocation.clone();
+        let mut new_args = None;
         if let Some(content) = &req.new_content {
             let cannot = || ConfirmError::CannotModify {
                 tool: slot.request.name.clone(),
@@ -88,19 +118,26 @@ impl Batch {
             invocation = registry
                 .build(&slot.request.name, &args)
                 .map_err(|e| ConfirmError::InvalidNewContent { message: e.message })?;
+            new_args = Some(args);
         }
-        if req.outcome == ConfirmationOutcome::ModifyWithEditor {
-            return Ok(None);
-        }
-        Ok(req.outcome.always_scope().map(|scope| AlwaysGrant {
-            tool_name: slot.request.name.clone(),
-            subject: invocation.subject(),
-            scope,
-            kind: slot
-                .tool
-                .as_ref()
-                .map_or(ToolKind::Other, |t| t.declaration().kind),
-        }))
+        let always = match req.outcome {
+            // A re-prompt asks for no rule.
+            ConfirmationOutcome::ModifyWithEditor => None,
+            outcome => outcome.always_scope().map(|scope| AlwaysGrant {
+                tool_name: slot.request.name.clone(),
+                subject: invocation.subject(),
+                scope,
+                kind: slot
+                    .tool
+                    .as_ref()
+                    .map_or(ToolKind::Other, |t| t.declaration().kind),
+            }),
+        };
+        Ok(Vetted::Proceed {
+            invocation,
+            new_args,
+            always,
+        })
     }
 
     /// Applies a final answer the store recorded to call `index` (still
@@ -177,49 +214,21 @@ impl Batch {
         req: ConfirmRequest,
         registry: &Registry,
     ) -> Result<Confirmed, ConfirmError> {
-        let slot = &self.calls[index];
-        let CallState::AwaitingApproval {
+        let Vetted::Proceed {
             invocation,
-            correlation_id,
-            outcomes,
-        } = &slot.state
+            new_args,
+            always,
+        } = self.vet(index, &req, registry)?
         else {
-            return Err(ConfirmError::NotAwaitingApproval {
-                call_id: req.call_id,
-            });
-        };
-        if *correlation_id != req.correlation_id {
-            return Err(ConfirmError::StaleCorrelation {
-                call_id: req.call_id,
-                given: req.correlation_id,
-            });
-        }
-        if !outcomes.contains(&req.outcome) {
-            return Err(ConfirmError::OutcomeNotOffered {
-                outcome: req.outcome,
-                offered: outcomes.clone(),
-            });
-        }
-        if req.outcome == ConfirmationOutcome::Cancel {
-            slot.note_approval(req.outcome, &req.principal);
+            self.calls[index].note_approval(req.outcome, &req.principal);
             return Ok(Confirmed {
                 effects: self.reject(index),
                 always: None,
             });
-        }
-        // Apply inline new content first: on any error nothing changes.
-        let mut invocation = invocation.clone();
-        if let Some(content) = &req.new_content {
-            let cannot = || ConfirmError::CannotModify {
-                tool: slot.request.name.clone(),
-            };
-            let tool = slot.tool.clone().ok_or_else(cannot)?;
-            let args = tool
-                .with_new_content(&slot.request.args, content)
-                .ok_or_else(cannot)?;
-            invocation = registry
-                .build(&slot.request.name, &args)
-                .map_err(|e| ConfirmError::InvalidNewContent { message: e.message })?;
+        };
+        // Inline new content is applied only now: on any error above
+        // nothing changed.
+        if let Some(args) = new_args {
             self.calls[index].modify(args);
         }
         let slot = &mut self.calls[index];
@@ -240,15 +249,6 @@ impl Batch {
                 always: None,
             });
         }
-        let always = req.outcome.always_scope().map(|scope| AlwaysGrant {
-            tool_name: slot.request.name.clone(),
-            subject: invocation.subject(),
-            scope,
-            kind: slot
-                .tool
-                .as_ref()
-                .map_or(ToolKind::Other, |t| t.declaration().kind),
-        });
         let update = slot.schedule(invocation);
         self.emit(index, update, &mut effects);
         Ok(Confirmed { effects, always })
