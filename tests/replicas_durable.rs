@@ -235,8 +235,8 @@ async fn a_recorded_cancel_answer_cancels_the_call_on_the_replica_taking_over() 
         .unwrap()
         .into_inner();
     let mut seen = Vec::new();
-    let first = support::await_prompt(&mut running, &mut seen, "r1").await;
-    let second = support::await_prompt(&mut running, &mut seen, "r2").await;
+    // Both prompts of the wave are open at once, in either order.
+    let [first, second] = support::await_prompts(&mut running, &mut seen, ["r1", "r2"]).await;
     let confirmed = client(a.addr)
         .await
         .confirm(proceed(

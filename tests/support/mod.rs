@@ -280,11 +280,12 @@ pub async fn next_matching(
     pred: impl Fn(&Event) -> bool,
 ) -> Event {
     loop {
-        let msg = tokio::time::timeout(Duration::from_secs(60), stream.message())
-            .await
-            .expect("event within 60 s")
-            .expect("stream ok")
-            .expect("stream still open");
+        let msg = match tokio::time::timeout(Duration::from_secs(60), stream.message()).await {
+            Ok(Ok(Some(msg))) => msg,
+            Ok(Ok(None)) => panic!("stream ended before the event; events seen: {seen:?}"),
+            Ok(Err(status)) => panic!("stream failed: {status:?}; events seen: {seen:?}"),
+            Err(_) => panic!("no matching event within 60 s; events seen: {seen:?}"),
+        };
         let event = msg.event.expect("event set");
         seen.push(event.clone());
         if pred(&event) {
@@ -311,6 +312,42 @@ pub async fn await_prompt(
         }) => a,
         _ => unreachable!(),
     }
+}
+
+/// The AwaitingApproval of each of `call_ids`, read from the stream in
+/// whatever order they come: the prompts of one wave are prepared in
+/// parallel (`spawn_blocking`), so their order is not fixed, and waiting
+/// for them one by one would skip a prompt that came first.
+pub async fn await_prompts<const N: usize>(
+    stream: &mut tonic::Streaming<pb::ScheduleCallsResponse>,
+    seen: &mut Vec<Event>,
+    call_ids: [&str; N],
+) -> [pb::AwaitingApproval; N] {
+    let mut prompts: [Option<pb::AwaitingApproval>; N] = std::array::from_fn(|_| None);
+    while prompts.iter().any(Option::is_none) {
+        let ev = next_matching(stream, seen, |e| {
+            matches!(e, Event::CallUpdate(u) if call_ids.contains(&u.call_id.as_str())
+                && matches!(u.state, Some(State::AwaitingApproval(_))))
+        })
+        .await;
+        let Event::CallUpdate(pb::ToolCallUpdate {
+            call_id,
+            state: Some(State::AwaitingApproval(a)),
+            ..
+        }) = ev
+        else {
+            unreachable!()
+        };
+        let i = call_ids
+            .iter()
+            .position(|c| *c == call_id)
+            .expect("matched");
+        assert!(
+            prompts[i].replace(a).is_none(),
+            "{call_id} prompted twice: {seen:?}"
+        );
+    }
+    prompts.map(|p| p.expect("every prompt read"))
 }
 
 /// Short name of a state.
