@@ -11,7 +11,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use replicas_support::{Relay, client, fresh_database, messages, sql};
+use replicas_support::{Relay, client, fresh_database, messages, run_shell, sql};
 use serde_json::json;
 use support::{Event, State, call, next_matching, request, wait_for_file};
 use toolsched::api::pb;
@@ -293,19 +293,7 @@ async fn a_confirm_the_store_cannot_record_is_unavailable_and_applies_nothing() 
     let (relay, relayed) = Relay::to_store(&url).await;
     let workspace = tempfile::tempdir().unwrap();
     let a = replica(workspace.path(), &relayed, &[]);
-    let mut running = client(a.addr)
-        .await
-        .schedule_calls(request(
-            "s-cut",
-            vec![call(
-                "w",
-                "run_shell_command",
-                json!({"command": "echo run >> count"}),
-            )],
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut running = run_shell(a.addr, "s-cut", "w", "echo run >> count").await;
     let mut seen = Vec::new();
     let prompt = support::await_prompt(&mut running, &mut seen, "w").await;
     let answer = proceed("s-cut", "w", &prompt, pb::ConfirmationOutcome::ProceedOnce);
@@ -365,19 +353,13 @@ async fn a_call_end_lost_to_a_takeover_is_outcome_unknown_on_both_replicas() {
     let a = replica(workspace.path(), &relayed, &yolo);
     let b = replica(workspace.path(), &url, &yolo);
 
-    let mut stream = client(a.addr)
-        .await
-        .schedule_calls(request(
-            "s-lost",
-            vec![call(
-                "w",
-                "run_shell_command",
-                json!({"command": "echo x >> log; while [ ! -e go ]; do sleep 0.05; done"}),
-            )],
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = run_shell(
+        a.addr,
+        "s-lost",
+        "w",
+        "echo x >> log; while [ ! -e go ]; do sleep 0.05; done",
+    )
+    .await;
     let mut seen = Vec::new();
     let pgid = support::until_pid(&mut stream, &mut seen, "w").await;
     let batch = accepted(&seen);
@@ -436,19 +418,7 @@ async fn a_sessions_rules_and_mode_follow_it_to_the_next_replica() {
     let b = replica(workspace.path(), &url, &[]);
 
     // A rule: "always" for `touch` in session s-rules.
-    let mut running = client(a.addr)
-        .await
-        .schedule_calls(request(
-            "s-rules",
-            vec![call(
-                "t1",
-                "run_shell_command",
-                json!({"command": "touch one.txt"}),
-            )],
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut running = run_shell(a.addr, "s-rules", "t1", "touch one.txt").await;
     let mut seen = Vec::new();
     let prompt = support::await_prompt(&mut running, &mut seen, "t1").await;
     let first = accepted(&seen);
@@ -519,19 +489,7 @@ async fn a_sessions_rules_and_mode_follow_it_to_the_next_replica() {
     );
     assert!(workspace.path().join("two.txt").exists());
     // Another command is not covered by the rule: still prompted.
-    let mut other = client(b.addr)
-        .await
-        .schedule_calls(request(
-            "s-rules",
-            vec![call(
-                "m",
-                "run_shell_command",
-                json!({"command": "mkdir d"}),
-            )],
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut other = run_shell(b.addr, "s-rules", "m", "mkdir d").await;
     support::await_prompt(&mut other, &mut Vec::new(), "m").await;
     drop(other);
 
@@ -590,15 +548,7 @@ async fn get_session_on_another_replica_answers_from_the_store() {
     let mut seen = Vec::new();
     support::until_pid(&mut running, &mut seen, "w").await;
     let batch = accepted(&seen);
-    let mut queued = client(a.addr)
-        .await
-        .schedule_calls(request(
-            "s-view",
-            vec![call("q", "run_shell_command", json!({"command": "true"}))],
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut queued = run_shell(a.addr, "s-view", "q", "true").await;
     let behind = match queued.message().await.unwrap().and_then(|m| m.event) {
         Some(Event::BatchAccepted(x)) => x.batch_id,
         other => panic!("{other:?}"),

@@ -57,6 +57,29 @@ pub async fn client(addr: SocketAddr) -> ToolSchedulerClient<Channel> {
         .expect("connect")
 }
 
+/// The stream of a batch of one `run_shell_command` call (`call_id`,
+/// `command`) in `session`, sent to the server at `addr`.
+pub async fn run_shell(
+    addr: SocketAddr,
+    session: &str,
+    call_id: &str,
+    command: &str,
+) -> tonic::Streaming<toolsched::api::pb::ScheduleCallsResponse> {
+    client(addr)
+        .await
+        .schedule_calls(crate::support::request(
+            session,
+            vec![crate::support::call(
+                call_id,
+                "run_shell_command",
+                serde_json::json!({ "command": command }),
+            )],
+        ))
+        .await
+        .expect("batch accepted")
+        .into_inner()
+}
+
 /// A health client of a server at `addr`.
 pub async fn health(addr: SocketAddr) -> tonic_health::pb::health_client::HealthClient<Channel> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
