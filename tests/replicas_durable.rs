@@ -11,7 +11,9 @@ use crate::support;
 
 use std::time::Duration;
 
-use replicas_support::{Relay, client, fresh_database, messages, run_shell, sql};
+use replicas_support::{
+    Relay, client, fresh_database, messages, run_shell, run_until_executing, sql,
+};
 use serde_json::json;
 use support::{Event, State, call, next_matching, request, wait_for_file};
 use toolsched::api::pb;
@@ -353,15 +355,12 @@ async fn a_call_end_lost_to_a_takeover_is_outcome_unknown_on_both_replicas() {
     let a = replica(workspace.path(), &relayed, &yolo);
     let b = replica(workspace.path(), &url, &yolo);
 
-    let mut stream = run_shell(
+    let (stream, mut seen, pgid) = run_until_executing(
         a.addr,
         "s-lost",
-        "w",
         "echo x >> log; while [ ! -e go ]; do sleep 0.05; done",
     )
     .await;
-    let mut seen = Vec::new();
-    let pgid = support::until_pid(&mut stream, &mut seen, "w").await;
     let batch = accepted(&seen);
     wait_for_file(&workspace.path().join("log"), "x\n").await;
     relay.cut();

@@ -10,7 +10,7 @@ use crate::support;
 
 use std::time::Duration;
 
-use replicas_support::{batch_id, client, fresh_database, messages};
+use replicas_support::{batch_id, client, fresh_database, messages, run_until_executing};
 use serde_json::json;
 use support::{
     Binary, Event, State, call, live_group_members, next_matching, request, wait_for_file,
@@ -688,32 +688,6 @@ async fn a_call_that_ended_before_its_replica_was_killed_keeps_its_result_in_the
         std::fs::read_to_string(workspace.path().join("log")).unwrap(),
         "x\n"
     );
-}
-
-/// Starts `command` as call "w" of session `session` on `addr`; returns the
-/// stream, the events seen up to the call's Executing with a pid, and that
-/// pid (its process group).
-async fn run_until_executing(
-    addr: std::net::SocketAddr,
-    session: &str,
-    command: &str,
-) -> (tonic::Streaming<pb::ScheduleCallsResponse>, Vec<Event>, i32) {
-    let mut stream = client(addr)
-        .await
-        .schedule_calls(request(
-            session,
-            vec![call(
-                "w",
-                "run_shell_command",
-                json!({ "command": command }),
-            )],
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut seen = Vec::new();
-    let pgid = support::until_pid(&mut stream, &mut seen, "w").await;
-    (stream, seen, pgid)
 }
 
 /// The client is told a side-effecting call's end only once the store has

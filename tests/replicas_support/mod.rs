@@ -80,6 +80,24 @@ pub async fn run_shell(
         .into_inner()
 }
 
+/// Starts `command` as call "w" of session `session` on `addr`; returns the
+/// stream, the events seen up to the call's Executing with a pid, and that
+/// pid (its process group).
+pub async fn run_until_executing(
+    addr: SocketAddr,
+    session: &str,
+    command: &str,
+) -> (
+    tonic::Streaming<toolsched::api::pb::ScheduleCallsResponse>,
+    Vec<toolsched::api::pb::schedule_calls_response::Event>,
+    i32,
+) {
+    let mut stream = run_shell(addr, session, "w", command).await;
+    let mut seen = Vec::new();
+    let pgid = crate::support::until_pid(&mut stream, &mut seen, "w").await;
+    (stream, seen, pgid)
+}
+
 /// A health client of a server at `addr`.
 pub async fn health(addr: SocketAddr) -> tonic_health::pb::health_client::HealthClient<Channel> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
