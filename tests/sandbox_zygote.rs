@@ -175,3 +175,271 @@ async fn a_dead_zygote_is_replaced_and_its_commands_die_with_it() {
         "{out}"
     );
 }
+
+// === the spare worker and the per-command pids cgroups ===
+
+/// The pids cgroup commands' cgroups are made beneath, if the host has one
+/// we may use; says loudly when not.
+fn pids_base() -> Option<std::path::PathBuf> {
+    use toolsched::sandbox::{ProcessLimitKind, SandboxLevel};
+    match toolsched::sandbox::probe::probe(SandboxLevel::WorkspaceWrite).process_limit {
+        ProcessLimitKind::Cgroup(base) => Some(base),
+        other => {
+            eprintln!(
+                "\n*** SKIPPED: no pids cgroup to make commands' cgroups in ({other:?}) ***\n"
+            );
+            None
+        }
+    }
+}
+
+/// The command's own pids cgroup, from what it printed of
+/// `/proc/self/cgroup`: a `toolsched-…` directory beneath `base`.
+fn command_cgroup(output: &str, base: &std::path::Path) -> std::path::PathBuf {
+    let line = output
+        .lines()
+        .find(|l| {
+            l.split(':')
+                .nth(1)
+                .is_some_and(|c| c.split(',').any(|c| c == "pids"))
+        })
+        .or_else(|| output.lines().find(|l| l.starts_with("0::")))
+        .unwrap_or_else(|| panic!("no pids cgroup in {output:?}"));
+    let name = line.rsplit('/').next().unwrap();
+    assert!(name.starts_with("toolsched-"), "{line}");
+    base.join(name)
+}
+
+/// Every output chunk streamed so far.
+fn streamed(events: &[Event]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::CallUpdate(pb::ToolCallUpdate {
+                state: Some(State::Executing(x)),
+                ..
+            }) => Some(x.output_chunk.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The children of `pid`, forked by any of its threads.
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut children = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let list =
+            std::fs::read_to_string(task.unwrap().path().join("children")).unwrap_or_default();
+        children.extend(list.split_whitespace().map(|p| p.parse::<i32>().unwrap()));
+    }
+    children
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+}
+
+async fn release(fifo: std::path::PathBuf) {
+    tokio::task::spawn_blocking(move || std::fs::write(fifo, "go\n"))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_next_command_runs_in_the_spare_worker_already_in_its_cgroup() {
+    let Some(base) = pids_base() else {
+        return;
+    };
+    let srv = TestServer::with_config(yolo_confined()).await;
+    let limit = toolsched::sandbox::ResourceLimits::default().processes;
+    // The first command's worker is forked for it; its zygote then forks a
+    // spare for the next one, before it reaps this one.
+    let fifo = srv.path("first.fifo");
+    mkfifo(&fifo);
+    let (stream, mut seen, first) =
+        start_worker(&srv, "s", "echo ready; read -r line < first.fifo").await;
+    let zygote = parent_of(first);
+    release(fifo).await;
+    seen.extend(collect(stream).await);
+    assert_eq!(
+        states(&seen, "c"),
+        ["validating", "scheduled", "executing", "success"]
+    );
+    // The first worker is reaped (its call ended on that), and the spare
+    // was forked before: it is the zygote's only child.
+    let spare = match children_of(zygote)[..] {
+        [spare] => spare,
+        ref other => panic!("the zygote's children: {other:?}"),
+    };
+    assert_ne!(spare, first);
+    // The next command is handed to it, in a cgroup of its own made ahead,
+    // with this command's limit.
+    let fifo = srv.path("second.fifo");
+    mkfifo(&fifo);
+    let (stream, mut seen, second) = start_worker(
+        &srv,
+        "s",
+        "cat /proc/self/cgroup; echo ready; read -r line < second.fifo",
+    )
+    .await;
+    assert_eq!(second, spare, "the spare ran the next command");
+    let cgroup = command_cgroup(&streamed(&seen), &base);
+    assert_eq!(
+        std::fs::read_to_string(cgroup.join("pids.max"))
+            .unwrap()
+            .trim(),
+        limit.to_string()
+    );
+    let members = std::fs::read_to_string(cgroup.join("cgroup.procs")).unwrap();
+    assert!(
+        members.lines().any(|p| p.trim() == second.to_string()),
+        "the worker is in the command's cgroup: {members:?}"
+    );
+    release(fifo).await;
+    seen.extend(collect(stream).await);
+    assert_eq!(
+        states(&seen, "c"),
+        ["validating", "scheduled", "executing", "success"]
+    );
+    // Swept and removed with the command; a new spare waits.
+    assert!(!cgroup.exists(), "{} left behind", cgroup.display());
+    let next = children_of(zygote);
+    assert_eq!(next.len(), 1, "{next:?}");
+    assert!(next[0] != spare && next[0] != first, "{next:?}");
+}
+
+#[tokio::test]
+async fn every_command_gets_its_own_cgroup_and_none_is_left_behind() {
+    use toolsched::sandbox::{SandboxConfig, SandboxLevel};
+    let Some(base) = pids_base() else {
+        return;
+    };
+    const COMMANDS: usize = 8;
+    for level in [SandboxLevel::WorkspaceWrite, SandboxLevel::None] {
+        let srv = TestServer::with_config(toolsched::scheduler::SchedulerConfig {
+            sandbox: SandboxConfig {
+                level,
+                ..SandboxConfig::default()
+            },
+            ..yolo()
+        })
+        .await;
+        let mut seen_cgroups = std::collections::BTreeSet::new();
+        for i in 0..COMMANDS {
+            let id = format!("c{i}");
+            let events = srv
+                .run("s", vec![shell(&id, "cat /proc/self/cgroup")])
+                .await;
+            let cgroup = command_cgroup(&success_output(&events, &id), &base);
+            assert!(
+                !cgroup.exists(),
+                "{level}: {} left behind",
+                cgroup.display()
+            );
+            assert!(seen_cgroups.insert(cgroup), "{level}: a cgroup used twice");
+        }
+        assert_eq!(seen_cgroups.len(), COMMANDS);
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_commands_cgroup_is_swept_and_removed() {
+    let Some(base) = pids_base() else {
+        return;
+    };
+    let srv = TestServer::with_config(yolo_confined()).await;
+    let marker = format!("toolsched-cancelled-{}", uuid::Uuid::new_v4().simple());
+    let command = format!(
+        "cat /proc/self/cgroup; (exec -a {marker} sleep 1000) & setsid bash -c 'exec -a {marker} sleep 1000' & echo ready; wait"
+    );
+    let (stream, mut seen, worker) = start_worker(&srv, "s", &command).await;
+    let cgroup = command_cgroup(&streamed(&seen), &base);
+    let members = std::fs::read_to_string(cgroup.join("cgroup.procs")).unwrap();
+    assert!(
+        members.lines().count() >= 4,
+        "worker, shell and both sleeps: {members:?}"
+    );
+    srv.client
+        .clone()
+        .cancel(pb::CancelRequest {
+            session_id: "s".into(),
+            batch_id: None,
+            reason: "stop".into(),
+        })
+        .await
+        .unwrap();
+    seen.extend(collect(stream).await);
+    assert_eq!(
+        states(&seen, "c"),
+        ["validating", "scheduled", "executing", "cancelled"]
+    );
+    assert!(!cgroup.exists(), "{} left behind", cgroup.display());
+    assert!(wait_group_gone(worker).await);
+    let left = support::running_with_cmdline(&marker);
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+#[tokio::test]
+async fn the_spare_and_its_cgroup_go_when_the_server_dies() {
+    if pids_base().is_none() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let mut bin = Binary::start_with_env(
+        ws.path(),
+        &["--approval-mode", "yolo"],
+        &[("RUST_LOG", "info,rmcp=warn,toolsched::sandbox=debug")],
+    );
+    let mut client =
+        pb::tool_scheduler_client::ToolSchedulerClient::connect(format!("http://{}", bin.addr))
+            .await
+            .unwrap();
+    let stream = client
+        .schedule_calls(request("s", vec![shell("c", "true")]))
+        .await
+        .unwrap()
+        .into_inner();
+    let seen = collect(stream).await;
+    assert_eq!(
+        states(&seen, "c"),
+        ["validating", "scheduled", "executing", "success"]
+    );
+    // The cgroup made for the next command, which the spare joins.
+    let ahead = loop {
+        let line = bin
+            .stderr_lines
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the server logged the cgroup made ahead");
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if v["message"] == "a pids cgroup made ahead for the next command" {
+            break std::path::PathBuf::from(v["cgroup"].as_str().unwrap());
+        }
+    };
+    assert!(ahead.exists());
+    let server = bin.child.id() as i32;
+    let zygote = children_of(server)
+        .into_iter()
+        .find(|p| cmdline(*p).contains("sandbox-zygote"))
+        .expect("the server's zygote");
+    let spare = match children_of(zygote)[..] {
+        [spare] => spare,
+        ref other => panic!("the zygote's children: {other:?}"),
+    };
+    // Killed outright: nothing of the server's runs; the zygote sees its
+    // socket close, kills and reaps the spare, removes its cgroup, exits.
+    bin.child.kill().unwrap();
+    bin.child.wait().unwrap();
+    wait_exited(zygote);
+    assert!(
+        !std::path::Path::new(&format!("/proc/{spare}")).exists(),
+        "the spare {spare} outlived its zygote"
+    );
+    assert!(!ahead.exists(), "{} left behind", ahead.display());
+}

@@ -23,6 +23,7 @@
 //!
 //! Not here: deciding whether a command may run (`policy`).
 
+mod cgroup;
 mod level;
 pub mod probe;
 pub mod process;

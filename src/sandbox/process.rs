@@ -9,8 +9,9 @@
 //! open forever. Beyond that, the worker (see [`super::worker`]) confines the
 //! command and, as child subreaper, also kills descendants that left the
 //! group with `setsid` or a double fork; where a pids cgroup is delegated
-//! the server gives every command its own, bounded by `pids.max`, and sweeps
-//! it after the command.
+//! the server gives every command its own, bounded by `pids.max` (made one
+//! command ahead, for the zygote's spare worker to join: see
+//! [`super::zygote`]), and sweeps it after the command.
 //!
 //! Output is read through bounded channels into a fixed-size head and a
 //! ring-buffer tail, so the server's memory stays flat however much a
@@ -20,18 +21,17 @@
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::probe::ProcessLimitKind;
 use super::worker::{ANCHOR_TMP, PROTECTED_FD, WorkerArgs};
-use super::zygote::Request;
+use super::zygote::{PidsCgroup, Request};
 use super::{SandboxLevel, SharedSandbox};
 
 /// Environment variables passed through to commands. Everything else
@@ -232,17 +232,13 @@ pub async fn run_process(
             };
         }
     };
-    let cgroup = match &spec.sandbox.probe.process_limit {
-        ProcessLimitKind::Cgroup(base) => {
-            match CommandCgroup::create(base, spec.sandbox.config.limits.processes) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    return ProcessOutcome::SpawnFailed {
-                        message: format!("could not create the command's pids cgroup: {e}"),
-                    };
-                }
-            }
-        }
+    // The zygote picks the cgroup (the one its spare worker already
+    // joined, see [`super::zygote`]); this says where and with what limit.
+    let pids_cgroup = match &spec.sandbox.probe.process_limit {
+        ProcessLimitKind::Cgroup(base) => Some(PidsCgroup {
+            base: base.clone(),
+            max: spec.sandbox.config.limits.processes,
+        }),
         _ => None,
     };
     let (status_r, status_w) = match pipe_cloexec() {
@@ -286,7 +282,8 @@ pub async fn run_process(
         kill_grace_ms: KILL_GRACE.as_millis() as u64,
         protect: config.protected_paths.clone(),
         read: config.extra_read_paths.clone(),
-        cgroup: cgroup.as_ref().map(|c| c.dir.clone()),
+        // Set by the zygote's handle to the cgroup it picks.
+        cgroup: None,
         best_effort: config.allow_weaker,
         protected_fd: protected.as_ref().map(|_| PROTECTED_FD),
         landlock_only: config.landlock_only,
@@ -321,7 +318,8 @@ pub async fn run_process(
             .into_iter()
             .map(|(k, v)| (OsString::from(k), v))
             .collect(),
-        worker_args: worker_args.to_args(),
+        worker_args,
+        pids_cgroup,
         stdin,
         stdout: out_w,
         stderr: err_w,
@@ -340,6 +338,7 @@ pub async fn run_process(
             };
         }
     };
+    let cgroup = spawned.cgroup;
     let mut worker = Worker {
         pidfd: spawned.pidfd,
         ended: false,
@@ -655,49 +654,6 @@ async fn read_status(fd: OwnedFd) -> Reported {
         }
     }
     r
-}
-
-// === per-command pids cgroup ===
-
-/// Maximum rounds of "kill everything in the cgroup" before giving up on a
-/// cgroup that keeps gaining members (it stays; pids.max still bounds it).
-const CGROUP_SWEEPS: usize = 100;
-
-/// A pids cgroup for one command; on drop, kills whatever is still in it
-/// and removes it.
-struct CommandCgroup {
-    dir: PathBuf,
-}
-
-impl CommandCgroup {
-    fn create(base: &Path, max: u64) -> std::io::Result<Self> {
-        let dir = base.join(format!("toolsched-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir(&dir)?;
-        let me = Self { dir };
-        std::fs::write(me.dir.join("pids.max"), max.to_string())?;
-        Ok(me)
-    }
-}
-
-impl Drop for CommandCgroup {
-    fn drop(&mut self) {
-        for _ in 0..CGROUP_SWEEPS {
-            let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
-            let pids: Vec<i32> = procs
-                .lines()
-                .filter_map(|l| l.trim().parse().ok())
-                .collect();
-            if pids.is_empty() && std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            for p in pids {
-                let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
-            }
-            // Killed processes leave the cgroup once the kernel reaps them.
-            std::thread::yield_now();
-        }
-        tracing::warn!(cgroup = %self.dir.display(), "could not empty the command's cgroup");
-    }
 }
 
 // === output ===

@@ -31,12 +31,25 @@
 //!
 //! **Protocol** (a `SOCK_SEQPACKET` socket pair; the zygote's end is its fd
 //! [`CONTROL_FD`]): the server sends one message per command, the bytes
-//! [`REQUEST_TAG`] with `SCM_RIGHTS` carrying, in order, a memfd holding the
-//! request (directory, environment, worker options: see [`encode`]), the
-//! command's stdin, stdout and stderr, the status pipe and, optionally, the
-//! protected-paths memfd. The zygote forks and replies with the child's pid
+//! [`REQUEST_TAG`] followed by the path of the pids cgroup it made for the
+//! *next* command (if any), with `SCM_RIGHTS` carrying, in order, a memfd
+//! holding the request (directory, environment, worker options, among them
+//! this command's cgroup: see [`encode`]), the command's stdin, stdout and
+//! stderr, the status pipe and, optionally, the protected-paths memfd. The
+//! zygote hands the command to its spare worker when the spare joined the
+//! command's cgroup, else forks a worker, and replies with the worker's pid
 //! (4 bytes, native order; a negative errno when it could not fork) and a
-//! pidfd of it. The zygote keeps a copy of the status pipe until it has
+//! pidfd of it. Then it forks the next spare, which joins the next cgroup.
+//!
+//! **The spare worker** ([`Spare`]; issue 17 item 3): on cgroup v1, joining
+//! a cgroup sleeps a full RCU grace period (~10–15 ms, about half of a
+//! confined `true`: BENCHMARKS.md, "Session 8"). A spare forked ahead does
+//! it while the previous command runs and the client prepares the next.
+//! The server still makes, and after the command sweeps and removes, every
+//! cgroup ([`super::cgroup`]); it only makes each one a command early. The
+//! cgroup a spare joined is removed by the zygote when the server is gone
+//! (it kills and reaps the spare first), and by the server's handle when
+//! the zygote is (a sweep after the zygote exited). The zygote keeps a copy of the status pipe until it has
 //! reaped the child, then writes how the child ended (`{"worker_exit":…}`)
 //! and closes it: end of file on the status pipe therefore means the worker
 //! is gone, which is what the server waits for (it is not the worker's
@@ -64,6 +77,7 @@ use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
 
+use super::cgroup::CommandCgroup;
 use super::worker::{
     ANCHOR_TMP, Forked, PROTECTED_FD, RulesetCache, SETUP_FAILED_EXIT, STATUS_FD, WorkerArgs,
 };
@@ -86,8 +100,26 @@ const ANCHOR_FLAG: &str = "--anchor";
 /// The fd a forked worker finds its prepared Landlock ruleset on.
 const RULESET_FD: RawFd = 5;
 
-/// The bytes of a request message (its fds carry the rest).
-const REQUEST_TAG: &[u8; 4] = b"TSZ1";
+/// The first bytes of a request message; the rest of its bytes name the
+/// cgroup for the next spare worker (none: a spare without one), its fds
+/// carry the command.
+const REQUEST_TAG: &[u8; 4] = b"TSZ2";
+
+/// Largest request message: the tag and a cgroup path (`PATH_MAX`).
+const MAX_MESSAGE_BYTES: usize = REQUEST_TAG.len() + libc::PATH_MAX as usize;
+
+/// How long dropping the handle waits for the zygote to exit by itself
+/// after its socket closed (it kills its spare, waits for it, which may
+/// take one RCU grace period, and removes its cgroup) before killing it.
+const ZYGOTE_EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// The fd a spare worker waits for its command on (below [`HIGH_FD`], above
+/// everything placed for the command).
+const SPARE_CHAN_FD: RawFd = HIGH_FD - 1;
+
+/// Bits of a hand-over's one byte: which optional fds follow the five.
+const HANDOVER_PROTECTED: u8 = 1;
+const HANDOVER_RULESET: u8 = 2;
 
 /// Fds of a request: body, stdin, stdout, stderr, status; a sixth, the
 /// protected paths, is optional.
@@ -111,12 +143,13 @@ const HIGH_FD: RawFd = 64;
 // === the server's side ===
 
 /// One command for the zygote: where it runs, its environment, the
-/// worker's options (as [`super::WorkerArgs::to_args`] writes them) and
-/// its fds.
+/// worker's options (their `cgroup` is set by [`Zygote::spawn`]), the pids
+/// cgroup it needs, if any, and its fds.
 pub struct Request {
     pub cwd: PathBuf,
     pub env: Vec<(OsString, OsString)>,
-    pub worker_args: Vec<OsString>,
+    pub worker_args: WorkerArgs,
+    pub pids_cgroup: Option<PidsCgroup>,
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
@@ -124,11 +157,21 @@ pub struct Request {
     pub protected: Option<OwnedFd>,
 }
 
-/// A worker the zygote forked: its pid (for the Started event and logs)
-/// and a pidfd to signal it with (never a recycled pid).
+/// Where a command's pids cgroup is made: a child of `base` (a delegated
+/// pids cgroup) with `pids.max` = `max`.
+#[derive(Debug, Clone)]
+pub struct PidsCgroup {
+    pub base: PathBuf,
+    pub max: u64,
+}
+
+/// A worker the zygote forked: its pid (for the Started event and logs), a
+/// pidfd to signal it with (never a recycled pid), and the pids cgroup it
+/// runs in, swept and removed when dropped (after the worker ended).
 pub struct Spawned {
     pub pid: u32,
     pub pidfd: OwnedFd,
+    pub cgroup: Option<CommandCgroup>,
 }
 
 /// The server's handle on the zygote of one worker binary.
@@ -150,7 +193,34 @@ pub struct Zygote {
 struct Conn {
     sock: AsyncFd<OwnedFd>,
     /// Killed (and reaped by tokio) when the handle is dropped.
-    _process: tokio::process::Child,
+    process: tokio::process::Child,
+    /// The cgroup the zygote's spare worker joins (or joined), made with the
+    /// last request: the next command's. Swept when the zygote goes (after
+    /// the process: the spare dies with it).
+    spare: Option<SpareCgroup>,
+}
+
+struct SpareCgroup {
+    cgroup: CommandCgroup,
+    base: PathBuf,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // The zygote, told by the end of file on its socket, kills its
+        // spare, waits for it and removes its cgroup itself (as when the
+        // server dies); killing it outright is for one that does not exit.
+        // The socket is closed before the kill below (fields drop after).
+        // SAFETY: shutdown on a socket we own; it stays open until dropped.
+        unsafe {
+            libc::shutdown(self.sock.get_ref().as_raw_fd(), libc::SHUT_RDWR);
+        }
+        if let Some(pid) = self.process.id() {
+            wait_pid_exit(pid as i32, ZYGOTE_EXIT_WAIT);
+        }
+        let _ = self.process.start_kill();
+        // `spare` drops last: a sweep of what the zygote did not remove.
+    }
 }
 
 impl std::fmt::Debug for Zygote {
@@ -192,21 +262,11 @@ impl Zygote {
         self.anchor.as_ref().map(tempfile::TempDir::path)
     }
 
-    /// Forks a worker for `req`. An error says why no worker started; the
-    /// command then never ran.
-    pub async fn spawn(&self, req: Request) -> Result<Spawned, String> {
-        let body = encode(&req.cwd, &req.env, &req.worker_args)
-            .map_err(|e| format!("could not write the worker's request: {e}"))?;
-        let mut fds: Vec<RawFd> = vec![
-            body.as_raw_fd(),
-            req.stdin.as_raw_fd(),
-            req.stdout.as_raw_fd(),
-            req.stderr.as_raw_fd(),
-            req.status.as_raw_fd(),
-        ];
-        if let Some(p) = &req.protected {
-            fds.push(p.as_raw_fd());
-        }
+    /// Runs `req` in a worker: the zygote's spare one, already in the
+    /// cgroup made for this command with the previous request, or one it
+    /// forks now. An error says why no worker started; the command then
+    /// never ran.
+    pub async fn spawn(&self, mut req: Request) -> Result<Spawned, String> {
         let mut conn = self.conn.lock().await;
         // A zygote that died since the last command (its socket reports
         // hang-up) is replaced before it is sent anything; one that dies
@@ -218,18 +278,75 @@ impl Zygote {
         if conn.is_none() {
             *conn = Some(self.start()?);
         }
-        let Some(c) = conn.as_ref() else {
+        let Some(c) = conn.as_mut() else {
             return Err("the sandbox zygote is not running".into());
         };
-        if let Err(e) = c.send(&fds).await {
+        // This command's cgroup: the spare's when it is under the same base
+        // (its pids.max set to this command's limit), else a new one; and
+        // the next spare's, made now so that joining it (an RCU grace
+        // period on cgroup v1) happens while this command runs.
+        let (cgroup, next) = match &req.pids_cgroup {
+            Some(want) => {
+                let spare = c.spare.take().filter(|s| s.base == want.base);
+                let cgroup = match spare {
+                    Some(mut s) => {
+                        s.cgroup.set_max(want.max).map_err(|e| {
+                            format!("could not set the command's pids cgroup limit: {e}")
+                        })?;
+                        s.cgroup
+                    }
+                    None => CommandCgroup::create(&want.base, want.max)
+                        .map_err(|e| format!("could not create the command's pids cgroup: {e}"))?,
+                };
+                let next = match CommandCgroup::create(&want.base, want.max) {
+                    Ok(n) => Some(SpareCgroup {
+                        cgroup: n,
+                        base: want.base.clone(),
+                    }),
+                    Err(e) => {
+                        // Only the next command's head start is lost.
+                        tracing::warn!(error = %e, "could not create a pids cgroup ahead");
+                        None
+                    }
+                };
+                (Some(cgroup), next)
+            }
+            None => {
+                c.spare = None;
+                (None, None)
+            }
+        };
+        req.worker_args.cgroup = cgroup.as_ref().map(|g| g.dir().to_path_buf());
+        let body = encode(&req.cwd, &req.env, &req.worker_args.to_args())
+            .map_err(|e| format!("could not write the worker's request: {e}"))?;
+        let mut fds: Vec<RawFd> = vec![
+            body.as_raw_fd(),
+            req.stdin.as_raw_fd(),
+            req.stdout.as_raw_fd(),
+            req.stderr.as_raw_fd(),
+            req.status.as_raw_fd(),
+        ];
+        if let Some(p) = &req.protected {
+            fds.push(p.as_raw_fd());
+        }
+        // Where the zygote's next spare goes: a cgroup path, or empty for a
+        // spare without one (no pids cgroup here).
+        let mut message = REQUEST_TAG.to_vec();
+        if let Some(n) = &next {
+            tracing::debug!(cgroup = %n.cgroup.dir().display(), "a pids cgroup made ahead for the next command");
+            message.extend_from_slice(n.cgroup.dir().as_os_str().as_bytes());
+        }
+        if let Err(e) = c.send(&message, &fds).await {
             *conn = None;
             return Err(format!("could not reach the sandbox zygote: {e}"));
         }
+        c.spare = next;
         let reply = tokio::time::timeout(REPLY_TIMEOUT, c.recv_reply()).await;
         match reply {
             Ok(Ok((pid, Some(pidfd)))) if pid > 0 => Ok(Spawned {
                 pid: pid as u32,
                 pidfd,
+                cgroup,
             }),
             Ok(Ok((pid, _))) => Err(format!(
                 "the sandbox zygote could not fork the worker: {}",
@@ -312,7 +429,8 @@ impl Zygote {
             .map_err(|e| format!("could not start the sandbox zygote: {e}"))?;
         Ok(Conn {
             sock,
-            _process: process,
+            process,
+            spare: None,
         })
     }
 }
@@ -330,10 +448,10 @@ impl Conn {
         r < 0 || p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
     }
 
-    async fn send(&self, fds: &[RawFd]) -> std::io::Result<()> {
+    async fn send(&self, message: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
         loop {
             let mut ready = self.sock.writable().await?;
-            match ready.try_io(|s| send_with_fds(s.get_ref().as_raw_fd(), REQUEST_TAG, fds)) {
+            match ready.try_io(|s| send_with_fds(s.get_ref().as_raw_fd(), message, fds)) {
                 Ok(r) => return r,
                 Err(_would_block) => continue,
             }
@@ -363,6 +481,32 @@ impl Conn {
                 Ok(r) => return r,
                 Err(_would_block) => continue,
             }
+        }
+    }
+}
+
+/// Waits up to `timeout` for the process `pid` (our child, not reaped) to
+/// exit: its pidfd turns readable then.
+fn wait_pid_exit(pid: i32, timeout: Duration) {
+    // SAFETY: pidfd_open with a pid and no flags; the fd is owned below.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: just returned by pidfd_open, owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let until = std::time::Instant::now() + timeout;
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+        if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
         }
     }
 }
@@ -590,6 +734,8 @@ pub fn main() -> ! {
     let me = unsafe { libc::getpid() };
     // Each live worker's status pipe, written and closed once it is reaped.
     let mut live: Vec<(libc::pid_t, File)> = Vec::new();
+    // The worker forked ahead for the next command (see [`Spare`]).
+    let mut spare: Option<Spare> = None;
     loop {
         let mut fds = [
             libc::pollfd {
@@ -612,14 +758,18 @@ pub fn main() -> ! {
         }
         if fds[1].revents & libc::POLLIN != 0 {
             drain_signalfd(&sfd);
-            reap(&mut live);
+            reap(&mut live, &mut spare);
         }
         if fds[0].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
-            let mut tag = [0u8; REQUEST_TAG.len()];
-            match recv_with_fds(CONTROL_FD, &mut tag, MAX_REQUEST_FDS) {
+            let mut message = [0u8; MAX_MESSAGE_BYTES + 1];
+            match recv_with_fds(CONTROL_FD, &mut message, MAX_REQUEST_FDS) {
                 // The server is gone: so are we (the workers follow through
-                // their parent-death signal), and the anchor it made.
+                // their parent-death signal), the anchor it made, and the
+                // spare with the cgroup it joined.
                 Ok((0, _)) => {
+                    if let Some(sp) = spare.take() {
+                        sp.discard(true);
+                    }
                     if let Some(a) = &anchor {
                         // Never recursive: only the empty layout it made.
                         let _ = std::fs::remove_dir(a.join(ANCHOR_TMP));
@@ -627,10 +777,19 @@ pub fn main() -> ! {
                     }
                     std::process::exit(0)
                 }
-                Ok((n, received)) if n == tag.len() && &tag == REQUEST_TAG => {
-                    if let Some(w) = serve(received, me, proc_hidden, &mut rulesets) {
+                Ok((n, received))
+                    if (REQUEST_TAG.len()..=MAX_MESSAGE_BYTES).contains(&n)
+                        && message.starts_with(REQUEST_TAG) =>
+                {
+                    let next = &message[REQUEST_TAG.len()..n];
+                    let next = (!next.is_empty()).then(|| PathBuf::from(OsStr::from_bytes(next)));
+                    let ctx = Ctx { me, proc_hidden };
+                    if let Some(w) = serve(received, ctx, &mut rulesets, spare.take()) {
                         live.push(w);
                     }
+                    // After the reply: forking and joining the cgroup
+                    // overlap the command that was just started.
+                    spare = Spare::fork(next, ctx);
                 }
                 Ok(_) => reply(-libc::EINVAL, None),
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
@@ -641,14 +800,138 @@ pub fn main() -> ! {
     }
 }
 
-/// One request: reads it, finds (or prepares) its Landlock ruleset, forks
-/// the worker and replies. Returns the worker's pid and a copy of its
-/// status pipe.
-fn serve(
-    received: Vec<OwnedFd>,
+/// What every child of the zygote is told: its pid (their parent) and
+/// whether `/proc` here is hidden.
+#[derive(Clone, Copy)]
+struct Ctx {
     me: libc::pid_t,
     proc_hidden: bool,
+}
+
+/// A worker forked before its command arrived (issue 17 item 3): it has
+/// already done what does not depend on the command (session, parent-death
+/// signal, subreaper) and joined the cgroup the server made for the next
+/// command, which on cgroup v1 sleeps one RCU grace period (~10–15 ms:
+/// BENCHMARKS.md, "Session 8"). The next request is handed to it over
+/// `chan` instead of forking, so that wait overlaps the previous command
+/// and the client's turn instead of delaying the next command.
+///
+/// It holds nothing of the zygote's but `chan` (everything else is closed
+/// before it does anything), and runs nothing of a command's until the
+/// hand-over, after which it is exactly the worker a fork would have made.
+/// Every request uses it up: handed over, or killed when it cannot serve
+/// the request (another cgroup, a hand-over that failed).
+struct Spare {
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+    /// Our end of the socket its command comes down.
+    chan: OwnedFd,
+    /// The cgroup it joins; the server's for the next command.
+    cgroup: Option<PathBuf>,
+}
+
+impl Spare {
+    /// Forks a spare that joins `cgroup`. `None` when it could not be forked
+    /// (the next command is then forked as it comes).
+    fn fork(cgroup: Option<PathBuf>, ctx: Ctx) -> Option<Self> {
+        let mut pair = [0 as libc::c_int; 2];
+        // SAFETY: socketpair writes two fds into a valid array.
+        if unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                pair.as_mut_ptr(),
+            )
+        } != 0
+        {
+            return None;
+        }
+        // SAFETY: both fds were just created and are owned by nobody else.
+        let (ours, theirs) =
+            unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+        // SAFETY: this process is single-threaded (no runtime, no threads),
+        // so the child may allocate and run ordinary Rust code.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return None;
+        }
+        if pid == 0 {
+            // SAFETY: in the freshly forked child.
+            unsafe { spare_child(theirs.as_raw_fd(), cgroup.as_deref(), ctx) }
+        }
+        drop(theirs);
+        // SAFETY: pidfd_open on our own child, not reaped yet (only this
+        // loop reaps); the fd is owned below.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if pidfd < 0 {
+            // SAFETY: our own child, which nobody else knows of.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            return None;
+        }
+        Some(Self {
+            pid,
+            // SAFETY: just returned by pidfd_open, owned by nobody else.
+            pidfd: unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) },
+            chan: ours,
+            cgroup,
+        })
+    }
+
+    /// Kills the spare. With `wait`, also reaps it and removes its cgroup
+    /// (the zygote is exiting: nobody else will); otherwise the loop reaps
+    /// it and the server, which made the cgroup, sweeps it.
+    fn discard(self, wait: bool) {
+        // SAFETY: signalling our own unreaped child through its pidfd.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0 as libc::c_uint,
+            );
+        }
+        if !wait {
+            return;
+        }
+        loop {
+            // SAFETY: waiting for our own child; a null status is allowed.
+            let r = unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
+            if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break;
+            }
+        }
+        if let Some(cg) = &self.cgroup {
+            let _ = std::fs::remove_dir(cg);
+        }
+    }
+
+    /// Hands the command to the spare: one byte saying which optional fds
+    /// follow, the request's fds in order, then the ruleset, if any.
+    fn hand_over(&self, received: &[OwnedFd], ruleset: Option<&OwnedFd>) -> std::io::Result<()> {
+        let mut flags = 0;
+        if received.len() > REQUEST_FDS {
+            flags |= HANDOVER_PROTECTED;
+        }
+        let mut fds: Vec<RawFd> = received.iter().map(AsRawFd::as_raw_fd).collect();
+        if let Some(r) = ruleset {
+            flags |= HANDOVER_RULESET;
+            fds.push(r.as_raw_fd());
+        }
+        send_with_fds(self.chan.as_raw_fd(), &[flags], &fds)
+    }
+}
+
+/// One request: reads it, finds (or prepares) its Landlock ruleset, hands
+/// it to the spare worker (when it joined the command's cgroup) or forks a
+/// worker, and replies. Returns the worker's pid and a copy of its status
+/// pipe.
+fn serve(
+    received: Vec<OwnedFd>,
+    ctx: Ctx,
     rulesets: &mut RulesetCache,
+    spare: Option<Spare>,
 ) -> Option<(libc::pid_t, File)> {
     if !(REQUEST_FDS..=MAX_REQUEST_FDS).contains(&received.len()) {
         reply(-libc::EINVAL, None);
@@ -668,6 +951,17 @@ fn serve(
         .as_ref()
         .ok()
         .and_then(|(_, args)| rulesets.get(args));
+    if let Some(sp) = spare {
+        // The spare serves only the cgroup it joined, which the server made
+        // for this command; anything else (a request it cannot read, a
+        // hand-over that failed) and it goes, and a worker is forked.
+        let fits = matches!(&request, Ok((_, args)) if args.cgroup == sp.cgroup);
+        if fits && sp.hand_over(&received, ruleset.as_ref()).is_ok() {
+            reply(sp.pid, Some(&sp.pidfd));
+            return Some((sp.pid, status));
+        }
+        sp.discard(false);
+    }
     let raw: Vec<RawFd> = received.iter().map(AsRawFd::as_raw_fd).collect();
     // SAFETY: this process is single-threaded (no runtime, no threads), so
     // the child may allocate and run ordinary Rust code.
@@ -683,9 +977,10 @@ fn serve(
     }
     if pid == 0 {
         let forked = Forked {
-            zygote: me,
+            zygote: ctx.me,
             ruleset,
-            proc_hidden,
+            proc_hidden: ctx.proc_hidden,
+            settled: None,
         };
         // SAFETY: in the freshly forked child; `raw` are its copies.
         unsafe { child(&raw, request, forked) }
@@ -712,6 +1007,83 @@ fn serve(
     Some((pid, status))
 }
 
+/// The spare worker, from its fork until its command arrives: it closes
+/// everything of the zygote's but its end of `chan`, settles (see
+/// [`super::worker::settle`]), joins `cgroup`, then waits for the hand-over
+/// (see [`Spare::hand_over`]) and runs the command exactly as a forked
+/// worker does ([`child`]). Exits when the zygote's end closes.
+///
+/// # Safety
+/// Only in a freshly forked child of the (single-threaded) zygote.
+unsafe fn spare_child(chan: RawFd, cgroup: Option<&Path>, ctx: Ctx) -> ! {
+    // SAFETY: plain calls on this process's own fds.
+    unsafe {
+        if libc::dup2(chan, SPARE_CHAN_FD) < 0 {
+            libc::_exit(SETUP_FAILED_EXIT);
+        }
+        // Nothing of the zygote's survives (its socket, signalfd, the
+        // workers' status pipes, the prepared rulesets): 0–2 are its
+        // `/dev/null`, replaced at the hand-over.
+        for (from, to) in [
+            (3, SPARE_CHAN_FD - 1),
+            (SPARE_CHAN_FD + 1, libc::c_int::MAX),
+        ] {
+            if libc::syscall(
+                libc::SYS_close_range,
+                from as libc::c_uint,
+                to as libc::c_uint,
+                0 as libc::c_uint,
+            ) != 0
+            {
+                libc::_exit(SETUP_FAILED_EXIT);
+            }
+        }
+    }
+    let Ok(worker) = super::worker::settle(Some(ctx.me)) else {
+        // The zygote is gone, or this process cannot supervise: the next
+        // command is forked instead (the zygote reaps us).
+        // SAFETY: leaving without running the zygote's destructors.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+    };
+    // The wait this process exists for: ahead of the command.
+    let joined = cgroup.map(|cg| super::worker::join_cgroup(cg).map(|()| cg.to_path_buf()));
+    let mut flags = [0u8; 1];
+    let received = loop {
+        match recv_with_fds(SPARE_CHAN_FD, &mut flags, MAX_REQUEST_FDS + 1) {
+            Ok((1, fds)) => break fds,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            // SAFETY: the zygote closed our channel (or sent nonsense):
+            // there is no command, and nothing to report it to.
+            _ => unsafe { libc::_exit(0) },
+        }
+    };
+    let mut received = received;
+    let ruleset = if flags[0] & HANDOVER_RULESET != 0 {
+        received.pop()
+    } else {
+        None
+    };
+    let expected = REQUEST_FDS + usize::from(flags[0] & HANDOVER_PROTECTED != 0);
+    if received.len() != expected {
+        // SAFETY: as above; the status pipe is not known to be among them.
+        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
+    }
+    let request = read_request(&received[0]);
+    let raw: Vec<RawFd> = received.iter().map(AsRawFd::as_raw_fd).collect();
+    // `child` places copies of them; these numbers are closed there.
+    for fd in received {
+        std::mem::forget(fd);
+    }
+    let forked = Forked {
+        zygote: ctx.me,
+        ruleset,
+        proc_hidden: ctx.proc_hidden,
+        settled: Some(super::worker::Settled { worker, joined }),
+    };
+    // SAFETY: still the spare forked from the zygote; `raw` are open here.
+    unsafe { child(&raw, request, forked) }
+}
+
 /// The request body on `body` (a memfd of [`encode`]), decoded, and the
 /// worker's options parsed.
 fn read_request(body: &OwnedFd) -> Result<(Decoded, WorkerArgs), String> {
@@ -719,8 +1091,12 @@ fn read_request(body: &OwnedFd) -> Result<(Decoded, WorkerArgs), String> {
     let file = body
         .try_clone()
         .map_err(|e| format!("reading the worker's request: {e}"))?;
-    File::from(file)
-        .take(MAX_REQUEST_BYTES + 1)
+    let mut file = File::from(file);
+    // From the start: a spare worker receives the fd after the zygote read
+    // it (they share the offset).
+    file.rewind()
+        .map_err(|e| format!("reading the worker's request: {e}"))?;
+    file.take(MAX_REQUEST_BYTES + 1)
         .read_to_end(&mut text)
         .map_err(|e| format!("reading the worker's request: {e}"))?;
     if text.len() as u64 > MAX_REQUEST_BYTES {
@@ -756,14 +1132,18 @@ fn drain_signalfd(sfd: &OwnedFd) {
     {}
 }
 
-/// Reaps every worker that ended, telling its status pipe how.
-fn reap(live: &mut Vec<(libc::pid_t, File)>) {
+/// Reaps every worker that ended, telling its status pipe how (a spare
+/// that ended before its command came is just forgotten).
+fn reap(live: &mut Vec<(libc::pid_t, File)>, spare: &mut Option<Spare>) {
     loop {
         let mut st: libc::c_int = 0;
         // SAFETY: waitpid writes into a valid local.
         let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
         if pid <= 0 {
             return;
+        }
+        if spare.as_ref().is_some_and(|sp| sp.pid == pid) {
+            *spare = None;
         }
         let Some(at) = live.iter().position(|(p, _)| *p == pid) else {
             continue;

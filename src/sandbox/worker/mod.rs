@@ -30,7 +30,9 @@
 //! 1. It leads its own session, dies with the server (`PR_SET_PDEATHSIG`),
 //!    becomes a child subreaper (orphans of the command, including those
 //!    that `setsid` or double-fork, are re-parented to it, not to init), and
-//!    joins the per-command pids cgroup the server created, if any.
+//!    joins the per-command pids cgroup the server created, if any. The
+//!    zygote's spare worker does all of this before its command arrives
+//!    ([`Settled`]).
 //! 2. It forks the command process, which leads its own process group and
 //!    then, before `exec`: marks inherited fds close-on-exec, sets resource
 //!    limits and a parent-death signal, drops every capability, applies
@@ -89,6 +91,7 @@ use std::path::{Path, PathBuf};
 
 pub use mounts::{ANCHOR_TMP, MAX_BIND_MOUNTS, hide_proc_here, probe as probe_namespace};
 pub use prepared::{MAX_PREPARED_RULESETS, RulesetCache};
+pub(super) use supervise::{join_cgroup, settle};
 
 use super::{ResourceLimits, SandboxLevel};
 
@@ -240,6 +243,20 @@ pub struct Forked {
     pub ruleset: Option<OwnedFd>,
     /// `/proc` in the zygote's namespace is already a hidden instance.
     pub proc_hidden: bool,
+    /// What a spare worker did before its command came; `None` for a
+    /// worker forked for its command.
+    pub settled: Option<Settled>,
+}
+
+/// What a spare worker (see [`super::zygote`]) did before its command
+/// came: [`settle`] (this is its result) and, if it was given one, the
+/// cgroup join.
+#[derive(Debug, Clone)]
+pub struct Settled {
+    /// The worker's own pid.
+    pub worker: libc::pid_t,
+    /// The cgroup it joined, or why it could not.
+    pub joined: Option<Result<PathBuf, String>>,
 }
 
 /// Runs the worker; does not return (exits like the command did).

@@ -30,44 +30,23 @@ pub(super) fn supervise(
     forked: Option<Forked>,
     status: &mut File,
 ) -> Result<Ended, String> {
-    let parent = forked.as_ref().map(|f| f.zygote);
     let proc_hidden = forked.as_ref().is_some_and(|f| f.proc_hidden);
+    let parent = forked.as_ref().map(|f| f.zygote);
+    let settled = forked.as_ref().and_then(|f| f.settled.clone());
     let mut prepared = forked.and_then(|f| f.ruleset);
-    // SAFETY: plain syscalls on our own process with valid arguments.
-    let worker_pid = unsafe {
-        // EPERM when we already lead a group: fine, we are one then.
-        libc::setsid();
-        if libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        ) != 0
-        {
-            return Err(errno("PR_SET_PDEATHSIG"));
-        }
-        // The server (or the zygote) may have died before the line above
-        // took effect: we would then be an orphan, re-parented.
-        let ppid = libc::getppid();
-        if parent.map_or(ppid == 1, |p| ppid != p) {
-            return Err("the server exited".into());
-        }
-        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) != 0 {
-            return Err(errno("PR_SET_CHILD_SUBREAPER"));
-        }
-        let no_core = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
-        libc::getpid()
+    // A spare worker settled and joined its cgroup before its command came
+    // (see [`super::super::zygote`]); everyone else does it now.
+    let (worker_pid, joined) = match settled {
+        Some(s) => (s.worker, s.joined),
+        None => (settle(parent)?, None),
     };
     if let Some(cg) = &args.cgroup {
-        // Joining before the fork puts the command and all it spawns in the
-        // cgroup, whose pids.max the server already set.
-        std::fs::write(cg.join("cgroup.procs"), "0")
-            .map_err(|e| format!("joining cgroup {}: {e}", cg.display()))?;
+        match joined {
+            Some(Ok(j)) if &j == cg => {}
+            // The spare's join failed (or it joined another): once more,
+            // and this time its failure is the command's.
+            _ => join_cgroup(cg)?,
+        }
     }
     // The workspace's protected paths, walked here once when the server
     // passed none: the mounts, the grants and the metadata guard use them.
@@ -224,6 +203,52 @@ pub(super) fn supervise(
         }
     }
     Ok(ended.unwrap_or(Ended::Signal(libc::SIGKILL)))
+}
+
+/// The first part of step 1, which depends on nothing of the command:
+/// leads its own session, dies with its parent (`parent`: the zygote, else
+/// the server, which exec'd it), becomes the child subreaper, takes no core
+/// dumps. Returns this process's pid.
+pub(in crate::sandbox) fn settle(parent: Option<libc::pid_t>) -> Result<libc::pid_t, String> {
+    // SAFETY: plain syscalls on our own process with valid arguments.
+    unsafe {
+        // EPERM when we already lead a group: fine, we are one then.
+        libc::setsid();
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+        {
+            return Err(errno("PR_SET_PDEATHSIG"));
+        }
+        // The server (or the zygote) may have died before the line above
+        // took effect: we would then be an orphan, re-parented.
+        let ppid = libc::getppid();
+        if parent.map_or(ppid == 1, |p| ppid != p) {
+            return Err("the server exited".into());
+        }
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) != 0 {
+            return Err(errno("PR_SET_CHILD_SUBREAPER"));
+        }
+        let no_core = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        Ok(libc::getpid())
+    }
+}
+
+/// Moves this process into the pids cgroup `cg`. Joining before the fork
+/// puts the command and all it spawns in the cgroup, whose pids.max the
+/// server already set. On cgroup v1 this sleeps one RCU grace period
+/// (~10–15 ms), which is why a spare worker does it ahead of its command.
+pub(in crate::sandbox) fn join_cgroup(cg: &Path) -> Result<(), String> {
+    std::fs::write(cg.join("cgroup.procs"), "0")
+        .map_err(|e| format!("joining cgroup {}: {e}", cg.display()))
 }
 
 /// Waits for one of the blocked signals (read from `sfd`), serving the
