@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use replicas_support::{fresh_database, sql};
+use toolsched::api::pb;
 use toolsched::scheduler::BatchEvent;
 use toolsched::store::{Begun, NewBatch, PostgresStore, Store, StoreError};
 
@@ -269,4 +270,159 @@ async fn a_completed_log_reads_back_the_same_from_its_row_and_from_event_rows() 
     .unwrap();
     let from_rows = read(replica(&url).await).await;
     assert_eq!(from_rows, from_row);
+}
+
+#[tokio::test]
+async fn batches_beginning_and_completing_together_each_get_their_own_row_and_fence() {
+    let url = fresh_database().await;
+    let db = sql(&url).await;
+    let (a, b) = (replica(&url).await, replica(&url).await);
+    // A holds three sessions; then s2's lease passes to B behind A's back
+    // (A still thinks it fresh).
+    let mut first = Vec::new();
+    for s in ["s1", "s2", "s3"] {
+        let Begun::New(w) = a.begin_batch(batch(s, &format!("{s}-a"))).await.unwrap() else {
+            panic!("a new batch");
+        };
+        first.push(w);
+    }
+    db.execute(
+        "UPDATE toolsched_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's2'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let Begun::New(_b_owns) = b.begin_batch(batch("s2", "s2-b")).await.unwrap() else {
+        panic!("a new batch");
+    };
+
+    // Begun together (one statement when they crowd): each is told for
+    // itself; s2's is fenced out and then refused by the claim.
+    let ids = ["s1-x", "s1-y", "s2-x", "s3-x"];
+    let begun = futures::future::join_all(ids.iter().map(|id| {
+        let session = &id[..2];
+        a.begin_batch(batch(session, id))
+    }))
+    .await;
+    let mut writers = Vec::new();
+    for (id, begun) in ids.iter().zip(begun) {
+        match (id, begun) {
+            (&"s2-x", Err(StoreError::OwnedElsewhere { owner, .. })) => {
+                assert_eq!(owner, b.replica())
+            }
+            (&"s2-x", other) => panic!("s2-x must be refused, got {:?}", other.is_ok()),
+            (id, Ok(Begun::New(w))) => writers.push((id.to_string(), w)),
+            (id, _) => panic!("{id}: a new batch"),
+        }
+    }
+    let rows: Vec<(String, i64)> = db
+        .query(
+            "SELECT batch_id, epoch FROM toolsched_batches ORDER BY batch_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let expected: Vec<(String, i64)> = [
+        ("s1-a", 1),
+        ("s1-x", 1),
+        ("s1-y", 1),
+        ("s2-a", 1),
+        ("s2-b", 2),
+        ("s3-a", 1),
+        ("s3-x", 1),
+    ]
+    .iter()
+    .map(|(b, e)| (b.to_string(), *e))
+    .collect();
+    assert_eq!(rows, expected);
+
+    // Completed together (one statement): every batch its own log and
+    // ended calls; A's stale s2-a writes nothing.
+    for (n, (id, w)) in writers.into_iter().enumerate() {
+        for i in 0..n {
+            w.append(BatchEvent::Started {
+                batch_id: format!("{id}-{i}"),
+            });
+        }
+        w.finish(BatchEvent::Started {
+            batch_id: format!("{id}-end"),
+        });
+        let ended = (0..n)
+            .map(|i| toolsched::store::EndedCall {
+                call_id: format!("{id}-c{i}"),
+                state: "success",
+            })
+            .collect();
+        a.complete_batch(&id[..2], &id, ended);
+    }
+    let stale = first.remove(1);
+    stale.finish(BatchEvent::Started {
+        batch_id: "s2-a-end".into(),
+    });
+    a.complete_batch("s2", "s2-a", Vec::new());
+    a.flush(Duration::from_secs(30)).await;
+
+    let rows: Vec<(String, bool, Vec<i64>, Vec<String>)> = db
+        .query(
+            "SELECT batch_id, completed_at IS NOT NULL, coalesce(log_sequences, '{}'), ended_calls \
+             FROM toolsched_batches WHERE batch_id IN ('s1-x', 's1-y', 's3-x', 's2-a') \
+             ORDER BY batch_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("s1-x".to_string(), true, vec![1], vec![]),
+            (
+                "s1-y".to_string(),
+                true,
+                vec![1, 2],
+                vec!["s1-y-c0".to_string()]
+            ),
+            ("s2-a".to_string(), false, vec![], vec![]),
+            (
+                "s3-x".to_string(),
+                true,
+                vec![1, 2, 3],
+                vec!["s3-x-c0".to_string(), "s3-x-c1".to_string()]
+            ),
+        ]
+    );
+    // Read back by another replica, event for event (each as recorded: the
+    // API's encoding of the event).
+    let c = replica(&url).await;
+    let log = c.batch("s3", "s3-x").await.unwrap();
+    assert!(log.is_finished());
+    let read: Vec<(u64, u64, String)> = log
+        .entries()
+        .iter()
+        .map(|e| {
+            let BatchEvent::Recorded(bytes) = &e.event else {
+                panic!("a recorded event");
+            };
+            let message =
+                <pb::ScheduleCallsResponse as prost::Message>::decode(&bytes[..]).unwrap();
+            let Some(pb::schedule_calls_response::Event::BatchStarted(started)) = message.event
+            else {
+                panic!("a BatchStarted");
+            };
+            (e.sequence, message.sequence, started.batch_id)
+        })
+        .collect();
+    assert_eq!(
+        read,
+        vec![
+            (1, 1, "s3-x-0".to_string()),
+            (2, 2, "s3-x-1".to_string()),
+            (3, 3, "s3-x-end".to_string())
+        ]
+    );
 }

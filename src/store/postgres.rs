@@ -172,14 +172,19 @@ const CLAIM_AND_INSERT: &str = concat!(
      LEFT JOIN toolsched_leases l ON l.session_id = $1"
 );
 
-/// A batch's row under a lease this replica holds ($1 session, $2 batch id,
-/// $3 request id, $4 digest, $5 epoch, $6 request, $7 this replica):
-/// nothing is inserted unless the lease is still this replica's at that
-/// epoch and unexpired (fencing), or when the request id is known.
+/// The rows of batches beginning under leases this replica holds, many
+/// batches in one statement ($1 sessions, $2 batch ids, $3 request ids, $4
+/// digests, $5 epochs, $6 requests, $7 this replica): a row is inserted
+/// only while its session's lease is still this replica's at that epoch and
+/// unexpired (fencing), and not when its request id is known. Gives the
+/// batch ids inserted.
 const INSERT_FENCED: &str = "INSERT INTO toolsched_batches \
        (session_id, batch_id, request_id, digest, epoch, request) \
-     SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS (SELECT 1 FROM toolsched_leases \
-       WHERE session_id = $1 AND owner = $7 AND epoch = $5 AND expires_at > now()) \
+     SELECT i.session_id, i.batch_id, i.request_id, i.digest, i.epoch, i.request \
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::bytea[]) \
+       AS i(session_id, batch_id, request_id, digest, epoch, request) \
+     WHERE EXISTS (SELECT 1 FROM toolsched_leases l WHERE l.session_id = i.session_id \
+       AND l.owner = $7 AND l.epoch = i.epoch AND l.expires_at > now()) \
      ON CONFLICT (session_id, request_id) DO NOTHING RETURNING batch_id";
 
 /// An answer to a prompt, fenced like a call's end ($1 session, $2 batch,
@@ -256,14 +261,7 @@ pub enum PostgresError {
 
 /// A write done behind the session, in order.
 enum Write {
-    Complete {
-        fence: Fence,
-        session_id: String,
-        batch_id: String,
-        /// Encoded already: (sequence, time, body).
-        entries: Vec<(i64, SystemTime, Vec<u8>)>,
-        ended: Vec<EndedCall>,
-    },
+    Complete(Completion),
     Answer {
         session_id: String,
         batch_id: String,
@@ -277,6 +275,30 @@ enum Write {
     },
     /// Everything before it is written: answered then.
     Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// A batch beginning under a lease this replica holds, waiting for its row
+/// ([`begins`]).
+struct PendingBegin {
+    session_id: String,
+    batch_id: String,
+    request_id: Option<String>,
+    digest: super::CallsDigest,
+    epoch: i64,
+    request: Option<Vec<u8>>,
+    /// Whether the row was inserted (no: a known request id, or the lease
+    /// is not this replica's at `epoch`), and the request given back.
+    reply: tokio::sync::oneshot::Sender<(Result<bool, StoreError>, Option<Vec<u8>>)>,
+}
+
+/// A batch's completion, with its log to write into its row.
+struct Completion {
+    fence: Fence,
+    session_id: String,
+    batch_id: String,
+    /// Encoded already: (sequence, time, body).
+    entries: Vec<(i64, SystemTime, Vec<u8>)>,
+    ended: Vec<EndedCall>,
 }
 
 /// What a write is fenced by: the lease it was made under.
@@ -313,6 +335,9 @@ pub struct PostgresStore<E: LogEvent> {
     /// abandoned batch, each already bounded by the batch's own limits and
     /// held in memory anyway until written.
     writes: mpsc::UnboundedSender<Write>,
+    /// Unbounded: each one is awaited by the request that sent it, and
+    /// requests in flight are bounded by the API.
+    begins: mpsc::UnboundedSender<PendingBegin>,
     reachable: watch::Receiver<bool>,
     /// This process's name in lease rows.
     replica: Arc<str>,
@@ -424,10 +449,14 @@ impl<E: LogEvent> PostgresStore<E> {
         migrate(&pool).await?;
 
         let (writes, rx) = mpsc::unbounded_channel();
+        let (begins, begins_rx) = mpsc::unbounded_channel();
+
         let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
         let (reachable_tx, reachable) = watch::channel(true);
         tokio::spawn(writer(pool.clone(), rx, retention));
         tokio::spawn(probe(pool.clone(), reachable_tx));
+        let replica: Arc<str> = uuid::Uuid::new_v4().to_string().into();
+        tokio::spawn(insert_begins(pool.clone(), replica.clone(), begins_rx));
         let store = Arc::new(Self {
             memory: MemoryStore::new(retention),
             pool,
@@ -435,8 +464,9 @@ impl<E: LogEvent> PostgresStore<E> {
             retention,
             live: Mutex::new(HashMap::new()),
             writes,
+            begins,
             reachable,
-            replica: uuid::Uuid::new_v4().to_string().into(),
+            replica,
             lease_ttl,
             epochs: Mutex::new(HashMap::new()),
             waiters: Mutex::new(HashMap::new()),
@@ -580,32 +610,32 @@ impl<E: LogEvent> PostgresStore<E> {
     }
 
     /// One round trip: while this replica's lease on the session is fresh,
-    /// the batch's row is inserted fenced by that lease (no lease write);
+    /// the batch's row is inserted fenced by that lease (no lease write),
+    /// with the other batches beginning at the same time ([`begins`]);
     /// otherwise the lease is claimed and the row inserted in one statement.
-    async fn begin(&self, new: NewBatch) -> Result<Begun<E>, StoreError> {
-        let client = self.client().await?;
+    async fn begin(&self, mut new: NewBatch) -> Result<Begun<E>, StoreError> {
         let mut found = None;
         if let Some(epoch) = self.fresh_epoch(&new.session_id) {
-            let statement = client
-                .prepare_cached(INSERT_FENCED)
-                .await
-                .map_err(|e| unavailable(&e))?;
-            let inserted = client
-                .query_opt(
-                    &statement,
-                    &[
-                        &new.session_id,
-                        &new.batch_id,
-                        &new.request_id,
-                        &new.digest.as_slice(),
-                        &epoch,
-                        &new.request,
-                        &&*self.replica,
-                    ],
-                )
-                .await
-                .map_err(|e| unavailable(&e))?;
-            if inserted.is_some() {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let request = new.request.take();
+            let sent = self.begins.send(PendingBegin {
+                session_id: new.session_id.clone(),
+                batch_id: new.batch_id.clone(),
+                request_id: new.request_id.clone(),
+                digest: new.digest,
+                epoch,
+                request,
+                reply,
+            });
+            let (inserted, request) = match sent {
+                Ok(()) => answer.await.map_err(|_| StoreError::Unavailable {
+                    reason: "the server is shutting down".into(),
+                })?,
+                // The grouping task lives as long as the runtime.
+                Err(unsent) => (Ok(false), unsent.0.request),
+            };
+            new.request = request;
+            if inserted? {
                 found = Some(None);
             }
             // Else a known request id, or the lease is not what we thought:
@@ -613,14 +643,15 @@ impl<E: LogEvent> PostgresStore<E> {
         }
         let found = match found {
             Some(found) => found,
-            None => self.claim_and_insert(&client, &new).await?,
+            None => {
+                let client = self.client().await?;
+                self.claim_and_insert(&client, &new).await?
+            }
         };
         if let Some(batch_id) = found {
-            drop(client);
             let log = self.load(&new.session_id, &batch_id).await?;
             return Ok(Begun::Existing { batch_id, log });
         }
-        drop(client);
         let key = (new.session_id.clone(), new.batch_id.clone());
         let begun = self.memory.begin_batch(new).await?;
         if let Begun::New(writer) = &begun {
@@ -1533,13 +1564,13 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
             .iter()
             .map(|e| (e.sequence as i64, e.at, self.codec.encode(e)))
             .collect();
-        self.write(Write::Complete {
+        self.write(Write::Complete(Completion {
             fence: self.fence(session_id),
             session_id: session_id.to_string(),
             batch_id: batch_id.to_string(),
             entries,
             ended,
-        });
+        }));
     }
 
     fn adopt<'a>(
@@ -1793,6 +1824,85 @@ async fn migrate(pool: &Pool) -> Result<(), PostgresError> {
 /// of them. A bound on what one failed group retries.
 const WRITE_GROUP: usize = 64;
 
+/// Statements inserting beginning batches' rows at once, each over its own
+/// pooled connection. A begin waits for its statement, so the next group
+/// forms while these run: one statement per batch when they come one at a
+/// time, fewer as they crowd (PostgreSQL's fixed cost per statement was
+/// most of a read-only batch's).
+const BEGINS_IN_FLIGHT: usize = 4;
+
+/// The most rows one statement inserts (a bound on its parameters).
+const BEGIN_GROUP: usize = 64;
+
+/// Inserts the rows of the batches that begin under a fresh lease
+/// ([`INSERT_FENCED`]), those that arrived together in one statement.
+async fn insert_begins(
+    pool: Pool,
+    replica: Arc<str>,
+    mut rx: mpsc::UnboundedReceiver<PendingBegin>,
+) {
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(BEGINS_IN_FLIGHT));
+    loop {
+        // A permit first: while every statement is out, the begins that
+        // arrive meanwhile wait in the channel and go together.
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        let mut group = Vec::with_capacity(BEGIN_GROUP);
+        if rx.recv_many(&mut group, BEGIN_GROUP).await == 0 {
+            return;
+        }
+        let (pool, replica) = (pool.clone(), replica.clone());
+        tokio::spawn(async move {
+            let inserted = insert_group(&pool, &replica, &group).await;
+            for begin in group {
+                let answer = match &inserted {
+                    Ok(ids) => Ok(ids.contains(begin.batch_id.as_str())),
+                    Err(e) => Err(e.clone()),
+                };
+                // The request may have gone away; nothing to tell then.
+                let _ = begin.reply.send((answer, begin.request));
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// One [`INSERT_FENCED`] for `group`: the batch ids inserted.
+async fn insert_group(
+    pool: &Pool,
+    replica: &str,
+    group: &[PendingBegin],
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    let client = pool.get().await.map_err(|e| unavailable(&e))?;
+    let statement = client
+        .prepare_cached(INSERT_FENCED)
+        .await
+        .map_err(|e| unavailable(&e))?;
+    let sessions: Vec<&str> = group.iter().map(|b| b.session_id.as_str()).collect();
+    let batches: Vec<&str> = group.iter().map(|b| b.batch_id.as_str()).collect();
+    let request_ids: Vec<Option<&str>> = group.iter().map(|b| b.request_id.as_deref()).collect();
+    let digests: Vec<&[u8]> = group.iter().map(|b| b.digest.as_slice()).collect();
+    let epochs: Vec<i64> = group.iter().map(|b| b.epoch).collect();
+    let requests: Vec<Option<&[u8]>> = group.iter().map(|b| b.request.as_deref()).collect();
+    let rows = client
+        .query(
+            &statement,
+            &[
+                &sessions,
+                &batches,
+                &request_ids,
+                &digests,
+                &epochs,
+                &requests,
+                &replica,
+            ],
+        )
+        .await
+        .map_err(|e| unavailable(&e))?;
+    Ok(rows.into_iter().map(|r| r.get(0)).collect())
+}
+
 async fn writer(pool: Pool, mut rx: mpsc::UnboundedReceiver<Write>, retention: Retention) {
     let mut last_sweep = tokio::time::Instant::now();
     let mut group = Vec::with_capacity(WRITE_GROUP);
@@ -1826,68 +1936,135 @@ async fn writer(pool: Pool, mut rx: mpsc::UnboundedReceiver<Write>, retention: R
 
 async fn apply_group(pool: &Pool, group: &[Write]) -> Result<(), String> {
     let client = pool.get().await.map_err(|e| reason(&e))?;
-    futures::future::try_join_all(group.iter().map(|w| apply(&client, w))).await?;
+    let completions: Vec<&Completion> = group
+        .iter()
+        .filter_map(|w| match w {
+            Write::Complete(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let others = group
+        .iter()
+        .filter(|w| !matches!(w, Write::Complete(_)))
+        .map(|w| apply(&client, w));
+    futures::future::try_join(
+        complete_all(&client, &completions),
+        futures::future::try_join_all(others),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Completes a group's batches in one statement (one round trip, one
+/// commit, however many batches): each batch's log goes into its own row
+/// with its completion (migration 6). Per statement, PostgreSQL's fixed
+/// cost (bind, executor start, commit) was most of a batch's when each
+/// completion was its own. The logs and ended calls travel as flat arrays
+/// with each batch's range in them. Fenced: a replica that lost a session
+/// writes nothing more of it (the owner and epoch it held must still be the
+/// lease's, held FOR SHARE for the statement).
+async fn complete_all(
+    client: &deadpool_postgres::Object,
+    completions: &[&Completion],
+) -> Result<(), String> {
+    if completions.is_empty() {
+        return Ok(());
+    }
+    let err = |e: tokio_postgres::Error| reason(&e);
+    let n = completions.len();
+    let (mut sessions, mut batches, mut epochs) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut log_from, mut log_to, mut ended_from, mut ended_to) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut sequences, mut times, mut bodies) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut calls, mut states) = (Vec::new(), Vec::new());
+    // The owner is this process for every write it queues.
+    let owner = completions[0].fence.owner.clone();
+    for c in completions {
+        sessions.push(c.session_id.as_str());
+        batches.push(c.batch_id.as_str());
+        epochs.push(c.fence.epoch);
+        // PostgreSQL arrays are 1-based and a slice [a:b] is inclusive; an
+        // empty range (b = a - 1) slices to '{}'.
+        log_from.push(sequences.len() as i32 + 1);
+        for (sequence, at, body) in &c.entries {
+            sequences.push(*sequence);
+            times.push(*at);
+            bodies.push(body.as_slice());
+        }
+        log_to.push(sequences.len() as i32);
+        ended_from.push(calls.len() as i32 + 1);
+        for call in &c.ended {
+            calls.push(call.call_id.as_str());
+            states.push(call.state);
+        }
+        ended_to.push(calls.len() as i32);
+    }
+    let statement = client
+        .prepare_cached(
+            "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], \
+               $4::int[], $5::int[], $6::int[], $7::int[]) \
+               AS i(session_id, batch_id, epoch, log_from, log_to, ended_from, ended_to)), \
+             held AS (SELECT l.session_id FROM toolsched_leases l JOIN input i \
+               ON l.session_id = i.session_id AND l.epoch = i.epoch \
+               WHERE l.owner = $8 FOR SHARE OF l), \
+             completed AS (UPDATE toolsched_batches b SET completed_at = now(), \
+               ended_calls = ($12::text[])[i.ended_from:i.ended_to], \
+               ended_states = ($13::text[])[i.ended_from:i.ended_to], \
+               log_sequences = ($9::bigint[])[i.log_from:i.log_to], \
+               log_at = ($10::timestamptz[])[i.log_from:i.log_to], \
+               log_bodies = ($11::bytea[])[i.log_from:i.log_to] \
+               FROM input i WHERE b.session_id = i.session_id AND b.batch_id = i.batch_id \
+               AND i.session_id IN (SELECT session_id FROM held)) \
+             SELECT session_id, batch_id FROM input \
+               WHERE session_id NOT IN (SELECT session_id FROM held)",
+        )
+        .await
+        .map_err(err)?;
+    let lost = client
+        .query(
+            &statement,
+            &[
+                &sessions,
+                &batches,
+                &epochs,
+                &log_from,
+                &log_to,
+                &ended_from,
+                &ended_to,
+                &&*owner,
+                &sequences,
+                &times,
+                &bodies,
+                &calls,
+                &states,
+            ],
+        )
+        .await
+        .map_err(err)?;
+    for row in lost {
+        let (session, batch): (&str, &str) = (row.get(0), row.get(1));
+        tracing::warn!(
+            %session,
+            %batch,
+            "store: the session's lease passed to another replica; this batch's log is not written"
+        );
+    }
     Ok(())
 }
 
 async fn apply(client: &deadpool_postgres::Object, write: &Write) -> Result<(), String> {
     let err = |e: tokio_postgres::Error| reason(&e);
     match write {
-        Write::Complete {
-            fence,
-            session_id,
-            batch_id,
-            entries,
-            ended,
-        } => {
-            let sequences: Vec<i64> = entries.iter().map(|e| e.0).collect();
-            let times: Vec<SystemTime> = entries.iter().map(|e| e.1).collect();
-            let bodies: Vec<&[u8]> = entries.iter().map(|e| e.2.as_slice()).collect();
-            let calls: Vec<&str> = ended.iter().map(|c| c.call_id.as_str()).collect();
-            let states: Vec<&str> = ended.iter().map(|c| c.state).collect();
-            // One statement (one round trip, one commit), one row: the log
-            // goes into the batch's row with its completion (migration 6).
-            // Fenced: a replica that lost the session writes nothing more of
-            // it (the owner and epoch it held must still be the lease's).
-            let statement = client
-                .prepare_cached(
-                    "WITH held AS (SELECT 1 FROM toolsched_leases WHERE session_id = $1 \
-                       AND owner = $6 AND epoch = $7 FOR SHARE), \
-                     completed AS (UPDATE toolsched_batches SET completed_at = now(), \
-                       ended_calls = $8, ended_states = $9, \
-                       log_sequences = $3, log_at = $4, log_bodies = $5 \
-                       WHERE session_id = $1 AND batch_id = $2 AND EXISTS (SELECT 1 FROM held)) \
-                     SELECT EXISTS (SELECT 1 FROM held)",
-                )
-                .await
-                .map_err(err)?;
-            let held: bool = client
-                .query_one(
-                    &statement,
-                    &[
-                        session_id,
-                        batch_id,
-                        &sequences,
-                        &times,
-                        &bodies,
-                        &&*fence.owner,
-                        &fence.epoch,
-                        &calls,
-                        &states,
-                    ],
-                )
-                .await
-                .map_err(err)?
-                .get(0);
-            if !held {
-                tracing::warn!(
-                    session = %session_id,
-                    batch = %batch_id,
-                    "store: the session's lease passed to another replica; this batch's log is not written"
-                );
-            }
-            Ok(())
-        }
+        // Written by `complete_all`, a group's at once.
+        Write::Complete(_) => Ok(()),
         Write::Answer {
             session_id,
             batch_id,
