@@ -84,7 +84,14 @@ pub(crate) fn confirm_idle(
         outcome: req.outcome.name().to_string(),
         new_content: req.new_content.clone(),
     };
-    refused(store, session_id, req.call_id.clone(), &req.correlation_id, &answer, e)
+    refused(
+        store,
+        session_id,
+        req.call_id.clone(),
+        &req.correlation_id,
+        &answer,
+        e,
+    )
 }
 
 /// A Cancel to a session without an actor: nothing to cancel.
@@ -655,7 +662,14 @@ impl Session {
         answer: &Answer,
         e: ConfirmError,
     ) -> Result<Confirmed, ConfirmError> {
-        refused(&self.shared.store, &self.id, call_id, correlation_id, answer, e)
+        refused(
+            &self.shared.store,
+            &self.id,
+            call_id,
+            correlation_id,
+            answer,
+            e,
+        )
     }
 
     /// A Confirm with a durable store: the answer is recorded (fenced by

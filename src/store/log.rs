@@ -179,9 +179,16 @@ impl<E: LogEvent> Entries<E> {
     }
 
     /// Appends the entries from position `from` (0-based) to `out`.
-    fn read_from(&self, from: usize, base: u64, out: &mut std::collections::VecDeque<Arc<Entry<E>>>) {
+    fn read_from(
+        &self,
+        from: usize,
+        base: u64,
+        out: &mut std::collections::VecDeque<Arc<Entry<E>>>,
+    ) {
         match self {
-            Entries::Live(entries) => out.extend(entries[from.min(entries.len())..].iter().cloned()),
+            Entries::Live(entries) => {
+                out.extend(entries[from.min(entries.len())..].iter().cloned())
+            }
             Entries::Compact(c) => out.extend((from..c.ends.len()).map(|i| c.entry(i, base))),
         }
     }
