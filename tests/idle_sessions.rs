@@ -115,6 +115,27 @@ async fn an_idle_session_without_its_actor_keeps_its_mode_and_rules_and_runs_its
     assert!(srv.path("d2/g").exists());
 }
 
+type Refusal = (tonic::Code, String);
+
+async fn confirm(srv: &TestServer) -> Result<(), Refusal> {
+    srv.confirm("s", "r", "c-1", O::ProceedOnce, None)
+        .await
+        .map_err(|s| (s.code(), s.message().to_string()))
+}
+
+async fn cancel(srv: &TestServer, batch: Option<String>) -> Result<pb::CancelResponse, Refusal> {
+    srv.client
+        .clone()
+        .cancel(pb::CancelRequest {
+            session_id: "s".into(),
+            batch_id: batch,
+            ..Default::default()
+        })
+        .await
+        .map(|r| r.into_inner())
+        .map_err(|s| (s.code(), s.message().to_string()))
+}
+
 #[tokio::test]
 async fn confirm_cancel_and_get_session_answer_the_same_with_and_without_the_actor() {
     let srv = TestServer::start().await;
@@ -123,38 +144,21 @@ async fn confirm_cancel_and_get_session_answer_the_same_with_and_without_the_act
         .run("s", vec![call("r", "read_file", json!({"file_path": "a"}))])
         .await;
     let batch_id = completed(&events).batch_id;
-    let confirm = || async {
-        srv.confirm("s", "r", "c-1", O::ProceedOnce, None)
-            .await
-            .map_err(|s| (s.code(), s.message().to_string()))
-    };
-    let cancel = |batch: Option<String>| async move {
-        srv.client
-            .clone()
-            .cancel(pb::CancelRequest {
-                session_id: "s".into(),
-                batch_id: batch,
-                ..Default::default()
-            })
-            .await
-            .map(|r| r.into_inner())
-            .map_err(|s| (s.code(), s.message().to_string()))
-    };
     // With its actor (just after the batch)…
     let with_actor = (
-        confirm().await,
-        cancel(None).await,
-        cancel(Some(batch_id.clone())).await,
-        cancel(Some("b-none".into())).await,
+        confirm(&srv).await,
+        cancel(&srv, None).await,
+        cancel(&srv, Some(batch_id.clone())).await,
+        cancel(&srv, Some("b-none".into())).await,
         get_session(&srv, "s").await,
     );
     until_no_actor(&srv).await;
     // …and without: the same answers.
     let without = (
-        confirm().await,
-        cancel(None).await,
-        cancel(Some(batch_id.clone())).await,
-        cancel(Some("b-none".into())).await,
+        confirm(&srv).await,
+        cancel(&srv, None).await,
+        cancel(&srv, Some(batch_id.clone())).await,
+        cancel(&srv, Some("b-none".into())).await,
         get_session(&srv, "s").await,
     );
     assert_eq!(with_actor, without);
