@@ -141,8 +141,9 @@ impl Default for SchedulerConfig {
             execution_timeout: Duration::from_secs(300),
             output: OutputLimits::default(),
             max_calls_per_batch: 128,
-            // About 12 KB each when idle with its last batch retained
-            // (BENCHMARKS.md): ~120 MB at the cap.
+            // About 2.5 KB each when idle with its last batch retained,
+            // ~25 KB while it runs a batch (BENCHMARKS.md, session 9):
+            // ~25 MB idle at the cap.
             max_sessions: 10_000,
             session_idle_ttl: Duration::from_secs(1800),
             sandbox: SandboxConfig::default(),
