@@ -665,6 +665,8 @@ impl Settings {
             },
             // Connected in main (from `store_url`): connecting is async.
             store: None,
+            // Set by `crate::build_scheduler` (the API's codec).
+            log_codec: None,
             kept_output: crate::tools::kept::KeptOutputConfig {
                 dir: v.kept_output_dir,
                 per_call: v.max_kept_output_bytes,

@@ -129,6 +129,7 @@ pub fn build_scheduler_with_policy(
 ) -> Result<scheduler::Scheduler, BuildError> {
     let kept = kept_output(&mut config)?;
     tenant_policies(&mut config, &shutdown)?;
+    compact_logs(&mut config);
     let (workspace, sandbox) = prepare(workspace, &config)?;
     let named = named_workspaces(&config, &kept)?;
     let policy = policy.with_workspace(workspace.root());
@@ -153,6 +154,7 @@ pub async fn build_scheduler_with_mcp(
 ) -> Result<(scheduler::Scheduler, tools::mcp::McpManager), BuildError> {
     let kept = kept_output(&mut config)?;
     tenant_policies(&mut config, &shutdown)?;
+    compact_logs(&mut config);
     let (workspace, sandbox) = prepare(workspace, &config)?;
     let named = named_workspaces(&config, &kept)?;
     let policy = policy.with_workspace(workspace.root());
@@ -171,6 +173,14 @@ pub async fn build_scheduler_with_mcp(
     )
     .with_mcp(manager.clone());
     Ok((scheduler, manager))
+}
+
+/// Retained logs of the memory store are compacted to the API's wire form
+/// (what a stream sends), unless the caller chose another codec.
+fn compact_logs(config: &mut scheduler::SchedulerConfig) {
+    if config.log_codec.is_none() {
+        config.log_codec = Some(scheduler::LogCodec(Arc::new(api::WireCodec)));
+    }
 }
 
 /// Opens the workspace, probes the kernel once for the configured sandbox

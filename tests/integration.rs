@@ -28,6 +28,7 @@ mod event_bounds;
 mod file_tools;
 mod frozen_client;
 mod grpcurl;
+mod idle_sessions;
 mod kept_output;
 mod large_files;
 mod mcp_everything;

@@ -46,8 +46,8 @@ struct Cli {
     #[command(subcommand)]
     command: Option<Cmd>,
     /// Scenarios to run, comma-separated (s1,s2,s3,s4,s5,s6, and `sweep`:
-    /// the curves over concurrency, batch size and idle sessions; `store`
-    /// and `soak` need --store).
+    /// the curves over concurrency, batch size and idle sessions; `idle`:
+    /// the sweep's idle sessions alone; `store` and `soak` need --store).
     #[arg(long, default_value = "s1,s2,s3,s4,s5,s6")]
     scenarios: String,
     /// Runs per figure; the table shows the median with min and max.
@@ -201,7 +201,7 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
     ) -> Pin<
         Box<dyn std::future::Future<Output = anyhow::Result<Vec<Row>>> + 'a>,
     >;
-    let all: [(&str, &'static str, Scenario); 9] = [
+    let all: [(&str, &'static str, Scenario); 10] = [
         ("s1", "S1", |e| Box::pin(s1_throughput(e))),
         ("s2", "S2", |e| Box::pin(s2_latency(e))),
         ("s3", "S3", |e| Box::pin(s3_waves(e))),
@@ -210,6 +210,7 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
         ("s6", "S6", |e| Box::pin(s6_shell(e))),
         ("store", "store", |e| Box::pin(store_beside_memory(e))),
         ("sweep", "sweep", |e| Box::pin(sweep(e))),
+        ("idle", "sweep", |e| Box::pin(idle_sessions(e))),
         ("soak", "soak", |e| Box::pin(soak::soak(e, e.soak))),
     ];
     for (key, name, run) in all {
@@ -1460,9 +1461,19 @@ async fn sweep(env: &Env) -> anyhow::Result<Vec<Row>> {
         ));
     }
     drop(ts);
-    // (c) Idle sessions: each ran one read_file batch and is now idle (its
-    // completed batch retained, as after a real agent turn). RSS grows
-    // per session on a fresh server.
+    rows.extend(idle_sessions(env).await?);
+    Ok(rows)
+}
+
+/// How long the idle-session sweep waits before reading RSS: past the
+/// server's one second before an idle session's actor ends.
+const IDLE_SETTLE: Duration = Duration::from_secs(3);
+
+/// The sweep's idle sessions (also `--scenarios idle` alone): each ran one
+/// read_file batch and is now idle (its completed batch retained, as after
+/// a real agent turn). RSS grows per session on a fresh server.
+async fn idle_sessions(env: &Env) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
     let ts = start_toolsched(env, &[])?;
     record(ts.addr, read_small("warm")).await?;
     let rss0 = rss_kib(ts.child.id());
@@ -1495,6 +1506,9 @@ async fn sweep(env: &Env) -> anyhow::Result<Vec<Row>> {
             t.await??;
         }
         made = target;
+        // A session's actor ends after a second idle (its state kept as
+        // data): measured once they have.
+        tokio::time::sleep(IDLE_SETTLE).await;
         let rss = rss_kib(ts.child.id());
         let per = (rss.saturating_sub(rss0)) as f64 * 1024.0 / target as f64;
         let marginal = (rss.saturating_sub(last.1)) as f64 * 1024.0 / (target - last.0) as f64;

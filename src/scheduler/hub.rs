@@ -1,15 +1,18 @@
 //! The hub: the map of live sessions, and the streams of their batches.
 //!
 //! Owns: [`Hub`] (one task; creates a session actor on first use, routes
-//! Schedule / Confirm / Cancel to it, retires it when it reports idleness
-//! on its own [`IdleReport`] channel, hands out readers of a batch's log)
+//! Schedule / Confirm / Cancel to it, keeps an idle session's state as data
+//! once its actor reports idleness on its own [`IdleReport`] channel (and
+//! starts a new actor with it on the next batch), forgets a session idle
+//! for its TTL, hands out readers of a batch's log)
 //! and [`BatchStream`] (a batch's log as read by one client; the last one
 //! going away detaches the batch). Not here: what a session does with a
 //! command (`session.rs`), request validation (`validate.rs`, run by the
 //! `Scheduler` handle before a command is sent), the log and its retention
 //! (`crate::store`).
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -19,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::feed::EventSink;
 use super::session::SessionView;
-use super::session::{self, Session, SessionCommand, SessionLink};
+use super::session::{self, Kept, Session, SessionCommand, SessionLink};
 use super::tenants::TenantState;
 use super::{
     BatchEvent, BatchRequest, CancelError, CancelRequest, CancelSummary, ConfirmError,
@@ -63,30 +66,52 @@ pub(crate) enum HubCommand {
     StopAccepting,
 }
 
-/// A session has been idle for its TTL after `processed` commands.
+/// A session's actor has been idle for [`session::ACTOR_IDLE`] after
+/// `processed` commands; `kept` is what it keeps between batches.
 pub(crate) struct IdleReport {
     pub session_id: String,
+    /// Which actor of the session reports (a report of an earlier one,
+    /// evicted, must not end a later one).
+    pub actor: u64,
     pub processed: u64,
+    pub kept: Box<Kept>,
 }
 
 /// Idle reports waiting for the hub. A session whose report does not fit
-/// (thousands of sessions went idle at once) tries again after another TTL.
+/// (thousands of sessions went idle at once) tries again after another
+/// [`session::ACTOR_IDLE`].
 pub(crate) const IDLE_CHANNEL_CAPACITY: usize = 1024;
 
+/// A session's actor, or what it kept once it ended.
+enum Actor {
+    /// The session has work, or had some within [`session::ACTOR_IDLE`].
+    Running {
+        /// Unbounded: the hub must not wait on one session (that would
+        /// stall every other), and a session handles each command without
+        /// waiting, so its backlog is bounded by what the hub's own bounded
+        /// channel (`HUB_CHANNEL_CAPACITY`) lets through.
+        tx: mpsc::UnboundedSender<Box<SessionCommand>>,
+        /// Given to each of the session's streams.
+        link: SessionLink,
+        token: CancellationToken,
+        /// Commands sent to the session; compared with what it processed.
+        forwarded: u64,
+        /// The actor's number ([`IdleReport::actor`]).
+        id: u64,
+    },
+    /// Idle: no task, no channels; the next batch starts an actor with it.
+    /// Boxed: an entry of the map is as large as its largest variant.
+    Idle(Box<Kept>),
+}
+
 struct SessionEntry {
-    /// Unbounded: the hub must not wait on one session (that would stall
-    /// every other), and a session handles each command without waiting, so
-    /// its backlog is bounded by what the hub's own bounded channel
-    /// (`HUB_CHANNEL_CAPACITY`) lets through.
-    tx: mpsc::UnboundedSender<Box<SessionCommand>>,
-    /// Given to each of the session's streams.
-    link: SessionLink,
-    token: CancellationToken,
-    /// Commands sent to the session; compared with what it processed.
-    forwarded: u64,
+    actor: Actor,
     /// When the hub last sent it a command: the oldest idle session is
-    /// evicted first when `max_sessions` is reached.
+    /// evicted first when `max_sessions` is reached, and one idle for the
+    /// TTL since is forgotten.
     last_used: tokio::time::Instant,
+    /// Whether the hub's expiry heap holds the session (at most once).
+    expiring: bool,
     /// One clone per open [`BatchStream`] of the session: a session with
     /// more than this one is busy and never evicted.
     streams: Arc<()>,
@@ -104,10 +129,24 @@ impl SessionEntry {
         Arc::strong_count(&self.streams) == 1
     }
 
-    /// Counts a command sent to the session.
-    fn sent(&mut self) {
-        self.forwarded += 1;
+    /// Sends `cmd` to the session's actor, counted; `Err(cmd)`: it has
+    /// none (idle), or its actor is gone (the server stops).
+    fn send(&mut self, cmd: Box<SessionCommand>) -> Result<(), Box<SessionCommand>> {
         self.last_used = tokio::time::Instant::now();
+        match &mut self.actor {
+            Actor::Running { tx, forwarded, .. } => {
+                *forwarded += 1;
+                tx.send(cmd).map_err(|e| e.0)
+            }
+            Actor::Idle(_) => Err(cmd),
+        }
+    }
+
+    fn link(&self) -> Option<SessionLink> {
+        match &self.actor {
+            Actor::Running { link, .. } => Some(link.clone()),
+            Actor::Idle(_) => None,
+        }
     }
 }
 
@@ -118,6 +157,12 @@ pub(crate) struct Hub {
     accepting: bool,
     open_streams: Arc<watch::Sender<usize>>,
     idle_tx: mpsc::Sender<IdleReport>,
+    /// Sessions without an actor, by when their idle TTL runs out (as of
+    /// when they were pushed: a session used since is pushed again).
+    /// Bounded by the map: each session at most once (`expiring`).
+    expiry: BinaryHeap<Reverse<(tokio::time::Instant, String)>>,
+    /// Numbers the actors started.
+    actors_started: u64,
 }
 
 impl Hub {
@@ -132,6 +177,8 @@ impl Hub {
             accepting: true,
             open_streams: Arc::new(open_streams),
             idle_tx,
+            expiry: BinaryHeap::new(),
+            actors_started: 0,
         };
         (hub, idle_rx)
     }
@@ -142,13 +189,28 @@ impl Hub {
         mut rx: mpsc::Receiver<HubCommand>,
         mut idle: mpsc::Receiver<IdleReport>,
     ) {
+        // One timer, reset to the earliest expiry when that changes.
+        let timer = tokio::time::sleep(self.shared.config.session_idle_ttl);
+        tokio::pin!(timer);
+        let mut armed: Option<tokio::time::Instant> = None;
         loop {
+            let next = self.expiry.peek().map(|Reverse((at, _))| *at);
+            if next.is_some() && next != armed {
+                if let Some(at) = next {
+                    timer.as_mut().reset(at);
+                }
+                armed = next;
+            }
             tokio::select! {
                 cmd = rx.recv() => match cmd {
                     Some(cmd) => self.handle(cmd),
                     None => break,
                 },
                 Some(report) = idle.recv() => self.idle(report),
+                () = &mut timer, if next.is_some() => {
+                    armed = None;
+                    self.expire(tokio::time::Instant::now());
+                }
             }
         }
     }
@@ -170,10 +232,13 @@ impl Hub {
                     return;
                 };
                 let (tx, rx) = oneshot::channel();
-                entry.sent();
-                let _ = entry
-                    .tx
-                    .send(Box::new(SessionCommand::Describe { reply: tx }));
+                if let Err(cmd) = entry.send(Box::new(SessionCommand::Describe { reply: tx }))
+                    && let SessionCommand::Describe { reply: tx } = *cmd
+                    && let Actor::Idle(kept) = &entry.actor
+                {
+                    let workspace = entry.workspace.as_ref().map(|w| w.name.clone());
+                    let _ = tx.send(kept.view(workspace));
+                }
                 let _ = reply.send(Some(rx));
             }
             HubCommand::Attach {
@@ -193,10 +258,15 @@ impl Hub {
                     }));
                     return;
                 };
-                entry.sent();
-                let _ = entry
-                    .tx
-                    .send(Box::new(SessionCommand::Confirm { request, reply }));
+                if let Err(cmd) = entry.send(Box::new(SessionCommand::Confirm { request, reply }))
+                    && let SessionCommand::Confirm { request, reply } = *cmd
+                {
+                    let _ = reply.send(session::confirm_idle(
+                        &self.shared.store,
+                        &request.session_id,
+                        &request,
+                    ));
+                }
             }
             HubCommand::Cancel { request, reply } => {
                 let Some(entry) = self.sessions.get_mut(&request.session_id) else {
@@ -205,25 +275,78 @@ impl Hub {
                     }));
                     return;
                 };
-                entry.sent();
-                let _ = entry
-                    .tx
-                    .send(Box::new(SessionCommand::Cancel { request, reply }));
+                if let Err(cmd) = entry.send(Box::new(SessionCommand::Cancel { request, reply }))
+                    && let SessionCommand::Cancel { request, reply } = *cmd
+                {
+                    let session_id = request.session_id.clone();
+                    let _ = reply.send(session::cancel_idle(&session_id, request));
+                }
             }
             HubCommand::StopAccepting => self.accepting = false,
         }
     }
 
-    /// Retires an idle session, only when no command is in flight to it
-    /// and no stream of it is open; the session drains and exits when its
-    /// sender is dropped.
+    /// Ends an idle session's actor, only when no command is in flight to
+    /// it, keeping what it reported (its streams, of completed batches,
+    /// need no actor). The actor exits when its sender is dropped.
     fn idle(&mut self, report: IdleReport) {
-        if self
-            .sessions
-            .get(&report.session_id)
-            .is_some_and(|e| e.forwarded == report.processed && e.idle())
+        let ttl = self.shared.config.session_idle_ttl;
+        let Some(entry) = self.sessions.get_mut(&report.session_id) else {
+            return;
+        };
+        let Actor::Running { forwarded, id, .. } = &entry.actor else {
+            return;
+        };
+        if *id != report.actor || *forwarded != report.processed {
+            // An evicted actor's late report; or a command is on its way
+            // (the actor reports again once idle).
+            return;
+        }
+        entry.actor = Actor::Idle(report.kept);
+        self.shared.metrics.session_actors.dec();
+        if !entry.expiring {
+            entry.expiring = true;
+            self.expiry
+                .push(Reverse((entry.last_used + ttl, report.session_id)));
+        }
+    }
+
+    /// Forgets the sessions without an actor whose idle TTL ran out by
+    /// `now`, as the idle TTL says (with their mode and rules); one with an
+    /// open stream waits another TTL.
+    fn expire(&mut self, now: tokio::time::Instant) {
+        let ttl = self.shared.config.session_idle_ttl;
+        while let Some(Reverse((at, _))) = self.expiry.peek()
+            && *at <= now
         {
-            self.forget(&report.session_id);
+            let Some(Reverse((_, session_id))) = self.expiry.pop() else {
+                return;
+            };
+            let Some(entry) = self.sessions.get_mut(&session_id) else {
+                continue;
+            };
+            entry.expiring = false;
+            if matches!(entry.actor, Actor::Running { .. }) {
+                continue; // pushed again when it is idle again
+            }
+            let due = entry.last_used + ttl;
+            let again = if due > now {
+                Some(due)
+            } else if !entry.idle() {
+                Some(now + ttl)
+            } else {
+                None
+            };
+            match again {
+                Some(at) => {
+                    entry.expiring = true;
+                    self.expiry.push(Reverse((at, session_id)));
+                }
+                None => {
+                    self.forget(&session_id);
+                    tracing::debug!(session = %session_id, "idle session forgotten");
+                }
+            }
         }
     }
 
@@ -234,6 +357,9 @@ impl Hub {
             // actor here reads them, as another replica's would.
             self.shared.store.session_forgotten(session_id);
             self.shared.metrics.sessions.dec();
+            if matches!(entry.actor, Actor::Running { .. }) {
+                self.shared.metrics.session_actors.dec();
+            }
             if let Some(tenant) = &entry.tenant {
                 tenant.session_closed();
             }
@@ -260,7 +386,7 @@ impl Hub {
         Ok(BatchStream {
             batch_id,
             reader,
-            session: entry.map(|e| e.link.clone()),
+            session: entry.and_then(SessionEntry::link),
             replayed,
             _open: OpenStream(self.open_streams.clone()),
             _session_open: entry.map(|e| e.streams.clone()),
@@ -361,7 +487,7 @@ impl Hub {
         if let Some(t) = &tenant {
             queued_slot = t.admitted(shell, queued);
         }
-        if !self.sessions.contains_key(&request.session_id) {
+        if new_session {
             // At the tenant's quota (checked above: it has an idle session),
             // one of its own idle sessions makes room, never another
             // tenant's.
@@ -386,30 +512,17 @@ impl Hub {
                     return Err(ScheduleError::TooManySessions { limit });
                 }
             }
-            let (tx, rx) = mpsc::unbounded_channel();
-            let (link, internal) = session::internal_channel();
-            let token = self.shared.shutdown.child_token();
-            tokio::spawn(Session::run(
-                request.session_id.clone(),
-                self.shared.clone(),
-                rx,
-                internal,
-                self.idle_tx.clone(),
-                token.clone(),
-                workspace.clone(),
-            ));
             self.shared.metrics.sessions.inc();
             if let Some(t) = &tenant {
                 t.session_opened();
             }
+            let actor = self.start_actor(&request.session_id, workspace.clone(), None);
             self.sessions.insert(
                 request.session_id.clone(),
                 SessionEntry {
-                    tx,
-                    link,
-                    token,
-                    forwarded: 0,
+                    actor,
                     last_used: tokio::time::Instant::now(),
+                    expiring: false,
                     streams: Arc::new(()),
                     workspace,
                     batches: Arc::new(()),
@@ -421,7 +534,29 @@ impl Hub {
             .sessions
             .get_mut(&request.session_id)
             .ok_or(ScheduleError::ShuttingDown)?;
-        let token = entry.token.child_token();
+        // An idle session's next batch: a new actor with what it kept.
+        if let Actor::Idle(kept) = &entry.actor {
+            let kept = Some(kept.as_ref().clone());
+            let workspace = entry.workspace.clone();
+            self.actors_started += 1;
+            entry.actor = start_actor(
+                &self.shared,
+                &self.idle_tx,
+                (&request.session_id, self.actors_started),
+                workspace,
+                kept,
+            );
+        }
+        let Actor::Running {
+            token: session_token,
+            link,
+            ..
+        } = &entry.actor
+        else {
+            return Err(ScheduleError::ShuttingDown);
+        };
+        let token = session_token.child_token();
+        let link = link.clone();
         // Read from the first event on: the stream sees Accepted.
         let reader = writer
             .log()
@@ -430,30 +565,40 @@ impl Hub {
         // The batch keeps its session busy until it completes, streams or
         // not: a detached batch in its grace is not evicted.
         let events = EventSink::new(writer, entry.streams.clone(), self.shared.metrics.clone());
-        entry.sent();
         self.shared.metrics.batch_accepted();
+        let held = session::BatchHold {
+            _batch: entry.batches.clone(),
+            _queued: queued_slot,
+        };
         entry
-            .tx
             .send(Box::new(SessionCommand::Schedule {
                 batch_id: batch_id.clone(),
                 request,
                 events,
                 token,
-                held: session::BatchHold {
-                    _batch: entry.batches.clone(),
-                    _queued: queued_slot,
-                },
+                held,
             }))
             .map_err(|_| ScheduleError::ShuttingDown)?;
         self.open_streams.send_modify(|n| *n += 1);
         Ok(BatchStream {
             batch_id,
             reader,
-            session: Some(entry.link.clone()),
+            session: Some(link),
             replayed: false,
             _open: OpenStream(self.open_streams.clone()),
             _session_open: Some(entry.streams.clone()),
         })
+    }
+
+    fn start_actor(
+        &mut self,
+        session_id: &str,
+        workspace: Option<Arc<OpenWorkspace>>,
+        kept: Option<Kept>,
+    ) -> Actor {
+        self.actors_started += 1;
+        let id = (session_id, self.actors_started);
+        start_actor(&self.shared, &self.idle_tx, id, workspace, kept)
     }
 
     /// Whether tenant `name` has a session [`Hub::evict_oldest_idle`] could
@@ -490,6 +635,37 @@ impl Hub {
         self.forget(&oldest);
         tracing::debug!(session = %oldest, "max_sessions reached: evicted the least recently used idle session");
         true
+    }
+}
+
+/// Spawns a session's actor (`kept`: what its previous one kept).
+fn start_actor(
+    shared: &Arc<Shared>,
+    idle_tx: &mpsc::Sender<IdleReport>,
+    (session_id, id): (&str, u64),
+    workspace: Option<Arc<OpenWorkspace>>,
+    kept: Option<Kept>,
+) -> Actor {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (link, internal) = session::internal_channel();
+    let token = shared.shutdown.child_token();
+    tokio::spawn(Session::run(
+        session_id.to_string(),
+        shared.clone(),
+        rx,
+        internal,
+        (idle_tx.clone(), id),
+        token.clone(),
+        workspace,
+        kept,
+    ));
+    shared.metrics.session_actors.inc();
+    Actor::Running {
+        tx,
+        link,
+        token,
+        forwarded: 0,
+        id,
     }
 }
 

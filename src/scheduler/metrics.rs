@@ -48,6 +48,9 @@ pub struct Metrics {
     batches: IntCounter,
     pub(crate) queued_batches: IntGauge,
     pub(crate) sessions: IntGauge,
+    /// Sessions whose actor runs (the others are idle: their settings are
+    /// kept as data, without a task).
+    pub(crate) session_actors: IntGauge,
     pub(crate) prompts_open: IntGauge,
     approval_wait: HistogramVec,
     sandbox_denials: IntCounterVec,
@@ -155,12 +158,17 @@ impl Metrics {
             "Batches waiting behind another batch of their session",
         )?;
         let sessions = IntGauge::new("sessions", "Live sessions")?;
+        let session_actors = IntGauge::new(
+            "session_actors",
+            "Live sessions whose actor task runs (the rest are idle, kept as data)",
+        )?;
         let prompts_open = IntGauge::new("prompts_open", "Calls awaiting approval")?;
         registry.register(Box::new(calls.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(batches.clone()))?;
         registry.register(Box::new(queued_batches.clone()))?;
         registry.register(Box::new(sessions.clone()))?;
+        registry.register(Box::new(session_actors.clone()))?;
         registry.register(Box::new(prompts_open.clone()))?;
         registry.register(Box::new(build_info))?;
         registry.register(Box::new(approval_wait.clone()))?;
@@ -186,6 +194,7 @@ impl Metrics {
             batches,
             queued_batches,
             sessions,
+            session_actors,
             prompts_open,
             approval_wait,
             sandbox_denials,
@@ -211,6 +220,12 @@ impl Metrics {
 
     /// A gRPC request to `method` (a bounded label: see `api::metrics`)
     /// ended with `code` after `elapsed`.
+    /// Live sessions whose actor task runs now (for tests and diagnostics;
+    /// also `toolsched_session_actors`).
+    pub fn session_actors(&self) -> i64 {
+        self.session_actors.get()
+    }
+
     pub fn grpc_handled(&self, method: &str, code: &str, elapsed: Duration) {
         self.grpc_requests.with_label_values(&[method, code]).inc();
         self.grpc_handling

@@ -96,6 +96,10 @@ pub struct SchedulerConfig {
     /// A durable store (`--store postgres://…`); `None` is the embedded
     /// memory store.
     pub store: Option<DurableStore>,
+    /// How the memory store compacts a completed log nobody reads (the
+    /// API's wire form, set by `crate::build_scheduler`); `None` keeps
+    /// retained logs as appended (~4 KB more per idle session).
+    pub log_codec: Option<LogCodec>,
     /// Where and how much of shell output beyond the cap is kept.
     pub kept_output: crate::tools::kept::KeptOutputConfig,
     /// Named workspaces under a root (`--workspaces-root`); `None`: the one
@@ -112,6 +116,17 @@ pub struct SchedulerConfig {
 #[derive(Clone)]
 pub struct DurableStore(pub SharedStore<BatchEvent>);
 
+/// What encodes a retained log's events when it is compacted (see
+/// [`crate::store::BatchLog::compacting`]).
+#[derive(Clone)]
+pub struct LogCodec(pub Arc<dyn crate::store::EventCodec<BatchEvent>>);
+
+impl std::fmt::Debug for LogCodec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogCodec")
+    }
+}
+
 impl std::fmt::Debug for DurableStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("DurableStore")
@@ -126,8 +141,9 @@ impl Default for SchedulerConfig {
             execution_timeout: Duration::from_secs(300),
             output: OutputLimits::default(),
             max_calls_per_batch: 128,
-            // About 12 KB each when idle with its last batch retained
-            // (BENCHMARKS.md): ~120 MB at the cap.
+            // About 2.5 KB each when idle with its last batch retained,
+            // ~25 KB while it runs a batch (BENCHMARKS.md, session 9):
+            // ~25 MB idle at the cap.
             max_sessions: 10_000,
             session_idle_ttl: Duration::from_secs(1800),
             sandbox: SandboxConfig::default(),
@@ -136,6 +152,7 @@ impl Default for SchedulerConfig {
             max_disconnect_grace: Duration::from_secs(600),
             retention: crate::store::Retention::default(),
             store: None,
+            log_codec: None,
             kept_output: Default::default(),
             workspaces: None,
             tenants: Vec::new(),
@@ -429,7 +446,13 @@ impl Scheduler {
         let default_mode = config.default_mode;
         let store: SharedStore<BatchEvent> = match &config.store {
             Some(DurableStore(store)) => store.clone(),
-            None => Arc::new(crate::store::MemoryStore::new(config.retention)),
+            None => match &config.log_codec {
+                Some(LogCodec(codec)) => Arc::new(crate::store::MemoryStore::compacting(
+                    config.retention,
+                    codec.clone(),
+                )),
+                None => Arc::new(crate::store::MemoryStore::new(config.retention)),
+            },
         };
         // The levels a session may switch to: those at most as permissive as
         // the server's, each judged from the one probe of the kernel.

@@ -4,6 +4,12 @@
 //! streams report back on its internal channel. Nothing here is shared or
 //! locked.
 //!
+//! A session's actor runs only while it has work: once idle for
+//! [`ACTOR_IDLE`] it hands what it keeps between batches ([`Kept`]: mode,
+//! rules, topic, sandbox) to the hub and ends; the hub starts a new actor
+//! with it on the session's next batch. An idle session is then a map entry
+//! and its retained batches, not a task with channels (issue 17 item 4).
+//!
 //! Owns: the actor loop, the FIFO queue (batches of one session never
 //! interleave), mode and rules, routing of commands and internal reports to
 //! the running [`Batch`], and performing the [`Effect`]s it returns
@@ -34,6 +40,117 @@ use super::{CancelError, ConfirmError, Confirmed, Metrics, Shared};
 use crate::policy::{ApprovalMode, ConfirmationOutcome, DecisionSource, SessionRules, outcomes};
 use crate::store::{Answer, BatchLog, Settings, StoreError};
 use crate::tools::{ConfirmationDetails, Progress, ToolError, ToolOutcome};
+
+/// How long an idle session keeps its actor before handing its state to
+/// the hub: long enough that an agent's turn of several batches in a row
+/// reuses one actor (no task and channels made per batch), short against
+/// the idle TTL (30 min), so that idle sessions cost no task.
+pub(crate) const ACTOR_IDLE: Duration = Duration::from_secs(1);
+
+/// What a session keeps between its batches, held by the hub while the
+/// session has no actor.
+#[derive(Clone)]
+pub(crate) struct Kept {
+    pub mode: ApprovalMode,
+    pub rules: SessionRules,
+    pub topic: Option<String>,
+    /// The level a batch chose stays for the session's later batches.
+    pub sandbox: crate::sandbox::SharedSandbox,
+    /// Changes of the settings so far (their writes carry it).
+    pub settings_version: u64,
+}
+
+impl Kept {
+    /// What `GetSession` shows of a session without an actor.
+    pub fn view(&self, workspace: Option<crate::workspaces::WorkspaceName>) -> SessionView {
+        SessionView {
+            workspace,
+            mode: self.mode,
+            running_batch: None,
+            queued_batches: Vec::new(),
+        }
+    }
+}
+
+/// A Confirm to a session without an actor (nothing is awaiting approval):
+/// as [`Session`] answers one for a call it does not have.
+pub(crate) fn confirm_idle(
+    store: &crate::store::SharedStore<BatchEvent>,
+    session_id: &str,
+    req: &ConfirmRequest,
+) -> Result<Confirmed, ConfirmError> {
+    let e = not_awaiting(store, session_id, &req.call_id);
+    let answer = Answer {
+        outcome: req.outcome.name().to_string(),
+        new_content: req.new_content.clone(),
+    };
+    refused(
+        store,
+        session_id,
+        req.call_id.clone(),
+        &req.correlation_id,
+        &answer,
+        e,
+    )
+}
+
+/// A Cancel to a session without an actor: nothing to cancel.
+pub(crate) fn cancel_idle(
+    session_id: &str,
+    req: CancelRequest,
+) -> Result<CancelSummary, CancelError> {
+    match req.batch_id {
+        // Cancelling an idle session is not an error: nothing to do.
+        None => Ok(CancelSummary::default()),
+        Some(batch_id) => Err(CancelError::UnknownBatch {
+            session_id: session_id.to_string(),
+            batch_id,
+        }),
+    }
+}
+
+/// Why a Confirm of `call_id`, not queued and not running, was refused:
+/// the call ended, or never existed.
+fn not_awaiting(
+    store: &crate::store::SharedStore<BatchEvent>,
+    session_id: &str,
+    call_id: &str,
+) -> ConfirmError {
+    if let Some(state) = store.ended(session_id, call_id) {
+        ConfirmError::AlreadyEnded {
+            call_id: call_id.to_string(),
+            state,
+        }
+    } else {
+        ConfirmError::UnknownCall {
+            session_id: session_id.to_string(),
+            call_id: call_id.to_string(),
+        }
+    }
+}
+
+/// A Confirm `e` refused: the same answer as the recorded winner is OK
+/// (already applied), a different one is refused naming the winner.
+fn refused(
+    store: &crate::store::SharedStore<BatchEvent>,
+    session_id: &str,
+    call_id: String,
+    correlation_id: &str,
+    answer: &Answer,
+    e: ConfirmError,
+) -> Result<Confirmed, ConfirmError> {
+    match store.answer(session_id, &call_id, correlation_id) {
+        Some(winner) if winner == *answer => Ok(Confirmed {
+            already_applied: true,
+        }),
+        Some(winner) => Err(ConfirmError::AnsweredDifferently {
+            call_id,
+            with_content: winner.new_content.is_some(),
+            winner: winner.outcome,
+        }),
+        None => Err(e),
+    }
+}
 
 /// Time a tool gets to stop after its token was cancelled before the call is
 /// ended Cancelled regardless (covers a tool that ignores its token).
@@ -286,14 +403,18 @@ pub(crate) struct Session {
 impl Session {
     /// Runs the session until the hub drops its sender. `token` (a child of
     /// the server's shutdown token) cancels every batch of the session.
+    /// `kept`: what its previous actor kept (`None`: a new session);
+    /// `actor`: its number, in its idle reports.
+    #[allow(clippy::too_many_arguments)]
     pub async fn run(
         id: String,
         shared: Arc<Shared>,
         mut commands: mpsc::UnboundedReceiver<Box<SessionCommand>>,
         internal: InternalChannel,
-        idle: mpsc::Sender<IdleReport>,
+        (idle, actor): (mpsc::Sender<IdleReport>, u64),
         token: CancellationToken,
         workspace: Option<Arc<crate::workspaces::OpenWorkspace>>,
+        kept: Option<Kept>,
     ) {
         let InternalChannel {
             tx: internal_tx,
@@ -323,15 +444,22 @@ impl Session {
             .and_then(|max| shared.sandboxes.get(&max).cloned())
             .unwrap_or_else(|| shared.sandbox.clone());
         let durable = shared.config.store.is_some();
+        let kept = kept.unwrap_or_else(|| Kept {
+            mode: shared.config.default_mode,
+            rules: SessionRules::default(),
+            topic: None,
+            sandbox,
+            settings_version: 0,
+        });
         let mut session = Session {
             id,
-            mode: shared.config.default_mode,
-            sandbox,
+            mode: kept.mode,
+            sandbox: kept.sandbox,
             shared,
-            rules: SessionRules::default(),
+            rules: kept.rules,
             tenant,
             policy,
-            topic: None,
+            topic: kept.topic,
             queue: VecDeque::new(),
             active: None,
             internal_tx,
@@ -339,9 +467,11 @@ impl Session {
             workspace,
             durable,
             answering: Vec::new(),
-            settings_version: 0,
+            settings_version: kept.settings_version,
         };
-        let ttl = session.shared.config.session_idle_ttl;
+        // Idle this long, the actor hands its state to the hub (which
+        // forgets the session after the idle TTL).
+        let ttl = ACTOR_IDLE.min(session.shared.config.session_idle_ttl);
         // One timer, re-armed when the session becomes idle (or sees a
         // command while idle), not re-created for every message.
         let idle_timer = tokio::time::sleep(ttl);
@@ -349,7 +479,10 @@ impl Session {
         let mut armed = false;
         let mut idle_reported = false;
         loop {
-            let is_idle = session.active.is_none() && session.queue.is_empty();
+            // An answer being recorded still has callers to tell.
+            let is_idle = session.active.is_none()
+                && session.queue.is_empty()
+                && session.answering.is_empty();
             if !is_idle {
                 armed = false;
             } else if !armed {
@@ -374,7 +507,9 @@ impl Session {
                 () = &mut idle_timer, if is_idle && armed && !idle_reported => {
                     let report = IdleReport {
                         session_id: session.id.clone(),
+                        actor,
                         processed: session.processed,
+                        kept: Box::new(session.kept()),
                     };
                     match idle.try_send(report) {
                         Ok(()) => idle_reported = true,
@@ -390,6 +525,17 @@ impl Session {
         // dropped): nothing may keep running on our behalf.
         token.cancel();
         tracing::debug!(session = %session.id, "session retired");
+    }
+
+    /// What the session keeps between batches.
+    fn kept(&self) -> Kept {
+        Kept {
+            mode: self.mode,
+            rules: self.rules.clone(),
+            topic: self.topic.clone(),
+            sandbox: self.sandbox.clone(),
+            settings_version: self.settings_version,
+        }
     }
 
     /// Ends a step: what it emitted goes to the streams.
@@ -516,17 +662,14 @@ impl Session {
         answer: &Answer,
         e: ConfirmError,
     ) -> Result<Confirmed, ConfirmError> {
-        match self.shared.store.answer(&self.id, &call_id, correlation_id) {
-            Some(winner) if winner == *answer => Ok(Confirmed {
-                already_applied: true,
-            }),
-            Some(winner) => Err(ConfirmError::AnsweredDifferently {
-                call_id,
-                with_content: winner.new_content.is_some(),
-                winner: winner.outcome,
-            }),
-            None => Err(e),
-        }
+        refused(
+            &self.shared.store,
+            &self.id,
+            call_id,
+            correlation_id,
+            answer,
+            e,
+        )
     }
 
     /// A Confirm with a durable store: the answer is recorded (fenced by
@@ -795,16 +938,8 @@ impl Session {
             ConfirmError::NotAwaitingApproval {
                 call_id: call_id.to_string(),
             }
-        } else if let Some(state) = self.shared.store.ended(&self.id, call_id) {
-            ConfirmError::AlreadyEnded {
-                call_id: call_id.to_string(),
-                state,
-            }
         } else {
-            ConfirmError::UnknownCall {
-                session_id: self.id.clone(),
-                call_id: call_id.to_string(),
-            }
+            not_awaiting(&self.shared.store, &self.id, call_id)
         }
     }
 

@@ -23,6 +23,13 @@
 //! session owning the batch) and the readers (stream handlers): it is never
 //! held across an await, and each critical section is a push or a copy of
 //! `Arc`s.
+//!
+//! A log made with a codec ([`BatchLog::compacting`]) is compacted once it
+//! is finished and nobody reads it: its entries, one allocation each with
+//! the event's strings and JSON behind it (~4 KB for one small call), become
+//! their encoded events in one buffer (~0.5 KB), kept for WatchBatch and
+//! request-id replays during the batch's retention. A reader attaching
+//! later decodes them ([`EventCodec::decode`]: the event as it was sent).
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -30,6 +37,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::SystemTime;
+
+use super::EventCodec;
 
 /// Unread entries past which the slowest reader counts as lagging and
 /// reports merge: far more than one step of a batch appends (so a reader
@@ -77,11 +86,14 @@ pub struct BatchLog<E> {
     state: Mutex<LogState<E>>,
     /// Hands out reader ids (to find a reader's waker and cursor).
     next_reader: AtomicU64,
+    /// Compacts the log once it is finished and nobody reads it (`None`:
+    /// kept as appended).
+    codec: Option<Arc<dyn EventCodec<E>>>,
 }
 
 struct LogState<E> {
     /// `entries[i].sequence == base + i + 1`.
-    entries: Vec<Arc<Entry<E>>>,
+    entries: Entries<E>,
     /// The sequence before the first entry: 0, or where the log of a batch
     /// taken over continues. Cursors and `last_report` count positions in
     /// `entries` (1-based), not sequences.
@@ -109,6 +121,92 @@ struct ReaderSlot {
     waker: Option<Waker>,
 }
 
+/// A log's entries: as appended while it may be read live, or compacted.
+enum Entries<E> {
+    /// One shared entry each, handed to readers as is.
+    Live(Vec<Arc<Entry<E>>>),
+    /// A finished log nobody read when it was compacted.
+    Compact(Box<Compacted<E>>),
+}
+
+/// A finished log's events, encoded by its codec, in one buffer.
+struct Compacted<E> {
+    codec: Arc<dyn EventCodec<E>>,
+    /// The encoded events, one after the other.
+    bytes: Box<[u8]>,
+    /// Where each entry's bytes end in `bytes`.
+    ends: Box<[u32]>,
+    /// When each entry was appended.
+    at: Box<[SystemTime]>,
+}
+
+impl<E: LogEvent> Compacted<E> {
+    fn of(entries: &[Arc<Entry<E>>], codec: Arc<dyn EventCodec<E>>) -> Self {
+        let mut bytes = Vec::new();
+        let mut ends = Vec::with_capacity(entries.len());
+        for entry in entries {
+            bytes.extend_from_slice(&codec.encode(entry));
+            // A log's bytes are bounded far below 4 GiB (each event by
+            // `max_event_bytes`, a batch by `max_calls_per_batch`).
+            ends.push(u32::try_from(bytes.len()).unwrap_or(u32::MAX));
+        }
+        Self {
+            codec,
+            bytes: bytes.into_boxed_slice(),
+            ends: ends.into_boxed_slice(),
+            at: entries.iter().map(|e| e.at).collect(),
+        }
+    }
+
+    /// Entry `i` (0-based) decoded, its sequence `base + i + 1`.
+    fn entry(&self, i: usize, base: u64) -> Arc<Entry<E>> {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        let end = (self.ends[i] as usize).min(self.bytes.len());
+        Arc::new(Entry {
+            sequence: base + i as u64 + 1,
+            at: self.at[i],
+            event: self.codec.decode(self.bytes[start.min(end)..end].to_vec()),
+        })
+    }
+}
+
+impl<E: LogEvent> Entries<E> {
+    fn len(&self) -> usize {
+        match self {
+            Entries::Live(entries) => entries.len(),
+            Entries::Compact(c) => c.ends.len(),
+        }
+    }
+
+    /// Appends the entries from position `from` (0-based) to `out`.
+    fn read_from(
+        &self,
+        from: usize,
+        base: u64,
+        out: &mut std::collections::VecDeque<Arc<Entry<E>>>,
+    ) {
+        match self {
+            Entries::Live(entries) => {
+                out.extend(entries[from.min(entries.len())..].iter().cloned())
+            }
+            Entries::Compact(c) => out.extend((from..c.ends.len()).map(|i| c.entry(i, base))),
+        }
+    }
+
+    /// The entries to append to. A compacted log is expanded first: never
+    /// in practice (only a finished log is compacted, and a finished log
+    /// has no writer left).
+    fn live(&mut self, base: u64) -> &mut Vec<Arc<Entry<E>>> {
+        if let Entries::Compact(c) = self {
+            *self = Entries::Live((0..c.ends.len()).map(|i| c.entry(i, base)).collect());
+        }
+        match self {
+            Entries::Live(entries) => entries,
+            Entries::Compact(_) => unreachable!("expanded above"),
+        }
+    }
+}
+
 /// Why a reader could not start where it asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("after_sequence {after} is beyond the last event of the batch ({last})")]
@@ -121,9 +219,20 @@ impl<E: LogEvent> BatchLog<E> {
     /// An empty log and the handle that appends to it. Dropping the handle
     /// without [`LogWriter::finish`] closes the log (readers end).
     pub fn new() -> (Arc<Self>, LogWriter<E>) {
+        Self::with_codec(None)
+    }
+
+    /// [`BatchLog::new`], compacted with `codec` once finished and unread:
+    /// its entries become their encoded events in one buffer (see the
+    /// module's doc).
+    pub fn compacting(codec: Arc<dyn EventCodec<E>>) -> (Arc<Self>, LogWriter<E>) {
+        Self::with_codec(Some(codec))
+    }
+
+    fn with_codec(codec: Option<Arc<dyn EventCodec<E>>>) -> (Arc<Self>, LogWriter<E>) {
         let log = Arc::new(Self {
             state: Mutex::new(LogState {
-                entries: Vec::new(),
+                entries: Entries::Live(Vec::new()),
                 base: 0,
                 bytes: 0,
                 closed: false,
@@ -133,6 +242,7 @@ impl<E: LogEvent> BatchLog<E> {
                 generation: 0,
             }),
             next_reader: AtomicU64::new(1),
+            codec,
         });
         (log.clone(), LogWriter { log })
     }
@@ -144,7 +254,7 @@ impl<E: LogEvent> BatchLog<E> {
         let base = entries.first().map_or(0, |e| e.sequence.saturating_sub(1));
         Arc::new(Self {
             state: Mutex::new(LogState {
-                entries: entries.into_iter().map(Arc::new).collect(),
+                entries: Entries::Live(entries.into_iter().map(Arc::new).collect()),
                 base,
                 bytes,
                 closed: true,
@@ -154,6 +264,7 @@ impl<E: LogEvent> BatchLog<E> {
                 generation: 0,
             }),
             next_reader: AtomicU64::new(1),
+            codec: None,
         })
     }
 
@@ -223,7 +334,35 @@ impl<E: LogEvent> BatchLog<E> {
 
     /// A copy of every entry (for tests and diagnostics).
     pub fn entries(&self) -> Vec<Arc<Entry<E>>> {
-        self.lock().entries.clone()
+        let state = self.lock();
+        let mut out = std::collections::VecDeque::new();
+        state.entries.read_from(0, state.base, &mut out);
+        out.into()
+    }
+
+    /// Whether the log holds its entries compacted (for tests and
+    /// diagnostics).
+    pub fn is_compacted(&self) -> bool {
+        matches!(self.lock().entries, Entries::Compact(_))
+    }
+
+    /// Compacts the log when it is finished and nobody reads it (and it has
+    /// a codec): called when its last reader goes away and when it
+    /// finishes.
+    fn compact_if_unread(&self, state: &mut LogState<E>) {
+        let Some(codec) = &self.codec else {
+            return;
+        };
+        if !state.finished || !state.readers.is_empty() {
+            return;
+        }
+        let Entries::Live(entries) = &state.entries else {
+            return;
+        };
+        state.entries = Entries::Compact(Box::new(Compacted::of(entries, codec.clone())));
+        // What only a growing, read log needs: freed with its capacity.
+        state.readers = Vec::new();
+        state.last_report = HashMap::new();
     }
 }
 
@@ -263,9 +402,11 @@ impl<E: LogEvent> LogWriter<E> {
                 {
                     let i = (position - 1) as usize;
                     let sequence = state.base + position;
-                    let before = state.entries[i].event.approx_bytes();
                     let after = event.approx_bytes();
-                    state.entries[i] = Arc::new(Entry {
+                    let base = state.base;
+                    let entries = state.entries.live(base);
+                    let before = entries[i].event.approx_bytes();
+                    entries[i] = Arc::new(Entry {
                         sequence,
                         at: SystemTime::now(),
                         event,
@@ -298,14 +439,15 @@ impl<E: LogEvent> LogWriter<E> {
     /// back).
     pub fn append_recorded(&self, entry: Entry<E>) -> bool {
         let mut state = self.log.lock();
-        if state.entries.is_empty() {
+        if state.entries.len() == 0 {
             state.base = entry.sequence.saturating_sub(1);
         }
         if entry.sequence != state.base + state.entries.len() as u64 + 1 {
             return false;
         }
         state.bytes += entry.event.approx_bytes();
-        state.entries.push(Arc::new(entry));
+        let base = state.base;
+        state.entries.live(base).push(Arc::new(entry));
         true
     }
 
@@ -316,7 +458,7 @@ impl<E: LogEvent> LogWriter<E> {
     /// the new owner logs. No effect once an entry is logged.
     pub fn continue_after(&self, base: u64) {
         let mut state = self.log.lock();
-        if state.entries.is_empty() {
+        if state.entries.len() == 0 {
             state.base = base;
         }
     }
@@ -341,7 +483,11 @@ impl<E: LogEvent> LogWriter<E> {
             let sequence = push(&mut state, event);
             state.closed = true;
             state.finished = true;
-            (sequence, take_wakers(&mut state))
+            let wakers = take_wakers(&mut state);
+            // Read by nobody (the client went away; a batch that was never
+            // watched): compacted at once.
+            self.log.compact_if_unread(&mut state);
+            (sequence, wakers)
         };
         wakers.into_iter().for_each(Waker::wake);
         sequence
@@ -364,7 +510,8 @@ impl<E: LogEvent> Drop for LogWriter<E> {
 fn push<E: LogEvent>(state: &mut LogState<E>, event: E) -> u64 {
     let sequence = state.base + state.entries.len() as u64 + 1;
     state.bytes += event.approx_bytes();
-    state.entries.push(Arc::new(Entry {
+    let base = state.base;
+    state.entries.live(base).push(Arc::new(Entry {
         sequence,
         at: SystemTime::now(),
         event,
@@ -411,8 +558,9 @@ impl<E: LogEvent> LogReader<E> {
         let mut state = self.log.lock();
         let last = state.entries.len() as u64;
         if self.cursor < last {
-            self.buffer
-                .extend(state.entries[self.cursor as usize..].iter().cloned());
+            state
+                .entries
+                .read_from(self.cursor as usize, state.base, &mut self.buffer);
             self.cursor = last;
             if let Some(slot) = state.readers.iter_mut().find(|r| r.id == self.id) {
                 slot.cursor = last;
@@ -445,6 +593,9 @@ impl<E: LogEvent> LogReader<E> {
             state.generation += 1;
             Some(state.generation)
         } else {
+            // The last reader of a finished log: nobody reads it live any
+            // more (a later reader decodes it).
+            self.log.compact_if_unread(&mut state);
             None
         }
     }
@@ -742,5 +893,96 @@ mod tests {
         assert_eq!(reader.next().now_or_never(), Some(None));
         assert!(!log.is_finished());
         assert_eq!(reader.detach(), None, "closed: nothing left to cancel");
+    }
+
+    /// Events as text: `s<step>`, `p<n>`, `o<output>`, `e`.
+    struct TextCodec;
+
+    impl EventCodec<Ev> for TextCodec {
+        fn encode(&self, entry: &Entry<Ev>) -> Vec<u8> {
+            match &entry.event {
+                Ev::Step(s) => format!("s{s}"),
+                Ev::Progress(n) => format!("p{n}"),
+                Ev::Output(o) => format!("o{o}"),
+                Ev::End => "e".into(),
+            }
+            .into_bytes()
+        }
+
+        fn decode(&self, bytes: Vec<u8>) -> Ev {
+            let text = String::from_utf8(bytes).unwrap();
+            let (tag, rest) = text.split_at(1);
+            match tag {
+                "s" => Ev::Step(Box::leak(rest.to_string().into_boxed_str())),
+                "p" => Ev::Progress(rest.parse().unwrap()),
+                "o" => Ev::Output(rest.to_string()),
+                _ => Ev::End,
+            }
+        }
+    }
+
+    #[test]
+    fn a_finished_log_is_compacted_when_its_last_reader_goes_and_reads_the_same() {
+        let (log, writer) = BatchLog::compacting(Arc::new(TextCodec));
+        let mut reader = log.reader(0).unwrap();
+        writer.append(Ev::Step("accepted"));
+        writer.append(Ev::Output(String::new()));
+        writer.append(Ev::Output("out".into()));
+        writer.finish(Ev::End);
+        let appended = log.entries();
+        assert!(!log.is_compacted(), "read live: kept as appended");
+        let live = drain(&mut reader);
+        assert_eq!(
+            live,
+            [
+                (1, Ev::Step("accepted")),
+                (2, Ev::Output(String::new())),
+                (3, Ev::Output("out".into())),
+                (4, Ev::End)
+            ]
+        );
+        drop(reader);
+        assert!(log.is_compacted());
+        assert_eq!(log.readers(), 0);
+        // The same entries (sequences, times, events), from any point.
+        let compacted = log.entries();
+        assert_eq!(compacted.len(), appended.len());
+        for (a, b) in appended.iter().zip(&compacted) {
+            assert_eq!(**a, **b);
+        }
+        let mut later = log.reader(2).unwrap();
+        assert_eq!(drain(&mut later), live[2..]);
+        assert_eq!(later.next().now_or_never(), Some(None));
+        assert_eq!(log.bytes(), 8 + 8 + 11 + 8, "the estimate is kept");
+        assert_eq!(
+            log.reader(5).map(|_| ()),
+            Err(BeyondEnd { after: 5, last: 4 })
+        );
+    }
+
+    #[test]
+    fn a_log_finished_unread_is_compacted_at_once_and_one_without_codec_never() {
+        let (log, writer) = BatchLog::compacting(Arc::new(TextCodec));
+        writer.append(Ev::Progress(7));
+        writer.finish(Ev::End);
+        assert!(log.is_compacted());
+        let mut reader = log.reader(0).unwrap();
+        assert_eq!(drain(&mut reader), [(1, Ev::Progress(7)), (2, Ev::End)]);
+        drop(reader);
+
+        let (plain, writer) = BatchLog::new();
+        writer.append(Ev::Step("a"));
+        writer.finish(Ev::End);
+        assert!(!plain.is_compacted());
+        drop(plain.reader(0).unwrap());
+        assert!(!plain.is_compacted());
+
+        // A log whose writer went away without its last event is not
+        // finished: never compacted (it is not retained as completed).
+        let (gone, writer) = BatchLog::compacting(Arc::new(TextCodec));
+        writer.append(Ev::Step("a"));
+        drop(writer);
+        drop(gone.reader(0).unwrap());
+        assert!(!gone.is_compacted());
     }
 }

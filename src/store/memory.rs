@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::{
-    Answer, AnswerRecord, BatchLog, Begun, CallsDigest, EndedCall, LogEvent, NewBatch, RetainedUse,
-    Retention, Store, StoreError, StoreFuture,
+    Answer, AnswerRecord, BatchLog, Begun, CallsDigest, EndedCall, EventCodec, LogEvent, NewBatch,
+    RetainedUse, Retention, Store, StoreError, StoreFuture,
 };
 
 /// Longest time between two sweeps of every session's expired batches.
@@ -21,6 +21,9 @@ const SWEEP_EVERY: Duration = Duration::from_secs(30);
 pub struct MemoryStore<E: LogEvent> {
     retention: Retention,
     state: Mutex<State<E>>,
+    /// Compacts each completed log once nobody reads it
+    /// ([`BatchLog::compacting`]); `None`: logs are kept as appended.
+    codec: Option<Arc<dyn EventCodec<E>>>,
 }
 
 struct State<E: LogEvent> {
@@ -35,7 +38,11 @@ struct SessionRecord<E: LogEvent> {
     /// batch a call concerns is almost always the last (a front-first
     /// scan compared ids with up to `max_batches_per_session` retained
     /// ones, 3.4% of S1's CPU).
-    batches: VecDeque<BatchRecord<E>>,
+    ///
+    /// Boxed: a `VecDeque` reserves 4 slots at its first push, and a session
+    /// usually retains one or two batches (4 records inline, ~0.9 KB an
+    /// idle session; 4 boxes, 32 bytes).
+    batches: VecDeque<Box<BatchRecord<E>>>,
     /// Sum of the completed batches' `bytes`.
     completed_bytes: usize,
 }
@@ -70,6 +77,18 @@ impl<E: LogEvent> MemoryStore<E> {
                 sessions: BTreeMap::new(),
                 last_sweep: Instant::now(),
             }),
+            codec: None,
+        }
+    }
+
+    /// A store whose completed logs are compacted with `codec` once nobody
+    /// reads them: a retained batch then holds its encoded events in one
+    /// buffer instead of its events (an idle session's last batch, ~4 KB
+    /// → ~0.5 KB for one small call; see BENCHMARKS.md, session 9).
+    pub fn compacting(retention: Retention, codec: Arc<dyn EventCodec<E>>) -> Self {
+        Self {
+            codec: Some(codec),
+            ..Self::new(retention)
         }
     }
 
@@ -135,7 +154,7 @@ impl<E: LogEvent> MemoryStore<E> {
             .iter_mut()
             .rev()
             .find(|b| b.id == batch_id)
-            .map(f)
+            .map(|b| f(b))
     }
 
     fn begin(&self, new: NewBatch) -> Result<Begun<E>, StoreError> {
@@ -172,8 +191,11 @@ impl<E: LogEvent> MemoryStore<E> {
                 })
             };
         }
-        let (log, writer) = BatchLog::new();
-        session.batches.push_back(BatchRecord {
+        let (log, writer) = match &self.codec {
+            Some(codec) => BatchLog::compacting(codec.clone()),
+            None => BatchLog::new(),
+        };
+        session.batches.push_back(Box::new(BatchRecord {
             id: new.batch_id,
             request_id: new.request_id,
             digest: new.digest,
@@ -184,7 +206,7 @@ impl<E: LogEvent> MemoryStore<E> {
             ended: Vec::new(),
             answers: HashMap::new(),
             executing: Vec::new(),
-        });
+        }));
         let gone = session.bound(&self.retention);
         drop(state);
         drop(gone);
@@ -216,7 +238,9 @@ impl<E: LogEvent> SessionRecord<E> {
     /// store's lock: freeing a batch's log is most of this function's cost
     /// (3.9% of S1's CPU), and other sessions wait for the lock meanwhile.
     #[must_use = "free the dropped batches after releasing the lock"]
-    fn bound(&mut self, retention: &Retention) -> Vec<BatchRecord<E>> {
+    // The records as the deque holds them (moved out, not unboxed).
+    #[allow(clippy::vec_box)]
+    fn bound(&mut self, retention: &Retention) -> Vec<Box<BatchRecord<E>>> {
         let over = |s: &Self| {
             s.batches.len() > retention.max_batches_per_session
                 || s.completed_bytes > retention.max_bytes_per_session
