@@ -367,25 +367,8 @@ impl Zygote {
     }
 
     fn start(&self) -> Result<Conn, String> {
-        let mut pair = [0 as libc::c_int; 2];
-        // SAFETY: socketpair writes two fds into a valid array.
-        if unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                pair.as_mut_ptr(),
-            )
-        } != 0
-        {
-            return Err(format!(
-                "could not start the sandbox zygote: socketpair: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        // SAFETY: both fds were just created and are owned by nobody else.
-        let (ours, theirs) =
-            unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+        let (ours, theirs) = seqpacket_pair()
+            .map_err(|e| format!("could not start the sandbox zygote: socketpair: {e}"))?;
         let mut cmd = tokio::process::Command::new(&self.exe);
         cmd.arg(SUBCOMMAND);
         if self.hide_proc {
@@ -830,26 +813,32 @@ struct Spare {
     cgroup: Option<PathBuf>,
 }
 
+/// A connected pair of close-on-exec `SOCK_SEQPACKET` Unix sockets (message
+/// boundaries kept, fds passed with a message): the server's line to its
+/// zygote, and the zygote's to its spare worker.
+fn seqpacket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut pair = [0 as libc::c_int; 2];
+    // SAFETY: socketpair writes two fds into a valid array.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            pair.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) })
+}
+
 impl Spare {
     /// Forks a spare that joins `cgroup`. `None` when it could not be forked
     /// (the next command is then forked as it comes).
     fn fork(cgroup: Option<PathBuf>, ctx: Ctx) -> Option<Self> {
-        let mut pair = [0 as libc::c_int; 2];
-        // SAFETY: socketpair writes two fds into a valid array.
-        if unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                pair.as_mut_ptr(),
-            )
-        } != 0
-        {
-            return None;
-        }
-        // SAFETY: both fds were just created and are owned by nobody else.
-        let (ours, theirs) =
-            unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+        let (ours, theirs) = seqpacket_pair().ok()?;
         // SAFETY: this process is single-threaded (no runtime, no threads),
         // so the child may allocate and run ordinary Rust code.
         let pid = unsafe { libc::fork() };

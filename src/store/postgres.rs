@@ -286,10 +286,13 @@ struct PendingBegin {
     digest: super::CallsDigest,
     epoch: i64,
     request: Option<Vec<u8>>,
-    /// Whether the row was inserted (no: a known request id, or the lease
-    /// is not this replica's at `epoch`), and the request given back.
-    reply: tokio::sync::oneshot::Sender<(Result<bool, StoreError>, Option<Vec<u8>>)>,
+    reply: tokio::sync::oneshot::Sender<BeginAnswer>,
 }
+
+/// Whether a [`PendingBegin`]'s row was inserted (no: a known request id,
+/// or the lease is not this replica's at its epoch), and its request given
+/// back.
+type BeginAnswer = (Result<bool, StoreError>, Option<Vec<u8>>);
 
 /// A batch's completion, with its log to write into its row.
 struct Completion {
