@@ -328,3 +328,91 @@ async fn client_strings_over_their_limit_are_refused_without_echo() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn ids_with_a_nul_byte_are_refused_before_anything_starts() {
+    let srv = TestServer::start().await;
+    let read = |id: &str| call(id, "read_file", json!({"file_path": "a"}));
+    let mut client = srv.client.clone();
+    let mut with_request_id = request("s", vec![read("a")]);
+    with_request_id.request_id = "r\0".into();
+    for (req, field) in [
+        (request("s\0", vec![read("a")]), "session_id"),
+        (with_request_id, "request_id"),
+        (request("s", vec![read("a"), read("b\0")]), "calls[1].id"),
+    ] {
+        let err = client.schedule_calls(req).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(
+            err.message().ends_with(&format!(
+                "{field} contains a NUL byte; ids are text without NUL"
+            )),
+            "{}",
+            err.message()
+        );
+    }
+    let err = client
+        .confirm(pb::ConfirmRequest {
+            session_id: "s".into(),
+            call_id: "c\0".into(),
+            correlation_id: "k".into(),
+            outcome: pb::ConfirmationOutcome::ProceedOnce as i32,
+            new_content: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        err.message(),
+        "invalid Confirm: call_id contains a NUL byte; ids are text without NUL"
+    );
+    let err = client
+        .cancel(pb::CancelRequest {
+            session_id: "s".into(),
+            batch_id: Some("b\0".into()),
+            reason: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(
+        err.message()
+            .ends_with("batch_id contains a NUL byte; ids are text without NUL"),
+        "{}",
+        err.message()
+    );
+    let err = client
+        .watch_batch(pb::WatchBatchRequest {
+            session_id: "\0".into(),
+            batch_id: "b".into(),
+            after_sequence: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(
+        err.message()
+            .ends_with("session_id contains a NUL byte; ids are text without NUL"),
+        "{}",
+        err.message()
+    );
+    let err = client
+        .get_session(pb::GetSessionRequest {
+            session_id: "s\0".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        err.message(),
+        "session_id contains a NUL byte; ids are text without NUL"
+    );
+    // Nothing ran: the session is unknown.
+    let err = client
+        .get_session(pb::GetSessionRequest {
+            session_id: "s".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+}

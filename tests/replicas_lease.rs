@@ -426,3 +426,92 @@ async fn batches_beginning_and_completing_together_each_get_their_own_row_and_fe
         ]
     );
 }
+
+#[tokio::test]
+async fn a_completion_queued_under_an_older_epoch_is_not_written_beside_a_newer_one() {
+    let url = fresh_database().await;
+    let db = sql(&url).await;
+    let (a, b) = (replica(&url).await, replica(&url).await);
+    let Begun::New(x) = a.begin_batch(batch("s", "x")).await.unwrap() else {
+        panic!("a new batch");
+    };
+    let Begun::New(z) = a.begin_batch(batch("u", "z")).await.unwrap() else {
+        panic!("a new batch");
+    };
+    // The writer is held up on u's lease row (as behind a slow database):
+    // what is queued after z waits and goes in one group.
+    let mut holder = sql(&url).await;
+    let hold = holder.transaction().await.unwrap();
+    hold.execute(
+        "SELECT 1 FROM toolsched_leases WHERE session_id = 'u' FOR UPDATE",
+        &[],
+    )
+    .await
+    .unwrap();
+    z.finish(BatchEvent::Started {
+        batch_id: "z-end".into(),
+    });
+    a.complete_batch("u", "z", Vec::new());
+    // Once the writer waits on that lock (z alone in its group)...
+    let mut waited = 0;
+    while db
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        waited += 1;
+        assert!(waited < 3000, "the writer never waited on u's lease");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // ...x completes under epoch 1 and waits in the queue...
+    x.finish(BatchEvent::Started {
+        batch_id: "x-end".into(),
+    });
+    a.complete_batch("s", "x", Vec::new());
+    // ...while s passes to B (epoch 2) and back to A (epoch 3).
+    let expire = "UPDATE toolsched_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'";
+    db.execute(expire, &[]).await.unwrap();
+    let Begun::New(_on_b) = b.begin_batch(batch("s", "on-b")).await.unwrap() else {
+        panic!("a new batch");
+    };
+    db.execute(expire, &[]).await.unwrap();
+    let Begun::New(y) = a.begin_batch(batch("s", "y")).await.unwrap() else {
+        panic!("a new batch");
+    };
+    assert_eq!(lease(&db, "s").await, (a.replica().to_string(), 3));
+    y.finish(BatchEvent::Started {
+        batch_id: "y-end".into(),
+    });
+    a.complete_batch("s", "y", Vec::new());
+    hold.commit().await.unwrap();
+    a.flush(Duration::from_secs(30)).await;
+
+    // x was A's under epoch 1 only: its completion is not written, though
+    // y's of the same session, at epoch 3, is.
+    let rows: Vec<(String, i64, bool)> = db
+        .query(
+            "SELECT batch_id, epoch, completed_at IS NOT NULL FROM toolsched_batches \
+             ORDER BY batch_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("on-b".to_string(), 2, false),
+            ("x".to_string(), 1, false),
+            ("y".to_string(), 3, true),
+            ("z".to_string(), 1, true),
+        ]
+    );
+}

@@ -103,6 +103,11 @@ pub fn get_session_id(r: pb::GetSessionRequest) -> Result<String, ApiError> {
             crate::scheduler::validate::MAX_SESSION_ID_BYTES
         )));
     }
+    if crate::scheduler::validate::has_nul(&r.session_id) {
+        return Err(ApiError::InvalidArgument(
+            "session_id contains a NUL byte; ids are text without NUL".into(),
+        ));
+    }
     Ok(r.session_id)
 }
 

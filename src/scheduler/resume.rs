@@ -28,22 +28,8 @@ pub struct WatchRequest {
 impl WatchRequest {
     /// Both ids present and within the limits the server issues them at.
     pub fn validate(&self) -> Result<(), InvalidRequest> {
-        for (field, value, limit) in [
-            ("session_id", &self.session_id, MAX_SESSION_ID_BYTES),
-            ("batch_id", &self.batch_id, MAX_BATCH_ID_BYTES),
-        ] {
-            if value.is_empty() {
-                return Err(InvalidRequest::Empty { field });
-            }
-            if value.len() > limit {
-                return Err(InvalidRequest::TooLong {
-                    field,
-                    len: value.len(),
-                    limit,
-                });
-            }
-        }
-        Ok(())
+        super::validate::required("session_id", &self.session_id, MAX_SESSION_ID_BYTES)?;
+        super::validate::required("batch_id", &self.batch_id, MAX_BATCH_ID_BYTES)
     }
 }
 

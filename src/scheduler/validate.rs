@@ -62,6 +62,8 @@ pub enum InvalidBatch {
     },
     #[error("request_id is {len} bytes; at most {limit}")]
     RequestIdTooLong { len: usize, limit: usize },
+    #[error("{field} contains a NUL byte; ids are text without NUL")]
+    NulInId { field: String },
     #[error(
         "calls[{index}].id '{}' is a duplicate of calls[{first}].id; call ids must be unique within a batch",
         Shown(id)
@@ -84,14 +86,31 @@ pub enum InvalidRequest {
         len: usize,
         limit: usize,
     },
+    #[error("{field} contains a NUL byte; ids are text without NUL")]
+    NulInId { field: &'static str },
 }
 
-/// `value` is non-empty and at most `limit` bytes.
-fn required(field: &'static str, value: &str, limit: usize) -> Result<(), InvalidRequest> {
+/// Whether an id holds a NUL byte. Ids are keys of the durable store's text
+/// columns, which refuse NUL: one such id would fail the statement it is
+/// in, and statements carry many sessions' batches at once.
+pub fn has_nul(id: &str) -> bool {
+    id.as_bytes().contains(&0)
+}
+
+/// `value` is a non-empty id of at most `limit` bytes, without NUL.
+pub(super) fn required(
+    field: &'static str,
+    value: &str,
+    limit: usize,
+) -> Result<(), InvalidRequest> {
     if value.is_empty() {
         return Err(InvalidRequest::Empty { field });
     }
-    bounded(field, value, limit)
+    bounded(field, value, limit)?;
+    if has_nul(value) {
+        return Err(InvalidRequest::NulInId { field });
+    }
+    Ok(())
 }
 
 /// `value` is at most `limit` bytes.
@@ -130,6 +149,16 @@ impl BatchRequest {
                 limit: crate::store::MAX_REQUEST_ID_BYTES,
             });
         }
+        for (field, id) in [
+            ("session_id", Some(&self.session_id)),
+            ("request_id", self.request_id.as_ref()),
+        ] {
+            if id.is_some_and(|id| has_nul(id)) {
+                return Err(InvalidBatch::NulInId {
+                    field: field.into(),
+                });
+            }
+        }
         let mut seen = std::collections::HashMap::new();
         for (index, call) in self.calls.iter().enumerate() {
             if call.id.is_empty() {
@@ -140,6 +169,11 @@ impl BatchRequest {
                     index,
                     len: call.id.len(),
                     limit: MAX_CALL_ID_BYTES,
+                });
+            }
+            if has_nul(&call.id) {
+                return Err(InvalidBatch::NulInId {
+                    field: format!("calls[{index}].id"),
                 });
             }
             if call.name.len() > MAX_TOOL_NAME_BYTES {
@@ -185,6 +219,9 @@ impl CancelRequest {
         required("session_id", &self.session_id, MAX_SESSION_ID_BYTES)?;
         if let Some(batch_id) = &self.batch_id {
             bounded("batch_id", batch_id, MAX_BATCH_ID_BYTES)?;
+            if has_nul(batch_id) {
+                return Err(InvalidRequest::NulInId { field: "batch_id" });
+            }
         }
         bounded("reason", &self.reason, MAX_CANCEL_REASON_BYTES)
     }

@@ -1857,14 +1857,30 @@ async fn insert_begins(
         }
         let (pool, replica) = (pool.clone(), replica.clone());
         tokio::spawn(async move {
-            let inserted = insert_group(&pool, &replica, &group).await;
-            for begin in group {
-                let answer = match &inserted {
-                    Ok(ids) => Ok(ids.contains(begin.batch_id.as_str())),
-                    Err(e) => Err(e.clone()),
-                };
-                // The request may have gone away; nothing to tell then.
-                let _ = begin.reply.send((answer, begin.request));
+            match insert_group(&pool, &replica, &group).await {
+                Ok(ids) => {
+                    for begin in group {
+                        let inserted = ids.contains(begin.batch_id.as_str());
+                        // The request may have gone away; nothing to tell.
+                        let _ = begin.reply.send((Ok(inserted), begin.request));
+                    }
+                }
+                // One statement failed for all: each goes again alone, so
+                // that what failed it (one session's conflict, a row the
+                // database refuses) fails only its own batch.
+                Err(_) if group.len() > 1 => {
+                    for begin in group {
+                        let alone = insert_group(&pool, &replica, std::slice::from_ref(&begin))
+                            .await
+                            .map(|ids| ids.contains(begin.batch_id.as_str()));
+                        let _ = begin.reply.send((alone, begin.request));
+                    }
+                }
+                Err(e) => {
+                    for begin in group {
+                        let _ = begin.reply.send((Err(e.clone()), begin.request));
+                    }
+                }
             }
             drop(permit);
         });
@@ -1964,8 +1980,11 @@ async fn apply_group(pool: &Pool, group: &[Write]) -> Result<(), String> {
 /// cost (bind, executor start, commit) was most of a batch's when each
 /// completion was its own. The logs and ended calls travel as flat arrays
 /// with each batch's range in them. Fenced: a replica that lost a session
-/// writes nothing more of it (the owner and epoch it held must still be the
-/// lease's, held FOR SHARE for the statement).
+/// writes nothing more of it (the owner and the epoch each completion was
+/// made under must still be the lease's, held FOR SHARE for the statement;
+/// a group may hold completions of one session from two epochs). The lease
+/// rows are locked in session order, as `renew` and the claims lock them,
+/// so that two statements never wait on each other in a cycle.
 async fn complete_all(
     client: &deadpool_postgres::Object,
     completions: &[&Completion],
@@ -1974,6 +1993,8 @@ async fn complete_all(
         return Ok(());
     }
     let err = |e: tokio_postgres::Error| reason(&e);
+    let mut completions = completions.to_vec();
+    completions.sort_by(|a, b| a.session_id.cmp(&b.session_id));
     let n = completions.len();
     let (mut sessions, mut batches, mut epochs) = (
         Vec::with_capacity(n),
@@ -1990,7 +2011,7 @@ async fn complete_all(
     let (mut calls, mut states) = (Vec::new(), Vec::new());
     // The owner is this process for every write it queues.
     let owner = completions[0].fence.owner.clone();
-    for c in completions {
+    for c in &completions {
         sessions.push(c.session_id.as_str());
         batches.push(c.batch_id.as_str());
         epochs.push(c.fence.epoch);
@@ -2015,9 +2036,9 @@ async fn complete_all(
             "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], \
                $4::int[], $5::int[], $6::int[], $7::int[]) \
                AS i(session_id, batch_id, epoch, log_from, log_to, ended_from, ended_to)), \
-             held AS (SELECT l.session_id FROM toolsched_leases l JOIN input i \
+             held AS (SELECT l.session_id, l.epoch FROM toolsched_leases l JOIN input i \
                ON l.session_id = i.session_id AND l.epoch = i.epoch \
-               WHERE l.owner = $8 FOR SHARE OF l), \
+               WHERE l.owner = $8 ORDER BY l.session_id FOR SHARE OF l), \
              completed AS (UPDATE toolsched_batches b SET completed_at = now(), \
                ended_calls = ($12::text[])[i.ended_from:i.ended_to], \
                ended_states = ($13::text[])[i.ended_from:i.ended_to], \
@@ -2025,9 +2046,9 @@ async fn complete_all(
                log_at = ($10::timestamptz[])[i.log_from:i.log_to], \
                log_bodies = ($11::bytea[])[i.log_from:i.log_to] \
                FROM input i WHERE b.session_id = i.session_id AND b.batch_id = i.batch_id \
-               AND i.session_id IN (SELECT session_id FROM held)) \
+               AND (i.session_id, i.epoch) IN (SELECT session_id, epoch FROM held)) \
              SELECT session_id, batch_id FROM input \
-               WHERE session_id NOT IN (SELECT session_id FROM held)",
+               WHERE (session_id, epoch) NOT IN (SELECT session_id, epoch FROM held)",
         )
         .await
         .map_err(err)?;
