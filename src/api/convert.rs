@@ -104,9 +104,10 @@ pub fn get_session_id(r: pb::GetSessionRequest) -> Result<String, ApiError> {
         )));
     }
     if crate::scheduler::validate::has_nul(&r.session_id) {
-        return Err(ApiError::InvalidArgument(
-            "session_id contains a NUL byte; ids are text without NUL".into(),
-        ));
+        let nul = crate::scheduler::validate::InvalidRequest::NulInId {
+            field: "session_id",
+        };
+        return Err(ApiError::InvalidArgument(nul.to_string()));
     }
     Ok(r.session_id)
 }

@@ -63,39 +63,70 @@ impl CommandCgroup {
     }
 }
 
+impl CommandCgroup {
+    /// Sweeps and removes the cgroup (see [`sweep`]) on a blocking thread,
+    /// and waits for it: a command's call ends only once nothing it started
+    /// is left.
+    pub async fn remove(mut self) {
+        let dir = std::mem::take(&mut self.dir);
+        if let Err(e) = tokio::task::spawn_blocking(move || sweep(&dir)).await {
+            tracing::warn!(error = %e, "the cgroup sweep did not finish");
+        }
+    }
+}
+
 impl Drop for CommandCgroup {
+    /// A cgroup dropped without [`CommandCgroup::remove`] (a spare's, one
+    /// made for a command that never started) is swept behind, on a
+    /// blocking thread: the sweep may wait up to [`SWEEP_WAIT`], which must
+    /// not stall a runtime thread (or the zygote's lock held around it).
     fn drop(&mut self) {
-        let until = Instant::now() + SWEEP_WAIT;
-        for _ in 0..CGROUP_SWEEPS {
-            let procs = match std::fs::read_to_string(self.dir.join("cgroup.procs")) {
-                Ok(p) => p,
-                // Removed already (a zygote that cleaned up its spare's).
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-                Err(_) => String::new(),
-            };
-            let pids: Vec<i32> = procs
-                .lines()
-                .filter_map(|l| l.trim().parse().ok())
-                .collect();
-            if pids.is_empty() {
-                match std::fs::remove_dir(&self.dir) {
-                    Ok(()) => return,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-                    Err(_) => {}
-                }
+        let dir = std::mem::take(&mut self.dir);
+        if dir.as_os_str().is_empty() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(move || sweep(&dir));
             }
-            let killed: Vec<OwnedFd> = pids
-                .into_iter()
-                .filter_map(|p| kill_member(p, &self.dir))
-                .collect();
-            if killed.is_empty() {
-                std::thread::yield_now();
-            } else if !wait_exited(&killed, until) {
-                break;
+            Err(_) => sweep(&dir),
+        }
+    }
+}
+
+/// Kills whatever is still in the cgroup `dir`, waits for it to exit and
+/// removes the directory; blocking (up to [`SWEEP_WAIT`] per round).
+fn sweep(dir: &Path) {
+    let until = Instant::now() + SWEEP_WAIT;
+    for _ in 0..CGROUP_SWEEPS {
+        let procs = match std::fs::read_to_string(dir.join("cgroup.procs")) {
+            Ok(p) => p,
+            // Removed already (a zygote that cleaned up its spare's).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(_) => String::new(),
+        };
+        let pids: Vec<i32> = procs
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        if pids.is_empty() {
+            match std::fs::remove_dir(dir) {
+                Ok(()) => return,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+                Err(_) => {}
             }
         }
-        tracing::warn!(cgroup = %self.dir.display(), "could not empty the command's cgroup");
+        let killed: Vec<OwnedFd> = pids
+            .into_iter()
+            .filter_map(|p| kill_member(p, dir))
+            .collect();
+        if killed.is_empty() {
+            std::thread::yield_now();
+        } else if !wait_exited(&killed, until) {
+            break;
+        }
     }
+    tracing::warn!(cgroup = %dir.display(), "could not empty the command's cgroup");
 }
 
 /// SIGKILLs `pid` if it is (still) a member of the cgroup `dir`, and

@@ -392,7 +392,9 @@ pub async fn run_process(
     worker.ended = true;
     // The worker reaped everything it could; the cgroup sweep catches what
     // a SIGKILLed worker could not.
-    drop(cgroup);
+    if let Some(cgroup) = cgroup {
+        cgroup.remove().await;
+    }
     drain(&mut chunk_rx, &mut sink).await;
     let output = sink.finish();
     if let Some(message) = reported.spawn_error {
