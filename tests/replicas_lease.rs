@@ -34,6 +34,7 @@ fn batch(session: &str, id: &str) -> NewBatch {
         request_id: None,
         digest: [0; 32],
         request: None,
+        reads_only: false,
     }
 }
 
@@ -514,4 +515,205 @@ async fn a_completion_queued_under_an_older_epoch_is_not_written_beside_a_newer_
             ("z".to_string(), 1, true),
         ]
     );
+}
+
+/// A batch of reads with no request id.
+fn reads(session: &str, id: &str) -> NewBatch {
+    NewBatch {
+        reads_only: true,
+        ..batch(session, id)
+    }
+}
+
+/// (batch id, completed, logged sequences) of `session`'s rows, in the
+/// order they began.
+async fn rows_of(db: &tokio_postgres::Client, session: &str) -> Vec<(String, bool, Vec<i64>)> {
+    db.query(
+        "SELECT batch_id, completed_at IS NOT NULL, coalesce(log_sequences, '{}') \
+         FROM toolsched_batches WHERE session_id = $1 ORDER BY began_at",
+        &[&session],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .collect()
+}
+
+/// Holds the writer on `session`'s lease row (as behind a slow database):
+/// a completion of `session` is queued and the writer waits on the lock;
+/// what is queued after it waits and goes in one group once the returned
+/// transaction ends.
+async fn hold_writer<'a>(
+    db: &tokio_postgres::Client,
+    store: &PostgresStore<BatchEvent>,
+    holder: &'a mut tokio_postgres::Client,
+    session: &str,
+    held: &str,
+) -> tokio_postgres::Transaction<'a> {
+    let Begun::New(w) = store.begin_batch(batch(session, held)).await.unwrap() else {
+        panic!("a new batch");
+    };
+    let hold = holder.transaction().await.unwrap();
+    hold.execute(
+        "SELECT 1 FROM toolsched_leases WHERE session_id = $1 FOR UPDATE",
+        &[&session],
+    )
+    .await
+    .unwrap();
+    w.finish(BatchEvent::Started {
+        batch_id: "held-end".into(),
+    });
+    store.complete_batch(session, held, Vec::new());
+    let mut waited = 0;
+    while db
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        waited += 1;
+        assert!(waited < 3000, "the writer never waited on the lease row");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    hold
+}
+
+#[tokio::test]
+async fn a_batch_of_reads_without_a_request_id_is_recorded_behind_it_in_order() {
+    let url = fresh_database().await;
+    let db = sql(&url).await;
+    let (a, b) = (replica(&url).await, replica(&url).await);
+    // The first batch of a session claims its lease (and waits for its row).
+    let Begun::New(first) = a.begin_batch(reads("s", "first")).await.unwrap() else {
+        panic!("a new batch");
+    };
+    first.finish(BatchEvent::Started {
+        batch_id: "first-end".into(),
+    });
+    a.complete_batch("s", "first", Vec::new());
+    a.flush(Duration::from_secs(30)).await;
+    assert_eq!(rows_of(&db, "s").await, [("first".into(), true, vec![1])]);
+
+    let mut holder = sql(&url).await;
+    let hold = hold_writer(&db, &a, &mut holder, "u", "held-1").await;
+    // Under the fresh lease, a batch of reads begins without its row
+    // (the writer is held up: nothing of it can have been written).
+    let Begun::New(r1) = a.begin_batch(reads("s", "r1")).await.unwrap() else {
+        panic!("a new batch");
+    };
+    assert_eq!(rows_of(&db, "s").await, [("first".into(), true, vec![1])]);
+    // Another replica asked for it is sent to the owner (which mirrors it),
+    // not told it is unknown.
+    match b.batch("s", "r1").await {
+        Err(StoreError::OwnedElsewhere { owner, .. }) => assert_eq!(owner, a.replica()),
+        other => panic!("r1 on B: {:?}", other.map(|_| ())),
+    }
+    // A batch that waits for its row writes the earlier one first: a
+    // replica taking the session over finds them both, in order.
+    let Begun::New(w1) = a.begin_batch(batch("s", "w1")).await.unwrap() else {
+        panic!("a new batch");
+    };
+    assert_eq!(
+        rows_of(&db, "s").await,
+        [
+            ("first".into(), true, vec![1]),
+            ("r1".into(), false, vec![]),
+            ("w1".into(), false, vec![]),
+        ]
+    );
+    // A mirror (a WatchBatch on another replica) needs the row of the
+    // batch it copies: written first.
+    let Begun::New(r2) = a.begin_batch(reads("s", "r2")).await.unwrap() else {
+        panic!("a new batch");
+    };
+    r2.append(BatchEvent::Started {
+        batch_id: "r2-0".into(),
+    });
+    assert!(a.mirror("s", "r2").await.unwrap());
+    assert_eq!(
+        db.query_one(
+            "SELECT count(*) FROM toolsched_batches b JOIN toolsched_events e \
+             USING (session_id, batch_id) WHERE b.batch_id = 'r2' AND b.completed_at IS NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0),
+        1
+    );
+    // A batch of reads that completes before the writer reaches its row:
+    // its row is written once, completed, with its log.
+    let Begun::New(r3) = a.begin_batch(reads("s", "r3")).await.unwrap() else {
+        panic!("a new batch");
+    };
+    r3.append(BatchEvent::Started {
+        batch_id: "r3-0".into(),
+    });
+    r3.finish(BatchEvent::Started {
+        batch_id: "r3-end".into(),
+    });
+    a.complete_batch("s", "r3", Vec::new());
+    for (w, id) in [(r1, "r1"), (r2, "r2"), (w1, "w1")] {
+        w.finish(BatchEvent::Started {
+            batch_id: format!("{id}-end"),
+        });
+        a.complete_batch("s", id, Vec::new());
+    }
+    // A mirror asked for a batch completed here waits for its completion to
+    // be written, then the store serves it.
+    let mirrored = tokio::spawn({
+        let a = a.clone();
+        async move { a.mirror("s", "r3").await }
+    });
+    hold.commit().await.unwrap();
+    assert!(mirrored.await.unwrap().unwrap());
+    a.flush(Duration::from_secs(30)).await;
+    let mut rows = rows_of(&db, "s").await;
+    rows.sort();
+    assert_eq!(
+        rows,
+        [
+            ("first".into(), true, vec![1]),
+            ("r1".into(), true, vec![1]),
+            ("r2".into(), true, vec![1, 2]),
+            ("r3".into(), true, vec![1, 2]),
+            ("w1".into(), true, vec![1]),
+        ]
+    );
+    // Read back elsewhere, event for event.
+    let log = b.batch("s", "r3").await.unwrap();
+    assert!(log.is_finished());
+    assert_eq!(log.entries().len(), 2);
+
+    // A row written behind is fenced like any other: the lease passed to
+    // B before A's writer reached it, so it is never written, nor its
+    // completion.
+    let hold = hold_writer(&db, &a, &mut holder, "u", "held-2").await;
+    let Begun::New(late) = a.begin_batch(reads("s", "late")).await.unwrap() else {
+        panic!("a new batch");
+    };
+    db.execute(
+        "UPDATE toolsched_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let Begun::New(_on_b) = b.begin_batch(batch("s", "on-b")).await.unwrap() else {
+        panic!("a new batch");
+    };
+    late.finish(BatchEvent::Started {
+        batch_id: "late-end".into(),
+    });
+    a.complete_batch("s", "late", Vec::new());
+    hold.commit().await.unwrap();
+    a.flush(Duration::from_secs(30)).await;
+    let ids: Vec<String> = rows_of(&db, "s").await.into_iter().map(|r| r.0).collect();
+    assert!(!ids.contains(&"late".to_string()), "{ids:?}");
+    assert!(ids.contains(&"on-b".to_string()), "{ids:?}");
 }

@@ -694,6 +694,16 @@ impl Scheduler {
             Some(_) => resume::batch_digest(&request),
             None => [0; 32],
         };
+        // Whether a durable store may record the batch behind it (any
+        // tenant's view of a tool declares the same kind).
+        let reads_only = self.durable && request.request_id.is_none() && {
+            let registry = self.registry.load();
+            request.calls.iter().all(|call| {
+                registry
+                    .get(&call.name)
+                    .is_ok_and(|tool| tool.declaration().read_only)
+            })
+        };
         let mut refused_originals = 0;
         let writer = loop {
             let begun = self
@@ -704,6 +714,7 @@ impl Scheduler {
                     request_id: request.request_id.clone(),
                     digest,
                     request: self.durable.then(|| resume::encode_request(&request)),
+                    reads_only,
                 })
                 .await;
             let begun = match begun {

@@ -493,6 +493,7 @@ mod tests {
             request_id: request_id.map(Into::into),
             digest: [digest; 32],
             request: None,
+            reads_only: false,
         }
     }
 

@@ -65,6 +65,11 @@ pub struct NewBatch {
     /// store so that another replica can take the batch over if this one
     /// dies (`None`: not needed, the memory store).
     pub request: Option<Vec<u8>>,
+    /// Every call names a read-only tool. With no request id, a durable
+    /// store need not record the batch before it runs (there is nothing to
+    /// claim, and a read run again is harmless): its row may be written
+    /// behind, with its completion.
+    pub reads_only: bool,
 }
 
 /// A running batch taken over from a replica that stopped

@@ -93,6 +93,12 @@ const TAIL_POLL: Duration = Duration::from_secs(1);
 /// first one of the replica that took the batch over.
 pub const SEQUENCES_PER_OWNER: u64 = 1 << 32;
 
+/// Longest a mirror asked for a batch that completed here waits for the
+/// writes queued before it (its completion among them) to be written, so
+/// that the replica asking reads the completed batch from the store (well
+/// within [`RELAY_TIMEOUT`]).
+const COMPLETION_WAIT: Duration = Duration::from_secs(5);
+
 /// Entries a mirror writes in one statement (a backlog goes in chunks).
 const MIRROR_CHUNK: usize = 256;
 
@@ -176,16 +182,20 @@ const CLAIM_AND_INSERT: &str = concat!(
 /// batches in one statement ($1 sessions, $2 batch ids, $3 request ids, $4
 /// digests, $5 epochs, $6 requests, $7 this replica): a row is inserted
 /// only while its session's lease is still this replica's at that epoch and
-/// unexpired (fencing), and not when its request id is known. Gives the
-/// batch ids inserted.
+/// unexpired (fencing), and not when its request id is known (or its row
+/// is already there: a row written behind, [`BeginRow`]). Rows of one
+/// statement began in the order given (`began_at` a microsecond apart), so
+/// a session's running batches keep their order. Gives the batch ids
+/// inserted.
 const INSERT_FENCED: &str = "INSERT INTO toolsched_batches \
-       (session_id, batch_id, request_id, digest, epoch, request) \
-     SELECT i.session_id, i.batch_id, i.request_id, i.digest, i.epoch, i.request \
+       (session_id, batch_id, request_id, digest, epoch, request, began_at) \
+     SELECT i.session_id, i.batch_id, i.request_id, i.digest, i.epoch, i.request, \
+       now() + make_interval(secs => i.n * 1e-6) \
      FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::bytea[]) \
-       AS i(session_id, batch_id, request_id, digest, epoch, request) \
+       WITH ORDINALITY AS i(session_id, batch_id, request_id, digest, epoch, request, n) \
      WHERE EXISTS (SELECT 1 FROM toolsched_leases l WHERE l.session_id = i.session_id \
        AND l.owner = $7 AND l.epoch = i.epoch AND l.expires_at > now()) \
-     ON CONFLICT (session_id, request_id) DO NOTHING RETURNING batch_id";
+     ON CONFLICT DO NOTHING RETURNING batch_id";
 
 /// An answer to a prompt, fenced like a call's end ($1 session, $2 batch,
 /// $3 call, $4 correlation id, $5 outcome, $6 new content, $7 this replica,
@@ -261,6 +271,8 @@ pub enum PostgresError {
 
 /// A write done behind the session, in order.
 enum Write {
+    /// The row of a batch that began without waiting for it ([`BeginRow`]).
+    Begin(Arc<BeginRow>),
     Complete(Completion),
     Answer {
         session_id: String,
@@ -277,15 +289,30 @@ enum Write {
     Flush(tokio::sync::oneshot::Sender<()>),
 }
 
-/// A batch beginning under a lease this replica holds, waiting for its row
-/// ([`begins`]).
-struct PendingBegin {
+/// A batch's row as it begins under a lease this replica holds (fenced by
+/// `epoch`).
+///
+/// A batch of read-only calls with no request id does not wait for it
+/// (nothing to claim, and re-running a read is harmless): its row goes
+/// through the writer ([`Write::Begin`]), and usually into the same
+/// statement as its completion when the two meet in one group. Until it is
+/// written it is kept in [`PostgresStore::unwritten`]: whatever needs the
+/// row first (a call recorded Executing, an answer, a mirror for a watcher
+/// elsewhere, a batch of the session that waits for its row) writes it
+/// then.
+struct BeginRow {
     session_id: String,
     batch_id: String,
     request_id: Option<String>,
     digest: super::CallsDigest,
     epoch: i64,
     request: Option<Vec<u8>>,
+}
+
+/// A batch beginning under a lease this replica holds, waiting for its row
+/// ([`begins`]).
+struct PendingBegin {
+    row: BeginRow,
     reply: tokio::sync::oneshot::Sender<BeginAnswer>,
 }
 
@@ -293,6 +320,10 @@ struct PendingBegin {
 /// or the lease is not this replica's at its epoch), and its request given
 /// back.
 type BeginAnswer = (Result<bool, StoreError>, Option<Vec<u8>>);
+
+/// Rows written behind ([`BeginRow`]) not known to be written yet, by
+/// session, oldest first.
+type Unwritten = HashMap<String, Vec<Arc<BeginRow>>>;
 
 /// A batch's completion, with its log to write into its row.
 struct Completion {
@@ -341,6 +372,8 @@ pub struct PostgresStore<E: LogEvent> {
     /// Unbounded: each one is awaited by the request that sent it, and
     /// requests in flight are bounded by the API.
     begins: mpsc::UnboundedSender<PendingBegin>,
+    /// Rows of batches that began without waiting for them, until written.
+    unwritten: Mutex<Unwritten>,
     reachable: watch::Receiver<bool>,
     /// This process's name in lease rows.
     replica: Arc<str>,
@@ -456,9 +489,9 @@ impl<E: LogEvent> PostgresStore<E> {
 
         let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
         let (reachable_tx, reachable) = watch::channel(true);
-        tokio::spawn(writer(pool.clone(), rx, retention));
-        tokio::spawn(probe(pool.clone(), reachable_tx));
         let replica: Arc<str> = uuid::Uuid::new_v4().to_string().into();
+        tokio::spawn(writer(pool.clone(), replica.clone(), rx, retention));
+        tokio::spawn(probe(pool.clone(), reachable_tx));
         tokio::spawn(insert_begins(pool.clone(), replica.clone(), begins_rx));
         let store = Arc::new(Self {
             memory: MemoryStore::new(retention),
@@ -468,6 +501,7 @@ impl<E: LogEvent> PostgresStore<E> {
             live: Mutex::new(HashMap::new()),
             writes,
             begins,
+            unwritten: Mutex::new(HashMap::new()),
             reachable,
             replica,
             lease_ttl,
@@ -616,26 +650,41 @@ impl<E: LogEvent> PostgresStore<E> {
     /// the batch's row is inserted fenced by that lease (no lease write),
     /// with the other batches beginning at the same time ([`begins`]);
     /// otherwise the lease is claimed and the row inserted in one statement.
+    /// No round trip for a batch of reads with no request id under a fresh
+    /// lease: its row is written behind ([`BeginRow`]).
     async fn begin(&self, mut new: NewBatch) -> Result<Begun<E>, StoreError> {
+        let fresh = self.fresh_epoch(&new.session_id);
+        // (A store found unreachable refuses new batches, these too: the
+        // claiming statement below tells.)
+        if let Some(epoch) = fresh
+            && new.reads_only
+            && new.request_id.is_none()
+            && *self.reachable.borrow()
+        {
+            let row = Arc::new(self.row(&mut new, epoch));
+            let begun = self.begun(new).await?;
+            self.unwritten()
+                .entry(row.session_id.clone())
+                .or_default()
+                .push(row.clone());
+            self.write(Write::Begin(row));
+            return Ok(begun);
+        }
+        // Its row comes after those of the session's batches that began
+        // before it (their order is the order a replica taking the session
+        // over resumes them in).
+        self.write_unwritten(&new.session_id).await?;
         let mut found = None;
-        if let Some(epoch) = self.fresh_epoch(&new.session_id) {
+        if let Some(epoch) = fresh {
             let (reply, answer) = tokio::sync::oneshot::channel();
-            let request = new.request.take();
-            let sent = self.begins.send(PendingBegin {
-                session_id: new.session_id.clone(),
-                batch_id: new.batch_id.clone(),
-                request_id: new.request_id.clone(),
-                digest: new.digest,
-                epoch,
-                request,
-                reply,
-            });
+            let row = self.row(&mut new, epoch);
+            let sent = self.begins.send(PendingBegin { row, reply });
             let (inserted, request) = match sent {
                 Ok(()) => answer.await.map_err(|_| StoreError::Unavailable {
                     reason: "the server is shutting down".into(),
                 })?,
                 // The grouping task lives as long as the runtime.
-                Err(unsent) => (Ok(false), unsent.0.request),
+                Err(unsent) => (Ok(false), unsent.0.row.request),
             };
             new.request = request;
             if inserted? {
@@ -655,12 +704,74 @@ impl<E: LogEvent> PostgresStore<E> {
             let log = self.load(&new.session_id, &batch_id).await?;
             return Ok(Begun::Existing { batch_id, log });
         }
+        self.begun(new).await
+    }
+
+    /// `new`'s row under the lease at `epoch` (its request taken).
+    fn row(&self, new: &mut NewBatch, epoch: i64) -> BeginRow {
+        BeginRow {
+            session_id: new.session_id.clone(),
+            batch_id: new.batch_id.clone(),
+            request_id: new.request_id.clone(),
+            digest: new.digest,
+            epoch,
+            request: new.request.take(),
+        }
+    }
+
+    /// A batch whose row is written (or on its way): its live log.
+    async fn begun(&self, new: NewBatch) -> Result<Begun<E>, StoreError> {
         let key = (new.session_id.clone(), new.batch_id.clone());
         let begun = self.memory.begin_batch(new).await?;
         if let Begun::New(writer) = &begun {
             self.live().insert(key, writer.log().clone());
         }
         Ok(begun)
+    }
+
+    fn unwritten(&self) -> std::sync::MutexGuard<'_, Unwritten> {
+        // Inserts and removes only: consistent after any panic.
+        self.unwritten.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes the rows of `session_id`'s batches that began without
+    /// waiting for them and are not known to be written yet (the writer
+    /// writes them too: whichever comes second inserts nothing).
+    async fn write_unwritten(&self, session_id: &str) -> Result<(), StoreError> {
+        let Some(rows) = self.unwritten().remove(session_id) else {
+            return Ok(());
+        };
+        let client = self.client().await;
+        let written = match client {
+            Ok(client) => {
+                let rows: Vec<&BeginRow> = rows.iter().map(|r| &**r).collect();
+                insert_rows(&client, &self.replica, &rows).await.map(drop)
+            }
+            Err(e) => Err(e),
+        };
+        if written.is_err() {
+            // Still to be written by whoever needs them next (or the
+            // writer); those that began meanwhile stay after them.
+            let mut unwritten = self.unwritten();
+            let newer = unwritten.remove(session_id).unwrap_or_default();
+            unwritten.insert(
+                session_id.to_string(),
+                rows.into_iter().chain(newer).collect(),
+            );
+        }
+        written
+    }
+
+    /// Forgets `batch_id`'s row written behind, if any (completed or
+    /// abandoned: the writer has it in order).
+    fn forget_unwritten(&self, session_id: &str, batch_id: &str) {
+        let mut unwritten = self.unwritten();
+        if let Some(rows) = unwritten.get_mut(session_id) {
+            rows.retain(|r| r.batch_id != batch_id);
+            if rows.is_empty() {
+                unwritten.remove(session_id);
+            }
+        }
     }
 
     /// Claims the session's lease and inserts the batch's row in one
@@ -766,6 +877,12 @@ impl<E: LogEvent> PostgresStore<E> {
             .await
             .map_err(|e| unavailable(&e))?;
         let Some(found) = found else {
+            // A batch of reads whose row its owner writes behind
+            // ([`BeginRow`]) is not there yet: the replica holding the
+            // session, if another one does, tells.
+            if let Some(owner) = self.owner_of(session_id).await? {
+                return Err(self.owned_elsewhere(session_id, owner, 0.0));
+            }
             return Err(unknown());
         };
         if !found.get::<_, bool>(0) {
@@ -926,6 +1043,7 @@ impl<E: LogEvent> PostgresStore<E> {
             request_id,
             digest: [0; 32],
             request: None,
+            reads_only: false,
         };
         if digest.len() == 32 {
             new.digest.copy_from_slice(&digest);
@@ -1121,8 +1239,16 @@ impl<E: LogEvent> PostgresStore<E> {
     async fn start_mirror(&self, session_id: &str, batch_id: &str) -> Result<bool, StoreError> {
         let key = (session_id.to_string(), batch_id.to_string());
         let Some(log) = self.live().get(&key).cloned() else {
+            // Completed here: once its completion, perhaps still queued, is
+            // written, the store serves it.
+            if self.memory.knows(session_id, batch_id) {
+                self.flush(COMPLETION_WAIT).await;
+                return Ok(true);
+            }
             return Ok(false);
         };
+        // Its events refer to its row.
+        self.write_unwritten(session_id).await?;
         if !self.mirrored().insert(key.clone()) {
             return Ok(true);
         }
@@ -1343,6 +1469,9 @@ impl<E: LogEvent> PostgresStore<E> {
         batch_id: &str,
         call_id: &str,
     ) -> Result<(), StoreError> {
+        // The call refers to its batch's row (a batch of reads whose row
+        // was written behind, when a tool changed meanwhile).
+        self.write_unwritten(session_id).await?;
         let fence = self.fence(session_id);
         // Fenced: only under a lease this replica still holds, unexpired.
         // One round trip (a statement prepared once per connection).
@@ -1396,6 +1525,8 @@ impl<E: LogEvent> PostgresStore<E> {
         settings: Option<Settings>,
     ) -> Result<Answer, StoreError> {
         let (session_id, batch_id, call_id, correlation_id) = key;
+        // The answer refers to its batch's row.
+        self.write_unwritten(session_id).await?;
         let fence = self.fence(session_id);
         let client = self.client().await?;
         let statement = client
@@ -1534,6 +1665,7 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
     }
 
     fn abandon_batch(&self, session_id: &str, batch_id: &str) {
+        self.forget_unwritten(session_id, batch_id);
         self.memory.abandon_batch(session_id, batch_id);
         self.live()
             .remove(&(session_id.to_string(), batch_id.to_string()));
@@ -1552,6 +1684,7 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
     }
 
     fn complete_batch(&self, session_id: &str, batch_id: &str, ended: Vec<EndedCall>) {
+        self.forget_unwritten(session_id, batch_id);
         self.mirrored()
             .remove(&(session_id.to_string(), batch_id.to_string()));
         self.memory
@@ -1860,9 +1993,9 @@ async fn insert_begins(
             match insert_group(&pool, &replica, &group).await {
                 Ok(ids) => {
                     for begin in group {
-                        let inserted = ids.contains(begin.batch_id.as_str());
+                        let inserted = ids.contains(begin.row.batch_id.as_str());
                         // The request may have gone away; nothing to tell.
-                        let _ = begin.reply.send((Ok(inserted), begin.request));
+                        let _ = begin.reply.send((Ok(inserted), begin.row.request));
                     }
                 }
                 // One statement failed for all: each goes again alone, so
@@ -1872,13 +2005,13 @@ async fn insert_begins(
                     for begin in group {
                         let alone = insert_group(&pool, &replica, std::slice::from_ref(&begin))
                             .await
-                            .map(|ids| ids.contains(begin.batch_id.as_str()));
-                        let _ = begin.reply.send((alone, begin.request));
+                            .map(|ids| ids.contains(begin.row.batch_id.as_str()));
+                        let _ = begin.reply.send((alone, begin.row.request));
                     }
                 }
                 Err(e) => {
                     for begin in group {
-                        let _ = begin.reply.send((Err(e.clone()), begin.request));
+                        let _ = begin.reply.send((Err(e.clone()), begin.row.request));
                     }
                 }
             }
@@ -1887,24 +2020,23 @@ async fn insert_begins(
     }
 }
 
-/// One [`INSERT_FENCED`] for `group`: the batch ids inserted.
-async fn insert_group(
-    pool: &Pool,
+/// One [`INSERT_FENCED`] for `rows`: the batch ids inserted.
+async fn insert_rows(
+    client: &deadpool_postgres::Object,
     replica: &str,
-    group: &[PendingBegin],
+    rows: &[&BeginRow],
 ) -> Result<std::collections::HashSet<String>, StoreError> {
-    let client = pool.get().await.map_err(|e| unavailable(&e))?;
     let statement = client
         .prepare_cached(INSERT_FENCED)
         .await
         .map_err(|e| unavailable(&e))?;
-    let sessions: Vec<&str> = group.iter().map(|b| b.session_id.as_str()).collect();
-    let batches: Vec<&str> = group.iter().map(|b| b.batch_id.as_str()).collect();
-    let request_ids: Vec<Option<&str>> = group.iter().map(|b| b.request_id.as_deref()).collect();
-    let digests: Vec<&[u8]> = group.iter().map(|b| b.digest.as_slice()).collect();
-    let epochs: Vec<i64> = group.iter().map(|b| b.epoch).collect();
-    let requests: Vec<Option<&[u8]>> = group.iter().map(|b| b.request.as_deref()).collect();
-    let rows = client
+    let sessions: Vec<&str> = rows.iter().map(|b| b.session_id.as_str()).collect();
+    let batches: Vec<&str> = rows.iter().map(|b| b.batch_id.as_str()).collect();
+    let request_ids: Vec<Option<&str>> = rows.iter().map(|b| b.request_id.as_deref()).collect();
+    let digests: Vec<&[u8]> = rows.iter().map(|b| b.digest.as_slice()).collect();
+    let epochs: Vec<i64> = rows.iter().map(|b| b.epoch).collect();
+    let requests: Vec<Option<&[u8]>> = rows.iter().map(|b| b.request.as_deref()).collect();
+    let inserted = client
         .query(
             &statement,
             &[
@@ -1919,18 +2051,35 @@ async fn insert_group(
         )
         .await
         .map_err(|e| unavailable(&e))?;
-    Ok(rows.into_iter().map(|r| r.get(0)).collect())
+    Ok(inserted.into_iter().map(|r| r.get(0)).collect())
 }
 
-async fn writer(pool: Pool, mut rx: mpsc::UnboundedReceiver<Write>, retention: Retention) {
+/// [`insert_rows`] of beginning batches, over a pooled connection.
+async fn insert_group(
+    pool: &Pool,
+    replica: &str,
+    group: &[PendingBegin],
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    let client = pool.get().await.map_err(|e| unavailable(&e))?;
+    let rows: Vec<&BeginRow> = group.iter().map(|b| &b.row).collect();
+    insert_rows(&client, replica, &rows).await
+}
+
+async fn writer(
+    pool: Pool,
+    replica: Arc<str>,
+    mut rx: mpsc::UnboundedReceiver<Write>,
+    retention: Retention,
+) {
     let mut last_sweep = tokio::time::Instant::now();
     let mut group = Vec::with_capacity(WRITE_GROUP);
     while rx.recv_many(&mut group, WRITE_GROUP).await > 0 {
         // The writes of a group are independent of each other (a batch's
         // completion, an answer, an abandoned batch: each idempotent), so
-        // they may run in any order; a failed group is retried whole.
+        // they may run in any order, once the rows they need are written; a
+        // failed group is retried whole.
         loop {
-            match apply_group(&pool, &group).await {
+            match apply_group(&pool, &replica, &group).await {
                 Ok(()) => break,
                 Err(reason) => {
                     tracing::warn!(%reason, writes = group.len(), "store: a write failed; retrying");
@@ -1953,21 +2102,58 @@ async fn writer(pool: Pool, mut rx: mpsc::UnboundedReceiver<Write>, retention: R
     }
 }
 
-async fn apply_group(pool: &Pool, group: &[Write]) -> Result<(), String> {
+/// Applies a group of writes: first the rows written behind ([`BeginRow`])
+/// that the other writes may need, then the rest together. A row whose
+/// batch completes in the same group (under the same epoch, with no other
+/// write of that batch in the group) is inserted by its completion instead:
+/// one row written once.
+async fn apply_group(pool: &Pool, replica: &str, group: &[Write]) -> Result<(), String> {
     let client = pool.get().await.map_err(|e| reason(&e))?;
-    let completions: Vec<&Completion> = group
-        .iter()
-        .filter_map(|w| match w {
-            Write::Complete(c) => Some(c),
-            _ => None,
-        })
-        .collect();
+    let mut completions = Vec::new();
+    let mut completing = HashMap::new();
+    let mut touched = std::collections::HashSet::new();
+    for write in group {
+        match write {
+            Write::Complete(c) => {
+                completions.push(c);
+                completing.insert((c.session_id.as_str(), c.batch_id.as_str()), c.fence.epoch);
+            }
+            Write::Answer {
+                session_id,
+                batch_id,
+                ..
+            }
+            | Write::Abandon {
+                session_id,
+                batch_id,
+            } => {
+                touched.insert((session_id.as_str(), batch_id.as_str()));
+            }
+            Write::Begin(_) | Write::Flush(_) => {}
+        }
+    }
+    let (mut merged, mut alone) = (HashMap::new(), Vec::new());
+    for write in group {
+        if let Write::Begin(row) = write {
+            let key = (row.session_id.as_str(), row.batch_id.as_str());
+            if completing.get(&key) == Some(&row.epoch) && !touched.contains(&key) {
+                merged.insert(key, &**row);
+            } else {
+                alone.push(&**row);
+            }
+        }
+    }
+    if !alone.is_empty() {
+        insert_rows(&client, replica, &alone)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
     let others = group
         .iter()
-        .filter(|w| !matches!(w, Write::Complete(_)))
+        .filter(|w| !matches!(w, Write::Complete(_) | Write::Begin(_)))
         .map(|w| apply(&client, w));
     futures::future::try_join(
-        complete_all(&client, &completions),
+        complete_all(&client, &completions, &merged),
         futures::future::try_join_all(others),
     )
     .await?;
@@ -1984,10 +2170,13 @@ async fn apply_group(pool: &Pool, group: &[Write]) -> Result<(), String> {
 /// made under must still be the lease's, held FOR SHARE for the statement;
 /// a group may hold completions of one session from two epochs). The lease
 /// rows are locked in session order, as `renew` and the claims lock them,
-/// so that two statements never wait on each other in a cycle.
+/// so that two statements never wait on each other in a cycle. A batch
+/// with its row in `rows` gets its row inserted, completed, in the same
+/// statement (or completed, when it was written meanwhile).
 async fn complete_all(
     client: &deadpool_postgres::Object,
     completions: &[&Completion],
+    rows: &HashMap<(&str, &str), &BeginRow>,
 ) -> Result<(), String> {
     if completions.is_empty() {
         return Ok(());
@@ -2009,6 +2198,11 @@ async fn complete_all(
     );
     let (mut sequences, mut times, mut bodies) = (Vec::new(), Vec::new(), Vec::new());
     let (mut calls, mut states) = (Vec::new(), Vec::new());
+    let (mut fresh, mut digests, mut requests) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
     // The owner is this process for every write it queues.
     let owner = completions[0].fence.owner.clone();
     for c in &completions {
@@ -2030,22 +2224,43 @@ async fn complete_all(
             states.push(call.state);
         }
         ended_to.push(calls.len() as i32);
+        let row = rows.get(&(c.session_id.as_str(), c.batch_id.as_str()));
+        fresh.push(row.is_some());
+        digests.push(row.map(|r| r.digest.as_slice()));
+        requests.push(row.and_then(|r| r.request.as_deref()));
     }
     let statement = client
         .prepare_cached(
             "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], \
-               $4::int[], $5::int[], $6::int[], $7::int[]) \
-               AS i(session_id, batch_id, epoch, log_from, log_to, ended_from, ended_to)), \
+               $4::int[], $5::int[], $6::int[], $7::int[], $14::bool[], $15::bytea[], \
+               $16::bytea[]) AS i(session_id, batch_id, epoch, log_from, log_to, \
+               ended_from, ended_to, fresh, digest, request)), \
              held AS (SELECT l.session_id, l.epoch FROM toolsched_leases l JOIN input i \
                ON l.session_id = i.session_id AND l.epoch = i.epoch \
                WHERE l.owner = $8 ORDER BY l.session_id FOR SHARE OF l), \
+             inserted AS (INSERT INTO toolsched_batches (session_id, batch_id, digest, \
+               epoch, request, completed_at, ended_calls, ended_states, log_sequences, \
+               log_at, log_bodies) \
+               SELECT i.session_id, i.batch_id, i.digest, i.epoch, i.request, now(), \
+               ($12::text[])[i.ended_from:i.ended_to], \
+               ($13::text[])[i.ended_from:i.ended_to], \
+               ($9::bigint[])[i.log_from:i.log_to], \
+               ($10::timestamptz[])[i.log_from:i.log_to], \
+               ($11::bytea[])[i.log_from:i.log_to] \
+               FROM input i WHERE i.fresh \
+               AND (i.session_id, i.epoch) IN (SELECT session_id, epoch FROM held) \
+               ON CONFLICT (session_id, batch_id) DO UPDATE SET \
+               completed_at = EXCLUDED.completed_at, ended_calls = EXCLUDED.ended_calls, \
+               ended_states = EXCLUDED.ended_states, log_sequences = EXCLUDED.log_sequences, \
+               log_at = EXCLUDED.log_at, log_bodies = EXCLUDED.log_bodies), \
              completed AS (UPDATE toolsched_batches b SET completed_at = now(), \
                ended_calls = ($12::text[])[i.ended_from:i.ended_to], \
                ended_states = ($13::text[])[i.ended_from:i.ended_to], \
                log_sequences = ($9::bigint[])[i.log_from:i.log_to], \
                log_at = ($10::timestamptz[])[i.log_from:i.log_to], \
                log_bodies = ($11::bytea[])[i.log_from:i.log_to] \
-               FROM input i WHERE b.session_id = i.session_id AND b.batch_id = i.batch_id \
+               FROM input i WHERE NOT i.fresh \
+               AND b.session_id = i.session_id AND b.batch_id = i.batch_id \
                AND (i.session_id, i.epoch) IN (SELECT session_id, epoch FROM held)) \
              SELECT session_id, batch_id FROM input \
                WHERE (session_id, epoch) NOT IN (SELECT session_id, epoch FROM held)",
@@ -2069,6 +2284,9 @@ async fn complete_all(
                 &bodies,
                 &calls,
                 &states,
+                &fresh,
+                &digests,
+                &requests,
             ],
         )
         .await
@@ -2087,8 +2305,8 @@ async fn complete_all(
 async fn apply(client: &deadpool_postgres::Object, write: &Write) -> Result<(), String> {
     let err = |e: tokio_postgres::Error| reason(&e);
     match write {
-        // Written by `complete_all`, a group's at once.
-        Write::Complete(_) => Ok(()),
+        // Written by `insert_rows` and `complete_all`, a group's at once.
+        Write::Begin(_) | Write::Complete(_) => Ok(()),
         Write::Answer {
             session_id,
             batch_id,
