@@ -130,8 +130,14 @@ fn start_now(
         slot: _,
     } = job;
     // Drained without waiting by the task below (or right here); see
-    // `ExecContext::progress` for what bounds the producers.
-    let (progress_tx, mut progress_rx) = ProgressSender::channel();
+    // `ExecContext::progress` for what bounds the producers. None for a
+    // tool that reports nothing (two allocations less per call).
+    let (progress_tx, mut progress_rx) = if invocation.reports_progress() {
+        let (tx, rx) = ProgressSender::channel();
+        (tx, Some(rx))
+    } else {
+        (ProgressSender::none(), None)
+    };
     let ctx = ExecContext {
         token,
         progress: progress_tx,
@@ -148,10 +154,10 @@ fn start_now(
         metrics: Some(metrics),
     };
     if let Some(outcome) = (&mut run).now_or_never() {
-        if progress_rx.is_empty() {
+        let Some(rx) = progress_rx.as_mut().filter(|rx| !rx.is_empty()) else {
             return Some(outcome);
-        }
-        relay.drain(None, &mut progress_rx);
+        };
+        relay.drain(None, rx);
         relay.executed(outcome);
         return None;
     }
@@ -161,18 +167,20 @@ fn start_now(
         let guard = timeout + TIMEOUT_SLACK;
         let limit = tokio::time::sleep(guard);
         tokio::pin!(limit);
-        let mut progress_open = true;
+        let mut progress_open = progress_rx.is_some();
         let outcome = loop {
             tokio::select! {
                 biased;
-                p = progress_rx.recv(), if progress_open => match p {
+                p = next_progress(&mut progress_rx), if progress_open => match p {
                     Some(first) => {
                         // A tool reporting progress is alive: the guard
                         // restarts (MCP calls outlive it while progress
                         // flows; the tool enforces its own inactivity and
                         // total limits).
                         limit.as_mut().reset(tokio::time::Instant::now() + guard);
-                        relay.drain(Some(*first), &mut progress_rx);
+                        if let Some(rx) = &mut progress_rx {
+                            relay.drain(Some(*first), rx);
+                        }
                     }
                     None => progress_open = false,
                 },
@@ -184,10 +192,21 @@ fn start_now(
             }
         };
         // Progress sent just before the end still goes first.
-        relay.drain(None, &mut progress_rx);
+        if let Some(rx) = &mut progress_rx {
+            relay.drain(None, rx);
+        }
         relay.executed(outcome);
     });
     None
+}
+
+/// The next report of a call's progress channel; `None` when it has none
+/// or it closed.
+async fn next_progress(rx: &mut Option<ProgressReceiver>) -> Option<Box<Progress>> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => None,
+    }
 }
 
 /// Where one call's reports go.

@@ -263,6 +263,11 @@ impl Invocation for Replace {
         })
     }
 
+    /// Nothing to report while it runs: the call gets no progress channel.
+    fn reports_progress(&self) -> bool {
+        false
+    }
+
     fn execute(self: Arc<Self>, _ctx: ExecContext) -> BoxFuture<ToolOutcome> {
         blocking(move || self.run().unwrap_or_else(Into::into))
     }

@@ -733,6 +733,11 @@ impl Invocation for GrepCall {
         })
     }
 
+    /// Nothing to report while it runs: the call gets no progress channel.
+    fn reports_progress(&self) -> bool {
+        false
+    }
+
     fn execute(self: Arc<Self>, ctx: ExecContext) -> BoxFuture<ToolOutcome> {
         blocking(move || self.run(&ctx).unwrap_or_else(Into::into))
     }

@@ -229,6 +229,11 @@ impl Invocation for ListDirectory {
         })
     }
 
+    /// Nothing to report while it runs: the call gets no progress channel.
+    fn reports_progress(&self) -> bool {
+        false
+    }
+
     fn execute(self: Arc<Self>, ctx: ExecContext) -> BoxFuture<ToolOutcome> {
         blocking(move || self.list(&ctx).unwrap_or_else(Into::into))
     }

@@ -302,14 +302,15 @@ pub enum Progress {
     },
 }
 
-/// Where a running tool sends its [`Progress`]: one channel per call.
+/// Where a running tool sends its [`Progress`]: one channel per call of a
+/// tool that reports progress ([`Invocation::reports_progress`]), none for
+/// the others (a channel is two allocations made and freed per call).
 ///
 /// The channel carries boxes: a tokio channel allocates its first block of
-/// 32 message slots when it is made, and most calls (every small read)
-/// never report, so a slot is a pointer (a 256-byte block) rather than a
-/// `Progress` (about 2.5 KB made and freed per call).
+/// 32 message slots when it is made, so a slot is a pointer (a 256-byte
+/// block) rather than a `Progress` (about 2.5 KB).
 #[derive(Debug, Clone)]
-pub struct ProgressSender(mpsc::UnboundedSender<Box<Progress>>);
+pub struct ProgressSender(Option<mpsc::UnboundedSender<Box<Progress>>>);
 
 /// The scheduler's end of a [`ProgressSender`].
 pub type ProgressReceiver = mpsc::UnboundedReceiver<Box<Progress>>;
@@ -318,13 +319,23 @@ impl ProgressSender {
     /// A call's progress channel.
     pub fn channel() -> (Self, ProgressReceiver) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Self(tx), rx)
+        (Self(Some(tx)), rx)
+    }
+
+    /// The sender of a call whose tool said it reports no progress: what
+    /// is sent on it is dropped.
+    pub fn none() -> Self {
+        Self(None)
     }
 
     /// Sends `progress`; false once the scheduler stopped listening (the
-    /// call is over), which a tool may ignore.
+    /// call is over), which a tool may ignore, and always on
+    /// [`ProgressSender::none`].
     pub fn send(&self, progress: Progress) -> bool {
-        self.0.send(Box::new(progress)).is_ok()
+        match &self.0 {
+            Some(tx) => tx.send(Box::new(progress)).is_ok(),
+            None => false,
+        }
     }
 }
 
@@ -406,6 +417,14 @@ pub trait Invocation: Send + Sync + 'static {
     /// Runs the call. Side-effecting tools read their target here, never from
     /// what the prompt showed.
     fn execute(self: Arc<Self>, ctx: ExecContext) -> BoxFuture<ToolOutcome>;
+
+    /// Whether `execute` may send [`Progress`] on `ctx.progress`: when
+    /// false the call gets [`ProgressSender::none`] and no channel is made
+    /// for it (a small read, the common call, reports nothing). True unless
+    /// a tool says otherwise, so that a tool that reports is never silenced.
+    fn reports_progress(&self) -> bool {
+        true
+    }
 }
 
 /// A tool: a declaration and a way to build invocations.

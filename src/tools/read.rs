@@ -183,6 +183,11 @@ impl Invocation for ReadFile {
     /// largest cost of a small read under load. Larger files are streamed on
     /// the blocking pool; with [`Workspace::blocking_io`] (a network
     /// filesystem, where an open can stall) every read is.
+    /// Nothing to report while it runs: the call gets no progress channel.
+    fn reports_progress(&self) -> bool {
+        false
+    }
+
     fn execute(self: Arc<Self>, ctx: ExecContext) -> BoxFuture<ToolOutcome> {
         if let Source::Kept(_, owner) = &self.target
             && **owner != *ctx.session

@@ -74,6 +74,11 @@ impl Invocation for UpdateTopic {
         })
     }
 
+    /// Nothing to report while it runs: the call gets no progress channel.
+    fn reports_progress(&self) -> bool {
+        false
+    }
+
     fn execute(self: Arc<Self>, _ctx: ExecContext) -> BoxFuture<ToolOutcome> {
         Box::pin(async move {
             let mut result = Args::new();

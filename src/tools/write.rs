@@ -186,6 +186,11 @@ impl Invocation for WriteFile {
         })
     }
 
+    /// Nothing to report while it runs: the call gets no progress channel.
+    fn reports_progress(&self) -> bool {
+        false
+    }
+
     fn execute(self: Arc<Self>, _ctx: ExecContext) -> BoxFuture<ToolOutcome> {
         blocking(move || self.write().unwrap_or_else(Into::into))
     }
