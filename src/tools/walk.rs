@@ -14,9 +14,10 @@
 //!   walks) hands entries to one visitor per thread in no particular order;
 //! - [`walk`] collects those and visits them in path order (the order of a
 //!   sequential walk sorted by file name), for tools that take every entry;
-//! - [`walk_files`] walks sequentially in path order and hands the regular
-//!   files, in that order, to one searching thread per core, for a search
-//!   that wants the first matches in path order and may stop early.
+//! - [`walk_files`] walks sequentially in path order, advanced in turns by
+//!   one searching thread per core, each taking the next regular files in
+//!   that order, for a search that wants the first matches in path order
+//!   and may stop early.
 //!
 //! The walker works on paths, so a directory swapped for a symlink while it
 //! walks could make it read a directory outside. Nothing the walk reports
@@ -295,27 +296,30 @@ pub(crate) fn walk_parallel<V: Visitor>(
     finish(root, &shared, states)
 }
 
-/// Files a batch sent to a searching thread holds: one message (and at
-/// most one wakeup) per batch rather than per file, yet small enough that
-/// the threads take files in nearly path order.
+/// Files a searching thread takes from the walk in one turn: one turn at
+/// the walk's lock per batch rather than per file, yet few enough that the
+/// threads search files in nearly path order.
 const FILE_BATCH: usize = 32;
 
-/// Batches queued for the searching threads before the walk waits: enough
-/// to keep every thread busy (the walk is faster than the searches), few
-/// enough that the walk is not far ahead when a search says stop.
-const QUEUED_BATCHES: usize = 16;
-
 /// Walks `root` (a canonical directory inside `ws`) in path order (the
-/// sequential walker sorted by file name) on the calling thread, checking
-/// each entry as [`walk_parallel`] does ([`Check::Open`]), and hands every
-/// regular file, in that order and in batches of [`FILE_BATCH`], to one of
-/// a pool of threads (one per core), each with its visitor made by `make`.
-/// Returns what was left out, how the walk ended and the visitors.
+/// sequential walker sorted by file name), checking each entry as
+/// [`walk_parallel`] does ([`Check::Open`]), on one thread per core, each
+/// with its visitor made by `make`: the threads take turns advancing the
+/// walk by a batch of [`FILE_BATCH`] regular files, which the thread then
+/// visits, in that order. Returns what was left out, how the walk ended
+/// and the visitors.
 ///
 /// Files are thus opened in nearly path order on every core: a search that
 /// only needs the first matches in path order can say [`Flow::Stop`] as
-/// soon as it has them, and the walk stops producing (the files already
-/// handed out are still visited). Cancelling `token` drops them as well.
+/// soon as it has them, and no thread takes another batch (the files of
+/// batches already taken are still visited). Cancelling `token` stops each
+/// thread after the file it is on.
+///
+/// The walk advances on the searching threads, as `rg`'s walk does, rather
+/// than on a walking thread of its own that hands batches over a channel:
+/// the walk is a fraction of the searches' work, so a thread of its own
+/// mostly waited on a full queue, and every batch cost a wake-up and a
+/// context switch on each side (S5 in BENCHMARKS.md, session 10).
 pub(crate) fn walk_files<V: Visitor>(
     ws: &Workspace,
     root: &Path,
@@ -325,164 +329,169 @@ pub(crate) fn walk_files<V: Visitor>(
 ) -> (LeftOut, Ended, Vec<V>) {
     let shared = Shared::new(ws, root, opts, Check::Open, token);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<FileJob>>(QUEUED_BATCHES);
-    let rx = Mutex::new(rx);
     let stop = AtomicBool::new(false);
-    let done: Mutex<Vec<ThreadState<Dispatch>>> = Mutex::new(Vec::new());
-    // The one walking visitor takes the one sender: the queue closes when
-    // it is dropped.
-    let tx = Mutex::new(Some(tx));
-    let dispatch = || Dispatch {
-        tx: tx.lock().unwrap_or_else(|e| e.into_inner()).take(),
-        batch: Vec::with_capacity(FILE_BATCH),
-        stop: &stop,
-    };
-    std::thread::scope(|s| {
+    let done: Mutex<Vec<ThreadState<Queued>>> = Mutex::new(Vec::new());
+    let mut walker = builder(root, opts);
+    // Siblings share their parent's path, so comparing whole paths byte-wise
+    // orders them by file name, as `sort_by_file_name` would, without taking
+    // every name apart again for each comparison (walkdir's `file_name()`
+    // parses the path from its end).
+    walker.sort_by_file_path(|a, b| a.as_os_str().cmp(b.as_os_str()));
+    let walk = Mutex::new(InOrder {
+        entries: walker.build(),
+        checker: Worker::new(&shared, &done, Queued(Vec::with_capacity(FILE_BATCH))),
+        skip_under: None,
+        ended: false,
+    });
+    let visitors = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
-                    let _drain = DrainOnPanic {
-                        rx: &rx,
+                    let _stop = StopOnPanic {
+                        shared: &shared,
                         stop: &stop,
                     };
                     let mut visitor = make();
-                    search_files(&shared, &rx, &stop, &mut visitor);
+                    search_files(&shared, &walk, &stop, &mut visitor);
                     visitor
                 })
             })
             .collect();
-        {
-            let mut producer = WorkerBuilder {
-                shared: &shared,
-                done: &done,
-                make: &dispatch,
-            }
-            .build();
-            let mut skip_under: Option<PathBuf> = None;
-            let mut walker = builder(root, opts);
-            walker.sort_by_file_name(|a, b| a.cmp(b));
-            for result in walker.build() {
-                if let (Some(under), Ok(dent)) = (&skip_under, &result) {
-                    if dent.path().starts_with(under) {
-                        continue;
-                    }
-                    skip_under = None;
-                }
-                let skip = match &result {
-                    Ok(dent) if dent.depth() > 0 => Some(dent.path().to_path_buf()),
-                    _ => None,
-                };
-                match producer.visit(result) {
-                    WalkState::Continue => {}
-                    WalkState::Skip => skip_under = skip,
-                    WalkState::Quit => break,
-                }
-            }
-            // Dropped: its state is handed back to `done`.
-        }
-        let states = std::mem::take(&mut *done.lock().unwrap_or_else(|e| e.into_inner()));
-        let (left, ended, dispatchers) = finish(root, &shared, states);
-        // The last batch goes out; the queue closes once every sender is
-        // gone and the threads end when they have emptied it.
-        drop(dispatchers);
-        let visitors = handles
+        handles
             .into_iter()
             .filter_map(|h| h.join().ok())
-            .collect::<Vec<V>>();
-        (left, ended, visitors)
-    })
+            .collect::<Vec<V>>()
+    });
+    // The checker hands its state back to `done` when dropped.
+    drop(walk);
+    let states = std::mem::take(&mut *done.lock().unwrap_or_else(|e| e.into_inner()));
+    let (left, ended, _) = finish(root, &shared, states);
+    (left, ended, visitors)
 }
 
 /// Threads of a walk at most (the `ignore` crate's own cap).
 const MAX_THREADS: usize = 12;
 
-/// A file handed to a searching thread, owned.
+/// A file taken by a searching thread, owned (its path relative to the
+/// walk's root is the tail of `path`).
 struct FileJob {
     path: PathBuf,
-    rel: String,
     link_target: Option<PathBuf>,
 }
 
-/// The walking thread's visitor in [`walk_files`]: batches the files.
-struct Dispatch<'a> {
-    tx: Option<std::sync::mpsc::SyncSender<Vec<FileJob>>>,
-    batch: Vec<FileJob>,
-    stop: &'a AtomicBool,
-}
+/// The walk's visitor in [`walk_files`]: queues the regular files for the
+/// thread whose turn it is.
+struct Queued(Vec<FileJob>);
 
-impl Visitor for Dispatch<'_> {
+impl Visitor for Queued {
     fn visit(&mut self, e: &Found<'_>) -> Flow {
-        if self.stop.load(Ordering::Relaxed) {
-            return Flow::Stop;
-        }
         if e.is_file {
-            self.batch.push(FileJob {
+            self.0.push(FileJob {
                 path: e.path.to_path_buf(),
-                rel: e.rel.clone().into_owned(),
                 link_target: e.link_target.map(Path::to_path_buf),
             });
-            if self.batch.len() == FILE_BATCH {
-                let full = std::mem::replace(&mut self.batch, Vec::with_capacity(FILE_BATCH));
-                if self.tx.as_ref().is_none_or(|tx| tx.send(full).is_err()) {
-                    return Flow::Stop;
-                }
-            }
         }
         Flow::Continue
     }
 }
 
-impl Drop for Dispatch<'_> {
-    /// Hands out the last batch, unless the walk was told to stop.
-    fn drop(&mut self) {
-        if let Some(tx) = &self.tx
-            && !self.batch.is_empty()
-            && !self.stop.load(Ordering::Relaxed)
-        {
-            let _ = tx.send(std::mem::take(&mut self.batch));
+/// The sorted walk of [`walk_files`], advanced under its lock by the
+/// searching thread whose turn it is.
+struct InOrder<'s> {
+    entries: ignore::Walk,
+    /// Checks each entry beneath the root and counts it, as the threads of
+    /// [`walk_parallel`] do; queues the regular files.
+    checker: Worker<'s, Queued>,
+    /// A directory the checker refused: what lies below it is passed over.
+    skip_under: Option<PathBuf>,
+    ended: bool,
+}
+
+impl InOrder<'_> {
+    /// The next [`FILE_BATCH`] regular files in path order (fewer at the
+    /// end of the walk; none once it ended). A search that said stop ends
+    /// the walk here, as incomplete.
+    fn next_batch(&mut self, stop: &AtomicBool) -> Vec<FileJob> {
+        if stop.load(Ordering::Relaxed) && !self.ended {
+            self.checker.shared.partial.store(true, Ordering::Relaxed);
+            self.ended = true;
         }
+        while !self.ended && self.queued().is_some_and(|q| q.len() < FILE_BATCH) {
+            let Some(result) = self.entries.next() else {
+                self.ended = true;
+                break;
+            };
+            if let (Some(under), Ok(dent)) = (&self.skip_under, &result) {
+                if dent.path().starts_with(under) {
+                    continue;
+                }
+                self.skip_under = None;
+            }
+            // Only a directory is ever skipped; its path is kept for that.
+            let skip = match &result {
+                Ok(dent) if dent.depth() > 0 && dent.file_type().is_some_and(|t| t.is_dir()) => {
+                    Some(dent.path().to_path_buf())
+                }
+                _ => None,
+            };
+            match self.checker.visit(result) {
+                WalkState::Continue => {}
+                WalkState::Skip => self.skip_under = skip,
+                WalkState::Quit => self.ended = true,
+            }
+        }
+        self.queued()
+            .map(|q| std::mem::replace(q, Vec::with_capacity(FILE_BATCH)))
+            .unwrap_or_default()
+    }
+
+    fn queued(&mut self) -> Option<&mut Vec<FileJob>> {
+        self.checker.state.as_mut().map(|st| &mut st.visitor.0)
     }
 }
 
-/// Should a searching thread panic, the walk stops and the queue is
-/// emptied, so the walking thread is never left waiting on a full queue.
-struct DrainOnPanic<'a> {
-    rx: &'a Mutex<std::sync::mpsc::Receiver<Vec<FileJob>>>,
+/// Should a searching thread panic, the others take no more files and the
+/// walk ends as incomplete.
+struct StopOnPanic<'a> {
+    shared: &'a Shared<'a>,
     stop: &'a AtomicBool,
 }
 
-impl Drop for DrainOnPanic<'_> {
+impl Drop for StopOnPanic<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             self.stop.store(true, Ordering::Relaxed);
-            let rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
-            while rx.recv().is_ok() {}
+            self.shared.partial.store(true, Ordering::Relaxed);
         }
     }
 }
 
-/// A searching thread of [`walk_files`]: visits the files of each batch
-/// until the walk is done; after a cancellation it only drains the queue.
+/// A searching thread of [`walk_files`]: takes a batch of files from the
+/// walk and visits them, until the walk ends, a search says stop or the
+/// token is cancelled.
 fn search_files<V: Visitor>(
     shared: &Shared<'_>,
-    rx: &Mutex<std::sync::mpsc::Receiver<Vec<FileJob>>>,
+    walk: &Mutex<InOrder<'_>>,
     stop: &AtomicBool,
     visitor: &mut V,
 ) {
     loop {
-        let batch = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
-            Ok(b) => b,
+        if shared.token.is_cancelled() {
+            return;
+        }
+        let batch = match walk.lock() {
+            Ok(mut walk) => walk.next_batch(stop),
+            // A thread panicked during its turn: the walk is not resumed.
             Err(_) => return,
         };
-        if shared.token.is_cancelled() {
-            stop.store(true, Ordering::Relaxed);
-            continue;
+        if batch.is_empty() {
+            return;
         }
         for job in &batch {
             let in_ws_bytes = tail(&job.path, shared.ws_bytes);
             let found = Found {
                 path: &job.path,
-                rel: Cow::Borrowed(&job.rel),
+                rel: String::from_utf8_lossy(tail(&job.path, shared.root_bytes)),
                 is_dir: false,
                 is_file: true,
                 link_target: job.link_target.as_deref(),
@@ -493,7 +502,7 @@ fn search_files<V: Visitor>(
             if visitor.visit(&found) == Flow::Stop {
                 stop.store(true, Ordering::Relaxed);
                 if shared.token.is_cancelled() {
-                    break;
+                    return;
                 }
             }
         }
@@ -717,20 +726,7 @@ struct WorkerBuilder<'s, V> {
 
 impl<'s, V: Visitor + 's> ParallelVisitorBuilder<'s> for WorkerBuilder<'s, V> {
     fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
-        Box::new(Worker {
-            shared: self.shared,
-            done: self.done,
-            state: Some(ThreadState {
-                visitor: (self.make)(),
-                outside_links: 0,
-                unreadable: 0,
-                kept: Vec::new(),
-                per_dir: HashMap::new(),
-                errored: Vec::new(),
-                listed: Vec::new(),
-            }),
-            since_check: 0,
-        })
+        Box::new(Worker::new(self.shared, self.done, (self.make)()))
     }
 }
 
@@ -740,6 +736,27 @@ struct Worker<'s, V> {
     /// Always `Some` until dropped.
     state: Option<ThreadState<V>>,
     since_check: usize,
+}
+
+impl<'s, V> Worker<'s, V> {
+    /// A walk thread's checker around `visitor`; its state goes to `done`
+    /// when it is dropped.
+    fn new(shared: &'s Shared<'s>, done: &'s Mutex<Vec<ThreadState<V>>>, visitor: V) -> Self {
+        Worker {
+            shared,
+            done,
+            state: Some(ThreadState {
+                visitor,
+                outside_links: 0,
+                unreadable: 0,
+                kept: Vec::new(),
+                per_dir: HashMap::new(),
+                errored: Vec::new(),
+                listed: Vec::new(),
+            }),
+            since_check: 0,
+        }
+    }
 }
 
 impl<V> Drop for Worker<'_, V> {
@@ -1418,10 +1435,9 @@ mod tests {
         );
     }
 
-    /// A searching thread says stop at its first file: the walk stops
-    /// handing out files, whatever the scheduling, after at most the
-    /// batches already queued or in the threads' hands (and one more whose
-    /// hand-out was under way); all of them are still visited.
+    /// A searching thread says stop at its first file: no thread takes
+    /// another batch, whatever the scheduling, so at most the batches in
+    /// the threads' hands (one each) are visited, all of each.
     #[test]
     fn walk_files_stops_handing_out_files_when_a_search_says_stop() {
         let dir = tempfile::tempdir().unwrap();
@@ -1448,7 +1464,7 @@ mod tests {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
         let visited = visited.load(Ordering::Relaxed);
         assert!(
-            visited <= (QUEUED_BATCHES + threads + 1) * FILE_BATCH && visited < 2000,
+            visited <= threads * FILE_BATCH && visited < 2000,
             "{visited} of 2000 files visited"
         );
         assert_eq!(visited % FILE_BATCH, 0, "whole batches: {visited}");
