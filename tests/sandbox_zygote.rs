@@ -443,3 +443,95 @@ async fn the_spare_and_its_cgroup_go_when_the_server_dies() {
     );
     assert!(!ahead.exists(), "{} left behind", ahead.display());
 }
+
+/// Pids of live processes whose command line is exactly `argv`.
+fn processes_running(argv: &[&str]) -> Vec<i32> {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted)
+                && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                    s.rsplit_once(')')
+                        .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+                })
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_killed_servers_commands_leave_no_descendant_running() {
+    // Each command's last process is not the shell (which a parent-death
+    // signal reaches) but its child, a grandchild of the worker: in the
+    // foreground, in a subshell, and in the background of a subshell that
+    // left the command's process group.
+    let commands = [
+        ("fg", "sleep 1000.101; echo late > fg.txt"),
+        ("sub", "( sleep 1000.102; echo late > sub.txt ); true"),
+        (
+            "bg",
+            "set -m; ( sleep 1000.103; echo late > bg.txt ) & sleep 1000.104; true",
+        ),
+    ];
+    for level in ["workspace_write", "none"] {
+        let ws = tempfile::tempdir().unwrap();
+        let mut bin = Binary::start(
+            ws.path(),
+            &["--approval-mode", "yolo", "--sandbox-level", level],
+        );
+        let mut client =
+            pb::tool_scheduler_client::ToolSchedulerClient::connect(format!("http://{}", bin.addr))
+                .await
+                .unwrap();
+        let mut streams = Vec::new();
+        for (session, command) in commands {
+            let mut stream = client
+                .schedule_calls(request(session, vec![shell("c", command)]))
+                .await
+                .unwrap()
+                .into_inner();
+            let mut seen = Vec::new();
+            until_pid(&mut stream, &mut seen, "c").await;
+            streams.push(stream);
+        }
+        let sleeps = ["1000.101", "1000.102", "1000.103", "1000.104"];
+        for s in sleeps {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while processes_running(&["sleep", s]).is_empty() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{level}: sleep {s} never started"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        bin.child.kill().unwrap();
+        bin.child.wait().unwrap();
+        // Every process of every command goes (a kill is delivered
+        // asynchronously: bounded wait for the event).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        for s in sleeps {
+            loop {
+                let left = processes_running(&["sleep", s]);
+                if left.is_empty() {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{level}: sleep {s} outlived the server: {left:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        for f in ["fg.txt", "sub.txt", "bg.txt"] {
+            assert!(!ws.path().join(f).exists(), "{level}: {f} was written");
+        }
+        drop(streams);
+    }
+}

@@ -27,7 +27,8 @@
 //! finding the protected paths between commands (`super::protected`).
 //!
 //! The worker is a small supervisor:
-//! 1. It leads its own session, dies with the server (`PR_SET_PDEATHSIG`),
+//! 1. It leads its own session, kills its command and ends when the server
+//!    (or the zygote it was forked from) dies (`PR_SET_PDEATHSIG`),
 //!    becomes a child subreaper (orphans of the command, including those
 //!    that `setsid` or double-fork, are re-parented to it, not to init), and
 //!    joins the per-command pids cgroup the server created, if any. The

@@ -1,5 +1,6 @@
 //! The worker's supervision (steps 1 and 3 of [`super`]'s list): it leads
-//! its own session, dies with the server, becomes the child subreaper, joins
+//! its own session, ends its command when the server dies, becomes the
+//! child subreaper, joins
 //! the command's cgroup, forks the command process, waits for it and for
 //! SIGTERM, and kills and reaps every descendant.
 //!
@@ -19,6 +20,15 @@ use super::metadata::MetadataGuard;
 use super::mounts::{ANCHOR_TMP, MountView};
 use super::protected_in;
 use super::{Ended, Forked, SETUP_FAILED_EXIT, WorkerArgs, errno};
+
+/// The worker's parent-death signal (`PR_SET_PDEATHSIG`). Not SIGKILL: a
+/// worker killed outright would leave its command's descendants (which the
+/// fork cleared of any parent-death signal) re-parented to init, running
+/// on after the server died. On this signal the worker kills the whole
+/// command at once (its group, its re-parented descendants, its cgroup),
+/// reaps it and exits; before its command started, it just ends (the
+/// default action).
+const PARENT_DIED: i32 = libc::SIGHUP;
 
 /// Steps 1 and 3 of the module doc; the fork in between.
 /// `protected`: the workspace's protected paths the server passed, if any.
@@ -95,7 +105,7 @@ pub(super) fn supervise(
     if !usable {
         prepared = None;
     }
-    let signals = [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+    let signals = [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, PARENT_DIED];
     // SAFETY: building and installing a signal mask for this thread.
     let set = unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -184,6 +194,9 @@ pub(super) fn supervise(
             Some(libc::SIGCHLD) => {
                 reap(child, &mut ended, false);
             }
+            // Nobody waits for the command any more: everything of it dies
+            // now, without a grace.
+            Some(PARENT_DIED) => break,
             Some(_) => {
                 if deadline.is_none() {
                     kill_tree(worker_pid, child, args.cgroup.as_deref(), libc::SIGTERM);
@@ -206,9 +219,9 @@ pub(super) fn supervise(
 }
 
 /// The first part of step 1, which depends on nothing of the command:
-/// leads its own session, dies with its parent (`parent`: the zygote, else
-/// the server, which exec'd it), becomes the child subreaper, takes no core
-/// dumps. Returns this process's pid.
+/// leads its own session, is told of its parent's death (`parent`: the
+/// zygote, else the server, which exec'd it) by [`PARENT_DIED`], becomes
+/// the child subreaper, takes no core dumps. Returns this process's pid.
 pub(in crate::sandbox) fn settle(parent: Option<libc::pid_t>) -> Result<libc::pid_t, String> {
     // SAFETY: plain syscalls on our own process with valid arguments.
     unsafe {
@@ -216,7 +229,7 @@ pub(in crate::sandbox) fn settle(parent: Option<libc::pid_t>) -> Result<libc::pi
         libc::setsid();
         if libc::prctl(
             libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
+            PARENT_DIED as libc::c_ulong,
             0,
             0,
             0,
