@@ -691,6 +691,39 @@ async fn a_batch_of_reads_without_a_request_id_is_recorded_behind_it_in_order() 
     assert!(log.is_finished());
     assert_eq!(log.entries().len(), 2);
 
+    // A row written behind while the lease has run out (the store was
+    // lost a while, say) but passed to nobody: the writer's insert is
+    // fenced out by the expiry, and the batch's completion, fenced by
+    // owner and epoch as every completion, inserts it.
+    let hold = hold_writer(&db, &a, &mut holder, "u", "held-3").await;
+    let Begun::New(expired) = a.begin_batch(reads("s", "expired")).await.unwrap() else {
+        panic!("a new batch");
+    };
+    db.execute(
+        "UPDATE toolsched_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'",
+        &[],
+    )
+    .await
+    .unwrap();
+    hold.commit().await.unwrap();
+    a.flush(Duration::from_secs(30)).await;
+    assert!(
+        !rows_of(&db, "s").await.iter().any(|r| r.0 == "expired"),
+        "the row of 'expired' was written under an expired lease"
+    );
+    expired.finish(BatchEvent::Started {
+        batch_id: "expired-end".into(),
+    });
+    a.complete_batch("s", "expired", Vec::new());
+    a.flush(Duration::from_secs(30)).await;
+    assert!(
+        rows_of(&db, "s")
+            .await
+            .contains(&("expired".into(), true, vec![1])),
+        "{:?}",
+        rows_of(&db, "s").await
+    );
+
     // A row written behind is fenced like any other: the lease passed to
     // B before A's writer reached it, so it is never written, nor its
     // completion.

@@ -333,6 +333,10 @@ struct Completion {
     /// Encoded already: (sequence, time, body).
     entries: Vec<(i64, SystemTime, Vec<u8>)>,
     ended: Vec<EndedCall>,
+    /// The batch's row when it began behind ([`BeginRow`]): the completion
+    /// inserts it if it is not there (its own write may have been fenced
+    /// out by an expiry the completion's fence does not check).
+    row: Option<Arc<BeginRow>>,
 }
 
 /// What a write is fenced by: the lease it was made under.
@@ -374,6 +378,8 @@ pub struct PostgresStore<E: LogEvent> {
     begins: mpsc::UnboundedSender<PendingBegin>,
     /// Rows of batches that began without waiting for them, until written.
     unwritten: Mutex<Unwritten>,
+    /// The same rows, until their batch completes or is abandoned.
+    began_behind: Mutex<HashMap<(String, String), Arc<BeginRow>>>,
     reachable: watch::Receiver<bool>,
     /// This process's name in lease rows.
     replica: Arc<str>,
@@ -502,6 +508,7 @@ impl<E: LogEvent> PostgresStore<E> {
             writes,
             begins,
             unwritten: Mutex::new(HashMap::new()),
+            began_behind: Mutex::new(HashMap::new()),
             reachable,
             replica,
             lease_ttl,
@@ -667,6 +674,8 @@ impl<E: LogEvent> PostgresStore<E> {
                 .entry(row.session_id.clone())
                 .or_default()
                 .push(row.clone());
+            self.began_behind()
+                .insert((row.session_id.clone(), row.batch_id.clone()), row.clone());
             self.write(Write::Begin(row));
             return Ok(begun);
         }
@@ -738,33 +747,40 @@ impl<E: LogEvent> PostgresStore<E> {
     /// waiting for them and are not known to be written yet (the writer
     /// writes them too: whichever comes second inserts nothing).
     async fn write_unwritten(&self, session_id: &str) -> Result<(), StoreError> {
-        let Some(rows) = self.unwritten().remove(session_id) else {
+        // Kept listed until written: a caller arriving meanwhile writes them
+        // too (nothing twice) rather than going ahead of them.
+        let Some(rows) = self.unwritten().get(session_id).cloned() else {
             return Ok(());
         };
-        let client = self.client().await;
-        let written = match client {
-            Ok(client) => {
-                let rows: Vec<&BeginRow> = rows.iter().map(|r| &**r).collect();
-                insert_rows(&client, &self.replica, &rows).await.map(drop)
-            }
-            Err(e) => Err(e),
-        };
-        if written.is_err() {
-            // Still to be written by whoever needs them next (or the
-            // writer); those that began meanwhile stay after them.
-            let mut unwritten = self.unwritten();
-            let newer = unwritten.remove(session_id).unwrap_or_default();
-            unwritten.insert(
-                session_id.to_string(),
-                rows.into_iter().chain(newer).collect(),
+        let client = self.client().await?;
+        let refs: Vec<&BeginRow> = rows.iter().map(|r| &**r).collect();
+        let inserted = insert_rows(&client, &self.replica, &refs).await?;
+        if inserted.len() < rows.len() {
+            tracing::debug!(
+                session = %session_id,
+                rows = rows.len(),
+                inserted = inserted.len(),
+                "store: rows written behind already there or fenced out (their completions insert them under their own fence)"
             );
         }
-        written
+        let mut unwritten = self.unwritten();
+        if let Some(listed) = unwritten.get_mut(session_id) {
+            listed.retain(|r| !rows.iter().any(|w| Arc::ptr_eq(r, w)));
+            if listed.is_empty() {
+                unwritten.remove(session_id);
+            }
+        }
+        Ok(())
+    }
+
+    fn began_behind(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<BeginRow>>> {
+        // Inserts and removes only: consistent after any panic.
+        self.began_behind.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Forgets `batch_id`'s row written behind, if any (completed or
-    /// abandoned: the writer has it in order).
-    fn forget_unwritten(&self, session_id: &str, batch_id: &str) {
+    /// abandoned: the writer has it in order); the row, for its completion.
+    fn forget_unwritten(&self, session_id: &str, batch_id: &str) -> Option<Arc<BeginRow>> {
         let mut unwritten = self.unwritten();
         if let Some(rows) = unwritten.get_mut(session_id) {
             rows.retain(|r| r.batch_id != batch_id);
@@ -772,6 +788,9 @@ impl<E: LogEvent> PostgresStore<E> {
                 unwritten.remove(session_id);
             }
         }
+        drop(unwritten);
+        self.began_behind()
+            .remove(&(session_id.to_string(), batch_id.to_string()))
     }
 
     /// Claims the session's lease and inserts the batch's row in one
@@ -1665,7 +1684,7 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
     }
 
     fn abandon_batch(&self, session_id: &str, batch_id: &str) {
-        self.forget_unwritten(session_id, batch_id);
+        let _ = self.forget_unwritten(session_id, batch_id);
         self.memory.abandon_batch(session_id, batch_id);
         self.live()
             .remove(&(session_id.to_string(), batch_id.to_string()));
@@ -1684,7 +1703,7 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
     }
 
     fn complete_batch(&self, session_id: &str, batch_id: &str, ended: Vec<EndedCall>) {
-        self.forget_unwritten(session_id, batch_id);
+        let row = self.forget_unwritten(session_id, batch_id);
         self.mirrored()
             .remove(&(session_id.to_string(), batch_id.to_string()));
         self.memory
@@ -1706,6 +1725,7 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
             batch_id: batch_id.to_string(),
             entries,
             ended,
+            row,
         }));
     }
 
@@ -2132,13 +2152,12 @@ async fn apply_group(pool: &Pool, replica: &str, group: &[Write]) -> Result<(), 
             Write::Begin(_) | Write::Flush(_) => {}
         }
     }
-    let (mut merged, mut alone) = (HashMap::new(), Vec::new());
+    // A row whose completion is in the group is inserted by it.
+    let mut alone = Vec::new();
     for write in group {
         if let Write::Begin(row) = write {
             let key = (row.session_id.as_str(), row.batch_id.as_str());
-            if completing.get(&key) == Some(&row.epoch) && !touched.contains(&key) {
-                merged.insert(key, &**row);
-            } else {
+            if completing.get(&key) != Some(&row.epoch) || touched.contains(&key) {
                 alone.push(&**row);
             }
         }
@@ -2153,7 +2172,7 @@ async fn apply_group(pool: &Pool, replica: &str, group: &[Write]) -> Result<(), 
         .filter(|w| !matches!(w, Write::Complete(_) | Write::Begin(_)))
         .map(|w| apply(&client, w));
     futures::future::try_join(
-        complete_all(&client, &completions, &merged),
+        complete_all(&client, &completions),
         futures::future::try_join_all(others),
     )
     .await?;
@@ -2171,12 +2190,11 @@ async fn apply_group(pool: &Pool, replica: &str, group: &[Write]) -> Result<(), 
 /// a group may hold completions of one session from two epochs). The lease
 /// rows are locked in session order, as `renew` and the claims lock them,
 /// so that two statements never wait on each other in a cycle. A batch
-/// with its row in `rows` gets its row inserted, completed, in the same
-/// statement (or completed, when it was written meanwhile).
+/// that began behind ([`BeginRow`]) gets its row inserted, completed, in the
+/// same statement when it is not there yet (under the same fence).
 async fn complete_all(
     client: &deadpool_postgres::Object,
     completions: &[&Completion],
-    rows: &HashMap<(&str, &str), &BeginRow>,
 ) -> Result<(), String> {
     if completions.is_empty() {
         return Ok(());
@@ -2224,7 +2242,7 @@ async fn complete_all(
             states.push(call.state);
         }
         ended_to.push(calls.len() as i32);
-        let row = rows.get(&(c.session_id.as_str(), c.batch_id.as_str()));
+        let row = c.row.as_deref();
         fresh.push(row.is_some());
         digests.push(row.map(|r| r.digest.as_slice()));
         requests.push(row.and_then(|r| r.request.as_deref()));
