@@ -471,12 +471,23 @@ async fn a_killed_servers_commands_leave_no_descendant_running() {
     // signal reaches) but its child, a grandchild of the worker: in the
     // foreground, in a subshell, and in the background of a subshell that
     // left the command's process group.
+    // Durations unique to this run: its processes are told apart from any
+    // other (an earlier run's included) by their command line.
+    let sleeps: Vec<String> = (1..=4)
+        .map(|k| format!("1000.{}{k}", std::process::id()))
+        .collect();
     let commands = [
-        ("fg", "sleep 1000.101; echo late > fg.txt"),
-        ("sub", "( sleep 1000.102; echo late > sub.txt ); true"),
+        ("fg", format!("sleep {}; echo late > fg.txt", sleeps[0])),
+        (
+            "sub",
+            format!("( sleep {}; echo late > sub.txt ); true", sleeps[1]),
+        ),
         (
             "bg",
-            "set -m; ( sleep 1000.103; echo late > bg.txt ) & sleep 1000.104; true",
+            format!(
+                "set -m; ( sleep {}; echo late > bg.txt ) & sleep {}; true",
+                sleeps[2], sleeps[3]
+            ),
         ),
     ];
     for level in ["workspace_write", "none"] {
@@ -490,7 +501,7 @@ async fn a_killed_servers_commands_leave_no_descendant_running() {
                 .await
                 .unwrap();
         let mut streams = Vec::new();
-        for (session, command) in commands {
+        for (session, command) in &commands {
             let mut stream = client
                 .schedule_calls(request(session, vec![shell("c", command)]))
                 .await
@@ -500,8 +511,7 @@ async fn a_killed_servers_commands_leave_no_descendant_running() {
             until_pid(&mut stream, &mut seen, "c").await;
             streams.push(stream);
         }
-        let sleeps = ["1000.101", "1000.102", "1000.103", "1000.104"];
-        for s in sleeps {
+        for s in &sleeps {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
             while processes_running(&["sleep", s]).is_empty() {
                 assert!(
@@ -516,7 +526,7 @@ async fn a_killed_servers_commands_leave_no_descendant_running() {
         // Every process of every command goes (a kill is delivered
         // asynchronously: bounded wait for the event).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        for s in sleeps {
+        for s in &sleeps {
             loop {
                 let left = processes_running(&["sleep", s]);
                 if left.is_empty() {
