@@ -454,22 +454,7 @@ async fn a_completion_queued_under_an_older_epoch_is_not_written_beside_a_newer_
     });
     a.complete_batch("u", "z", Vec::new());
     // Once the writer waits on that lock (z alone in its group)...
-    let mut waited = 0;
-    while db
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE wait_event_type = 'Lock' AND datname = current_database()",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get::<_, i64>(0)
-        == 0
-    {
-        waited += 1;
-        assert!(waited < 3000, "the writer never waited on u's lease");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_a_lock_waiter(&db).await;
     // ...x completes under epoch 1 and waits in the queue...
     x.finish(BatchEvent::Started {
         batch_id: "x-end".into(),
@@ -565,6 +550,13 @@ async fn hold_writer<'a>(
         batch_id: "held-end".into(),
     });
     store.complete_batch(session, held, Vec::new());
+    wait_for_a_lock_waiter(db).await;
+    hold
+}
+
+/// Waits (bounded, 30 s) until a statement of the test's database waits on
+/// a lock: the writer, held up on a lease row.
+async fn wait_for_a_lock_waiter(db: &tokio_postgres::Client) {
     let mut waited = 0;
     while db
         .query_one(
@@ -581,7 +573,6 @@ async fn hold_writer<'a>(
         assert!(waited < 3000, "the writer never waited on the lease row");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    hold
 }
 
 #[tokio::test]
