@@ -13,6 +13,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
+        // prost's codec with a smaller encoding buffer per response stream
+        // (src/api/codec.rs).
+        .codec_path("crate::api::codec::EventCodec")
         .file_descriptor_set_path(out_dir.join("toolsched_descriptor.bin"))
         .compile_protos(&["proto/toolsched/v1/toolsched.proto"], &["proto"])?;
     println!("cargo:rerun-if-changed=proto");

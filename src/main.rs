@@ -13,11 +13,36 @@ use toolsched::config::{Cli, Command, LogFormat, ServeArgs, Settings};
 /// mimalloc for the server (and the sandbox worker, the same binary): each
 /// event of a batch allocates and frees a few small buffers on whichever
 /// runtime thread handles it, and glibc's malloc/free took 23% of S1's CPU
-/// (BENCHMARKS.md, "Session 6"). Its options are its environment variables
-/// (`MIMALLOC_ARENA_EAGER_COMMIT=0 MIMALLOC_PURGE_DELAY=0` hold less memory
-/// per idle stream; the Kubernetes manifests set them).
+/// (BENCHMARKS.md, "Session 6").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// mimalloc's own defaults hold a held stream's freed memory: its arena is
+/// committed eagerly and a free page is given back only a second later, so
+/// a server holding many streams (each at a prompt, say) kept about 6 KiB
+/// more per stream (BENCHMARKS.md, "Session 11"). Committing on demand and
+/// giving pages back at once costs no measured throughput. These are set
+/// as defaults, before the first allocation (the runtime allocates before
+/// `main`, and mimalloc commits its first arena then), from a prioritized
+/// initializer that runs ahead of mimalloc's own: an operator's
+/// `MIMALLOC_ARENA_EAGER_COMMIT` or `MIMALLOC_PURGE_DELAY` still wins.
+#[used]
+#[unsafe(link_section = ".init_array.00101")]
+static ALLOCATOR_DEFAULTS: extern "C" fn() = allocator_defaults;
+
+extern "C" fn allocator_defaults() {
+    // mimalloc v3's `mi_option_arena_eager_commit` and `mi_option_purge_delay`
+    // (its include/mimalloc.h), which the bindings do not name;
+    // tests/allocator.rs checks by their names that these are the two set.
+    const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    // SAFETY: sets two entries of mimalloc's static option table; it
+    // allocates nothing and needs no initialized runtime.
+    unsafe {
+        libmimalloc_sys::mi_option_set_default(ARENA_EAGER_COMMIT, 0);
+        libmimalloc_sys::mi_option_set_default(PURGE_DELAY, 0);
+    }
+}
 
 fn main() -> anyhow::Result<()> {
     // The sandbox zygote: single-threaded, before anything else runs

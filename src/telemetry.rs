@@ -477,13 +477,13 @@ impl BatchTrace {
                         tool.description.clone(),
                     ));
                 }
-                Some(
+                Some(Box::new(
                     tracer
                         .span_builder(format!("execute_tool {}", call.name))
                         .with_kind(SpanKind::Internal)
                         .with_attributes(attributes)
                         .start_with_context(tracer, cx),
-                )
+                ))
             }
             _ => None,
         };
@@ -528,8 +528,9 @@ impl Drop for BatchTrace {
 pub struct CallTrace(Cell<Option<Box<CallSpan>>>);
 
 struct CallSpan {
-    /// The OpenTelemetry span, when tracing is on.
-    span: Option<opentelemetry_sdk::trace::Span>,
+    /// The OpenTelemetry span, when tracing is on (boxed: a span is ~400
+    /// bytes a call would hold for its life with tracing off).
+    span: Option<Box<opentelemetry_sdk::trace::Span>>,
     audit: audit::CallAudit,
     metrics: Option<Arc<Metrics>>,
     /// The last state recorded, so that an internal re-entry of the same

@@ -13,6 +13,7 @@ mod mcp_common;
 mod replicas_support;
 mod support;
 
+mod allocator;
 mod approval;
 mod audit;
 mod auth_token_file;

@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod bound;
+pub mod codec;
 pub mod convert;
 pub use convert::WireCodec;
 pub mod error;

@@ -599,14 +599,22 @@ impl Session {
                     queued: ahead > 0,
                     batches_ahead: ahead as u32,
                 });
-                self.shared.metrics.queued_batches.inc();
-                self.queue.push_back(PendingBatch {
+                let pending = PendingBatch {
                     id: batch_id,
                     request,
                     events,
                     token,
                     held,
-                });
+                };
+                if ahead == 0 {
+                    // Nothing ahead: it starts now. The queue stays
+                    // unallocated (its first push keeps room for four
+                    // batches, ~1.5 KB, for the session's life).
+                    self.start_batch(pending);
+                } else {
+                    self.shared.metrics.queued_batches.inc();
+                    self.queue.push_back(pending);
+                }
             }
             SessionCommand::Confirm { request, reply } if self.durable => {
                 self.confirm_durably(request, reply);
