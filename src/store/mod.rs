@@ -40,7 +40,10 @@ use std::time::Duration;
 
 pub use log::{BatchLog, BeyondEnd, Entry, LAG_EVENTS, LogEvent, LogReader, LogWriter, MergeKey};
 pub use memory::MemoryStore;
-pub use postgres::{LEASE_TTL, PostgresError, PostgresStore, RELAY_TIMEOUT, SEQUENCES_PER_OWNER};
+pub use postgres::{
+    LEASE_TTL, PostgresError, PostgresStore, RELAY_TIMEOUT, SEQUENCES_PER_OWNER, StoreTiming,
+    TAIL_POLL,
+};
 
 /// A future returned by a store call that may need a round trip.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
