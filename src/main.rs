@@ -79,7 +79,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             settings.store_timing,
         )
         .await?;
-        tracing::info!("store: PostgreSQL");
+        // The id GetServerInfo reports and lease rows (GetSession's
+        // owner_replica) name.
+        tracing::info!(replica = %store.replica(), "store: PostgreSQL");
         config.store = Some(toolsched::scheduler::DurableStore(store.clone()));
         durable = Some(store);
     }

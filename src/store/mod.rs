@@ -340,6 +340,13 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// The id this process holds sessions' leases under (what
+    /// [`Store::owner_elsewhere`] and GetSession's `owner_replica` name it
+    /// by); `None` for a store no other process shares (memory).
+    fn replica_id(&self) -> Option<&str> {
+        None
+    }
+
     /// The replica holding an unexpired lease on the session, when it is
     /// not this one (`None`: the memory store, nobody, or this replica).
     fn owner_elsewhere<'a>(

@@ -1909,6 +1909,10 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
         self.orphans().remove(session_id).unwrap_or_default()
     }
 
+    fn replica_id(&self) -> Option<&str> {
+        Some(&self.replica)
+    }
+
     fn owner_elsewhere<'a>(
         &'a self,
         session_id: &'a str,
