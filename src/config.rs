@@ -238,6 +238,11 @@ settings! {
     /// of it) [default: 10].
     #[arg(long, env = "TOOLSCHED_STORE_LEASE_SECS")]
     store_lease_secs: u64 = crate::store::LEASE_TTL.as_secs(),
+    /// Milliseconds between a tail's reads of the store when nothing woke
+    /// it (`store::TAIL_POLL`). Hidden: for tests, which set it very long
+    /// to show that notifications alone carry a relayed batch to its end.
+    #[arg(long, env = "TOOLSCHED_STORE_TAIL_POLL_MS", hide = true)]
+    store_tail_poll_ms: u64 = crate::store::TAIL_POLL.as_millis() as u64,
     /// Directory where the whole output of a shell command beyond
     /// --output-cap-bytes is kept for read_file [default: a private temp
     /// directory, removed when the server stops].
@@ -482,8 +487,9 @@ pub struct Settings {
     pub mcp_servers: BTreeMap<String, McpServerConfig>,
     /// The PostgreSQL store's URL; `None` is the memory store.
     pub store_url: Option<String>,
-    /// How long a session's lease lasts unrenewed (a durable store).
-    pub store_lease: Duration,
+    /// How long a session's lease lasts unrenewed, how often a tail reads
+    /// unwoken (a durable store).
+    pub store_timing: crate::store::StoreTiming,
 }
 
 impl Settings {
@@ -709,7 +715,12 @@ impl Settings {
             policy_file: v.policy_file,
             mcp_servers: v.mcp_servers,
             store_url: store_url(v.store)?,
-            store_lease: Duration::from_secs(v.store_lease_secs.max(1)),
+            store_timing: crate::store::StoreTiming {
+                lease_ttl: Duration::from_secs(v.store_lease_secs.max(1)),
+                // At most a day: a longer sleep is no different in a test,
+                // and a deadline that far never overflows.
+                tail_poll: Duration::from_millis(v.store_tail_poll_ms.clamp(1, 86_400_000)),
+            },
         })
     }
 }

@@ -97,14 +97,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(url) = &settings.store_url {
         // Unreachable at start-up: the server does not start (the reason is
         // the error).
-        let store = toolsched::store::PostgresStore::connect_with_lease(
+        let store = toolsched::store::PostgresStore::connect_with(
             url,
             config.retention,
             std::sync::Arc::new(toolsched::api::WireCodec),
-            settings.store_lease,
+            settings.store_timing,
         )
         .await?;
-        tracing::info!("store: PostgreSQL");
+        // The id GetServerInfo reports and lease rows (GetSession's
+        // owner_replica) name.
+        tracing::info!(replica = %store.replica(), "store: PostgreSQL");
         config.store = Some(toolsched::scheduler::DurableStore(store.clone()));
         durable = Some(store);
     }

@@ -520,8 +520,9 @@ async fn a_sessions_rules_and_mode_follow_it_to_the_next_replica() {
 }
 
 /// GetSession on a replica that does not run the session answers from the
-/// store: the replica holding its lease, its mode, its running batch and
-/// the one queued behind it; a session the store never had is NOT_FOUND.
+/// store: the replica holding its lease (by the id GetServerInfo of that
+/// replica reports), its mode, its running batch and the one queued behind
+/// it; a session the store never had is NOT_FOUND.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_session_on_another_replica_answers_from_the_store() {
     let url = fresh_database().await;
@@ -568,6 +569,19 @@ async fn get_session_on_another_replica_answers_from_the_store() {
         .await
         .unwrap()
         .get(0);
+    // Each replica names itself: the owner is A by the id A reports.
+    let mut ids = Vec::new();
+    for addr in [a.addr, b.addr] {
+        let info = client(addr)
+            .await
+            .get_server_info(pb::GetServerInfoRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        ids.push(info.replica_id);
+    }
+    assert!(!ids[0].is_empty() && ids[0] != ids[1], "{ids:?}");
+    assert_eq!(owner, ids[0]);
 
     let mut cb = client(b.addr).await;
     let view = cb

@@ -8,7 +8,9 @@
 use crate::replicas_support;
 use crate::support;
 
-use replicas_support::{client, fresh_database};
+use std::time::Duration;
+
+use replicas_support::{client, fresh_database, messages};
 use serde_json::json;
 use support::{Binary, Event, State, call, request};
 use toolsched::api::pb;
@@ -295,4 +297,97 @@ async fn a_batch_sent_to_another_replica_is_queued_behind_the_running_one_on_its
     assert_eq!(support::success_output(&second_rest, "r"), "first\n");
     let completed = support::completed(&second_rest);
     assert_eq!(completed.calls.len(), 1);
+}
+
+/// Streams through a replica that does not run the session (a batch sent
+/// there, a WatchBatch of a batch running on the owner) end once the
+/// owner's completion is written, woken by notifications alone: the
+/// receiving replica's poll of the store is set to an hour. The owner
+/// mirrors the log (its last event, BatchCompleted, among it) and writes
+/// the completion behind, in either order; a reader that read the whole log
+/// before the completion was written used to wait for its poll (1 s), as
+/// the completion notified nobody. Every stream must end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_through_another_replica_end_on_notifications_alone() {
+    const BATCHES: usize = 40;
+    const WATCHES: usize = 8;
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::write(workspace.path().join("notes.txt"), "n\n").unwrap();
+    let hour = ["--store-tail-poll-ms", "3600000"];
+    let a = replica(workspace.path(), &url, &hour);
+    let b = replica(workspace.path(), &url, &hour);
+    let read = || {
+        request(
+            "s-end",
+            vec![call("r", "read_file", json!({"file_path": "notes.txt"}))],
+        )
+    };
+    let ends = |got: &[pb::ScheduleCallsResponse]| {
+        matches!(
+            got.last().and_then(|m| m.event.as_ref()),
+            Some(Event::BatchCompleted(_))
+        )
+    };
+    let (mut ca, mut cb) = (client(a.addr).await, client(b.addr).await);
+    // A runs the session.
+    let first = messages(ca.schedule_calls(read()).await.unwrap().into_inner()).await;
+    assert!(ends(&first), "{first:?}");
+
+    let all = async {
+        for i in 0..BATCHES {
+            let got = messages(cb.schedule_calls(read()).await.unwrap().into_inner()).await;
+            assert!(ends(&got), "batch {i} sent to B: {got:?}");
+            let events: Vec<Event> = got.into_iter().filter_map(|m| m.event).collect();
+            assert_eq!(support::success_output(&events, "r"), "n\n");
+        }
+        for i in 0..WATCHES {
+            let mut on_a = ca
+                .schedule_calls(request(
+                    "s-end",
+                    vec![call(
+                        "w",
+                        "write_file",
+                        json!({"file_path": format!("w{i}.txt"), "content": "w\n"}),
+                    )],
+                ))
+                .await
+                .unwrap()
+                .into_inner();
+            let mut seen = Vec::new();
+            let prompt = support::await_prompt(&mut on_a, &mut seen, "w").await;
+            let batch = match &seen[0] {
+                Event::BatchAccepted(x) => x.batch_id.clone(),
+                other => panic!("{other:?}"),
+            };
+            let mut on_b = cb
+                .watch_batch(pb::WatchBatchRequest {
+                    session_id: "s-end".into(),
+                    batch_id: batch,
+                    after_sequence: 0,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            let mut seen_b = Vec::new();
+            support::await_prompt(&mut on_b, &mut seen_b, "w").await;
+            ca.confirm(pb::ConfirmRequest {
+                session_id: "s-end".into(),
+                call_id: "w".into(),
+                correlation_id: prompt.correlation_id,
+                outcome: pb::ConfirmationOutcome::ProceedOnce as i32,
+                new_content: None,
+            })
+            .await
+            .unwrap();
+            assert!(ends(&messages(on_a).await));
+            let got = messages(on_b).await;
+            assert!(ends(&got), "WatchBatch {i} on B: {got:?}");
+        }
+    };
+    // Not a measure of speed: a stream that waits for the hour's poll
+    // never ends within it.
+    tokio::time::timeout(Duration::from_secs(120), all)
+        .await
+        .expect("a stream through B did not end: its tail was not woken");
 }

@@ -372,6 +372,8 @@ async fn without_a_root_the_single_workspace_serves_and_names_are_refused() {
             create: false
         })
     );
+    // The memory store: no other replica, no replica id.
+    assert_eq!(info.replica_id, "");
 }
 
 #[tokio::test]

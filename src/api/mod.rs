@@ -292,6 +292,7 @@ impl ToolScheduler for Service {
                 named: self.scheduler.workspaces().is_some(),
                 create: self.scheduler.workspaces().is_some_and(|w| w.creates()),
             }),
+            replica_id: self.scheduler.replica_id().unwrap_or_default().to_string(),
         }))
     }
 

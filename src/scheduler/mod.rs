@@ -1126,6 +1126,12 @@ impl Scheduler {
         let _ = self.hub.send(HubCommand::StopAccepting).await;
     }
 
+    /// This replica's id in the store's leases (GetSession's
+    /// `owner_replica`); `None` without a durable store.
+    pub fn replica_id(&self) -> Option<&str> {
+        self.store.replica_id()
+    }
+
     /// The replica running `session_id`, when another one does (a durable
     /// store): a request this replica cannot serve goes there.
     pub async fn owner_elsewhere(&self, session_id: &str) -> Result<Option<String>, StoreError> {

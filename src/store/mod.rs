@@ -40,7 +40,10 @@ use std::time::Duration;
 
 pub use log::{BatchLog, BeyondEnd, Entry, LAG_EVENTS, LogEvent, LogReader, LogWriter, MergeKey};
 pub use memory::MemoryStore;
-pub use postgres::{LEASE_TTL, PostgresError, PostgresStore, RELAY_TIMEOUT, SEQUENCES_PER_OWNER};
+pub use postgres::{
+    LEASE_TTL, PostgresError, PostgresStore, RELAY_TIMEOUT, SEQUENCES_PER_OWNER, StoreTiming,
+    TAIL_POLL,
+};
 
 /// A future returned by a store call that may need a round trip.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -335,6 +338,13 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
     fn take_orphans(&self, session_id: &str) -> Vec<String> {
         let _ = session_id;
         Vec::new()
+    }
+
+    /// The id this process holds sessions' leases under (what
+    /// [`Store::owner_elsewhere`] and GetSession's `owner_replica` name it
+    /// by); `None` for a store no other process shares (memory).
+    fn replica_id(&self) -> Option<&str> {
+        None
     }
 
     /// The replica holding an unexpired lease on the session, when it is

@@ -82,9 +82,31 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
 pub const RELAY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A reader of a batch another replica runs ([`Store::tail`]) reads the
-/// store at least this often (woken sooner by NOTIFY): it also notices so
-/// that the owner died.
-const TAIL_POLL: Duration = Duration::from_secs(1);
+/// store at least this often. Every write it waits for wakes it at once by
+/// NOTIFY (its owner's log entries and its completion), so this only
+/// notices what nothing notifies: that the owner died (its lease ran out),
+/// or notifications lost with a LISTEN connection that broke unnoticed.
+pub const TAIL_POLL: Duration = Duration::from_secs(1);
+
+/// How long a replica's leases last and how often its tails read the store
+/// unwoken.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreTiming {
+    /// A session's lease unrenewed ([`LEASE_TTL`]).
+    pub lease_ttl: Duration,
+    /// A tail's read without a notification ([`TAIL_POLL`]); tests set it
+    /// very long to show that notifications alone end a tail.
+    pub tail_poll: Duration,
+}
+
+impl Default for StoreTiming {
+    fn default() -> Self {
+        Self {
+            lease_ttl: LEASE_TTL,
+            tail_poll: TAIL_POLL,
+        }
+    }
+}
 
 /// Sequences each owner of a batch numbers its log in: the owner at the
 /// batch's n-th epoch since it began logs from `n × this + 1`. Far more than
@@ -337,6 +359,9 @@ struct Completion {
     /// inserts it if it is not there (its own write may have been fenced
     /// out by an expiry the completion's fence does not check).
     row: Option<Arc<BeginRow>>,
+    /// Its log is mirrored for readers on other replicas: they wait for
+    /// this completion, which wakes them (NOTIFY) once written.
+    watched: bool,
 }
 
 /// What a write is fenced by: the lease it was made under.
@@ -384,6 +409,8 @@ pub struct PostgresStore<E: LogEvent> {
     /// This process's name in lease rows.
     replica: Arc<str>,
     lease_ttl: Duration,
+    /// How often a tail reads the store unwoken ([`TAIL_POLL`]).
+    tail_poll: Duration,
     /// The lease this replica holds (or last held) on each session.
     epochs: Mutex<HashMap<String, Held>>,
     /// Requests relayed by this replica, awaiting the owner's answer, by id.
@@ -398,14 +425,57 @@ pub struct PostgresStore<E: LogEvent> {
     /// Batches whose log is copied into the store as it grows.
     mirrored: Mutex<std::collections::HashSet<(String, String)>>,
     /// Readers here of batches another replica runs, woken by NOTIFY, by
-    /// batch id.
-    tails: Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
+    /// batch id: one waker per reader (two WatchBatch of one batch are two
+    /// readers), each removed by its reader's [`TailWaker`].
+    tails: Mutex<HashMap<String, Vec<std::sync::Weak<tokio::sync::Notify>>>>,
     /// The epoch at which this process last wrote or read each session's
     /// settings: at the lease's epoch, its own are current
     /// ([`Store::session_settings`]).
     settled: Mutex<HashMap<String, i64>>,
     /// This store, for the tasks it starts.
     me: std::sync::OnceLock<std::sync::Weak<Self>>,
+}
+
+/// A reader's wake-up for its batch's notifications (see
+/// `PostgresStore::tails`), registered while it lives. `notify_one` keeps a
+/// wake-up that comes while the reader reads, so none is lost between a
+/// read and the next wait.
+struct TailWaker<E: LogEvent> {
+    notify: Arc<tokio::sync::Notify>,
+    store: std::sync::Weak<PostgresStore<E>>,
+    batch_id: String,
+}
+
+impl<E: LogEvent> TailWaker<E> {
+    fn new(store: &Arc<PostgresStore<E>>, batch_id: &str) -> Self {
+        let notify = Arc::new(tokio::sync::Notify::new());
+        store
+            .tails()
+            .entry(batch_id.to_string())
+            .or_default()
+            .push(Arc::downgrade(&notify));
+        Self {
+            notify,
+            store: Arc::downgrade(store),
+            batch_id: batch_id.to_string(),
+        }
+    }
+}
+
+impl<E: LogEvent> Drop for TailWaker<E> {
+    fn drop(&mut self) {
+        let Some(store) = self.store.upgrade() else {
+            return;
+        };
+        let mut tails = store.tails();
+        if let Some(wakers) = tails.get_mut(&self.batch_id) {
+            let me = Arc::downgrade(&self.notify);
+            wakers.retain(|w| !w.ptr_eq(&me) && w.strong_count() > 0);
+            if wakers.is_empty() {
+                tails.remove(&self.batch_id);
+            }
+        }
+    }
 }
 
 /// A recorded event: sequence, time, the event's encoded body.
@@ -467,6 +537,24 @@ impl<E: LogEvent> PostgresStore<E> {
         codec: Arc<dyn EventCodec<E>>,
         lease_ttl: Duration,
     ) -> Result<Arc<Self>, PostgresError> {
+        let timing = StoreTiming {
+            lease_ttl,
+            ..StoreTiming::default()
+        };
+        Self::connect_with(url, retention, codec, timing).await
+    }
+
+    /// Like [`PostgresStore::connect`], with `timing`'s lease and poll.
+    pub async fn connect_with(
+        url: &str,
+        retention: Retention,
+        codec: Arc<dyn EventCodec<E>>,
+        timing: StoreTiming,
+    ) -> Result<Arc<Self>, PostgresError> {
+        let StoreTiming {
+            lease_ttl,
+            tail_poll,
+        } = timing;
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|e| PostgresError::Url { reason: reason(&e) })?;
         config.connect_timeout(CONNECT_TIMEOUT);
@@ -512,6 +600,7 @@ impl<E: LogEvent> PostgresStore<E> {
             reachable,
             replica,
             lease_ttl,
+            tail_poll,
             epochs: Mutex::new(HashMap::new()),
             waiters: Mutex::new(HashMap::new()),
             inbox: Mutex::new(Some(inbox_rx)),
@@ -1250,9 +1339,27 @@ impl<E: LogEvent> PostgresStore<E> {
         self.mirrored.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn tails(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Notify>>> {
+    fn tails(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, Vec<std::sync::Weak<tokio::sync::Notify>>>> {
         // Inserts and removes only: consistent after any panic.
         self.tails.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes the readers here of `batch_id` (every batch's: `None`). A
+    /// reader busy reading keeps the wake-up and reads again after.
+    fn wake_tails(&self, batch_id: Option<&str>) {
+        let wake = |wakers: &Vec<std::sync::Weak<tokio::sync::Notify>>| {
+            wakers
+                .iter()
+                .filter_map(std::sync::Weak::upgrade)
+                .for_each(|n| n.notify_one());
+        };
+        let tails = self.tails();
+        match batch_id {
+            Some(batch) => tails.get(batch).into_iter().for_each(wake),
+            None => tails.values().for_each(wake),
+        }
     }
 
     async fn start_mirror(&self, session_id: &str, batch_id: &str) -> Result<bool, StoreError> {
@@ -1268,7 +1375,19 @@ impl<E: LogEvent> PostgresStore<E> {
         };
         // Its events refer to its row.
         self.write_unwritten(session_id).await?;
-        if !self.mirrored().insert(key.clone()) {
+        // Under the `live` lock, as `complete_batch` takes the batch out:
+        // either it sees this mirror (and its completion wakes the readers),
+        // or it has queued the completion already.
+        let (running, first) = {
+            let live = self.live();
+            let running = live.contains_key(&key);
+            (running, running && self.mirrored().insert(key.clone()))
+        };
+        if !running {
+            self.flush(COMPLETION_WAIT).await;
+            return Ok(true);
+        }
+        if !first {
             return Ok(true);
         }
         let Ok(mut reader) = log.reader(0) else {
@@ -1311,11 +1430,9 @@ impl<E: LogEvent> PostgresStore<E> {
         batch_id: &str,
     ) -> Result<Arc<BatchLog<E>>, StoreError> {
         let (log, writer) = BatchLog::new();
-        let notify = self
-            .tails()
-            .entry(batch_id.to_string())
-            .or_default()
-            .clone();
+        // Listening before the first read: what is written after it wakes
+        // this reader, even while it reads.
+        let waker = TailWaker::new(&self, batch_id);
         // What is recorded so far is in the log before it is returned.
         let (mut last, ended) = self.read_tail(session_id, batch_id, &writer, 0).await?;
         if ended {
@@ -1324,34 +1441,25 @@ impl<E: LogEvent> PostgresStore<E> {
         }
         let (session, batch) = (session_id.to_string(), batch_id.to_string());
         let store = Arc::downgrade(&self);
+        let poll = self.tail_poll;
         drop(self);
         tokio::spawn(async move {
             loop {
-                let notified = notify.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
+                // A notification since the last read, or the poll.
+                let _ = tokio::time::timeout(poll, waker.notify.notified()).await;
                 let Some(s) = store.upgrade() else {
                     return;
                 };
                 match s.read_tail(&session, &batch, &writer, last).await {
                     Ok((_, true)) => {
-                        s.tails().remove(&batch);
                         writer.finish_recorded();
                         return;
                     }
                     Ok((seen, false)) => last = seen,
-                    Err(StoreError::OwnedElsewhere { .. }) => {
-                        // The owner stopped: readers end; a WatchBatch again
-                        // takes the batch over.
-                        s.tails().remove(&batch);
-                        return;
-                    }
+                    // The owner stopped: readers end; a WatchBatch again
+                    // takes the batch over.
+                    Err(StoreError::OwnedElsewhere { .. }) => return,
                     Err(e) => tracing::debug!(reason = %e, "store: reading a batch's log failed"),
-                }
-                drop(s);
-                tokio::select! {
-                    () = &mut notified => {}
-                    () = tokio::time::sleep(TAIL_POLL) => {}
                 }
             }
         });
@@ -1704,29 +1812,37 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
 
     fn complete_batch(&self, session_id: &str, batch_id: &str, ended: Vec<EndedCall>) {
         let row = self.forget_unwritten(session_id, batch_id);
-        self.mirrored()
-            .remove(&(session_id.to_string(), batch_id.to_string()));
         self.memory
             .complete_batch(session_id, batch_id, ended.clone());
-        let Some(log) = self
-            .live()
-            .remove(&(session_id.to_string(), batch_id.to_string()))
-        else {
+        let key = (session_id.to_string(), batch_id.to_string());
+        let Some(log) = self.live().get(&key).cloned() else {
+            self.mirrored().remove(&key);
             return;
         };
+        // The log is whole: `Completed` was its last event.
         let entries = log
             .entries()
             .iter()
             .map(|e| (e.sequence as i64, e.at, self.codec.encode(e)))
             .collect();
+        let fence = self.fence(session_id);
+        // Under the `live` lock, as `start_mirror` looks: a mirror started
+        // before the batch leaves `live` is seen here (its completion wakes
+        // the readers elsewhere), one asked after finds the completion
+        // queued (and waits for it to be written).
+        let mut live = self.live();
+        live.remove(&key);
+        let watched = self.mirrored().remove(&key);
         self.write(Write::Complete(Completion {
-            fence: self.fence(session_id),
-            session_id: session_id.to_string(),
-            batch_id: batch_id.to_string(),
+            fence,
+            session_id: key.0,
+            batch_id: key.1,
             entries,
             ended,
             row,
+            watched,
         }));
+        drop(live);
     }
 
     fn adopt<'a>(
@@ -1791,6 +1907,10 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
 
     fn take_orphans(&self, session_id: &str) -> Vec<String> {
         self.orphans().remove(session_id).unwrap_or_default()
+    }
+
+    fn replica_id(&self) -> Option<&str> {
+        Some(&self.replica)
     }
 
     fn owner_elsewhere<'a>(
@@ -2317,6 +2437,26 @@ async fn complete_all(
             "store: the session's lease passed to another replica; this batch's log is not written"
         );
     }
+    // Readers on other replicas end at the completion (`read_tail`): wake
+    // them once it is committed. The mirror's last write (its `Completed`
+    // event) may have woken them before it was, and nothing else would
+    // until their poll. A statement of its own, only for batches watched
+    // elsewhere: most completions notify nobody. (A notification for a
+    // completion fenced out just makes its readers read again.)
+    let watched: Vec<&str> = completions
+        .iter()
+        .filter(|c| c.watched)
+        .map(|c| c.batch_id.as_str())
+        .collect();
+    if !watched.is_empty() {
+        client
+            .execute(
+                "SELECT pg_notify('toolsched_events', b) FROM unnest($1::text[]) AS b",
+                &[&watched],
+            )
+            .await
+            .map_err(err)?;
+    }
     Ok(())
 }
 
@@ -2476,10 +2616,13 @@ async fn listen<E: LogEvent>(
             tokio::time::sleep(RETRY_EVERY).await;
             continue;
         }
-        if let Some(s) = store.upgrade()
-            && let Err(reason) = s.take_posted().await
-        {
-            tracing::warn!(%reason, "store: reading relayed requests failed");
+        if let Some(s) = store.upgrade() {
+            // Whatever was notified before this LISTEN (at start-up, or
+            // while the connection was lost) is read now.
+            s.wake_tails(None);
+            if let Err(reason) = s.take_posted().await {
+                tracing::warn!(%reason, "store: reading relayed requests failed");
+            }
         }
         while let Some(n) = notifications.recv().await {
             let Some(s) = store.upgrade() else {
@@ -2488,9 +2631,7 @@ async fn listen<E: LogEvent>(
             let done = match n.channel() {
                 "toolsched_inbox" if n.payload() == &*s.replica => s.take_posted().await,
                 "toolsched_events" => {
-                    if let Some(notify) = s.tails().get(n.payload()) {
-                        notify.notify_waiters();
-                    }
+                    s.wake_tails(Some(n.payload()));
                     Ok(())
                 }
                 "toolsched_answer" => match n.payload().parse::<i64>() {

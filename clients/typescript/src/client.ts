@@ -185,7 +185,8 @@ export class ToolschedClient {
     return r.tools.map(conv.tool);
   }
 
-  /** Version, sandbox and MCP servers, as the generated message. */
+  /** Version, sandbox, MCP servers and the replica id (`replicaId`, with a
+   * durable store), as the generated message. */
   serverInfo(): Promise<pb.GetServerInfoResponse> {
     return this.#unary(() => this.#rpc.getServerInfo({}, this.#opts()));
   }

@@ -225,7 +225,8 @@ class Client:
         return [conv.tool(d) for d in r.tools]
 
     def server_info(self) -> pb.GetServerInfoResponse:
-        """Version, sandbox and MCP servers, as the generated message."""
+        """Version, sandbox, MCP servers and the replica id (``replica_id``, with
+        a durable store), as the generated message."""
         try:
             return self._stub.GetServerInfo(pb.GetServerInfoRequest(), metadata=self._metadata)  # type: ignore[no-any-return]
         except grpc.RpcError as e:

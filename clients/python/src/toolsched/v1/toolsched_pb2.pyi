@@ -521,16 +521,18 @@ class GetServerInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetServerInfoResponse(_message.Message):
-    __slots__ = ("version", "sandbox", "mcp_servers", "workspaces")
+    __slots__ = ("version", "sandbox", "mcp_servers", "workspaces", "replica_id")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     MCP_SERVERS_FIELD_NUMBER: _ClassVar[int]
     WORKSPACES_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     version: str
     sandbox: SandboxInfo
     mcp_servers: _containers.RepeatedCompositeFieldContainer[McpServerInfo]
     workspaces: WorkspacesInfo
-    def __init__(self, version: _Optional[str] = ..., sandbox: _Optional[_Union[SandboxInfo, _Mapping]] = ..., mcp_servers: _Optional[_Iterable[_Union[McpServerInfo, _Mapping]]] = ..., workspaces: _Optional[_Union[WorkspacesInfo, _Mapping]] = ...) -> None: ...
+    replica_id: str
+    def __init__(self, version: _Optional[str] = ..., sandbox: _Optional[_Union[SandboxInfo, _Mapping]] = ..., mcp_servers: _Optional[_Iterable[_Union[McpServerInfo, _Mapping]]] = ..., workspaces: _Optional[_Union[WorkspacesInfo, _Mapping]] = ..., replica_id: _Optional[str] = ...) -> None: ...
 
 class WorkspacesInfo(_message.Message):
     __slots__ = ("named", "create")
