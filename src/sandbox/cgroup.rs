@@ -6,8 +6,9 @@
 //!
 //! Who joins it is not decided here: the zygote's spare worker joins the
 //! cgroup made for the *next* command ahead of time (see
-//! [`super::zygote`]), because on cgroup v1 joining waits for an RCU grace
-//! period (BENCHMARKS.md, "Session 8": ~10–15 ms of sleep per command).
+//! [`super::zygote`]), and how it joins decides whether that waits for an
+//! RCU grace period holding `cgroup_mutex`, which the `mkdir` and `rmdir`
+//! here take too (see [`super::worker::join_cgroup`]).
 
 #![allow(unsafe_code)]
 

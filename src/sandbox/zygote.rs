@@ -41,10 +41,12 @@
 //! (4 bytes, native order; a negative errno when it could not fork) and a
 //! pidfd of it. Then it forks the next spare, which joins the next cgroup.
 //!
-//! **The spare worker** ([`Spare`]; issue 17 item 3): on cgroup v1, joining
-//! a cgroup sleeps a full RCU grace period (~10–15 ms, about half of a
-//! confined `true`: BENCHMARKS.md, "Session 8"). A spare forked ahead does
-//! it while the previous command runs and the client prepares the next.
+//! **The spare worker** ([`Spare`]; issue 17 item 3): a worker forked,
+//! settled and moved into the next command's cgroup ahead, while the
+//! previous command runs and the client prepares the next. (Joining
+//! through `cgroup.procs` slept a full RCU grace period on cgroup v1,
+//! BENCHMARKS.md "Session 8"; a single-threaded worker now joins through
+//! `tasks`, which does not: see [`super::worker::join_cgroup`].)
 //! The server still makes, and after the command sweeps and removes, every
 //! cgroup ([`super::cgroup`]); it only makes each one a command early. The
 //! cgroup a spare joined is removed by the zygote when the server is gone
@@ -283,8 +285,8 @@ impl Zygote {
         };
         // This command's cgroup: the spare's when it is under the same base
         // (its pids.max set to this command's limit), else a new one; and
-        // the next spare's, made now so that joining it (an RCU grace
-        // period on cgroup v1) happens while this command runs.
+        // the next spare's, made now so that the spare settles in it while
+        // this command runs.
         let (cgroup, next) = match &req.pids_cgroup {
             Some(want) => {
                 let spare = c.spare.take().filter(|s| s.base == want.base);
@@ -794,9 +796,8 @@ struct Ctx {
 /// A worker forked before its command arrived (issue 17 item 3): it has
 /// already done what does not depend on the command (session, parent-death
 /// signal, subreaper) and joined the cgroup the server made for the next
-/// command, which on cgroup v1 sleeps one RCU grace period (~10–15 ms:
-/// BENCHMARKS.md, "Session 8"). The next request is handed to it over
-/// `chan` instead of forking, so that wait overlaps the previous command
+/// command. The next request is handed to it over `chan` instead of
+/// forking, so that the fork and that setup overlap the previous command
 /// and the client's turn instead of delaying the next command.
 ///
 /// It holds nothing of the zygote's but `chan` (everything else is closed

@@ -257,11 +257,34 @@ pub(in crate::sandbox) fn settle(parent: Option<libc::pid_t>) -> Result<libc::pi
 
 /// Moves this process into the pids cgroup `cg`. Joining before the fork
 /// puts the command and all it spawns in the cgroup, whose pids.max the
-/// server already set. On cgroup v1 this sleeps one RCU grace period
-/// (~10–15 ms), which is why a spare worker does it ahead of its command.
+/// server already set.
+///
+/// On cgroup v1 a single-threaded process joins through `tasks`: moving
+/// only the calling thread skips `cgroup_threadgroup_rwsem` (the kernel
+/// elides it when the thread moved is `current`), while `cgroup.procs`
+/// takes it for writing, whose `rcu_sync` sleeps a full RCU grace period
+/// (9.6–36 ms measured on this host when joins are 25 ms apart; 0.03 ms
+/// through `tasks`) **holding `cgroup_mutex`**, so that the server's
+/// `mkdir` and `rmdir` of other commands' cgroups waited for it too
+/// (BENCHMARKS.md, "Session 11"). With the only thread moved, the whole
+/// process is, and everything it forks after. A process with more than one
+/// thread (never a worker: none starts a thread) would leave the others
+/// behind, so it joins through `cgroup.procs`; so does one on cgroup v2,
+/// which has no `tasks`.
 pub(in crate::sandbox) fn join_cgroup(cg: &Path) -> Result<(), String> {
-    std::fs::write(cg.join("cgroup.procs"), "0")
-        .map_err(|e| format!("joining cgroup {}: {e}", cg.display()))
+    let tasks = cg.join("tasks");
+    let file = if single_threaded() && tasks.exists() {
+        tasks
+    } else {
+        cg.join("cgroup.procs")
+    };
+    std::fs::write(&file, "0").map_err(|e| format!("joining cgroup {}: {e}", cg.display()))
+}
+
+/// Whether this process has exactly one thread (`/proc/self/task`); unsure
+/// counts as no.
+fn single_threaded() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.take(2).count() == 1)
 }
 
 /// Waits for one of the blocked signals (read from `sfd`), serving the
