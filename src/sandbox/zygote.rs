@@ -1145,7 +1145,7 @@ fn reap(live: &mut Vec<(libc::pid_t, File)>, spare: &mut Option<Spare>) {
             serde_json::json!({ "worker_exit": { "exit_code": libc::WEXITSTATUS(st) } })
         };
         // A few bytes into a pipe the server drains: does not block.
-        let _ = writeln!(status, "{line}");
+        super::worker::report(&mut status, &line);
     }
 }
 
@@ -1206,7 +1206,7 @@ unsafe fn child(
         }
         let mut status = File::from_raw_fd(STATUS_FD);
         let fail = |status: &mut File, message: String| -> ! {
-            let _ = writeln!(status, "{}", serde_json::json!({ "spawn_error": message }));
+            super::worker::report(status, &serde_json::json!({ "spawn_error": message }));
             libc::_exit(SETUP_FAILED_EXIT)
         };
         // Nothing of the zygote's survives (its socket, signalfd, other

@@ -279,15 +279,26 @@ pub fn main_with_parent(args: WorkerArgs, forked: Option<Forked>) -> ! {
                 Ended::Code(c) => serde_json::json!({ "exit_code": c }),
                 Ended::Signal(s) => serde_json::json!({ "signal": s }),
             };
-            let _ = writeln!(status, "{line}");
+            report(&mut status, &line);
             drop(status);
             exit_like(ended)
         }
         Err(message) => {
-            let _ = writeln!(status, "{}", serde_json::json!({ "setup_error": message }));
+            report(&mut status, &serde_json::json!({ "setup_error": message }));
             std::process::exit(SETUP_FAILED_EXIT)
         }
     }
+}
+
+/// Writes `line` and a newline to the status pipe in one `write`: the
+/// server's reader wakes once per write, and `writeln!` of a JSON value on
+/// an unbuffered file makes one per token (8 for `{"exit_code":0}`), each
+/// on the exit path of the call. A few bytes into a pipe the server drains
+/// never block; a failure (the server is gone) leaves nobody to tell.
+pub(crate) fn report(status: &mut File, line: &serde_json::Value) {
+    let mut text = line.to_string();
+    text.push('\n');
+    let _ = status.write_all(text.as_bytes());
 }
 
 /// What every worker computes the same way, done once in the zygote

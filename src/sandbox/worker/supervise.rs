@@ -145,7 +145,7 @@ pub(super) fn supervise(
             worker_pid,
             ends,
         );
-        let _ = writeln!(status, "{}", serde_json::json!({ "setup_error": err }));
+        super::report(status, &serde_json::json!({ "setup_error": err }));
         // SAFETY: leaving the forked child without running the parent's
         // destructors or atexit handlers.
         unsafe { libc::_exit(SETUP_FAILED_EXIT) }
