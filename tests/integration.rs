@@ -24,6 +24,7 @@ mod beneath_race;
 mod cancellation;
 mod cli_client;
 mod disk_full;
+mod dropped_at_once;
 mod edit_tools;
 mod event_bounds;
 mod file_tools;

@@ -491,6 +491,13 @@ impl Session {
                 idle_reported = false;
             }
             tokio::select! {
+                // Commands first: a batch's Schedule is always sent before
+                // its stream can be dropped, so the stream's detach (an
+                // internal report) finds the batch here; in random order a
+                // detach seen first found no batch and was forgotten, and
+                // the batch ran on with nobody reading
+                // (tests/dropped_at_once.rs).
+                biased;
                 cmd = commands.recv() => match cmd {
                     Some(cmd) => {
                         session.processed += 1;
