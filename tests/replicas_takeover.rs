@@ -886,3 +886,86 @@ async fn a_batch_taken_over_by_a_watch_brings_the_batch_queued_behind_it() {
         ["validating", "scheduled", "executing", "success"]
     );
 }
+
+/// A stream through a replica that does not own the session, whose owner
+/// is killed mid-batch, ends `UNAVAILABLE`, never OK without
+/// `BatchCompleted`; `WatchBatch` after the last sequence it saw follows
+/// the batch where it is taken over (README, "What every client must do",
+/// item 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_through_another_replica_whose_owner_is_killed_ends_unavailable() {
+    let url = fresh_database().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let yolo = ["--approval-mode", "yolo"];
+    let a = replica(workspace.path(), &url, &yolo);
+    let b = replica(workspace.path(), &url, &yolo);
+    // A owns the session.
+    let first = messages(
+        client(a.addr)
+            .await
+            .schedule_calls(request(
+                "s-relay-kill",
+                vec![call(
+                    "hello",
+                    "run_shell_command",
+                    json!({"command": "true"}),
+                )],
+            ))
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .await;
+    support::completed(&events_of(&first));
+
+    let mut through_b = client(b.addr)
+        .await
+        .schedule_calls(request(
+            "s-relay-kill",
+            vec![call(
+                "long",
+                "run_shell_command",
+                json!({"command": "echo x >> log; sleep 30"}),
+            )],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    next_matching(&mut through_b, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(u) if u.call_id == "long"
+            && matches!(u.state, Some(State::Executing(_))))
+    })
+    .await;
+    let batch = accepted(&seen);
+    wait_for_file(&workspace.path().join("log"), "x\n").await;
+    kill_9(a);
+
+    let mut last = 0;
+    let status = loop {
+        match through_b.message().await {
+            Ok(Some(m)) => {
+                last = m.sequence;
+                seen.extend(m.event);
+            }
+            Ok(None) => panic!("the stream ended OK without BatchCompleted: {seen:?}"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert_eq!(
+        status.message(),
+        "the replica running this batch stopped before it completed: WatchBatch after \
+         the last sequence seen follows it where it is taken over"
+    );
+    assert!(
+        !seen.iter().any(|e| matches!(e, Event::BatchCompleted(_))),
+        "{seen:?}"
+    );
+
+    let taken = messages(watch_after_taken_over(b.addr, "s-relay-kill", &batch, last).await).await;
+    let events = events_of(&taken);
+    let (kind, _) = support::error_of(&events, "long");
+    assert_eq!(kind, pb::ErrorType::OutcomeUnknown);
+    assert_eq!(support::completed(&events).calls.len(), 1);
+}

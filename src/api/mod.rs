@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::scheduler::{
@@ -124,10 +124,7 @@ impl ToolScheduler for Service {
                     .watch_store(watch)
                     .await
                     .map_err(ApiError::from)?;
-                let replayed = accepted.replayed;
-                let max_event_bytes = self.max_event_bytes;
-                let events =
-                    stream.map(move |entry| Ok(wire_event(&entry, replayed, max_event_bytes)));
+                let events = WireEvents::new(stream, accepted.replayed, self.max_event_bytes);
                 return Ok(Response::new(Box::pin(events)));
             }
             Err(e) => return Err(ApiError::from(e).into()),
@@ -142,8 +139,7 @@ impl ToolScheduler for Service {
             "batch accepted"
         );
         let replayed = stream.replayed();
-        let max_event_bytes = self.max_event_bytes;
-        let events = stream.map(move |entry| Ok(wire_event(&entry, replayed, max_event_bytes)));
+        let events = WireEvents::new(stream, replayed, self.max_event_bytes);
         Ok(Response::new(Box::pin(events)))
     }
 
@@ -189,8 +185,7 @@ impl ToolScheduler for Service {
             }
             Err(e) => return Err(ApiError::from(e).into()),
         };
-        let max_event_bytes = self.max_event_bytes;
-        let events = stream.map(move |entry| Ok(wire_event(&entry, false, max_event_bytes)));
+        let events = WireEvents::new(stream, false, self.max_event_bytes);
         Ok(Response::new(Box::pin(events)))
     }
 
@@ -353,6 +348,63 @@ impl ToolScheduler for Service {
         Ok(Response::new(convert::session_view(
             session_id, view, owner,
         )))
+    }
+}
+
+/// A batch's events as stream messages. It ends OK only after
+/// `Completed`: a log that ends before it (the replica running the batch
+/// stopped: killed, or its lease lost) ends the stream `UNAVAILABLE`, so a
+/// client never takes a short stream for a finished batch, and re-attaches
+/// with `WatchBatch`.
+struct WireEvents {
+    events: crate::scheduler::BatchStream,
+    replayed: bool,
+    max_event_bytes: usize,
+    ended: bool,
+}
+
+impl WireEvents {
+    fn new(events: crate::scheduler::BatchStream, replayed: bool, max_event_bytes: usize) -> Self {
+        Self {
+            events,
+            replayed,
+            max_event_bytes,
+            ended: false,
+        }
+    }
+}
+
+impl Stream for WireEvents {
+    type Item = Result<pb::ScheduleCallsResponse, Status>;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut self.events).poll_next(cx) {
+            Poll::Ready(Some(entry)) => Poll::Ready(Some(Ok(wire_event(
+                &entry,
+                self.replayed,
+                self.max_event_bytes,
+            )))),
+            Poll::Ready(None) => {
+                self.ended = true;
+                if self.events.completed() {
+                    Poll::Ready(None)
+                } else {
+                    Poll::Ready(Some(Err(Status::unavailable(
+                        "the replica running this batch stopped before it completed: \
+                         WatchBatch after the last sequence seen follows it where it is \
+                         taken over",
+                    ))))
+                }
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 

@@ -720,6 +720,13 @@ impl BatchStream {
         self.replayed
     }
 
+    /// Whether the batch's last event (`Completed`) is logged. A stream
+    /// that ended without it lost its batch's writer: the replica running
+    /// the batch stopped (killed, or its lease lost).
+    pub fn completed(&self) -> bool {
+        self.reader.log().is_finished()
+    }
+
     /// The next logged event, `None` after `Completed`.
     pub async fn next(&mut self) -> Option<Arc<Entry<BatchEvent>>> {
         self.reader.next().await
