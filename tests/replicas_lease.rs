@@ -11,17 +11,17 @@ use std::time::Duration;
 use replicas_support::{fresh_database, sql};
 use toolsched::api::pb;
 use toolsched::scheduler::BatchEvent;
-use toolsched::store::{Begun, NewBatch, PostgresStore, Store, StoreError};
+use toolsched::store::{Begun, NewBatch, PostgresStore, Store, StoreError, StoreTiming};
 
 /// Leases long enough that no renewal happens during a test.
 const NO_RENEWAL: Duration = Duration::from_secs(3600);
 
 async fn replica(url: &str) -> Arc<PostgresStore<BatchEvent>> {
-    PostgresStore::connect_with_lease(
+    PostgresStore::connect_with(
         url,
         Default::default(),
         Arc::new(toolsched::api::WireCodec),
-        NO_RENEWAL,
+        timing(NO_RENEWAL),
     )
     .await
     .unwrap()
@@ -88,12 +88,7 @@ async fn a_replica_whose_lease_passed_to_another_writes_nothing_more() {
     };
 
     // A stops renewing (paused): its lease runs out; B takes it over.
-    db.execute(
-        "UPDATE toolsched_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'",
-        &[],
-    )
-    .await
-    .unwrap();
+    expire_lease(&db, "s").await;
     let Begun::New(_writer_b) = b.begin_batch(batch("s", "b2")).await.unwrap() else {
         panic!("a new batch");
     };
@@ -177,11 +172,11 @@ async fn a_replica_shutting_down_releases_its_leases_for_the_next_request() {
 async fn a_running_batch_keeps_its_lease_renewed() {
     let url = fresh_database().await;
     let db = sql(&url).await;
-    let a = PostgresStore::<BatchEvent>::connect_with_lease(
+    let a = PostgresStore::<BatchEvent>::connect_with(
         &url,
         Default::default(),
         Arc::new(toolsched::api::WireCodec),
-        Duration::from_secs(3),
+        timing(Duration::from_secs(3)),
     )
     .await
     .unwrap();
@@ -287,12 +282,7 @@ async fn batches_beginning_and_completing_together_each_get_their_own_row_and_fe
         };
         first.push(w);
     }
-    db.execute(
-        "UPDATE toolsched_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's2'",
-        &[],
-    )
-    .await
-    .unwrap();
+    expire_lease(&db, "s2").await;
     let Begun::New(_b_owns) = b.begin_batch(batch("s2", "s2-b")).await.unwrap() else {
         panic!("a new batch");
     };
@@ -461,12 +451,11 @@ async fn a_completion_queued_under_an_older_epoch_is_not_written_beside_a_newer_
     });
     a.complete_batch("s", "x", Vec::new());
     // ...while s passes to B (epoch 2) and back to A (epoch 3).
-    let expire = "UPDATE toolsched_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'";
-    db.execute(expire, &[]).await.unwrap();
+    expire_lease(&db, "s").await;
     let Begun::New(_on_b) = b.begin_batch(batch("s", "on-b")).await.unwrap() else {
         panic!("a new batch");
     };
-    db.execute(expire, &[]).await.unwrap();
+    expire_lease(&db, "s").await;
     let Begun::New(y) = a.begin_batch(batch("s", "y")).await.unwrap() else {
         panic!("a new batch");
     };
@@ -508,6 +497,25 @@ fn reads(session: &str, id: &str) -> NewBatch {
         reads_only: true,
         ..batch(session, id)
     }
+}
+
+/// The store's timing with leases of `lease_ttl`.
+fn timing(lease_ttl: Duration) -> StoreTiming {
+    StoreTiming {
+        lease_ttl,
+        ..StoreTiming::default()
+    }
+}
+
+/// Makes `session`'s lease run out now, by the database's clock (as a
+/// paused or dead owner's would).
+async fn expire_lease(db: &tokio_postgres::Client, session: &str) {
+    db.execute(
+        "UPDATE toolsched_leases SET expires_at = now() - interval '1 second' WHERE session_id = $1",
+        &[&session],
+    )
+    .await
+    .unwrap();
 }
 
 /// (batch id, completed, logged sequences) of `session`'s rows, in the
@@ -690,12 +698,7 @@ async fn a_batch_of_reads_without_a_request_id_is_recorded_behind_it_in_order() 
     let Begun::New(expired) = a.begin_batch(reads("s", "expired")).await.unwrap() else {
         panic!("a new batch");
     };
-    db.execute(
-        "UPDATE toolsched_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'",
-        &[],
-    )
-    .await
-    .unwrap();
+    expire_lease(&db, "s").await;
     hold.commit().await.unwrap();
     a.flush(Duration::from_secs(30)).await;
     assert!(
@@ -722,12 +725,7 @@ async fn a_batch_of_reads_without_a_request_id_is_recorded_behind_it_in_order() 
     let Begun::New(late) = a.begin_batch(reads("s", "late")).await.unwrap() else {
         panic!("a new batch");
     };
-    db.execute(
-        "UPDATE toolsched_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'",
-        &[],
-    )
-    .await
-    .unwrap();
+    expire_lease(&db, "s").await;
     let Begun::New(_on_b) = b.begin_batch(batch("s", "on-b")).await.unwrap() else {
         panic!("a new batch");
     };

@@ -527,21 +527,7 @@ impl<E: LogEvent> PostgresStore<E> {
         retention: Retention,
         codec: Arc<dyn EventCodec<E>>,
     ) -> Result<Arc<Self>, PostgresError> {
-        Self::connect_with_lease(url, retention, codec, LEASE_TTL).await
-    }
-
-    /// Like [`PostgresStore::connect`], with leases lasting `lease_ttl`.
-    pub async fn connect_with_lease(
-        url: &str,
-        retention: Retention,
-        codec: Arc<dyn EventCodec<E>>,
-        lease_ttl: Duration,
-    ) -> Result<Arc<Self>, PostgresError> {
-        let timing = StoreTiming {
-            lease_ttl,
-            ..StoreTiming::default()
-        };
-        Self::connect_with(url, retention, codec, timing).await
+        Self::connect_with(url, retention, codec, StoreTiming::default()).await
     }
 
     /// Like [`PostgresStore::connect`], with `timing`'s lease and poll.
