@@ -938,30 +938,53 @@ async fn a_stream_through_another_replica_whose_owner_is_killed_ends_unavailable
     })
     .await;
     let batch = accepted(&seen);
+    // A WatchBatch of it through B too (the same class: a tail of the
+    // store's log).
+    let mut watched = client(b.addr)
+        .await
+        .watch_batch(pb::WatchBatchRequest {
+            session_id: "s-relay-kill".into(),
+            batch_id: batch.clone(),
+            after_sequence: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen_watching = Vec::new();
+    next_matching(&mut watched, &mut seen_watching, |e| {
+        matches!(e, Event::CallUpdate(u) if u.call_id == "long"
+            && matches!(u.state, Some(State::Executing(_))))
+    })
+    .await;
     wait_for_file(&workspace.path().join("log"), "x\n").await;
     kill_9(a);
 
     let mut last = 0;
-    let status = loop {
-        match through_b.message().await {
-            Ok(Some(m)) => {
-                last = m.sequence;
-                seen.extend(m.event);
+    for (stream, seen) in [
+        (&mut through_b, &mut seen),
+        (&mut watched, &mut seen_watching),
+    ] {
+        let status = loop {
+            match stream.message().await {
+                Ok(Some(m)) => {
+                    last = m.sequence;
+                    seen.extend(m.event);
+                }
+                Ok(None) => panic!("the stream ended OK without BatchCompleted: {seen:?}"),
+                Err(status) => break status,
             }
-            Ok(None) => panic!("the stream ended OK without BatchCompleted: {seen:?}"),
-            Err(status) => break status,
-        }
-    };
-    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
-    assert_eq!(
-        status.message(),
-        "the replica running this batch stopped before it completed: WatchBatch after \
-         the last sequence seen follows it where it is taken over"
-    );
-    assert!(
-        !seen.iter().any(|e| matches!(e, Event::BatchCompleted(_))),
-        "{seen:?}"
-    );
+        };
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert_eq!(
+            status.message(),
+            "the replica running this batch stopped before it completed: WatchBatch after \
+             the last sequence seen follows it where it is taken over"
+        );
+        assert!(
+            !seen.iter().any(|e| matches!(e, Event::BatchCompleted(_))),
+            "{seen:?}"
+        );
+    }
 
     let taken = messages(watch_after_taken_over(b.addr, "s-relay-kill", &batch, last).await).await;
     let events = events_of(&taken);
