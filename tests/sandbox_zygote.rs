@@ -235,6 +235,18 @@ fn children_of(pid: i32) -> Vec<i32> {
     children
 }
 
+/// The zygote's only child, its spare, once every worker before it was
+/// reaped: a worker exits behind its call's end, which came with its
+/// report.
+async fn the_spare(zygote: i32) -> i32 {
+    eventually(
+        || format!("the zygote's children: {:?}", children_of(zygote)),
+        || children_of(zygote).len() == 1,
+    )
+    .await;
+    children_of(zygote)[0]
+}
+
 fn mkfifo(path: &std::path::Path) {
     let made = std::process::Command::new("mkfifo")
         .arg(path)
@@ -270,12 +282,8 @@ async fn the_next_command_runs_in_the_spare_worker_already_in_its_cgroup() {
         states(&seen, "c"),
         ["validating", "scheduled", "executing", "success"]
     );
-    // The first worker is reaped (its call ended on that), and the spare
-    // was forked before: it is the zygote's only child.
-    let spare = match children_of(zygote)[..] {
-        [spare] => spare,
-        ref other => panic!("the zygote's children: {other:?}"),
-    };
+    // The first worker is reaped, and the spare was forked before.
+    let spare = the_spare(zygote).await;
     assert_ne!(spare, first);
     // The next command is handed to it, in a cgroup of its own made ahead,
     // with this command's limit.
@@ -306,11 +314,14 @@ async fn the_next_command_runs_in_the_spare_worker_already_in_its_cgroup() {
         states(&seen, "c"),
         ["validating", "scheduled", "executing", "success"]
     );
-    // Swept and removed with the command; a new spare waits.
-    assert!(!cgroup.exists(), "{} left behind", cgroup.display());
-    let next = children_of(zygote);
-    assert_eq!(next.len(), 1, "{next:?}");
-    assert!(next[0] != spare && next[0] != first, "{next:?}");
+    // Swept and removed once the worker is reaped; a new spare waits.
+    eventually(
+        || format!("{} left behind", cgroup.display()),
+        || !cgroup.exists(),
+    )
+    .await;
+    let next = the_spare(zygote).await;
+    assert!(next != spare && next != first, "{next}");
 }
 
 #[tokio::test]
@@ -336,11 +347,11 @@ async fn every_command_gets_its_own_cgroup_and_none_is_left_behind() {
                 .run("s", vec![shell(&id, "cat /proc/self/cgroup")])
                 .await;
             let cgroup = command_cgroup(&success_output(&events, &id), &base);
-            assert!(
-                !cgroup.exists(),
-                "{level}: {} left behind",
-                cgroup.display()
-            );
+            eventually(
+                || format!("{level}: {} left behind", cgroup.display()),
+                || !cgroup.exists(),
+            )
+            .await;
             assert!(seen_cgroups.insert(cgroup), "{level}: a cgroup used twice");
         }
         assert_eq!(seen_cgroups.len(), COMMANDS);
@@ -428,10 +439,7 @@ async fn the_spare_and_its_cgroup_go_when_the_server_dies() {
         .into_iter()
         .find(|p| cmdline(*p).contains("sandbox-zygote"))
         .expect("the server's zygote");
-    let spare = match children_of(zygote)[..] {
-        [spare] => spare,
-        ref other => panic!("the zygote's children: {other:?}"),
-    };
+    let spare = the_spare(zygote).await;
     // Killed outright: nothing of the server's runs; the zygote sees its
     // socket close, kills and reaps the spare, removes its cgroup, exits.
     bin.child.kill().unwrap();

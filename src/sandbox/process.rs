@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use tokio::io::AsyncReadExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::probe::ProcessLimitKind;
@@ -65,7 +65,7 @@ const READ_CHUNK: usize = 64 * 1024;
 const CHUNK_QUEUE: usize = 8;
 
 /// Largest status report read from the worker (a few JSON lines).
-const MAX_STATUS_BYTES: u64 = 64 * 1024;
+const MAX_STATUS_BYTES: usize = 64 * 1024;
 
 /// Output lines that mark a refusal by the sandbox: Landlock answers EACCES,
 /// seccomp EPERM, the process limit EAGAIN on fork (EROFS for read-only
@@ -343,7 +343,7 @@ pub async fn run_process(
         pidfd: spawned.pidfd,
         ended: false,
     };
-    let mut status_reader = tokio::spawn(read_status(status_r));
+    let mut status = StatusPipe::read(status_r);
     events.send_event(ProcessEvent::Started { pid: spawned.pid });
 
     let (chunk_tx, mut chunk_rx) = mpsc::channel::<Vec<u8>>(CHUNK_QUEUE);
@@ -371,10 +371,19 @@ pub async fn run_process(
     }
     let mut pipes_open = true;
     let mut reported = None;
+    // Whether the status pipe was read to its end (the worker reaped).
+    let mut reaped = false;
     let end = loop {
         tokio::select! {
-            r = &mut status_reader => {
-                reported = Some(r.unwrap_or_default());
+            r = &mut status.ended => {
+                reported = Some(match r {
+                    Ok(r) => r,
+                    // No final report: what the pipe held when it closed.
+                    Err(_) => {
+                        reaped = true;
+                        (&mut status.reaped).await.unwrap_or_default()
+                    }
+                });
                 break End::Exited;
             }
             chunk = chunk_rx.recv(), if pipes_open => match chunk {
@@ -387,13 +396,31 @@ pub async fn run_process(
     };
     let reported = match reported {
         Some(r) => r,
-        None => stop_worker(&worker, &mut status_reader, &mut chunk_rx, &mut sink).await,
+        None => {
+            reaped = true;
+            stop_worker(&worker, &mut status.reaped, &mut chunk_rx, &mut sink).await
+        }
     };
     worker.ended = true;
     // The worker reaped everything it could; the cgroup sweep catches what
-    // a SIGKILLed worker could not.
-    if let Some(cgroup) = cgroup {
-        cgroup.remove().await;
+    // a SIGKILLed worker could not. After the worker's own report this runs
+    // behind the call: the worker is then still exiting, and its cgroup
+    // and the private tmp go once the zygote reaped it.
+    let exiting = (!reaped).then_some(status.reaped);
+    let behind = exiting.is_some();
+    let cleanup = async move {
+        if let Some(exiting) = exiting {
+            let _ = exiting.await;
+        }
+        if let Some(cgroup) = cgroup {
+            cgroup.remove().await;
+        }
+        drop(tmp);
+    };
+    if behind {
+        tokio::spawn(cleanup);
+    } else {
+        cleanup.await;
     }
     drain(&mut chunk_rx, &mut sink).await;
     let output = sink.finish();
@@ -594,7 +621,7 @@ fn protected_memfd(paths: &[PathBuf]) -> std::io::Result<OwnedFd> {
 // === the worker's status report ===
 
 /// What the worker reported on the status pipe (one JSON object a line).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Reported {
     exit_code: Option<i32>,
     signal: Option<i32>,
@@ -617,45 +644,91 @@ fn pipe_cloexec() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-async fn read_status(fd: OwnedFd) -> Reported {
-    let text = tokio::task::spawn_blocking(move || {
-        use std::io::Read;
-        let mut text = String::new();
-        let _ = std::fs::File::from(fd)
-            .take(MAX_STATUS_BYTES)
-            .read_to_string(&mut text);
-        text
-    })
-    .await
-    .unwrap_or_default();
+/// The status pipe, read as it is written: `ended` resolves at the worker's
+/// own report of how the command ended (written once it reaped the command
+/// and every descendant), `reaped` at end of file (the zygote reaped the
+/// worker and closed its copy). A call ends at the first: the worker's exit,
+/// its mount namespace's teardown and the zygote's reap are its own
+/// cleanup, not the command's, and cost 1-5 ms (BENCHMARKS.md, "Session
+/// 12"). Without such a report (a worker killed, a setup error) `ended`
+/// fails and only `reaped` tells.
+struct StatusPipe {
+    ended: oneshot::Receiver<Reported>,
+    reaped: tokio::task::JoinHandle<Reported>,
+}
+
+impl StatusPipe {
+    fn read(fd: OwnedFd) -> Self {
+        let (tx, ended) = oneshot::channel();
+        let reaped = tokio::spawn(read_status(fd, tx));
+        Self { ended, reaped }
+    }
+}
+
+async fn read_status(fd: OwnedFd, ended: oneshot::Sender<Reported>) -> Reported {
+    let mut ended = Some(ended);
     let mut r = Reported::default();
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
+    let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
+        return r;
+    };
+    let mut text = Vec::new();
+    let mut chunk = [0u8; 512];
+    let mut parsed = 0;
+    loop {
+        let n = match pipe.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n.min(MAX_STATUS_BYTES.saturating_sub(text.len())),
         };
-        if let Some(m) = v.get("setup_error").and_then(|m| m.as_str()) {
-            r.setup_error = Some(m.to_string());
+        if n == 0 {
+            break;
         }
-        if let Some(c) = v.get("exit_code").and_then(serde_json::Value::as_i64) {
-            r.exit_code = i32::try_from(c).ok();
-        }
-        if let Some(s) = v.get("signal").and_then(serde_json::Value::as_i64) {
-            r.signal = i32::try_from(s).ok();
-        }
-        if let Some(m) = v.get("spawn_error").and_then(|m| m.as_str()) {
-            r.spawn_error = Some(m.to_string());
-        }
-        if let Some(w) = v.get("worker_exit") {
-            let int = |k| {
-                w.get(k)
-                    .and_then(serde_json::Value::as_i64)
-                    .and_then(|c| i32::try_from(c).ok())
-            };
-            r.worker_exit_code = int("exit_code");
-            r.worker_signal = int("signal");
+        text.extend_from_slice(&chunk[..n]);
+        while let Some(end) = text[parsed..].iter().position(|&b| b == b'\n') {
+            let line = &text[parsed..parsed + end];
+            parsed += end + 1;
+            if r.take_line(line)
+                && let Some(tx) = ended.take()
+            {
+                let _ = tx.send(r.clone());
+            }
         }
     }
+    r.take_line(&text[parsed..]);
     r
+}
+
+impl Reported {
+    /// Takes one JSON line of the report; true when it was the worker's
+    /// final one (how the command ended).
+    fn take_line(&mut self, line: &[u8]) -> bool {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+            return false;
+        };
+        if let Some(m) = v.get("setup_error").and_then(|m| m.as_str()) {
+            self.setup_error = Some(m.to_string());
+        }
+        let int = |v: &serde_json::Value, k| {
+            v.get(k)
+                .and_then(serde_json::Value::as_i64)
+                .and_then(|c| i32::try_from(c).ok())
+        };
+        let code = int(&v, "exit_code");
+        let signal = int(&v, "signal");
+        if code.is_some() {
+            self.exit_code = code;
+        }
+        if signal.is_some() {
+            self.signal = signal;
+        }
+        if let Some(m) = v.get("spawn_error").and_then(|m| m.as_str()) {
+            self.spawn_error = Some(m.to_string());
+        }
+        if let Some(w) = v.get("worker_exit") {
+            self.worker_exit_code = int(w, "exit_code");
+            self.worker_signal = int(w, "signal");
+        }
+        code.is_some() || signal.is_some()
+    }
 }
 
 // === output ===

@@ -490,17 +490,24 @@ pub async fn until_pid(
     }
 }
 
+/// Waits (bounded, 10 s) until `check` holds, for what happens behind a
+/// call's end (a command's effect, its worker's exit and cleanup); `what`
+/// says what never happened.
+pub async fn eventually(what: impl Fn() -> String, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(std::time::Instant::now() < deadline, "{}", what());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Waits (bounded, 10 s) until `path` holds `text`: a command's effect.
 pub async fn wait_for_file(path: &std::path::Path, text: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while std::fs::read_to_string(path).unwrap_or_default() != text {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} never held {text:?}",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        || format!("{} never held {text:?}", path.display()),
+        || std::fs::read_to_string(path).unwrap_or_default() == text,
+    )
+    .await;
 }
 
 /// Command lines of the processes whose command line starts with `prefix`

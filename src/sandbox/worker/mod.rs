@@ -279,6 +279,15 @@ pub fn main_with_parent(args: WorkerArgs, forked: Option<Forked>) -> ! {
                 Ended::Code(c) => serde_json::json!({ "exit_code": c }),
                 Ended::Signal(s) => serde_json::json!({ "signal": s }),
             };
+            // The command's stdin, stdout and stderr close before the
+            // report, so that the server, which ends the call on the report
+            // (the command and its descendants are reaped), finds the
+            // output complete rather than waiting for this process's exit.
+            for fd in 0..=2 {
+                // SAFETY: closing fds this process holds for the command
+                // and writes nothing more to.
+                unsafe { libc::close(fd) };
+            }
             report(&mut status, &line);
             drop(status);
             exit_like(ended)
