@@ -439,10 +439,10 @@ impl walk::Visitor for Searching<'_> {
             return Flow::Continue;
         }
         (self.on_file)(&entry.rel);
-        // Opened beneath the workspace root, not following a symlink: a
-        // directory on the way swapped for a symlink out since the walk
-        // listed it, or the file swapped for a symlink, is refused at the
-        // open, not followed.
+        // Opened beneath the workspace root, not following a symlink: in
+        // the directory's fd the walk listed it through, so a directory on
+        // the way swapped for a symlink out since then is not followed, and
+        // the file swapped for a symlink is refused at the open.
         let file = match entry.open() {
             Ok(f) => f,
             Err(BeneathError::Outside { .. } | BeneathError::Symlink { .. }) => {

@@ -26,8 +26,12 @@
 //! one directory fd of the workspace root held for the whole walk), every
 //! other entry is looked up again beneath the root ([`Check::Stat`]) or,
 //! for a search that opens the files anyway ([`Check::Open`]), opened
-//! beneath the root without following a symlink by [`Found::open`], one
-//! `openat2` per file, and checked on the opened fd by the caller.
+//! beneath the root without following a symlink by [`Found::open`] and
+//! checked on the opened fd by the caller: in [`walk_files`], by its name
+//! in the fd its directory was listed through (one plain `openat` of one
+//! component per file, ~10% cheaper than an `openat2` `RESOLVE_BENEATH` of
+//! its path: S5 in BENCHMARKS.md, session 12), else by its path from the
+//! root's fd (one `openat2` per file).
 //!
 //! The walker does not say what it skipped. The listing of each directory
 //! it enters (made beneath the root, so no name from outside is counted)
@@ -38,10 +42,11 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use ignore::{ParallelVisitor, ParallelVisitorBuilder, WalkState};
 use tokio_util::sync::CancellationToken;
@@ -126,19 +131,58 @@ pub(crate) struct Found<'a> {
     /// The workspace root's path and its fd, held for the whole walk.
     ws_root: &'a Path,
     dir: &'a cap_std::fs::Dir,
+    /// The directory holding the entry, as the walk opened it beneath the
+    /// root to list it, when the walk still holds it ([`walk_files`]).
+    parent: Option<&'a HeldDir>,
 }
 
 impl Found<'_> {
-    /// Opens the entry for reading beneath the workspace root, through the
-    /// root's fd the walk holds (one `openat2` `RESOLVE_BENEATH`). The entry
+    /// Opens the entry for reading beneath the workspace root. The entry
     /// itself is not followed if it is a symlink now (swapped in since the
-    /// listing: [`BeneathError::Symlink`]); a directory on the way swapped
-    /// for a link out gives [`BeneathError::Outside`]. A symlink the walk
-    /// reported is opened as its target, which must stay beneath the root.
+    /// listing: [`BeneathError::Symlink`]). A symlink the walk reported is
+    /// opened as its target, which must stay beneath the root.
+    ///
+    /// Where the walk holds the directory it listed the entry in (opened
+    /// beneath the root when the walk entered it), the entry's name is
+    /// opened in that directory: one plain `openat` of one component, which
+    /// cannot leave it. A directory on the way swapped for a link out since
+    /// then is not followed: the fd is the directory that was listed.
+    /// Otherwise the path is opened through the root's fd (one `openat2`
+    /// `RESOLVE_BENEATH`), where a directory on the way swapped for a link
+    /// out gives [`BeneathError::Outside`]. A name missing from the held
+    /// directory (the walker, which lists by path, may have listed another
+    /// directory swapped in there) is looked up that way too, so a swap out
+    /// is reported as one.
     ///
     /// Opened `O_NONBLOCK | O_NOCTTY` (a FIFO swapped in does not block the
     /// open); the caller checks the type with `File::metadata` on the fd.
     pub fn open(&self) -> Result<File, BeneathError> {
+        if self.link_target.is_none()
+            && let Some(parent) = self.parent
+            && let Some(name) = single_name(self.path)
+        {
+            use rustix::fs::{Mode, OFlags};
+            let flags = OFlags::RDONLY
+                | OFlags::CLOEXEC
+                | OFlags::NOFOLLOW
+                | OFlags::NONBLOCK
+                | OFlags::NOCTTY;
+            match rustix::fs::openat(&**parent, name, flags, Mode::empty()) {
+                Ok(fd) => return Ok(File::from(fd)),
+                Err(rustix::io::Errno::LOOP) => {
+                    return Err(BeneathError::Symlink {
+                        given: self.in_ws.to_string_lossy().into_owned(),
+                    });
+                }
+                Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(BeneathError::from_io(self.in_ws, e.into())),
+            }
+        }
+        self.open_from_root()
+    }
+
+    /// [`Found::open`] through the workspace root's fd.
+    fn open_from_root(&self) -> Result<File, BeneathError> {
         use cap_std::fs::OpenOptionsExt;
         let (given, nofollow) = match self.link_target {
             Some(t) => (t, 0),
@@ -337,9 +381,11 @@ pub(crate) fn walk_files<V: Visitor>(
     // every name apart again for each comparison (walkdir's `file_name()`
     // parses the path from its end).
     walker.sort_by_file_path(|a, b| a.as_os_str().cmp(b.as_os_str()));
+    let mut checker = Worker::new(&shared, &done, Queued(Vec::with_capacity(FILE_BATCH)));
+    checker.held = Some(Held(Vec::new()));
     let walk = Mutex::new(InOrder {
         entries: walker.build(),
-        checker: Worker::new(&shared, &done, Queued(Vec::with_capacity(FILE_BATCH))),
+        checker,
         skip_under: None,
         ended: false,
     });
@@ -377,7 +423,13 @@ const MAX_THREADS: usize = 12;
 struct FileJob {
     path: PathBuf,
     link_target: Option<PathBuf>,
+    /// The directory it was listed in, opened beneath the root.
+    dir: Option<HeldDir>,
 }
+
+/// A directory the walk entered, as it was opened beneath the root to be
+/// listed; shared by the jobs of its files, which are opened in it.
+type HeldDir = Arc<OwnedFd>;
 
 /// The walk's visitor in [`walk_files`]: queues the regular files for the
 /// thread whose turn it is.
@@ -389,6 +441,7 @@ impl Visitor for Queued {
             self.0.push(FileJob {
                 path: e.path.to_path_buf(),
                 link_target: e.link_target.map(Path::to_path_buf),
+                dir: e.parent.cloned(),
             });
         }
         Flow::Continue
@@ -498,6 +551,7 @@ fn search_files<V: Visitor>(
                 in_ws: Path::new(OsStr::from_bytes(in_ws_bytes)),
                 ws_root: shared.ws.root(),
                 dir: shared.dir,
+                parent: job.dir.as_ref(),
             };
             if visitor.visit(&found) == Flow::Stop {
                 stop.store(true, Ordering::Relaxed);
@@ -718,6 +772,13 @@ fn split_name(path: &Path) -> (&[u8], &[u8]) {
     }
 }
 
+/// The last component of `path` when it is a plain name that an `openat`
+/// in its directory cannot take anywhere else (not empty, `.` or `..`).
+fn single_name(path: &Path) -> Option<&OsStr> {
+    let (_, name) = split_name(path);
+    (!name.is_empty() && name != b"." && name != b"..").then(|| OsStr::from_bytes(name))
+}
+
 struct WorkerBuilder<'s, V> {
     shared: &'s Shared<'s>,
     done: &'s Mutex<Vec<ThreadState<V>>>,
@@ -736,6 +797,33 @@ struct Worker<'s, V> {
     /// Always `Some` until dropped.
     state: Option<ThreadState<V>>,
     since_check: usize,
+    /// The directories a sequential walk is in, when it keeps them.
+    held: Option<Held>,
+    /// The buffer directories are listed into.
+    dirents: Vec<std::mem::MaybeUninit<u8>>,
+}
+
+/// Bytes of a directory listing read per `getdents64`: a hundred entries or
+/// so of a source tree at once.
+const DIRENT_BUF_BYTES: usize = 16 * 1024;
+
+/// The directories entered on the way to a sequential walk's current entry
+/// (depth, path, the fd each was listed through). Only [`walk_files`] keeps
+/// them: its walk yields entries depth first in path order, so the
+/// directory holding an entry is the last one entered above it, and its
+/// files are opened in it ([`Found::open`]).
+struct Held(Vec<(usize, PathBuf, HeldDir)>);
+
+impl Held {
+    /// The directory holding `path` (at `depth`), once those the walk has
+    /// left are dropped; `None` when it was not entered (not listed).
+    fn parent_of(&mut self, depth: usize, path: &Path) -> Option<&HeldDir> {
+        while self.0.last().is_some_and(|(d, _, _)| *d >= depth) {
+            self.0.pop();
+        }
+        let (d, dir, fd) = self.0.last()?;
+        (*d + 1 == depth && split_name(path).0 == dir.as_os_str().as_bytes()).then_some(fd)
+    }
 }
 
 impl<'s, V> Worker<'s, V> {
@@ -755,6 +843,8 @@ impl<'s, V> Worker<'s, V> {
                 listed: Vec::new(),
             }),
             since_check: 0,
+            held: None,
+            dirents: Vec::new(),
         }
     }
 }
@@ -834,23 +924,45 @@ impl<V: Visitor> Worker<'_, V> {
         }
     }
 
-    /// Lists the directory `in_ws` beneath the root, `.git` left out.
-    fn list(&self, in_ws: &Path) -> Result<Vec<(OsString, bool)>, BeneathError> {
-        let read = self
-            .shared
-            .dir
-            .read_dir(in_ws)
-            .map_err(|e| BeneathError::from_io(in_ws, e))?;
+    /// Opens the directory `in_ws` beneath the root (a symlink is followed
+    /// while it stays beneath it) and lists it through that fd, `.git` left
+    /// out; returns the fd too.
+    fn list(&mut self, in_ws: &Path) -> Result<(OwnedFd, Vec<(OsString, bool)>), BeneathError> {
+        use cap_std::fs::OpenOptionsExt;
+        use rustix::fs::{AtFlags, FileType, RawDir};
+        let mut opts = cap_std::fs::OpenOptions::new();
+        opts.read(true).custom_flags(libc::O_DIRECTORY);
+        let dir = OwnedFd::from(
+            self.shared
+                .dir
+                .open_with(in_ws, &opts)
+                .map_err(|e| BeneathError::from_io(in_ws, e))?
+                .into_std(),
+        );
+        if self.dirents.len() < DIRENT_BUF_BYTES {
+            self.dirents = vec![std::mem::MaybeUninit::uninit(); DIRENT_BUF_BYTES];
+        }
         let mut names = Vec::new();
-        for child in read.flatten() {
-            let name = child.file_name();
-            if name == ".git" {
+        let mut read = RawDir::new(&dir, &mut self.dirents);
+        // A failed `getdents64` ends the listing (as cap-std's `read_dir`
+        // yields nothing after an error): what was read is counted.
+        while let Some(Ok(child)) = read.next() {
+            let name = child.file_name().to_bytes();
+            if name == b"." || name == b".." || name == b".git" {
                 continue;
             }
-            let is_dir = child.file_type().is_ok_and(|t| t.is_dir());
-            names.push((name, is_dir));
+            let is_dir = match child.file_type() {
+                FileType::Directory => true,
+                // The file system does not say: look (not following it).
+                FileType::Unknown => {
+                    rustix::fs::statat(&dir, child.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+                        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
+                }
+                _ => false,
+            };
+            names.push((OsStr::from_bytes(name).to_os_string(), is_dir));
         }
-        Ok(names)
+        Ok((dir, names))
     }
 
     /// Every `CHECK_EVERY` entries: the token and the entry limit.
@@ -911,21 +1023,32 @@ impl<V: Visitor> ParallelVisitor for Worker<'_, V> {
             // fails and each entry the walker finds there is refused below.
             if is_real_dir
                 && enter
-                && let Ok(names) = self.list(in_ws)
+                && let Ok((fd, names)) = self.list(in_ws)
                 && let Some(st) = self.state.as_mut()
             {
                 st.listed.push((path.to_path_buf(), names));
+                if let Some(held) = self.held.as_mut() {
+                    held.0.clear();
+                    held.0.push((0, path.to_path_buf(), Arc::new(fd)));
+                }
             }
             return WalkState::Continue;
         }
         let rel = String::from_utf8_lossy(tail(path, sh.root_bytes));
+        let parent = self
+            .held
+            .as_mut()
+            .and_then(|h| h.parent_of(depth, path).cloned());
         let mut listing = None;
         let looked = if is_real_dir && enter {
             // Entered: opened and listed beneath the root, which also checks
             // it is still a directory beneath it.
             match self.list(in_ws) {
-                Ok(names) => {
+                Ok((fd, names)) => {
                     listing = Some(names);
+                    if let Some(held) = self.held.as_mut() {
+                        held.0.push((depth, path.to_path_buf(), Arc::new(fd)));
+                    }
                     Looked::Here {
                         link_target: None,
                         is_dir: true,
@@ -984,6 +1107,7 @@ impl<V: Visitor> ParallelVisitor for Worker<'_, V> {
             in_ws,
             ws_root: sh.ws.root(),
             dir: sh.dir,
+            parent: parent.as_ref(),
         };
         let flow = st.visitor.visit(&found);
         drop(found);
@@ -1253,6 +1377,96 @@ mod tests {
         assert_eq!(
             seen,
             ["d/a.txt: refused: symlink", "d/b.txt: refused: symlink"]
+        );
+    }
+
+    /// `walk_files` opens a file in the directory it listed it in: a
+    /// directory swapped for a symlink out after it was listed is not
+    /// followed (the files opened are those of the directory listed, now
+    /// moved), and nothing outside is read.
+    #[test]
+    fn walk_files_opens_in_the_directory_listed_not_one_swapped_in_since() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        std::fs::write(root.join("d/a.txt"), "in-a").unwrap();
+        std::fs::write(root.join("d/b.txt"), "in-b").unwrap();
+        let outside = parent.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("a.txt"), "secret-a").unwrap();
+        std::fs::write(outside.join("b.txt"), "secret-b").unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        struct Swap<'a> {
+            root: &'a Path,
+            outside: &'a Path,
+            seen: Vec<String>,
+        }
+        impl Visitor for Swap<'_> {
+            fn visit(&mut self, e: &Found<'_>) -> Flow {
+                if e.rel == "d/a.txt" {
+                    std::fs::rename(self.root.join("d"), self.root.join("d-old")).unwrap();
+                    std::os::unix::fs::symlink(self.outside, self.root.join("d")).unwrap();
+                }
+                let got = match e.open() {
+                    Ok(mut f) => {
+                        let mut s = String::new();
+                        std::io::Read::read_to_string(&mut f, &mut s).unwrap();
+                        format!("read {s}")
+                    }
+                    Err(other) => format!("{other}"),
+                };
+                self.seen.push(format!("{}: {got}", e.rel));
+                Flow::Continue
+            }
+        }
+        let root_path = ws.root().to_path_buf();
+        let (_, ended, parts) =
+            walk_files(&ws, ws.root(), opts(), &CancellationToken::new(), &|| {
+                Swap {
+                    root: &root_path,
+                    outside: &outside,
+                    seen: Vec::new(),
+                }
+            });
+        assert_eq!(ended, Ended::Complete);
+        let mut seen: Vec<String> = parts.into_iter().flat_map(|s| s.seen).collect();
+        seen.sort();
+        assert_eq!(seen, ["d/a.txt: read in-a", "d/b.txt: read in-b"]);
+    }
+
+    /// A name the walker found that is not in the directory held for it
+    /// (the walker lists by path, so it may have listed another directory
+    /// swapped in there) is opened from the root, where a swap out is
+    /// refused as one.
+    #[test]
+    fn a_name_missing_from_the_held_directory_is_opened_from_the_root() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("ws");
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        let outside = parent.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("only-outside.txt"), "secret").unwrap();
+        let ws = Workspace::new(&root).unwrap();
+        let held: HeldDir = Arc::new(OwnedFd::from(
+            std::fs::File::open(ws.root().join("d")).unwrap(),
+        ));
+        std::fs::rename(root.join("d"), root.join("d-old")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("d")).unwrap();
+        let path = ws.root().join("d/only-outside.txt");
+        let found = Found {
+            path: &path,
+            rel: Cow::Borrowed("d/only-outside.txt"),
+            is_dir: false,
+            is_file: true,
+            link_target: None,
+            in_ws: Path::new("d/only-outside.txt"),
+            ws_root: ws.root(),
+            dir: ws.dir(),
+            parent: Some(&held),
+        };
+        assert!(
+            matches!(found.open(), Err(BeneathError::Outside { .. })),
+            "opened through the link out"
         );
     }
 
