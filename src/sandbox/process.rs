@@ -267,6 +267,8 @@ pub async fn run_process(
     let seen_tmp = tmp_at
         .as_ref()
         .map_or_else(|| tmp.path().to_path_buf(), |a| a.join(ANCHOR_TMP));
+    // What the worker's final report carries: only the worker knows it.
+    let report_token = uuid::Uuid::new_v4().simple().to_string();
     let mut command: Vec<OsString> = vec![spec.program.clone().into()];
     command.extend(spec.args.iter().map(OsString::from));
     let worker_args = WorkerArgs {
@@ -287,6 +289,7 @@ pub async fn run_process(
         best_effort: config.allow_weaker,
         protected_fd: protected.as_ref().map(|_| PROTECTED_FD),
         landlock_only: config.landlock_only,
+        report_token: Some(report_token.clone()),
         command,
     };
     let mut env = command_env();
@@ -343,7 +346,7 @@ pub async fn run_process(
         pidfd: spawned.pidfd,
         ended: false,
     };
-    let mut status = StatusPipe::read(status_r);
+    let mut status = StatusPipe::read(status_r, report_token);
     events.send_event(ProcessEvent::Started { pid: spawned.pid });
 
     let (chunk_tx, mut chunk_rx) = mpsc::channel::<Vec<u8>>(CHUNK_QUEUE);
@@ -652,20 +655,27 @@ fn pipe_cloexec() -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// cleanup, not the command's, and cost 1-5 ms (BENCHMARKS.md, "Session
 /// 12"). Without such a report (a worker killed, a setup error) `ended`
 /// fails and only `reaped` tells.
+///
+/// The report counts only with the command's token
+/// ([`WorkerArgs::report_token`]): ending the call on it trusts that the
+/// command and its descendants are gone, and a line written on the pipe
+/// by anyone else (a command that got hold of its write end) would end
+/// the call while the command runs on, past its timeout and cancel. Such
+/// a line is ignored; end of file still ends the call.
 struct StatusPipe {
     ended: oneshot::Receiver<Reported>,
     reaped: tokio::task::JoinHandle<Reported>,
 }
 
 impl StatusPipe {
-    fn read(fd: OwnedFd) -> Self {
+    fn read(fd: OwnedFd, token: String) -> Self {
         let (tx, ended) = oneshot::channel();
-        let reaped = tokio::spawn(read_status(fd, tx));
+        let reaped = tokio::spawn(read_status(fd, tx, token));
         Self { ended, reaped }
     }
 }
 
-async fn read_status(fd: OwnedFd, ended: oneshot::Sender<Reported>) -> Reported {
+async fn read_status(fd: OwnedFd, ended: oneshot::Sender<Reported>, token: String) -> Reported {
     let mut ended = Some(ended);
     let mut r = Reported::default();
     let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
@@ -686,24 +696,29 @@ async fn read_status(fd: OwnedFd, ended: oneshot::Sender<Reported>) -> Reported 
         while let Some(end) = text[parsed..].iter().position(|&b| b == b'\n') {
             let line = &text[parsed..parsed + end];
             parsed += end + 1;
-            if r.take_line(line)
+            if r.take_line(line, &token)
                 && let Some(tx) = ended.take()
             {
                 let _ = tx.send(r.clone());
             }
         }
     }
-    r.take_line(&text[parsed..]);
+    r.take_line(&text[parsed..], &token);
     r
 }
 
 impl Reported {
     /// Takes one JSON line of the report; true when it was the worker's
-    /// final one (how the command ended).
-    fn take_line(&mut self, line: &[u8]) -> bool {
+    /// final one (how the command ended), which carries `token`: a final
+    /// line without it is not the worker's, and is ignored.
+    fn take_line(&mut self, line: &[u8], token: &str) -> bool {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
             return false;
         };
+        let final_line = v.get("exit_code").is_some() || v.get("signal").is_some();
+        if final_line && v.get("token").and_then(serde_json::Value::as_str) != Some(token) {
+            return false;
+        }
         if let Some(m) = v.get("setup_error").and_then(|m| m.as_str()) {
             self.setup_error = Some(m.to_string());
         }
