@@ -270,6 +270,23 @@ async fn binary_output_is_detected_counted_and_never_streamed() {
 /// command ran on, past its timeout and cancel.
 #[tokio::test]
 async fn a_final_report_forged_on_the_status_pipe_does_not_end_the_call() {
+    let forge = r#"perl -e 'open(my $f, ">", "/proc/$ARGV[0]/fd/3") or die "open: $!\n"; syswrite($f, qq({"exit_code":0}\n))' $PPID"#;
+    a_line_on_the_status_pipe_does_not_end_the_call(forge).await;
+}
+
+/// Nor does more than the reader keeps of the status pipe (64 KiB): it
+/// stopped reading there, which was taken for end of file (the worker
+/// reaped), ending the call while the command ran on.
+#[tokio::test]
+async fn a_flood_on_the_status_pipe_does_not_end_the_call() {
+    let flood = r#"perl -e 'open(my $f, ">", "/proc/$ARGV[0]/fd/3") or die "open: $!\n"; syswrite($f, "x" x 70000)' $PPID"#;
+    a_line_on_the_status_pipe_does_not_end_the_call(flood).await;
+}
+
+/// Runs `forge` (which writes on its worker's status pipe, `$PPID`'s fd 3)
+/// at level `none`, then waits on a FIFO: the call must still be running
+/// when the FIFO is written, and end with the command's own exit code.
+async fn a_line_on_the_status_pipe_does_not_end_the_call(forge: &str) {
     let srv = TestServer::with_config(SchedulerConfig {
         sandbox: toolsched::sandbox::SandboxConfig {
             level: toolsched::sandbox::SandboxLevel::None,
@@ -284,7 +301,6 @@ async fn a_final_report_forged_on_the_status_pipe_does_not_end_the_call() {
         .status()
         .unwrap();
     assert!(made.success());
-    let forge = r#"perl -e 'open(my $f, ">", "/proc/$ARGV[0]/fd/3") or die "open: $!\n"; syswrite($f, qq({"exit_code":0}\n))' $PPID"#;
     let command = format!("{forge} && echo forged; read -r line < go.fifo; echo released; exit 3");
     let mut stream = srv
         .schedule(
@@ -292,7 +308,7 @@ async fn a_final_report_forged_on_the_status_pipe_does_not_end_the_call() {
             vec![call(
                 "sh",
                 "run_shell_command",
-                json!({ "command": command }),
+                json!({ "command": command, "timeout": 30 }),
             )],
         )
         .await;
