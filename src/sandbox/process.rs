@@ -64,8 +64,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// reading, so a fast writer blocks on its pipe instead of growing memory.
 const CHUNK_QUEUE: usize = 8;
 
-/// Largest status report read from the worker (a few JSON lines).
-const MAX_STATUS_BYTES: usize = 64 * 1024;
+/// Longest line of the status report kept (the worker's are a few dozen
+/// bytes); a longer one is skipped up to its newline.
+const MAX_STATUS_LINE: usize = 64 * 1024;
 
 /// Output lines that mark a refusal by the sandbox: Landlock answers EACCES,
 /// seccomp EPERM, the process limit EAGAIN on fork (EROFS for read-only
@@ -681,29 +682,44 @@ async fn read_status(fd: OwnedFd, ended: oneshot::Sender<Reported>, token: Strin
     let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
         return r;
     };
-    let mut text = Vec::new();
+    // Read to the end of file however much comes (what `reaped` means:
+    // stopping early would end the call as if the worker were reaped),
+    // keeping only the line being read, and not one longer than
+    // MAX_STATUS_LINE (`long`: skipped up to its newline).
+    let mut line = Vec::new();
+    let mut long = false;
     let mut chunk = [0u8; 512];
-    let mut parsed = 0;
     loop {
         let n = match pipe.read(&mut chunk).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => n.min(MAX_STATUS_BYTES.saturating_sub(text.len())),
+            Ok(n) => n,
         };
-        if n == 0 {
-            break;
-        }
-        text.extend_from_slice(&chunk[..n]);
-        while let Some(end) = text[parsed..].iter().position(|&b| b == b'\n') {
-            let line = &text[parsed..parsed + end];
-            parsed += end + 1;
-            if r.take_line(line, &token)
-                && let Some(tx) = ended.take()
-            {
-                let _ = tx.send(r.clone());
+        for piece in chunk[..n].split_inclusive(|&b| b == b'\n') {
+            let (body, complete) = match piece.split_last() {
+                Some((b'\n', body)) => (body, true),
+                _ => (piece, false),
+            };
+            if line.len() + body.len() > MAX_STATUS_LINE {
+                long = true;
+                line.clear();
+            } else if !long {
+                line.extend_from_slice(body);
+            }
+            if complete {
+                if !long
+                    && r.take_line(&line, &token)
+                    && let Some(tx) = ended.take()
+                {
+                    let _ = tx.send(r.clone());
+                }
+                line.clear();
+                long = false;
             }
         }
     }
-    r.take_line(&text[parsed..], &token);
+    if !long {
+        r.take_line(&line, &token);
+    }
     r
 }
 
