@@ -211,3 +211,94 @@ async fn landlock_only_still_locks_the_way_to_a_git_for_new_entries() {
     );
     assert!(srv.path("a/repo/.git").is_dir() && !srv.path("a/new").exists());
 }
+
+/// Makes `x` over and over once the swapper runs (bounded waits), and
+/// says what it got whenever that was not the new file `x`: an open of a
+/// pipe (then it writes the worker's final report on it and stays) or of a
+/// file elsewhere.
+const CREATE_X: &str = r#"
+use strict;
+$| = 1;
+my $wait = time + 30;
+until (-e 'swapping') { die "no swapper\n" if time > $wait; select(undef, undef, undef, 0.01); }
+my $until = time + 8;
+while (time < $until) {
+    if (open(my $f, '>', 'x')) {
+        my $got = readlink('/proc/self/fd/' . fileno($f)) // '';
+        if ($got =~ /^pipe:/) {
+            syswrite($f, qq({"exit_code":0}\n));
+            print "forged a report on $got\n";
+            sleep 60;
+        } elsif ($got !~ m{/x( \(deleted\))?$}) {
+            print "made $got\n";
+        }
+        close($f);
+    }
+    unlink('x');
+}
+open(my $d, '>', 'created') or die "created: $!\n";
+print "done\n";
+"#;
+
+/// Swaps `x` between absent and a symlink (to the worker's status pipe as
+/// `/proc/self/fd/3`, then to `$ARGV[0]`, outside every writable root)
+/// until the creator is done (at most 30 s).
+const SWAP_X: &str = r#"
+my ($outside) = @ARGV;
+open(my $s, '>', 'swapping') or die "swapping: $!\n";
+my $until = time + 30;
+while (!-e 'created' && time < $until) {
+    symlink('/proc/self/fd/3', 'x'); unlink('x');
+    symlink($outside, 'x'); unlink('x');
+}
+print "swapped\n";
+"#;
+
+/// The worker makes a new file for a command only where the name was free
+/// when it looked: a symlink another command (served by its own worker)
+/// swaps in between that look and the making is not followed. The worker
+/// runs unconfined with the server's uid, so following it would create a
+/// file outside every writable root, or hand the command the worker's own
+/// status pipe, on which a forged final report ends the call (success,
+/// exit code 0) while the command runs on, past its timeout.
+#[tokio::test]
+async fn a_symlink_swapped_in_while_the_worker_makes_a_file_is_not_followed() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo_confined()).await;
+    let outside = std::env::temp_dir().join(format!(
+        "toolsched-swapped-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::write(srv.path("create.pl"), CREATE_X).unwrap();
+    std::fs::write(srv.path("swap.pl"), SWAP_X).unwrap();
+    let swapper = srv
+        .schedule(
+            "swapper",
+            vec![shell("s", &format!("perl swap.pl {}", outside.display()))],
+        )
+        .await;
+    let creator = srv
+        .schedule("creator", vec![shell("c", "perl create.pl")])
+        .await;
+    let (swapped, created) = tokio::join!(collect(swapper), collect(creator));
+    let made_outside = outside.exists();
+    let _ = std::fs::remove_file(&outside);
+    assert_eq!(
+        states(&created, "c"),
+        ["validating", "scheduled", "executing", "success"],
+        "{created:?}"
+    );
+    let out = success_output(&created, "c");
+    assert_eq!(
+        out.split_once("Output: ").map(|(_, o)| o),
+        Some("done\n"),
+        "{out}"
+    );
+    assert!(!made_outside, "the worker made {}", outside.display());
+    assert!(
+        success_output(&swapped, "s").contains("swapped"),
+        "{swapped:?}"
+    );
+}

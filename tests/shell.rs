@@ -261,3 +261,73 @@ async fn binary_output_is_detected_counted_and_never_streamed() {
         );
     }
 }
+
+/// The call ends on the worker's own final report only: a line someone
+/// else writes on the status pipe does not end it. At level `none` the
+/// command (the server's uid, every capability) can open its worker's
+/// status pipe through `/proc`; a final report it writes there was taken
+/// for the worker's, ending the call (success, exit code 0) while the
+/// command ran on, past its timeout and cancel.
+#[tokio::test]
+async fn a_final_report_forged_on_the_status_pipe_does_not_end_the_call() {
+    let forge = r#"perl -e 'open(my $f, ">", "/proc/$ARGV[0]/fd/3") or die "open: $!\n"; syswrite($f, qq({"exit_code":0}\n))' $PPID"#;
+    a_line_on_the_status_pipe_does_not_end_the_call(forge).await;
+}
+
+/// Nor does more than the reader keeps of the status pipe (64 KiB): it
+/// stopped reading there, which was taken for end of file (the worker
+/// reaped), ending the call while the command ran on.
+#[tokio::test]
+async fn a_flood_on_the_status_pipe_does_not_end_the_call() {
+    let flood = r#"perl -e 'open(my $f, ">", "/proc/$ARGV[0]/fd/3") or die "open: $!\n"; syswrite($f, "x" x 70000)' $PPID"#;
+    a_line_on_the_status_pipe_does_not_end_the_call(flood).await;
+}
+
+/// Runs `forge` (which writes on its worker's status pipe, `$PPID`'s fd 3)
+/// at level `none`, then waits on a FIFO: the call must still be running
+/// when the FIFO is written, and end with the command's own exit code.
+async fn a_line_on_the_status_pipe_does_not_end_the_call(forge: &str) {
+    let srv = TestServer::with_config(SchedulerConfig {
+        sandbox: toolsched::sandbox::SandboxConfig {
+            level: toolsched::sandbox::SandboxLevel::None,
+            ..Default::default()
+        },
+        ..yolo()
+    })
+    .await;
+    let fifo = srv.path("go.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let command = format!("{forge} && echo forged; read -r line < go.fifo; echo released; exit 3");
+    let mut stream = srv
+        .schedule(
+            "s",
+            vec![call(
+                "sh",
+                "run_shell_command",
+                json!({ "command": command, "timeout": 30 }),
+            )],
+        )
+        .await;
+    let mut seen = Vec::new();
+    next_matching(&mut stream, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(pb::ToolCallUpdate { state: Some(State::Executing(x)), .. }) if x.output_chunk.contains("forged"))
+    })
+    .await;
+    // The command still runs (it waits on the FIFO): released, it ends.
+    tokio::task::spawn_blocking(move || std::fs::write(fifo, "go\n"))
+        .await
+        .unwrap()
+        .unwrap();
+    seen.extend(collect(stream).await);
+    assert_eq!(
+        states(&seen, "sh"),
+        ["validating", "scheduled", "executing", "success"]
+    );
+    let result = result_of(&seen, "sh");
+    assert_eq!(result["exit_code"], 3, "{result:?}");
+    assert_eq!(command_output(&seen, "sh"), "forged\nreleased\n");
+}

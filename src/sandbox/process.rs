@@ -64,8 +64,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// reading, so a fast writer blocks on its pipe instead of growing memory.
 const CHUNK_QUEUE: usize = 8;
 
-/// Largest status report read from the worker (a few JSON lines).
-const MAX_STATUS_BYTES: usize = 64 * 1024;
+/// Longest line of the status report kept (the worker's are a few dozen
+/// bytes); a longer one is skipped up to its newline.
+const MAX_STATUS_LINE: usize = 64 * 1024;
 
 /// Output lines that mark a refusal by the sandbox: Landlock answers EACCES,
 /// seccomp EPERM, the process limit EAGAIN on fork (EROFS for read-only
@@ -267,6 +268,8 @@ pub async fn run_process(
     let seen_tmp = tmp_at
         .as_ref()
         .map_or_else(|| tmp.path().to_path_buf(), |a| a.join(ANCHOR_TMP));
+    // What the worker's final report carries: only the worker knows it.
+    let report_token = uuid::Uuid::new_v4().simple().to_string();
     let mut command: Vec<OsString> = vec![spec.program.clone().into()];
     command.extend(spec.args.iter().map(OsString::from));
     let worker_args = WorkerArgs {
@@ -287,6 +290,7 @@ pub async fn run_process(
         best_effort: config.allow_weaker,
         protected_fd: protected.as_ref().map(|_| PROTECTED_FD),
         landlock_only: config.landlock_only,
+        report_token: Some(report_token.clone()),
         command,
     };
     let mut env = command_env();
@@ -343,7 +347,7 @@ pub async fn run_process(
         pidfd: spawned.pidfd,
         ended: false,
     };
-    let mut status = StatusPipe::read(status_r);
+    let mut status = StatusPipe::read(status_r, report_token);
     events.send_event(ProcessEvent::Started { pid: spawned.pid });
 
     let (chunk_tx, mut chunk_rx) = mpsc::channel::<Vec<u8>>(CHUNK_QUEUE);
@@ -652,58 +656,85 @@ fn pipe_cloexec() -> std::io::Result<(OwnedFd, OwnedFd)> {
 /// cleanup, not the command's, and cost 1-5 ms (BENCHMARKS.md, "Session
 /// 12"). Without such a report (a worker killed, a setup error) `ended`
 /// fails and only `reaped` tells.
+///
+/// The report counts only with the command's token
+/// ([`WorkerArgs::report_token`]): ending the call on it trusts that the
+/// command and its descendants are gone, and a line written on the pipe
+/// by anyone else (a command that got hold of its write end) would end
+/// the call while the command runs on, past its timeout and cancel. Such
+/// a line is ignored; end of file still ends the call.
 struct StatusPipe {
     ended: oneshot::Receiver<Reported>,
     reaped: tokio::task::JoinHandle<Reported>,
 }
 
 impl StatusPipe {
-    fn read(fd: OwnedFd) -> Self {
+    fn read(fd: OwnedFd, token: String) -> Self {
         let (tx, ended) = oneshot::channel();
-        let reaped = tokio::spawn(read_status(fd, tx));
+        let reaped = tokio::spawn(read_status(fd, tx, token));
         Self { ended, reaped }
     }
 }
 
-async fn read_status(fd: OwnedFd, ended: oneshot::Sender<Reported>) -> Reported {
+async fn read_status(fd: OwnedFd, ended: oneshot::Sender<Reported>, token: String) -> Reported {
     let mut ended = Some(ended);
     let mut r = Reported::default();
     let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
         return r;
     };
-    let mut text = Vec::new();
+    // Read to the end of file however much comes (what `reaped` means:
+    // stopping early would end the call as if the worker were reaped),
+    // keeping only the line being read, and not one longer than
+    // MAX_STATUS_LINE (`long`: skipped up to its newline).
+    let mut line = Vec::new();
+    let mut long = false;
     let mut chunk = [0u8; 512];
-    let mut parsed = 0;
     loop {
         let n = match pipe.read(&mut chunk).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => n.min(MAX_STATUS_BYTES.saturating_sub(text.len())),
+            Ok(n) => n,
         };
-        if n == 0 {
-            break;
-        }
-        text.extend_from_slice(&chunk[..n]);
-        while let Some(end) = text[parsed..].iter().position(|&b| b == b'\n') {
-            let line = &text[parsed..parsed + end];
-            parsed += end + 1;
-            if r.take_line(line)
-                && let Some(tx) = ended.take()
-            {
-                let _ = tx.send(r.clone());
+        for piece in chunk[..n].split_inclusive(|&b| b == b'\n') {
+            let (body, complete) = match piece.split_last() {
+                Some((b'\n', body)) => (body, true),
+                _ => (piece, false),
+            };
+            if line.len() + body.len() > MAX_STATUS_LINE {
+                long = true;
+                line.clear();
+            } else if !long {
+                line.extend_from_slice(body);
+            }
+            if complete {
+                if !long
+                    && r.take_line(&line, &token)
+                    && let Some(tx) = ended.take()
+                {
+                    let _ = tx.send(r.clone());
+                }
+                line.clear();
+                long = false;
             }
         }
     }
-    r.take_line(&text[parsed..]);
+    if !long {
+        r.take_line(&line, &token);
+    }
     r
 }
 
 impl Reported {
     /// Takes one JSON line of the report; true when it was the worker's
-    /// final one (how the command ended).
-    fn take_line(&mut self, line: &[u8]) -> bool {
+    /// final one (how the command ended), which carries `token`: a final
+    /// line without it is not the worker's, and is ignored.
+    fn take_line(&mut self, line: &[u8], token: &str) -> bool {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
             return false;
         };
+        let final_line = v.get("exit_code").is_some() || v.get("signal").is_some();
+        if final_line && v.get("token").and_then(serde_json::Value::as_str) != Some(token) {
+            return false;
+        }
         if let Some(m) = v.get("setup_error").and_then(|m| m.as_str()) {
             self.setup_error = Some(m.to_string());
         }

@@ -22,9 +22,12 @@
 //! mount namespace, not on the way to a protected path, as the Landlock
 //! grants say) and the new name is not `.git`, it makes the entry itself on
 //! that fd, with the command's umask (a created file's fd is handed to the
-//! command with `SECCOMP_IOCTL_NOTIF_ADDFD`). A `.git` name there fails
-//! `EPERM`. Anything else (an existing file opened with `O_CREAT`, a parent
-//! outside the writable roots, `/proc` paths) goes back to the kernel
+//! command with `SECCOMP_IOCTL_NOTIF_ADDFD`; a file is made with `O_EXCL`,
+//! so that an entry another process put there after the worker looked,
+//! such as a symlink, is never followed with the worker's rights). A
+//! `.git` name there fails `EPERM`. Anything else (an existing file opened
+//! with `O_CREAT`, a parent outside the writable roots, `/proc` paths, a
+//! name taken after the worker looked) goes back to the kernel
 //! unchanged (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`), which is safe whatever
 //! the command rewrites meanwhile: without the make rights the kernel can
 //! only open what exists, never create. `openat2` is not trapped for the
@@ -513,7 +516,22 @@ impl MetadataGuard {
             if !valid() {
                 return Err(libc::ESRCH);
             }
-            open_as(e.parent.as_raw_fd(), &e.name, flags, mode, umask())
+            // Only ever a new file: an entry that appeared since the look
+            // above (a symlink another command's worker made there, say)
+            // is not followed with this process's rights, which no
+            // Landlock ruleset bounds (to a file outside every writable
+            // root, or to this worker's own status pipe); opening it is the
+            // kernel's call, as above.
+            match open_as(
+                e.parent.as_raw_fd(),
+                &e.name,
+                flags | libc::O_EXCL,
+                mode,
+                umask(),
+            ) {
+                Err(libc::EEXIST) => return Ok(Reply::Continue),
+                opened => opened,
+            }
         };
         let file = match opened {
             Ok(f) => f,

@@ -165,6 +165,14 @@ pub struct WorkerArgs {
     /// [`mounts`]).
     #[arg(long)]
     pub landlock_only: bool,
+    /// A secret the final report carries (`"token"`), so that the server
+    /// ends the call on the worker's report only, never on a line someone
+    /// else managed to write on the status pipe (see
+    /// `super::process`). The server's random one per command; only this
+    /// process's memory holds it (the zygote passes the options in a memfd
+    /// the worker closes), which a confined command cannot read.
+    #[arg(long)]
+    pub report_token: Option<String>,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
@@ -211,6 +219,10 @@ impl WorkerArgs {
         }
         if self.landlock_only {
             a.push("--landlock-only".into());
+        }
+        if let Some(t) = &self.report_token {
+            a.push("--report-token".into());
+            a.push(t.into());
         }
         a.push("--".into());
         a.extend(self.command.iter().cloned());
@@ -275,10 +287,13 @@ pub fn main_with_parent(args: WorkerArgs, forked: Option<Forked>) -> ! {
     let mut status = unsafe { File::from_raw_fd(STATUS_FD) };
     match protected.and_then(|p| supervise::supervise(&args, p.as_deref(), forked, &mut status)) {
         Ok(ended) => {
-            let line = match ended {
+            let mut line = match ended {
                 Ended::Code(c) => serde_json::json!({ "exit_code": c }),
                 Ended::Signal(s) => serde_json::json!({ "signal": s }),
             };
+            if let Some(t) = &args.report_token {
+                line["token"] = t.as_str().into();
+            }
             // The command's stdin, stdout and stderr close before the
             // report, so that the server, which ends the call on the report
             // (the command and its descendants are reaped), finds the
@@ -432,6 +447,7 @@ mod tests {
             best_effort: true,
             protected_fd: Some(PROTECTED_FD),
             landlock_only: true,
+            report_token: Some("t0".into()),
             command: vec!["bash".into(), "-c".into(), "--x".into()],
         };
         let mut argv: Vec<OsString> = vec!["w".into()];
@@ -444,6 +460,7 @@ mod tests {
         assert!(b.best_effort);
         assert_eq!(b.protected_fd, Some(PROTECTED_FD));
         assert!(b.landlock_only);
+        assert_eq!(b.report_token.as_deref(), Some("t0"));
         assert_eq!(b.command, a.command);
     }
 }

@@ -148,6 +148,7 @@ mod tests {
             best_effort: false,
             protected_fd: None,
             landlock_only: false,
+            report_token: None,
             command: vec!["true".into()],
         }
     }
