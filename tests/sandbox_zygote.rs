@@ -146,11 +146,7 @@ async fn a_dead_zygote_is_replaced_and_its_commands_die_with_it() {
     // The next command gets a new zygote and runs confined as before. It
     // waits on a FIFO until its worker's parent has been looked at.
     let fifo = srv.path("go.fifo");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    mkfifo(&fifo);
     let (stream, mut seen, worker) = start_worker(
         &srv,
         "s",
@@ -245,14 +241,6 @@ async fn the_spare(zygote: i32) -> i32 {
     )
     .await;
     children_of(zygote)[0]
-}
-
-fn mkfifo(path: &std::path::Path) {
-    let made = std::process::Command::new("mkfifo")
-        .arg(path)
-        .status()
-        .unwrap();
-    assert!(made.success());
 }
 
 async fn release(fifo: std::path::PathBuf) {

@@ -296,11 +296,7 @@ async fn a_line_on_the_status_pipe_does_not_end_the_call(forge: &str) {
     })
     .await;
     let fifo = srv.path("go.fifo");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    mkfifo(&fifo);
     let command = format!("{forge} && echo forged; read -r line < go.fifo; echo released; exit 3");
     let mut stream = srv
         .schedule(

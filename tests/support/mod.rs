@@ -490,6 +490,16 @@ pub async fn until_pid(
     }
 }
 
+/// Makes a FIFO at `path` (coreutils' `mkfifo`): a command that reads it
+/// waits until the test writes.
+pub fn mkfifo(path: &std::path::Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo (coreutils) runs");
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
 /// Waits (bounded, 10 s) until `check` holds, for what happens behind a
 /// call's end (a command's effect, its worker's exit and cleanup); `what`
 /// says what never happened.
