@@ -659,12 +659,20 @@ async fn a_command_cannot_reach_another_workspace_after_its_commands_ran() {
     let t = Roots::start(true).await;
     let b_dir = t.dir("beta", "main");
     let b = b_dir.display();
-    let b_shell = |i: usize| shell("c", &format!("echo B{i} > secret.txt && cat secret.txt"));
+    // The secret's text, which no message to A may hold: a marker no
+    // random temp directory name can contain by chance ("B1" did once).
+    let secret = |i: usize| format!("beta-secret-{i}");
+    let b_shell = |i: usize| {
+        shell(
+            "c",
+            &format!("echo {} > secret.txt && cat secret.txt", secret(i)),
+        )
+    };
     for round in 0..2 {
         // B's commands run first: its ruleset is prepared (then reused).
         let events = t.run(B, "s", "main", vec![b_shell(round)]).await;
         assert!(
-            success_output(&events, "c").ends_with(&format!("Output: B{round}\n")),
+            success_output(&events, "c").ends_with(&format!("Output: {}\n", secret(round))),
             "{events:?}"
         );
         for (id, command, exit) in [
@@ -686,10 +694,7 @@ async fn a_command_cannot_reach_another_workspace_after_its_commands_ran() {
                 message.contains(&format!("(exit code {exit})")),
                 "{id}: {message}"
             );
-            assert!(
-                !message.contains("B0") && !message.contains("B1"),
-                "{id}: {message}"
-            );
+            assert!(!message.contains("beta-secret-"), "{id}: {message}");
         }
         // A's own workspace works with its own ruleset.
         let own = t
@@ -704,7 +709,10 @@ async fn a_command_cannot_reach_another_workspace_after_its_commands_ran() {
             success_output(&own, "c").ends_with("Output: mine\n"),
             "{own:?}"
         );
-        assert_eq!(content(&b_dir.join("secret.txt")), format!("B{round}\n"));
+        assert_eq!(
+            content(&b_dir.join("secret.txt")),
+            format!("{}\n", secret(round))
+        );
         assert!(!b_dir.join("new.txt").exists());
     }
 }
