@@ -314,10 +314,15 @@ async fn a_line_on_the_status_pipe_does_not_end_the_call(forge: &str) {
     })
     .await;
     // The command still runs (it waits on the FIFO): released, it ends.
-    tokio::task::spawn_blocking(move || std::fs::write(fifo, "go\n"))
-        .await
-        .unwrap()
-        .unwrap();
+    // Bounded: a command already gone leaves the FIFO without a reader.
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || std::fs::write(fifo, "go\n")),
+    )
+    .await
+    .expect("the command no longer reads its FIFO")
+    .unwrap()
+    .unwrap();
     seen.extend(collect(stream).await);
     assert_eq!(
         states(&seen, "sh"),

@@ -64,6 +64,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// reading, so a fast writer blocks on its pipe instead of growing memory.
 const CHUNK_QUEUE: usize = 8;
 
+/// Bytes read from the status pipe at once: a whole report in one read.
+const STATUS_READ_CHUNK: usize = 512;
+
 /// Longest line of the status report kept (the worker's are a few dozen
 /// bytes); a longer one is skipped up to its newline.
 const MAX_STATUS_LINE: usize = 64 * 1024;
@@ -375,18 +378,13 @@ pub async fn run_process(
     }
     let mut pipes_open = true;
     let mut reported = None;
-    // Whether the status pipe was read to its end (the worker reaped).
-    let mut reaped = false;
     let end = loop {
         tokio::select! {
             r = &mut status.ended => {
                 reported = Some(match r {
                     Ok(r) => r,
                     // No final report: what the pipe held when it closed.
-                    Err(_) => {
-                        reaped = true;
-                        (&mut status.reaped).await.unwrap_or_default()
-                    }
+                    Err(_) => (&mut status.reaped).await.unwrap_or_default(),
                 });
                 break End::Exited;
             }
@@ -400,31 +398,21 @@ pub async fn run_process(
     };
     let reported = match reported {
         Some(r) => r,
-        None => {
-            reaped = true;
-            stop_worker(&worker, &mut status.reaped, &mut chunk_rx, &mut sink).await
-        }
+        None => stop_worker(&worker, &mut status.reaped, &mut chunk_rx, &mut sink).await,
     };
     worker.ended = true;
     // The worker reaped everything it could; the cgroup sweep catches what
     // a SIGKILLed worker could not. After the worker's own report this runs
     // behind the call: the worker is then still exiting, and its cgroup
     // and the private tmp go once the zygote reaped it.
-    let exiting = (!reaped).then_some(status.reaped);
-    let behind = exiting.is_some();
-    let cleanup = async move {
-        if let Some(exiting) = exiting {
-            let _ = exiting.await;
-        }
-        if let Some(cgroup) = cgroup {
-            cgroup.remove().await;
-        }
-        drop(tmp);
-    };
-    if behind {
-        tokio::spawn(cleanup);
+    if status.reaped.is_finished() {
+        remove_after(cgroup, tmp).await;
     } else {
-        cleanup.await;
+        let exiting = status.reaped;
+        tokio::spawn(async move {
+            let _ = exiting.await;
+            remove_after(cgroup, tmp).await;
+        });
     }
     drain(&mut chunk_rx, &mut sink).await;
     let output = sink.finish();
@@ -449,6 +437,15 @@ pub async fn run_process(
         End::TimedOut => ProcessOutcome::TimedOut { output },
         End::Cancelled => ProcessOutcome::Cancelled { output },
     }
+}
+
+/// What a command leaves once its worker is gone: its cgroup (swept of
+/// anything a SIGKILLed worker could not reap) and its private tmp.
+async fn remove_after(cgroup: Option<super::cgroup::CommandCgroup>, tmp: tempfile::TempDir) {
+    if let Some(cgroup) = cgroup {
+        cgroup.remove().await;
+    }
+    drop(tmp);
 }
 
 /// The running worker, signalled through its pidfd (never a recycled pid).
@@ -688,7 +685,7 @@ async fn read_status(fd: OwnedFd, ended: oneshot::Sender<Reported>, token: Strin
     // MAX_STATUS_LINE (`long`: skipped up to its newline).
     let mut line = Vec::new();
     let mut long = false;
-    let mut chunk = [0u8; 512];
+    let mut chunk = [0u8; STATUS_READ_CHUNK];
     loop {
         let n = match pipe.read(&mut chunk).await {
             Ok(0) | Err(_) => break,
