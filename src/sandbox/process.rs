@@ -440,12 +440,17 @@ pub async fn run_process(
 }
 
 /// What a command leaves once its worker is gone: its cgroup (swept of
-/// anything a SIGKILLed worker could not reap) and its private tmp.
+/// anything a SIGKILLed worker could not reap) and its private tmp, removed
+/// on a blocking thread (a command may leave any number of files there).
 async fn remove_after(cgroup: Option<super::cgroup::CommandCgroup>, tmp: tempfile::TempDir) {
     if let Some(cgroup) = cgroup {
         cgroup.remove().await;
     }
-    drop(tmp);
+    match tokio::task::spawn_blocking(move || tmp.close()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "could not remove a command's private tmp"),
+        Err(e) => tracing::warn!(error = %e, "the private tmp's removal did not finish"),
+    }
 }
 
 /// The running worker, signalled through its pidfd (never a recycled pid).
