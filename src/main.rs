@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
 use toolsched::config::{Cli, Command, LogFormat, ServeArgs, Settings};
+use toolsched::telemetry::lines::JsonLines;
 
 /// mimalloc for the server (and the sandbox worker, the same binary): each
 /// event of a batch allocates and frees a few small buffers on whichever
@@ -197,7 +198,12 @@ fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
     match format {
         // Fields at the top level of each line (`"call_id": …`), not under
         // "fields": what log pipelines index without a nested path.
-        LogFormat::Json => builder.json().flatten_event(true).init(),
+        // tracing-subscriber's JSON, the audit lines serialized in one
+        // buffer (see `telemetry::lines`).
+        LogFormat::Json => builder
+            .fmt_fields(JsonLines::fields())
+            .event_format(JsonLines::new())
+            .init(),
         LogFormat::Text => builder.init(),
     }
     guard

@@ -26,6 +26,7 @@
 //! (Prometheus, `scheduler::metrics`).
 
 pub mod audit;
+pub mod lines;
 
 use std::cell::Cell;
 use std::sync::{Arc, OnceLock};

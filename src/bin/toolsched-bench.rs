@@ -34,6 +34,8 @@ use toolsched::api::convert::json_to_struct;
 use toolsched::api::pb;
 use toolsched::api::pb::tool_scheduler_client::ToolSchedulerClient;
 
+#[path = "toolsched-bench/instr.rs"]
+mod instr;
 #[path = "toolsched-bench/soak.rs"]
 mod soak;
 
@@ -47,7 +49,8 @@ struct Cli {
     command: Option<Cmd>,
     /// Scenarios to run, comma-separated (s1,s2,s3,s4,s5,s6, and `sweep`:
     /// the curves over concurrency, batch size and idle sessions; `idle`:
-    /// the sweep's idle sessions alone; `store` and `soak` need --store).
+    /// the sweep's idle sessions alone; `store` and `soak` need --store;
+    /// `instr`: instructions per RPC under callgrind, needs valgrind).
     #[arg(long, default_value = "s1,s2,s3,s4,s5,s6")]
     scenarios: String,
     /// Runs per figure; the table shows the median with min and max.
@@ -201,7 +204,7 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
     ) -> Pin<
         Box<dyn std::future::Future<Output = anyhow::Result<Vec<Row>>> + 'a>,
     >;
-    let all: [(&str, &'static str, Scenario); 10] = [
+    let all: [(&str, &'static str, Scenario); 11] = [
         ("s1", "S1", |e| Box::pin(s1_throughput(e))),
         ("s2", "S2", |e| Box::pin(s2_latency(e))),
         ("s3", "S3", |e| Box::pin(s3_waves(e))),
@@ -212,6 +215,7 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
         ("sweep", "sweep", |e| Box::pin(sweep(e))),
         ("idle", "sweep", |e| Box::pin(idle_sessions(e))),
         ("soak", "soak", |e| Box::pin(soak::soak(e, e.soak))),
+        ("instr", "instr", |e| Box::pin(instr::instructions(e))),
     ];
     for (key, name, run) in all {
         if !scenarios.iter().any(|s| s == key) {

@@ -45,6 +45,12 @@ struct SessionRecord<E: LogEvent> {
     batches: VecDeque<Box<BatchRecord<E>>>,
     /// Sum of the completed batches' `bytes`.
     completed_bytes: usize,
+    /// No completed batch completed before this (`None`: none completed):
+    /// until it is past retention, [`SessionRecord::expire`] has nothing
+    /// to drop and looks at no record (a scan of every record at every
+    /// batch was 2.4% of S1's CPU). A batch removed otherwise may leave it
+    /// early, which only costs one scan that sets it again.
+    completed_since: Option<Instant>,
 }
 
 struct BatchRecord<E: LogEvent> {
@@ -166,6 +172,7 @@ impl<E: LogEvent> MemoryStore<E> {
             .or_insert_with(|| SessionRecord {
                 batches: VecDeque::new(),
                 completed_bytes: 0,
+                completed_since: None,
             });
         session.expire(&self.retention, now);
         if let Some(request_id) = &new.request_id
@@ -217,17 +224,28 @@ impl<E: LogEvent> MemoryStore<E> {
 impl<E: LogEvent> SessionRecord<E> {
     /// Drops the completed batches past their retention time.
     fn expire(&mut self, retention: &Retention, now: Instant) {
+        if self
+            .completed_since
+            .is_none_or(|at| now.duration_since(at) < retention.completed_for)
+        {
+            return;
+        }
         let mut freed = 0;
+        let mut since = None::<Instant>;
         self.batches.retain(|b| {
-            let keep = b
-                .completed
-                .is_none_or(|at| now.duration_since(at) < retention.completed_for);
-            if !keep {
+            let Some(at) = b.completed else {
+                return true;
+            };
+            let keep = now.duration_since(at) < retention.completed_for;
+            if keep {
+                since = Some(since.map_or(at, |s| s.min(at)));
+            } else {
                 freed += b.bytes;
             }
             keep
         });
         self.completed_bytes -= freed;
+        self.completed_since = since;
     }
 
     /// Drops the oldest completed batches while the session holds more than
@@ -330,7 +348,9 @@ impl<E: LogEvent> Store<E> for MemoryStore<E> {
         if let Some(batch) = session.batches.iter_mut().rev().find(|b| b.id == batch_id)
             && batch.completed.is_none()
         {
-            batch.completed = Some(Instant::now());
+            let now = Instant::now();
+            batch.completed = Some(now);
+            session.completed_since.get_or_insert(now);
             batch.bytes = batch.log.bytes();
             batch.ended = ended;
             session.completed_bytes += batch.bytes;

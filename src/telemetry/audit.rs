@@ -73,7 +73,10 @@ impl CallAudit {
             _ => None,
         };
         let path = text("file_path", MAX_PATH_CHARS).or_else(|| text("dir_path", MAX_PATH_CHARS));
-        let args_digest = command.is_none().then(|| digest(&call.args));
+        // Only a kept line needs the digest (`RUST_LOG` may silence the trail).
+        let args_digest = (command.is_none()
+            && tracing::enabled!(target: TARGET, tracing::Level::INFO))
+        .then(|| digest(&call.args));
         Self {
             tenant,
             principal,
@@ -94,13 +97,13 @@ impl CallAudit {
     pub(super) fn state(&self, state: &'static str) {
         tracing::debug!(
             target: TARGET,
-            tenant = %self.tenant,
-            principal = %self.principal,
-            workspace = %self.workspace,
-            session = %self.session,
-            batch = %self.batch,
-            call_id = %self.call_id,
-            tool = %self.tool,
+            tenant = &*self.tenant,
+            principal = &*self.principal,
+            workspace = &*self.workspace,
+            session = &*self.session,
+            batch = &*self.batch,
+            call_id = self.call_id.as_str(),
+            tool = self.tool.as_str(),
             state,
             trace_id = self.trace_id.as_deref(),
             "call state"
@@ -112,13 +115,13 @@ impl CallAudit {
     pub(super) fn decided(&self, decision: &'static str, rule: Option<&str>) {
         tracing::info!(
             target: TARGET,
-            tenant = %self.tenant,
-            principal = %self.principal,
-            workspace = %self.workspace,
-            session = %self.session,
-            batch = %self.batch,
-            call_id = %self.call_id,
-            tool = %self.tool,
+            tenant = &*self.tenant,
+            principal = &*self.principal,
+            workspace = &*self.workspace,
+            session = &*self.session,
+            batch = &*self.batch,
+            call_id = self.call_id.as_str(),
+            tool = self.tool.as_str(),
             command = self.command.as_deref(),
             path = self.path.as_deref(),
             args_digest = self.args_digest.as_deref(),
@@ -148,13 +151,13 @@ impl CallAudit {
     ) {
         tracing::info!(
             target: TARGET,
-            tenant = %self.tenant,
-            principal = %self.principal,
-            workspace = %self.workspace,
-            session = %self.session,
-            batch = %self.batch,
-            call_id = %self.call_id,
-            tool = %self.tool,
+            tenant = &*self.tenant,
+            principal = &*self.principal,
+            workspace = &*self.workspace,
+            session = &*self.session,
+            batch = &*self.batch,
+            call_id = self.call_id.as_str(),
+            tool = self.tool.as_str(),
             command = self.command.as_deref(),
             path = self.path.as_deref(),
             args_digest = self.args_digest.as_deref(),
@@ -180,27 +183,62 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 /// `sha256:<hex>` of the arguments as JSON with keys sorted at every level
-/// (the map keeps the request's order; the digest must not depend on it).
+/// (the map keeps the request's order; the digest must not depend on it),
+/// serialized straight into the hash: nothing of the arguments is copied.
 fn digest(args: &serde_json::Map<String, Value>) -> String {
-    fn sorted(v: &Value) -> Value {
-        match v {
-            Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                Value::Object(
-                    keys.into_iter()
-                        .map(|k| (k.clone(), sorted(&map[k])))
-                        .collect(),
-                )
-            }
-            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
-            other => other.clone(),
-        }
+    let mut hasher = HashWriter(Sha256::new());
+    // Writing to a hash cannot fail, nor can serializing a `Value`.
+    let _ = serde_json::to_writer(&mut hasher, &Sorted::Object(args));
+    // Two digits a byte from a table: `write!("{b:02x}")` for each of the
+    // 32 bytes was half of this function's instructions.
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity("sha256:".len() + 64);
+    hex.push_str("sha256:");
+    for b in hasher.0.finalize() {
+        hex.push(char::from(DIGITS[usize::from(b >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(b & 0xf)]));
     }
-    let canonical = sorted(&Value::Object(args.clone())).to_string();
-    let hash = Sha256::digest(canonical.as_bytes());
-    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
+    hex
+}
+
+/// A JSON value serialized with the keys of every object sorted.
+enum Sorted<'a> {
+    Object(&'a serde_json::Map<String, Value>),
+    Value(&'a Value),
+}
+
+impl serde::Serialize for Sorted<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let map = match *self {
+            Self::Object(map) | Self::Value(Value::Object(map)) => map,
+            Self::Value(Value::Array(items)) => {
+                return s.collect_seq(items.iter().map(Sorted::Value));
+            }
+            Self::Value(other) => return other.serialize(s),
+        };
+        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+        entries.sort_unstable_by_key(|&(k, _)| k);
+        let mut out = s.serialize_map(Some(entries.len()))?;
+        for (k, v) in entries {
+            out.serialize_entry(k, &Sorted::Value(v))?;
+        }
+        out.end()
+    }
+}
+
+/// Feeds what is written to a hash.
+struct HashWriter(Sha256);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -226,6 +264,13 @@ mod tests {
         };
         assert_eq!(digest(&a), digest(&b));
         assert_eq!(digest(&a).len(), "sha256:".len() + 64);
+        // The bytes hashed: compact JSON, keys sorted at every level.
+        let canonical = r#"{"a":{"x":"s","y":[1,{"p":3,"q":2}]},"b":1}"#;
+        let hex: String = Sha256::digest(canonical.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(digest(&a), format!("sha256:{hex}"));
         let empty = serde_json::Map::new();
         // sha256("{}")
         assert_eq!(
