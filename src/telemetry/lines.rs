@@ -204,7 +204,10 @@ mod tests {
 
     fn parse(bytes: &[u8]) -> Vec<(String, serde_json::Value)> {
         let text = std::str::from_utf8(bytes).unwrap();
-        assert!(text.ends_with('\n') && text.matches('\n').count() == 1, "{text}");
+        assert!(
+            text.ends_with('\n') && text.matches('\n').count() == 1,
+            "{text}"
+        );
         serde_json::from_str::<Ordered>(text).unwrap().0
     }
 

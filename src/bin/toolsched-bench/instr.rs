@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 
-use super::{Env, Row, Served, Stat, connections, read_small, record, run_batch, start, start_floor};
+use super::{
+    Env, Row, Served, Stat, connections, read_small, record, run_batch, start, start_floor,
+};
 
 /// Sessions served at once (over as many connections as S1 uses).
 const SESSIONS: usize = 16;
@@ -48,7 +50,16 @@ pub(super) async fn instructions(env: &Env) -> anyhow::Result<Vec<Row>> {
         drop(floor);
         let args: Vec<&str> = floor_args.iter().map(String::as_str).collect();
         let served = under_callgrind(&env.me, &args, dir.path(), &format!("floor{run}"))?;
-        f.push(count(&served, dir.path(), &format!("floor{run}"), warm, per_session).await?);
+        f.push(
+            count(
+                &served,
+                dir.path(),
+                &format!("floor{run}"),
+                warm,
+                per_session,
+            )
+            .await?,
+        );
     }
     if std::env::var_os("TOOLSCHED_BENCH_KEEP").is_some() {
         // For `callgrind_annotate --inclusive=yes <dir>/ts0.1`.
