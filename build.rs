@@ -18,6 +18,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .codec_path("crate::api::codec::EventCodec")
         .file_descriptor_set_path(out_dir.join("toolsched_descriptor.bin"))
         .compile_protos(&["proto/toolsched/v1/toolsched.proto"], &["proto"])?;
+    // The service as the server runs it (src/api/wire.rs): the same
+    // messages, generated above, except that the event streams send each
+    // event's encoded form.
+    let wire = out_dir.join("wire");
+    std::fs::create_dir_all(&wire)?;
+    tonic_prost_build::configure()
+        .build_client(false)
+        .codec_path("crate::api::codec::EventCodec")
+        .extern_path(".toolsched.v1", "crate::api::pb")
+        .extern_path(
+            ".toolsched.v1.ScheduleCallsResponse",
+            "crate::api::wire::EncodedEvent",
+        )
+        .out_dir(&wire)
+        .compile_protos(&["proto/toolsched/v1/toolsched.proto"], &["proto"])?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())
 }

@@ -563,8 +563,8 @@ impl crate::store::EventCodec<BatchEvent> for WireCodec {
         entry_to_pb(entry, false).encode_to_vec()
     }
 
-    fn decode(&self, bytes: Vec<u8>) -> BatchEvent {
-        BatchEvent::Recorded(bytes.into())
+    fn decode(&self, bytes: bytes::Bytes) -> BatchEvent {
+        BatchEvent::Recorded(bytes)
     }
 }
 

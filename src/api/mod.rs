@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod relay;
 pub mod routing;
 pub mod tls;
+pub mod wire;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -41,7 +42,8 @@ pub mod pb {
         tonic::include_file_descriptor_set!("toolsched_descriptor");
 }
 
-use pb::tool_scheduler_server::{ToolScheduler, ToolSchedulerServer};
+use wire::EncodedEvent;
+use wire::server::tool_scheduler_server::{ToolScheduler, ToolSchedulerServer};
 
 /// The `ToolScheduler` service over a [`Scheduler`].
 pub struct Service {
@@ -59,7 +61,7 @@ impl Service {
     }
 }
 
-type EventStream = Pin<Box<dyn Stream<Item = Result<pb::ScheduleCallsResponse, Status>> + Send>>;
+type EventStream = Pin<Box<dyn Stream<Item = Result<EncodedEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl ToolScheduler for Service {
@@ -375,7 +377,7 @@ impl WireEvents {
 }
 
 impl Stream for WireEvents {
-    type Item = Result<pb::ScheduleCallsResponse, Status>;
+    type Item = Result<EncodedEvent, Status>;
 
     fn poll_next(
         mut self: Pin<&mut Self>,
@@ -408,12 +410,22 @@ impl Stream for WireEvents {
     }
 }
 
-/// A logged event as a stream message, cut to `max_event_bytes`.
+/// A logged event as a stream message, cut to `max_event_bytes`: the
+/// entry's encoded form ([`WireCodec`], made once for every stream of the
+/// batch), unless this stream's message differs from it (a replayed
+/// BatchAccepted says so) or it is over `max_event_bytes`.
 fn wire_event(
     entry: &crate::store::Entry<crate::scheduler::BatchEvent>,
     replayed: bool,
     max_event_bytes: usize,
-) -> pb::ScheduleCallsResponse {
+) -> EncodedEvent {
+    let accepted = matches!(entry.event, crate::scheduler::BatchEvent::Accepted { .. });
+    if !(replayed && accepted) {
+        let encoded = entry.encoded_by(&WireCodec);
+        if encoded.len() <= max_event_bytes {
+            return EncodedEvent(encoded.clone());
+        }
+    }
     let mut message = convert::entry_to_pb(entry, replayed);
     let omitted = bound::fit(&mut message, max_event_bytes);
     if omitted > 0 {
@@ -424,7 +436,7 @@ fn wire_event(
             "event cut to fit max_event_bytes"
         );
     }
-    message
+    EncodedEvent(prost::Message::encode_to_vec(&message).into())
 }
 
 /// TCP keepalive on accepted connections: finds clients that vanished

@@ -355,7 +355,7 @@ pub enum BatchEvent {
     },
     /// An event read back from a durable store, in the wire form `api`
     /// wrote it in (a batch this process did not run).
-    Recorded(Arc<[u8]>),
+    Recorded(bytes::Bytes),
 }
 
 /// An event with the time it happened.

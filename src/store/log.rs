@@ -24,19 +24,24 @@
 //! held across an await, and each critical section is a push or a copy of
 //! `Arc`s.
 //!
-//! A log made with a codec ([`BatchLog::compacting`]) is compacted once it
-//! is finished and nobody reads it: its entries, one allocation each with
+//! A log made with a codec ([`BatchLog::compacting`]) keeps the entries
+//! every open reader has read in their encoded form, and is compacted once
+//! it is finished and nobody reads it: its entries, one allocation each with
 //! the event's strings and JSON behind it (~4 KB for one small call), become
 //! their encoded events in one buffer (~0.5 KB), kept for WatchBatch and
 //! request-id replays during the batch's retention. A reader attaching
 //! later decodes them ([`EventCodec::decode`]: the event as it was sent).
+//! An entry's encoded form is made once ([`Entry::encoded`]), most often by
+//! the stream that sent it, and the log keeps those bytes.
 
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::SystemTime;
+
+use bytes::Bytes;
 
 use super::EventCodec;
 
@@ -71,7 +76,7 @@ pub enum MergeKey<'a> {
 }
 
 /// One logged event.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub struct Entry<E> {
     /// 1, 2, 3 … within the batch, the same for every reader (continued
     /// after a base once the batch is taken over by another replica).
@@ -79,6 +84,53 @@ pub struct Entry<E> {
     /// When the event was appended.
     pub at: SystemTime,
     pub event: E,
+    /// The event in its encoded form (what a stream sends), made once by
+    /// whoever needs it first (a stream sending it, the log's compaction, a
+    /// durable store writing it) and shared by the rest.
+    encoded: OnceLock<Bytes>,
+}
+
+impl<E> Entry<E> {
+    pub fn new(sequence: u64, at: SystemTime, event: E) -> Self {
+        Self {
+            sequence,
+            at,
+            event,
+            encoded: OnceLock::new(),
+        }
+    }
+
+    /// An entry read back from its encoded form: `event` is what `encoded`
+    /// decodes to, and `encoded` stays its encoded form (see
+    /// [`EventCodec::decode`]).
+    pub fn recorded(sequence: u64, at: SystemTime, event: E, encoded: Bytes) -> Self {
+        Self {
+            sequence,
+            at,
+            event,
+            encoded: OnceLock::from(encoded),
+        }
+    }
+
+    /// The encoded form, made by `encode` unless it was made before.
+    pub fn encoded(&self, encode: impl FnOnce(&Self) -> Vec<u8>) -> &Bytes {
+        self.encoded.get_or_init(|| Bytes::from(encode(self)))
+    }
+}
+
+impl<E: 'static> Entry<E> {
+    /// The encoded form by `codec`, unless it was made before.
+    pub fn encoded_by(&self, codec: &dyn EventCodec<E>) -> &Bytes {
+        self.encoded(|entry| codec.encode(entry))
+    }
+}
+
+/// Entries are equal by what they say: whether one's encoded form was made
+/// yet does not count.
+impl<E: PartialEq> PartialEq for Entry<E> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.sequence, self.at, &self.event) == (other.sequence, other.at, &other.event)
+    }
 }
 
 /// A batch's log. Shared (`Arc`) by its writer, its readers and the store.
@@ -113,6 +165,8 @@ struct LogState<E> {
     /// Bumped whenever a reader attaches or the last one detaches, so that a
     /// grace timer armed at one detach does not fire for a later one.
     generation: u64,
+    /// Whether the log was compacted (finished, nobody reading it).
+    compacted: bool,
 }
 
 struct ReaderSlot {
@@ -121,40 +175,62 @@ struct ReaderSlot {
     waker: Option<Waker>,
 }
 
-/// A log's entries: as appended while it may be read live, or compacted.
-enum Entries<E> {
-    /// One shared entry each, handed to readers as is.
-    Live(Vec<Arc<Entry<E>>>),
-    /// A finished log nobody read when it was compacted.
-    Compact(Box<Compacted<E>>),
+/// A log's entries: the first ones in their encoded form, the rest as
+/// appended.
+struct Entries<E> {
+    /// In a log with a codec: the entries every reader has read
+    /// ([`BatchLog::keep_read_encoded`]), or all of a finished log nobody
+    /// reads ([`BatchLog::compact_if_unread`]).
+    encoded: Option<Box<Encoded<E>>>,
+    /// The entries after them, one shared entry each, handed to readers as
+    /// is.
+    live: Vec<Arc<Entry<E>>>,
 }
 
-/// A finished log's events, encoded by its codec, in one buffer.
-struct Compacted<E> {
+/// Entries encoded by the log's codec, in one buffer.
+struct Encoded<E> {
     codec: Arc<dyn EventCodec<E>>,
     /// The encoded events, one after the other.
-    bytes: Box<[u8]>,
+    bytes: Vec<u8>,
     /// Where each entry's bytes end in `bytes`.
-    ends: Box<[u32]>,
+    ends: Vec<u32>,
     /// When each entry was appended.
-    at: Box<[SystemTime]>,
+    at: Vec<SystemTime>,
 }
 
-impl<E: LogEvent> Compacted<E> {
-    fn of(entries: &[Arc<Entry<E>>], codec: Arc<dyn EventCodec<E>>) -> Self {
-        let mut bytes = Vec::new();
-        let mut ends = Vec::with_capacity(entries.len());
-        for entry in entries {
-            bytes.extend_from_slice(&codec.encode(entry));
-            // A log's bytes are bounded far below 4 GiB (each event by
-            // `max_event_bytes`, a batch by `max_calls_per_batch`).
-            ends.push(u32::try_from(bytes.len()).unwrap_or(u32::MAX));
-        }
+impl<E: LogEvent> Encoded<E> {
+    fn new(codec: Arc<dyn EventCodec<E>>) -> Self {
         Self {
             codec,
-            bytes: bytes.into_boxed_slice(),
-            ends: ends.into_boxed_slice(),
-            at: entries.iter().map(|e| e.at).collect(),
+            bytes: Vec::new(),
+            ends: Vec::new(),
+            at: Vec::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Appends `entries`, the buffer grown to fit exactly (a log is
+    /// encoded a few entries at a time).
+    fn extend(&mut self, entries: &[Arc<Entry<E>>]) {
+        let encoded: Vec<&Bytes> = entries
+            .iter()
+            // Most often encoded already, by the stream that sent it.
+            .map(|entry| entry.encoded_by(&*self.codec))
+            .collect();
+        self.bytes
+            .reserve_exact(encoded.iter().map(|b| b.len()).sum());
+        self.ends.reserve_exact(entries.len());
+        self.at.reserve_exact(entries.len());
+        for (entry, bytes) in entries.iter().zip(encoded) {
+            self.bytes.extend_from_slice(bytes);
+            // A log's bytes are bounded far below 4 GiB (each event by
+            // `max_event_bytes`, a batch by `max_calls_per_batch`).
+            self.ends
+                .push(u32::try_from(self.bytes.len()).unwrap_or(u32::MAX));
+            self.at.push(entry.at);
         }
     }
 
@@ -162,20 +238,30 @@ impl<E: LogEvent> Compacted<E> {
     fn entry(&self, i: usize, base: u64) -> Arc<Entry<E>> {
         let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
         let end = (self.ends[i] as usize).min(self.bytes.len());
-        Arc::new(Entry {
-            sequence: base + i as u64 + 1,
-            at: self.at[i],
-            event: self.codec.decode(self.bytes[start.min(end)..end].to_vec()),
-        })
+        let encoded = Bytes::copy_from_slice(&self.bytes[start.min(end)..end]);
+        Arc::new(Entry::recorded(
+            base + i as u64 + 1,
+            self.at[i],
+            self.codec.decode(encoded.clone()),
+            encoded,
+        ))
     }
 }
 
 impl<E: LogEvent> Entries<E> {
-    fn len(&self) -> usize {
-        match self {
-            Entries::Live(entries) => entries.len(),
-            Entries::Compact(c) => c.ends.len(),
+    fn new(live: Vec<Arc<Entry<E>>>) -> Self {
+        Self {
+            encoded: None,
+            live,
         }
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.encoded.as_ref().map_or(0, |e| e.len())
+    }
+
+    fn len(&self) -> usize {
+        self.encoded_len() + self.live.len()
     }
 
     /// Appends the entries from position `from` (0-based) to `out`.
@@ -185,25 +271,32 @@ impl<E: LogEvent> Entries<E> {
         base: u64,
         out: &mut std::collections::VecDeque<Arc<Entry<E>>>,
     ) {
-        match self {
-            Entries::Live(entries) => {
-                out.extend(entries[from.min(entries.len())..].iter().cloned())
-            }
-            Entries::Compact(c) => out.extend((from..c.ends.len()).map(|i| c.entry(i, base))),
+        let encoded = self.encoded_len();
+        if let Some(e) = &self.encoded {
+            out.extend((from..encoded).map(|i| e.entry(i, base)));
         }
+        let from = from.saturating_sub(encoded).min(self.live.len());
+        out.extend(self.live[from..].iter().cloned());
     }
 
-    /// The entries to append to. A compacted log is expanded first: never
-    /// in practice (only a finished log is compacted, and a finished log
-    /// has no writer left).
-    fn live(&mut self, base: u64) -> &mut Vec<Arc<Entry<E>>> {
-        if let Entries::Compact(c) = self {
-            *self = Entries::Live((0..c.ends.len()).map(|i| c.entry(i, base)).collect());
+    /// The live entry at position `i` (0-based), unless it is encoded.
+    fn live_at(&mut self, i: usize) -> Option<&mut Arc<Entry<E>>> {
+        let encoded = self.encoded_len();
+        i.checked_sub(encoded).and_then(|i| self.live.get_mut(i))
+    }
+
+    /// Encodes the entries before position `upto` (0-based) with `codec`.
+    /// The log's estimate of its bytes stays as appended (the retention
+    /// bounds count events, whatever their form).
+    fn encode_upto(&mut self, upto: usize, codec: &Arc<dyn EventCodec<E>>) {
+        let n = upto.saturating_sub(self.encoded_len()).min(self.live.len());
+        if n == 0 {
+            return;
         }
-        match self {
-            Entries::Live(entries) => entries,
-            Entries::Compact(_) => unreachable!("expanded above"),
-        }
+        self.encoded
+            .get_or_insert_with(|| Box::new(Encoded::new(codec.clone())))
+            .extend(&self.live[..n]);
+        self.live.drain(..n);
     }
 }
 
@@ -232,7 +325,7 @@ impl<E: LogEvent> BatchLog<E> {
     fn with_codec(codec: Option<Arc<dyn EventCodec<E>>>) -> (Arc<Self>, LogWriter<E>) {
         let log = Arc::new(Self {
             state: Mutex::new(LogState {
-                entries: Entries::Live(Vec::new()),
+                entries: Entries::new(Vec::new()),
                 base: 0,
                 bytes: 0,
                 closed: false,
@@ -240,6 +333,7 @@ impl<E: LogEvent> BatchLog<E> {
                 readers: Vec::new(),
                 last_report: HashMap::new(),
                 generation: 0,
+                compacted: false,
             }),
             next_reader: AtomicU64::new(1),
             codec,
@@ -254,7 +348,7 @@ impl<E: LogEvent> BatchLog<E> {
         let base = entries.first().map_or(0, |e| e.sequence.saturating_sub(1));
         Arc::new(Self {
             state: Mutex::new(LogState {
-                entries: Entries::Live(entries.into_iter().map(Arc::new).collect()),
+                entries: Entries::new(entries.into_iter().map(Arc::new).collect()),
                 base,
                 bytes,
                 closed: true,
@@ -262,6 +356,7 @@ impl<E: LogEvent> BatchLog<E> {
                 readers: Vec::new(),
                 last_report: HashMap::new(),
                 generation: 0,
+                compacted: false,
             }),
             next_reader: AtomicU64::new(1),
             codec: None,
@@ -343,12 +438,29 @@ impl<E: LogEvent> BatchLog<E> {
     /// Whether the log holds its entries compacted (for tests and
     /// diagnostics).
     pub fn is_compacted(&self) -> bool {
-        matches!(self.lock().entries, Entries::Compact(_))
+        self.lock().compacted
     }
 
     /// Compacts the log when it is finished and nobody reads it (and it has
     /// a codec): called when its last reader goes away and when it
     /// finishes.
+    /// In a log with a codec, the entries every open reader has read keep
+    /// only their encoded form (made by the reader that sent it, or here):
+    /// the event's strings and JSON behind it go, so a batch held at a
+    /// prompt holds its sent events as the bytes they were sent as (a
+    /// reader attaching later decodes them, as from a compacted log).
+    /// Entries not read by all stay as appended: a later report may still
+    /// replace an unread one.
+    fn keep_read_encoded(&self, state: &mut LogState<E>) {
+        let Some(codec) = &self.codec else {
+            return;
+        };
+        let Some(read) = state.readers.iter().map(|r| r.cursor).min() else {
+            return;
+        };
+        state.entries.encode_upto(read as usize, codec);
+    }
+
     fn compact_if_unread(&self, state: &mut LogState<E>) {
         let Some(codec) = &self.codec else {
             return;
@@ -356,10 +468,18 @@ impl<E: LogEvent> BatchLog<E> {
         if !state.finished || !state.readers.is_empty() {
             return;
         }
-        let Entries::Live(entries) = &state.entries else {
+        if state.compacted {
             return;
-        };
-        state.entries = Entries::Compact(Box::new(Compacted::of(entries, codec.clone())));
+        }
+        let all = state.entries.len();
+        state.entries.encode_upto(all, codec);
+        state.entries.live = Vec::new();
+        if let Some(encoded) = &mut state.entries.encoded {
+            encoded.bytes.shrink_to_fit();
+            encoded.ends.shrink_to_fit();
+            encoded.at.shrink_to_fit();
+        }
+        state.compacted = true;
         // What only a growing, read log needs: freed with its capacity.
         state.readers = Vec::new();
         state.last_report = HashMap::new();
@@ -400,19 +520,16 @@ impl<E: LogEvent> LogWriter<E> {
                     && let Some(&position) = state.last_report.get(key)
                     && slowest.is_none_or(|c| c < position)
                 {
-                    let i = (position - 1) as usize;
                     let sequence = state.base + position;
                     let after = event.approx_bytes();
-                    let base = state.base;
-                    let entries = state.entries.live(base);
-                    let before = entries[i].event.approx_bytes();
-                    entries[i] = Arc::new(Entry {
-                        sequence,
-                        at: SystemTime::now(),
-                        event,
-                    });
-                    state.bytes = state.bytes - before + after;
-                    return sequence;
+                    // An encoded entry (read by every reader) is not
+                    // replaced: the report is appended instead.
+                    if let Some(entry) = state.entries.live_at((position - 1) as usize) {
+                        let before = entry.event.approx_bytes();
+                        *entry = Arc::new(Entry::new(sequence, SystemTime::now(), event));
+                        state.bytes = state.bytes - before + after;
+                        return sequence;
+                    }
                 }
                 let key = key.to_string();
                 let sequence = push(&mut state, event);
@@ -446,8 +563,7 @@ impl<E: LogEvent> LogWriter<E> {
             return false;
         }
         state.bytes += entry.event.approx_bytes();
-        let base = state.base;
-        state.entries.live(base).push(Arc::new(entry));
+        state.entries.live.push(Arc::new(entry));
         true
     }
 
@@ -510,12 +626,10 @@ impl<E: LogEvent> Drop for LogWriter<E> {
 fn push<E: LogEvent>(state: &mut LogState<E>, event: E) -> u64 {
     let sequence = state.base + state.entries.len() as u64 + 1;
     state.bytes += event.approx_bytes();
-    let base = state.base;
-    state.entries.live(base).push(Arc::new(Entry {
-        sequence,
-        at: SystemTime::now(),
-        event,
-    }));
+    state
+        .entries
+        .live
+        .push(Arc::new(Entry::new(sequence, SystemTime::now(), event)));
     sequence
 }
 
@@ -571,6 +685,8 @@ impl<E: LogEvent> LogReader<E> {
         if state.closed {
             return Poll::Ready(None);
         }
+        // Caught up: what this reader took is sent (or dropped) by now.
+        self.log.keep_read_encoded(&mut state);
         if let Some(slot) = state.readers.iter_mut().find(|r| r.id == self.id) {
             match &slot.waker {
                 Some(w) if w.will_wake(cx.waker()) => {}
@@ -703,17 +819,9 @@ mod tests {
         // Read back from a store, the base comes with the first entry.
         let (copy, tail) = BatchLog::new();
         for e in log.entries() {
-            assert!(tail.append_recorded(Entry {
-                sequence: e.sequence,
-                at: e.at,
-                event: e.event.clone(),
-            }));
+            assert!(tail.append_recorded(Entry::new(e.sequence, e.at, e.event.clone())));
         }
-        assert!(!tail.append_recorded(Entry {
-            sequence: 1005,
-            at: SystemTime::now(),
-            event: Ev::End,
-        }));
+        assert!(!tail.append_recorded(Entry::new(1005, SystemTime::now(), Ev::End,)));
         tail.finish_recorded();
         assert_eq!(copy.last_sequence(), 1003);
         assert_eq!(drain(&mut copy.reader(1002).unwrap()), [(1003, Ev::End)]);
@@ -909,8 +1017,8 @@ mod tests {
             .into_bytes()
         }
 
-        fn decode(&self, bytes: Vec<u8>) -> Ev {
-            let text = String::from_utf8(bytes).unwrap();
+        fn decode(&self, bytes: Bytes) -> Ev {
+            let text = String::from_utf8(bytes.to_vec()).unwrap();
             let (tag, rest) = text.split_at(1);
             match tag {
                 "s" => Ev::Step(Box::leak(rest.to_string().into_boxed_str())),
@@ -958,6 +1066,55 @@ mod tests {
             log.reader(5).map(|_| ()),
             Err(BeyondEnd { after: 5, last: 4 })
         );
+    }
+
+    #[test]
+    fn what_every_reader_read_is_kept_encoded_and_read_back_the_same() {
+        let (log, writer) = BatchLog::compacting(Arc::new(TextCodec));
+        let mut first = log.reader(0).unwrap();
+        let mut second = log.reader(0).unwrap();
+        writer.append(Ev::Step("accepted"));
+        writer.append(Ev::Output("out".into()));
+        writer.publish();
+        assert_eq!(drain(&mut first).len(), 2);
+        assert_eq!(
+            log.lock().entries.encoded_len(),
+            0,
+            "the second has not read"
+        );
+        assert_eq!(drain(&mut second).len(), 2);
+        assert_eq!(log.lock().entries.encoded_len(), 2, "read by both");
+        assert_eq!(log.lock().entries.live.len(), 0);
+        // A report after them is appended and read as usual; one that has
+        // nothing unread to replace is appended, not merged into an encoded
+        // entry.
+        writer.append(Ev::Progress(1));
+        writer.publish();
+        assert_eq!(drain(&mut first), [(3, Ev::Progress(1))]);
+        assert_eq!(drain(&mut second), [(3, Ev::Progress(1))]);
+        drop((first, second));
+        // Nobody reads: reports merge.
+        for n in 2..10 {
+            writer.append(Ev::Progress(n));
+        }
+        assert_eq!(log.last_sequence(), 4, "merged into the unread report");
+        assert!(!log.is_compacted());
+        // A reader attaching later reads the encoded entries decoded.
+        let mut late = log.reader(0).unwrap();
+        assert_eq!(
+            drain(&mut late),
+            [
+                (1, Ev::Step("accepted")),
+                (2, Ev::Output("out".into())),
+                (3, Ev::Progress(1)),
+                (4, Ev::Progress(9)),
+            ]
+        );
+        writer.finish(Ev::End);
+        assert_eq!(drain(&mut late), [(5, Ev::End)]);
+        drop(late);
+        assert!(log.is_compacted());
+        assert_eq!(log.entries().len(), 5);
     }
 
     #[test]

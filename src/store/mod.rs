@@ -556,13 +556,16 @@ pub trait Store<E: LogEvent>: Send + Sync + 'static {
     }
 }
 
-/// How a durable store writes a log's entries and reads them back. The
-/// store keeps the bytes opaque; the encoding (the wire form) belongs to
-/// the layer that owns it (`api`).
+/// How a durable store writes a log's entries and reads them back, and a
+/// finished log compacts them. The store keeps the bytes opaque; the
+/// encoding (the wire form) belongs to the layer that owns it (`api`).
+///
+/// An entry read back keeps `bytes` as its encoded form
+/// ([`Entry::recorded`]): encoding what `decode` made gives `bytes` again.
 pub trait EventCodec<E>: Send + Sync + 'static {
     fn encode(&self, entry: &Entry<E>) -> Vec<u8>;
     /// The event recorded as `bytes` (sequence and time are kept apart).
-    fn decode(&self, bytes: Vec<u8>) -> E;
+    fn decode(&self, bytes: bytes::Bytes) -> E;
 }
 
 /// The store the scheduler holds.

@@ -353,7 +353,7 @@ struct Completion {
     session_id: String,
     batch_id: String,
     /// Encoded already: (sequence, time, body).
-    entries: Vec<(i64, SystemTime, Vec<u8>)>,
+    entries: Vec<(i64, SystemTime, bytes::Bytes)>,
     ended: Vec<EndedCall>,
     /// The batch's row when it began behind ([`BeginRow`]): the completion
     /// inserts it if it is not there (its own write may have been fenced
@@ -1013,11 +1013,13 @@ impl<E: LogEvent> PostgresStore<E> {
                     ),
                 });
             }
-            entries.push(Entry {
-                sequence: sequence as u64,
+            let body = bytes::Bytes::from(body);
+            entries.push(Entry::recorded(
+                sequence as u64,
                 at,
-                event: self.codec.decode(body),
-            });
+                self.codec.decode(body.clone()),
+                body,
+            ));
         }
         Ok(BatchLog::recorded(entries))
     }
@@ -1501,11 +1503,13 @@ impl<E: LogEvent> PostgresStore<E> {
         };
         let mut last = after;
         for (sequence, at, body) in recorded.into_iter().filter(|e| e.0 > after) {
-            if writer.append_recorded(Entry {
-                sequence: sequence as u64,
+            let body = bytes::Bytes::from(body);
+            if writer.append_recorded(Entry::recorded(
+                sequence as u64,
                 at,
-                event: self.codec.decode(body),
-            }) {
+                self.codec.decode(body.clone()),
+                body,
+            )) {
                 last = sequence;
             }
         }
@@ -1809,7 +1813,7 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
         let entries = log
             .entries()
             .iter()
-            .map(|e| (e.sequence as i64, e.at, self.codec.encode(e)))
+            .map(|e| (e.sequence as i64, e.at, e.encoded_by(&*self.codec).clone()))
             .collect();
         let fence = self.fence(session_id);
         // Under the `live` lock, as `start_mirror` looks: a mirror started
@@ -2339,7 +2343,7 @@ async fn complete_all(
         for (sequence, at, body) in &c.entries {
             sequences.push(*sequence);
             times.push(*at);
-            bodies.push(body.as_slice());
+            bodies.push(&body[..]);
         }
         log_to.push(sequences.len() as i32);
         ended_from.push(calls.len() as i32 + 1);
@@ -2647,7 +2651,7 @@ async fn write_entries<E: LogEvent>(
 ) -> Result<(), String> {
     let sequences: Vec<i64> = entries.iter().map(|e| e.sequence as i64).collect();
     let times: Vec<SystemTime> = entries.iter().map(|e| e.at).collect();
-    let bodies: Vec<Vec<u8>> = entries.iter().map(|e| codec.encode(e)).collect();
+    let bodies: Vec<&[u8]> = entries.iter().map(|e| &e.encoded_by(codec)[..]).collect();
     let client = pool.get().await.map_err(|e| reason(&e))?;
     let statement = client
         .prepare_cached(
