@@ -419,7 +419,13 @@ fn wire_event(
     replayed: bool,
     max_event_bytes: usize,
 ) -> EncodedEvent {
-    let accepted = matches!(entry.event, crate::scheduler::BatchEvent::Accepted { .. });
+    use crate::scheduler::BatchEvent;
+    // A replayed stream's BatchAccepted says so: it (and any event read
+    // back encoded, which may be it) is made for this stream.
+    let accepted = matches!(
+        entry.event,
+        BatchEvent::Accepted { .. } | BatchEvent::Recorded(_)
+    );
     if !(replayed && accepted) {
         let encoded = entry.encoded_by(&WireCodec);
         if encoded.len() <= max_event_bytes {
