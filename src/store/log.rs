@@ -13,7 +13,9 @@
 //! replaces the same key's (call's) previous report while no reader has
 //! read it and nothing else of the key came after it. So a tool flooding
 //! progress notifications costs at most one entry per call beyond the first
-//! [`LAG_EVENTS`]; a reader that keeps up sees every report.
+//! [`LAG_EVENTS`] while no reader keeps up; a reader that keeps up sees
+//! every report (and the log keeps what it read for the others: a report
+//! one reader has read is never replaced under another).
 //!
 //! Owns: the entries, their sequence numbers, the readers' count (for the
 //! disconnect grace) and their wake-ups. Not here: what an event means (the
@@ -516,9 +518,13 @@ impl<E: LogEvent> LogWriter<E> {
                 let last = state.entries.len() as u64;
                 let slowest = state.readers.iter().map(|r| r.cursor).min();
                 let lagging = slowest.is_none_or(|c| last - c >= LAG_EVENTS);
+                // Replaced only while no reader has read it: a reader that
+                // keeps up beside one that lags sees every report, and
+                // every reader gets the same event for a sequence.
+                let fastest = state.readers.iter().map(|r| r.cursor).max();
                 if lagging
                     && let Some(&position) = state.last_report.get(key)
-                    && slowest.is_none_or(|c| c < position)
+                    && fastest.is_none_or(|c| c < position)
                 {
                     let sequence = state.base + position;
                     let after = event.approx_bytes();
@@ -959,6 +965,37 @@ mod tests {
             log.entries().last().map(|e| e.event.clone()),
             Some(Ev::Progress(99_999)),
             "the latest report is kept"
+        );
+    }
+
+    #[test]
+    fn a_report_one_reader_read_is_not_replaced_for_a_lagging_one() {
+        let (log, writer) = BatchLog::new();
+        let mut fast = log.reader(0).unwrap();
+        let mut stalled = log.reader(0).unwrap();
+        let n = LAG_EVENTS as u32 + 50;
+        let mut seen = Vec::new();
+        for i in 0..n {
+            writer.append(Ev::Progress(i));
+            writer.publish();
+            // The fast reader reads each report as it comes.
+            seen.extend(drain(&mut fast));
+        }
+        assert_eq!(seen.len(), n as usize, "the fast reader saw every report");
+        assert_eq!(seen.last(), Some(&(u64::from(n), Ev::Progress(n - 1))));
+        // The stalled one reads the same events under the same sequences.
+        assert_eq!(drain(&mut stalled), seen);
+        // Once both lag behind an unread report, it merges again.
+        for i in n..n + LAG_EVENTS as u32 + 2 {
+            writer.append(Ev::Output(format!("{i}")));
+        }
+        writer.append(Ev::Progress(1000));
+        writer.append(Ev::Progress(1001));
+        let last = log.last_sequence();
+        assert_eq!(drain(&mut fast).last(), Some(&(last, Ev::Progress(1001))));
+        assert_eq!(
+            drain(&mut stalled).last(),
+            Some(&(last, Ev::Progress(1001)))
         );
     }
 
