@@ -52,6 +52,25 @@ pub(super) struct CallAudit {
     created: Instant,
 }
 
+/// An audit event at `$level` naming the call (tenant, principal,
+/// workspace, session, batch, call id, tool, in this order), then the
+/// event's own fields and message.
+macro_rules! call_event {
+    ($level:ident, $call:expr, $($rest:tt)*) => {
+        tracing::$level!(
+            target: TARGET,
+            tenant = &*$call.tenant,
+            principal = &*$call.principal,
+            workspace = &*$call.workspace,
+            session = &*$call.session,
+            batch = &*$call.batch,
+            call_id = $call.call_id.as_str(),
+            tool = $call.tool.as_str(),
+            $($rest)*
+        )
+    };
+}
+
 impl CallAudit {
     pub(super) fn new(
         tenant: Arc<str>,
@@ -95,15 +114,9 @@ impl CallAudit {
 
     /// A transition, at DEBUG.
     pub(super) fn state(&self, state: &'static str) {
-        tracing::debug!(
-            target: TARGET,
-            tenant = &*self.tenant,
-            principal = &*self.principal,
-            workspace = &*self.workspace,
-            session = &*self.session,
-            batch = &*self.batch,
-            call_id = self.call_id.as_str(),
-            tool = self.tool.as_str(),
+        call_event!(
+            debug,
+            self,
             state,
             trace_id = self.trace_id.as_deref(),
             "call state"
@@ -113,15 +126,9 @@ impl CallAudit {
     /// The policy's decision for the call (`allow`, `deny`, `ask_user`) and
     /// the rule behind it.
     pub(super) fn decided(&self, decision: &'static str, rule: Option<&str>) {
-        tracing::info!(
-            target: TARGET,
-            tenant = &*self.tenant,
-            principal = &*self.principal,
-            workspace = &*self.workspace,
-            session = &*self.session,
-            batch = &*self.batch,
-            call_id = self.call_id.as_str(),
-            tool = self.tool.as_str(),
+        call_event!(
+            info,
+            self,
             command = self.command.as_deref(),
             path = self.path.as_deref(),
             args_digest = self.args_digest.as_deref(),
@@ -149,15 +156,9 @@ impl CallAudit {
         approved_by: Option<&str>,
         error_type: Option<&'static str>,
     ) {
-        tracing::info!(
-            target: TARGET,
-            tenant = &*self.tenant,
-            principal = &*self.principal,
-            workspace = &*self.workspace,
-            session = &*self.session,
-            batch = &*self.batch,
-            call_id = self.call_id.as_str(),
-            tool = self.tool.as_str(),
+        call_event!(
+            info,
+            self,
             command = self.command.as_deref(),
             path = self.path.as_deref(),
             args_digest = self.args_digest.as_deref(),
