@@ -122,6 +122,28 @@ struct Row {
     ratio: Option<f64>,
 }
 
+impl Row {
+    /// A figure measured beside its floor in each run: the medians, and
+    /// the median of the runs' own ratios.
+    fn paired(
+        scenario: &'static str,
+        metric: String,
+        toolsched: Vec<f64>,
+        floor: Vec<f64>,
+        ratios: Vec<f64>,
+        target: &str,
+    ) -> Row {
+        Row {
+            scenario,
+            metric,
+            toolsched: Stat::of(toolsched),
+            floor: Some(Stat::of(floor)),
+            ratio: Some(Stat::of(ratios).median),
+            target: target.into(),
+        }
+    }
+}
+
 /// Median, min and max of a figure over runs.
 #[derive(Clone, Copy)]
 struct Stat {
@@ -585,17 +607,17 @@ async fn s1_throughput(env: &Env) -> anyhow::Result<Vec<Row>> {
         f_eps.push(f.events_per_s);
     }
     Ok(vec![
-        Row {
-            scenario: "S1",
-            metric: format!(
+        Row::paired(
+            "S1",
+            format!(
                 "RPC/s, 1 read_file per batch, C={c} sessions over K={k} connections ({} events per RPC)",
                 template.len()
             ),
-            toolsched: Stat::of(t_rps),
-            floor: Some(Stat::of(f_rps)),
-            ratio: Some(Stat::of(ratios).median),
-            target: "≥ 0.6 of floor".into(),
-        },
+            t_rps,
+            f_rps,
+            ratios,
+            "≥ 0.6 of floor",
+        ),
         Row {
             scenario: "S1",
             metric: "events/s".into(),
@@ -1208,17 +1230,17 @@ async fn s5_search(env: &Env) -> anyhow::Result<Vec<Row>> {
         r.push(b);
         ratios.push(a / b);
     }
-    Ok(vec![Row {
-        scenario: "S5",
-        metric: format!(
+    Ok(vec![Row::paired(
+        "S5",
+        format!(
             "ms: grep_search vs `rg -n` over {} files ({planted} matches, .gitignore'd dir), 'floor' = rg",
             dirs * per_dir
         ),
-        toolsched: Stat::of(t),
-        floor: Some(Stat::of(r)),
-        ratio: Some(Stat::of(ratios).median),
-        target: "≤ 1.3× ripgrep".into(),
-    }])
+        t,
+        r,
+        ratios,
+        "≤ 1.3× ripgrep",
+    )])
 }
 
 fn which(name: &str) -> anyhow::Result<PathBuf> {

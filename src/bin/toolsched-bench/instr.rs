@@ -20,9 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 
-use super::{
-    Env, Row, Served, Stat, connections, read_small, record, run_batch, start, start_floor,
-};
+use super::{Env, Row, Served, connections, read_small, record, run_batch, start, start_floor};
 
 /// Sessions served at once (over as many connections as S1 uses).
 const SESSIONS: usize = 16;
@@ -66,17 +64,17 @@ pub(super) async fn instructions(env: &Env) -> anyhow::Result<Vec<Row>> {
         super::progress(&format!("[instr] dumps kept in {}", dir.keep().display()));
     }
     let ratios: Vec<f64> = t.iter().zip(&f).map(|(t, f)| t / f).collect();
-    Ok(vec![Row {
-        scenario: "instr",
-        metric: format!(
+    Ok(vec![Row::paired(
+        "instr",
+        format!(
             "instructions per RPC (callgrind), 1 read_file per batch, {SESSIONS} sessions over {CONNECTIONS} connections, {} RPCs counted",
             SESSIONS * per_session
         ),
-        toolsched: Stat::of(t),
-        floor: Some(Stat::of(f)),
-        ratio: Some(Stat::of(ratios).median),
-        target: "≤ 1.25× the floor's".into(),
-    }])
+        t,
+        f,
+        ratios,
+        "≤ 1.25× the floor's",
+    )])
 }
 
 /// toolsched's arguments as `start_toolsched` gives them, at level none.
