@@ -384,8 +384,15 @@ fn start_logged(program: &Path, args: &[&str], log: Option<&Path>) -> anyhow::Re
 }
 
 fn start_toolsched(env: &Env, extra: &[&str]) -> anyhow::Result<Served> {
-    let ws = env.ws.to_string_lossy().to_string();
-    let mut args = vec![
+    let args = toolsched_args(env, extra);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    start(&env.server, &args)
+}
+
+/// The server's arguments in every scenario, then `extra`.
+fn toolsched_args(env: &Env, extra: &[&str]) -> Vec<String> {
+    let ws = env.ws.to_string_lossy();
+    [
         "serve",
         "--listen",
         "127.0.0.1:0",
@@ -397,9 +404,11 @@ fn start_toolsched(env: &Env, extra: &[&str]) -> anyhow::Result<Served> {
         "1000000",
         "--max-concurrent-streams",
         "100000",
-    ];
-    args.extend_from_slice(extra);
-    start(&env.server, &args)
+    ]
+    .iter()
+    .chain(extra)
+    .map(|a| a.to_string())
+    .collect()
 }
 
 fn start_floor(

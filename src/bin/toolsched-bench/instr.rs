@@ -20,7 +20,10 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 
-use super::{Env, Row, Served, connections, read_small, record, run_batch, start, start_floor};
+use super::{
+    Env, Row, Served, connections, read_small, record, run_batch, start, start_floor,
+    toolsched_args,
+};
 
 /// Sessions served at once (over as many connections as S1 uses).
 const SESSIONS: usize = 16;
@@ -33,7 +36,8 @@ pub(super) async fn instructions(env: &Env) -> anyhow::Result<Vec<Row>> {
         let plain = super::start_toolsched(env, &["--sandbox-level", "none"])?;
         record(plain.addr, read_small("record")).await?
     };
-    let ts_args = server_args(env);
+    // valgrind does not know Landlock's system calls.
+    let ts_args = toolsched_args(env, &["--sandbox-level", "none"]);
     let mut t = Vec::new();
     let mut f = Vec::new();
     for run in 0..env.runs {
@@ -75,24 +79,6 @@ pub(super) async fn instructions(env: &Env) -> anyhow::Result<Vec<Row>> {
         ratios,
         "≤ 1.25× the floor's",
     )])
-}
-
-/// toolsched's arguments as `start_toolsched` gives them, at level none.
-fn server_args(env: &Env) -> Vec<String> {
-    [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--log-format",
-        "json",
-        "--workspace",
-        &env.ws.to_string_lossy(),
-        "--sandbox-level",
-        "none",
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect()
 }
 
 /// The arguments the floor child was started with.
