@@ -23,8 +23,9 @@
 //!
 //! The entries sit behind a `std::sync::Mutex` shared by the one writer (the
 //! session owning the batch) and the readers (stream handlers): it is never
-//! held across an await, and each critical section is a push or a copy of
-//! `Arc`s.
+//! held across an await, and each critical section is a push, a copy of
+//! `Arc`s, or the copy of bytes already encoded (nothing is encoded under
+//! it while readers may wait, see [`BatchLog::keep_read_encoded`]).
 //!
 //! A log made with a codec ([`BatchLog::compacting`]) keeps the entries
 //! every open reader has read in their encoded form, and is compacted once
@@ -102,28 +103,33 @@ impl<E> Entry<E> {
         }
     }
 
-    /// An entry read back from its encoded form: `event` is what `encoded`
-    /// decodes to, and `encoded` stays its encoded form (see
-    /// [`EventCodec::decode`]).
-    pub fn recorded(sequence: u64, at: SystemTime, event: E, encoded: Bytes) -> Self {
-        Self {
-            sequence,
-            at,
-            event,
-            encoded: OnceLock::from(encoded),
-        }
-    }
-
-    /// The encoded form, made by `encode` unless it was made before.
-    pub fn encoded(&self, encode: impl FnOnce(&Self) -> Vec<u8>) -> &Bytes {
-        self.encoded.get_or_init(|| Bytes::from(encode(self)))
+    /// The encoded form, if it was made.
+    fn encoded_if_made(&self) -> Option<&Bytes> {
+        self.encoded.get()
     }
 }
 
 impl<E: 'static> Entry<E> {
+    /// An entry read back from its encoded form (a store's row, a compacted
+    /// log): its event is what `codec` decodes, and `encoded` stays its
+    /// encoded form (see [`EventCodec`]).
+    pub fn decoded(
+        sequence: u64,
+        at: SystemTime,
+        encoded: Bytes,
+        codec: &dyn EventCodec<E>,
+    ) -> Self {
+        Self {
+            sequence,
+            at,
+            event: codec.decode(encoded.clone()),
+            encoded: OnceLock::from(encoded),
+        }
+    }
+
     /// The encoded form by `codec`, unless it was made before.
     pub fn encoded_by(&self, codec: &dyn EventCodec<E>) -> &Bytes {
-        self.encoded(|entry| codec.encode(entry))
+        self.encoded.get_or_init(|| Bytes::from(codec.encode(self)))
     }
 }
 
@@ -167,8 +173,6 @@ struct LogState<E> {
     /// Bumped whenever a reader attaches or the last one detaches, so that a
     /// grace timer armed at one detach does not fire for a later one.
     generation: u64,
-    /// Whether the log was compacted (finished, nobody reading it).
-    compacted: bool,
 }
 
 struct ReaderSlot {
@@ -240,12 +244,11 @@ impl<E: LogEvent> Encoded<E> {
     fn entry(&self, i: usize, base: u64) -> Arc<Entry<E>> {
         let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
         let end = (self.ends[i] as usize).min(self.bytes.len());
-        let encoded = Bytes::copy_from_slice(&self.bytes[start.min(end)..end]);
-        Arc::new(Entry::recorded(
+        Arc::new(Entry::decoded(
             base + i as u64 + 1,
             self.at[i],
-            self.codec.decode(encoded.clone()),
-            encoded,
+            Bytes::copy_from_slice(&self.bytes[start.min(end)..end]),
+            &*self.codec,
         ))
     }
 }
@@ -287,11 +290,19 @@ impl<E: LogEvent> Entries<E> {
         i.checked_sub(encoded).and_then(|i| self.live.get_mut(i))
     }
 
-    /// Encodes the entries before position `upto` (0-based) with `codec`.
-    /// The log's estimate of its bytes stays as appended (the retention
-    /// bounds count events, whatever their form).
-    fn encode_upto(&mut self, upto: usize, codec: &Arc<dyn EventCodec<E>>) {
-        let n = upto.saturating_sub(self.encoded_len()).min(self.live.len());
+    /// Encodes the entries before position `upto` (0-based) with `codec`;
+    /// with `made_only`, only as far as their encoded form was made (by the
+    /// stream that sent them), so that nothing is encoded here. The log's
+    /// estimate of its bytes stays as appended (the retention bounds count
+    /// events, whatever their form).
+    fn encode_upto(&mut self, upto: usize, codec: &Arc<dyn EventCodec<E>>, made_only: bool) {
+        let mut n = upto.saturating_sub(self.encoded_len()).min(self.live.len());
+        if made_only {
+            n = self.live[..n]
+                .iter()
+                .take_while(|e| e.encoded_if_made().is_some())
+                .count();
+        }
         if n == 0 {
             return;
         }
@@ -335,7 +346,6 @@ impl<E: LogEvent> BatchLog<E> {
                 readers: Vec::new(),
                 last_report: HashMap::new(),
                 generation: 0,
-                compacted: false,
             }),
             next_reader: AtomicU64::new(1),
             codec,
@@ -358,7 +368,6 @@ impl<E: LogEvent> BatchLog<E> {
                 readers: Vec::new(),
                 last_report: HashMap::new(),
                 generation: 0,
-                compacted: false,
             }),
             next_reader: AtomicU64::new(1),
             codec: None,
@@ -438,21 +447,20 @@ impl<E: LogEvent> BatchLog<E> {
     }
 
     /// Whether the log holds its entries compacted (for tests and
-    /// diagnostics).
+    /// diagnostics): finished, and every entry in its encoded form.
     pub fn is_compacted(&self) -> bool {
-        self.lock().compacted
+        let state = self.lock();
+        state.finished && state.entries.live.is_empty() && state.entries.encoded.is_some()
     }
 
-    /// Compacts the log when it is finished and nobody reads it (and it has
-    /// a codec): called when its last reader goes away and when it
-    /// finishes.
     /// In a log with a codec, the entries every open reader has read keep
-    /// only their encoded form (made by the reader that sent it, or here):
-    /// the event's strings and JSON behind it go, so a batch held at a
-    /// prompt holds its sent events as the bytes they were sent as (a
-    /// reader attaching later decodes them, as from a compacted log).
-    /// Entries not read by all stay as appended: a later report may still
-    /// replace an unread one.
+    /// only their encoded form, as far as the readers made it (a stream
+    /// makes it when it sends the entry; nothing is encoded here, under the
+    /// lock the writer takes): the event's strings and JSON behind it go,
+    /// so a batch held at a prompt holds its sent events as the bytes they
+    /// were sent as (a reader attaching later decodes them, as from a
+    /// compacted log). Entries not read by all stay as appended: a later
+    /// report may still replace an unread one.
     fn keep_read_encoded(&self, state: &mut LogState<E>) {
         let Some(codec) = &self.codec else {
             return;
@@ -460,28 +468,27 @@ impl<E: LogEvent> BatchLog<E> {
         let Some(read) = state.readers.iter().map(|r| r.cursor).min() else {
             return;
         };
-        state.entries.encode_upto(read as usize, codec);
+        state.entries.encode_upto(read as usize, codec, true);
     }
 
+    /// Compacts the log when it is finished and nobody reads it (and it has
+    /// a codec): called when its last reader goes away and when it
+    /// finishes.
     fn compact_if_unread(&self, state: &mut LogState<E>) {
         let Some(codec) = &self.codec else {
             return;
         };
-        if !state.finished || !state.readers.is_empty() {
-            return;
-        }
-        if state.compacted {
+        if !state.finished || !state.readers.is_empty() || state.entries.live.is_empty() {
             return;
         }
         let all = state.entries.len();
-        state.entries.encode_upto(all, codec);
+        state.entries.encode_upto(all, codec, false);
         state.entries.live = Vec::new();
         if let Some(encoded) = &mut state.entries.encoded {
             encoded.bytes.shrink_to_fit();
             encoded.ends.shrink_to_fit();
             encoded.at.shrink_to_fit();
         }
-        state.compacted = true;
         // What only a growing, read log needs: freed with its capacity.
         state.readers = Vec::new();
         state.last_report = HashMap::new();
@@ -1105,6 +1112,17 @@ mod tests {
         );
     }
 
+    /// [`drain`] as a stream reads: each entry encoded (to be sent) before
+    /// the next is asked for.
+    fn send(reader: &mut LogReader<Ev>) -> Vec<(u64, Ev)> {
+        let mut out = Vec::new();
+        while let Some(Some(e)) = reader.next().now_or_never() {
+            e.encoded_by(&TextCodec);
+            out.push((e.sequence, e.event.clone()));
+        }
+        out
+    }
+
     #[test]
     fn what_every_reader_read_is_kept_encoded_and_read_back_the_same() {
         let (log, writer) = BatchLog::compacting(Arc::new(TextCodec));
@@ -1113,13 +1131,13 @@ mod tests {
         writer.append(Ev::Step("accepted"));
         writer.append(Ev::Output("out".into()));
         writer.publish();
-        assert_eq!(drain(&mut first).len(), 2);
+        assert_eq!(send(&mut first).len(), 2);
         assert_eq!(
             log.lock().entries.encoded_len(),
             0,
             "the second has not read"
         );
-        assert_eq!(drain(&mut second).len(), 2);
+        assert_eq!(send(&mut second).len(), 2);
         assert_eq!(log.lock().entries.encoded_len(), 2, "read by both");
         assert_eq!(log.lock().entries.live.len(), 0);
         // A report after them is appended and read as usual; one that has
@@ -1127,14 +1145,23 @@ mod tests {
         // entry.
         writer.append(Ev::Progress(1));
         writer.publish();
-        assert_eq!(drain(&mut first), [(3, Ev::Progress(1))]);
-        assert_eq!(drain(&mut second), [(3, Ev::Progress(1))]);
+        assert_eq!(send(&mut first), [(3, Ev::Progress(1))]);
+        assert_eq!(send(&mut second), [(3, Ev::Progress(1))]);
+        assert_eq!(log.lock().entries.encoded_len(), 3);
+        // Read by both but sent by neither (a reader that only drains): not
+        // encoded under the lock, kept as appended.
+        writer.append(Ev::Output("kept".into()));
+        writer.publish();
+        assert_eq!(drain(&mut first), [(4, Ev::Output("kept".into()))]);
+        assert_eq!(drain(&mut second), [(4, Ev::Output("kept".into()))]);
+        assert_eq!(log.lock().entries.encoded_len(), 3);
+        assert_eq!(log.lock().entries.live.len(), 1);
         drop((first, second));
         // Nobody reads: reports merge.
         for n in 2..10 {
             writer.append(Ev::Progress(n));
         }
-        assert_eq!(log.last_sequence(), 4, "merged into the unread report");
+        assert_eq!(log.last_sequence(), 5, "merged into the unread report");
         assert!(!log.is_compacted());
         // A reader attaching later reads the encoded entries decoded.
         let mut late = log.reader(0).unwrap();
@@ -1144,14 +1171,15 @@ mod tests {
                 (1, Ev::Step("accepted")),
                 (2, Ev::Output("out".into())),
                 (3, Ev::Progress(1)),
-                (4, Ev::Progress(9)),
+                (4, Ev::Output("kept".into())),
+                (5, Ev::Progress(9)),
             ]
         );
         writer.finish(Ev::End);
-        assert_eq!(drain(&mut late), [(5, Ev::End)]);
+        assert_eq!(drain(&mut late), [(6, Ev::End)]);
         drop(late);
         assert!(log.is_compacted());
-        assert_eq!(log.entries().len(), 5);
+        assert_eq!(log.entries().len(), 6);
     }
 
     #[test]

@@ -1013,12 +1013,11 @@ impl<E: LogEvent> PostgresStore<E> {
                     ),
                 });
             }
-            let body = bytes::Bytes::from(body);
-            entries.push(Entry::recorded(
+            entries.push(Entry::decoded(
                 sequence as u64,
                 at,
-                self.codec.decode(body.clone()),
-                body,
+                body.into(),
+                &*self.codec,
             ));
         }
         Ok(BatchLog::recorded(entries))
@@ -1503,12 +1502,11 @@ impl<E: LogEvent> PostgresStore<E> {
         };
         let mut last = after;
         for (sequence, at, body) in recorded.into_iter().filter(|e| e.0 > after) {
-            let body = bytes::Bytes::from(body);
-            if writer.append_recorded(Entry::recorded(
+            if writer.append_recorded(Entry::decoded(
                 sequence as u64,
                 at,
-                self.codec.decode(body.clone()),
-                body,
+                body.into(),
+                &*self.codec,
             )) {
                 last = sequence;
             }
