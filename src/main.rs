@@ -10,6 +10,7 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 use toolsched::config::{Cli, Command, LogFormat, ServeArgs, Settings};
 use toolsched::telemetry::lines::JsonLines;
+use toolsched::telemetry::log_writer::{LogWriter, LogWriterGuard};
 
 /// mimalloc for the server (and the sandbox worker, the same binary): each
 /// event of a batch allocates and frees a few small buffers on whichever
@@ -73,7 +74,7 @@ fn main() -> anyhow::Result<()> {
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let settings = Settings::resolve(args)?;
     // Held to the end of `serve`: dropping it writes the lines still queued.
-    let _log_writer = init_tracing(settings.log_format);
+    let _log_writer = init_tracing(settings.log_format)?;
     let telemetry = toolsched::telemetry::init(settings.otlp_endpoint.as_deref())?;
     if let Some(endpoint) = telemetry.endpoint() {
         tracing::info!(%endpoint, protocol = telemetry.protocol(), "exporting traces over OTLP");
@@ -176,21 +177,18 @@ async fn spawn_metrics(
 
 /// Log lines are written by a thread of their own: every call writes two
 /// audit lines, and a write to stderr on a runtime thread is a syscall per
-/// line (about 7% of a small read's CPU in the S1 profile). The thread
-/// writes what is queued, then flushes once. Not lossy: when
-/// [`LOG_QUEUE_LINES`] lines wait, a logging thread waits too (as it did
-/// on a blocking stderr), so no audit line is ever dropped.
-fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
+/// line (about 7% of a small read's CPU in the S1 profile), a wake of a
+/// writer thread per line a context switch. The thread gathers lines for a
+/// few milliseconds and writes them at once; not lossy (see
+/// [`toolsched::telemetry::log_writer`]).
+fn init_tracing(format: LogFormat) -> anyhow::Result<LogWriterGuard> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         // rmcp logs every MCP message at info.
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal();
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .buffered_lines_limit(LOG_QUEUE_LINES)
-        .thread_name("toolsched-log")
-        .finish(std::io::BufWriter::new(std::io::stderr()));
+    let (writer, guard) = LogWriter::spawn("toolsched-log", std::io::stderr())
+        .context("cannot start the log writer thread")?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
@@ -206,13 +204,8 @@ fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
             .init(),
         LogFormat::Text => builder.init(),
     }
-    guard
+    Ok(guard)
 }
-
-/// Log lines queued for the log thread before a logging thread waits: a
-/// burst of a few thousand calls' audit lines without waiting, a bound on
-/// the memory a stalled stderr can hold.
-const LOG_QUEUE_LINES: usize = 16_384;
 
 /// Registers for SIGTERM (Kubernetes) and SIGINT (Ctrl-C) now, so that a
 /// signal arriving right after start-up is not lost, and returns a future

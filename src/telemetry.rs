@@ -22,11 +22,13 @@
 //! plain names. With no exporter configured there are no spans; a call keeps
 //! only its small audit record.
 //!
-//! Not here: logs (`tracing` to stderr, set up in `main`) and metrics
+//! Not here: logs (`tracing` to stderr, set up in `main`, written by
+//! [`log_writer`]) and metrics
 //! (Prometheus, `scheduler::metrics`).
 
 pub mod audit;
 pub mod lines;
+pub mod log_writer;
 
 use std::cell::Cell;
 use std::sync::{Arc, OnceLock};
