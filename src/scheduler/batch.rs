@@ -535,8 +535,7 @@ impl Batch {
                 let mut response =
                     FunctionResponse::success(&slot.request.id, &slot.request.name, output);
                 if let Some(note) = slot.modification_note() {
-                    response
-                        .response
+                    Arc::make_mut(&mut response.response)
                         .insert("user_modification".into(), note.into());
                 }
                 fit_responses(std::slice::from_mut(&mut response), MAX_RESPONSES_BYTES);

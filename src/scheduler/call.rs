@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::Metrics;
 use super::events::{
     CallEnd, CallRequest, CallSummary, ConfirmationOutcome, FunctionResponse, StateUpdate,
+    exit_code,
 };
 use crate::policy::{Decision, DecisionSource};
 use crate::tools::{Args, ConfirmationDetails, ErrorKind, Invocation, Progress, Tool};
@@ -96,7 +97,7 @@ impl Terminal {
             "state": state,
             "id": response.id,
             "name": response.name,
-            "response": response.response,
+            "response": &*response.response,
         });
         match self {
             Self::Success {
@@ -135,7 +136,7 @@ impl Terminal {
         let response = FunctionResponse {
             id: r.id,
             name: r.name,
-            response: r.response,
+            response: Arc::new(r.response),
         };
         Some(match r.state.as_str() {
             "success" => Self::Success {
@@ -154,6 +155,22 @@ impl Terminal {
             },
             _ => return None,
         })
+    }
+
+    /// The end as a call summary tells it (no copy of the response).
+    pub fn end(&self) -> CallEnd {
+        match self {
+            Self::Success { result, .. } => CallEnd::Success {
+                exit_code: exit_code(result),
+            },
+            Self::Error { kind, message, .. } => CallEnd::Error {
+                kind: *kind,
+                message: message.clone(),
+            },
+            Self::Cancelled { reason, .. } => CallEnd::Cancelled {
+                reason: reason.clone(),
+            },
+        }
     }
 
     /// The update that tells the client.
@@ -589,7 +606,7 @@ impl CallSlot {
         Some(CallSummary {
             call_id: self.request.id.clone(),
             tool_name: self.request.name.clone(),
-            end: CallEnd::of(&t.update())?,
+            end: t.end(),
             duration,
         })
     }

@@ -103,8 +103,10 @@ pub struct FunctionResponse {
     pub id: String,
     pub name: String,
     /// `{"output": …}`, `{"error": "…"}` or
-    /// `{"error": "[Operation Cancelled] …", "output": …}`.
-    pub response: Args,
+    /// `{"error": "[Operation Cancelled] …", "output": …}`. Shared: the
+    /// call's terminal event, its slot and `BatchCompleted` hold the same
+    /// output (up to megabytes) without copying it.
+    pub response: Arc<Args>,
 }
 
 impl FunctionResponse {
@@ -114,7 +116,7 @@ impl FunctionResponse {
         Self {
             id: id.into(),
             name: name.into(),
-            response,
+            response: Arc::new(response),
         }
     }
 
@@ -127,7 +129,7 @@ impl FunctionResponse {
         Self {
             id: id.into(),
             name: name.into(),
-            response,
+            response: Arc::new(response),
         }
     }
 
@@ -206,7 +208,8 @@ pub fn fit_responses(responses: &mut [FunctionResponse], budget: usize) {
         if keep >= len {
             return;
         }
-        let Some(Value::String(text)) = responses[ri].response.get_mut(&key) else {
+        let Some(Value::String(text)) = Arc::make_mut(&mut responses[ri].response).get_mut(&key)
+        else {
             return;
         };
         let mut cut = keep;
@@ -302,25 +305,6 @@ pub enum CallEnd {
     Cancelled {
         reason: String,
     },
-}
-
-impl CallEnd {
-    /// The summary of a terminal update; `None` for a non-terminal one.
-    pub fn of(update: &StateUpdate) -> Option<Self> {
-        match update {
-            StateUpdate::Success { result, .. } => Some(Self::Success {
-                exit_code: exit_code(result),
-            }),
-            StateUpdate::Error { kind, message, .. } => Some(Self::Error {
-                kind: *kind,
-                message: message.clone(),
-            }),
-            StateUpdate::Cancelled { reason, .. } => Some(Self::Cancelled {
-                reason: reason.clone(),
-            }),
-            _ => None,
-        }
-    }
 }
 
 /// The exit code in a tool's structured result: `run_shell_command` puts the

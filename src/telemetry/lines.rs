@@ -64,7 +64,7 @@ where
             return self.other.format_event(ctx, writer, event);
         }
         let mut timestamp = String::with_capacity(32);
-        SystemTime.format_time(&mut Writer::new(&mut timestamp))?;
+        format_timestamp(&mut timestamp)?;
         let mut line = Vec::with_capacity(LINE_CAPACITY);
         let mut serializer = serde_json::Serializer::new(&mut line);
         let mut map = serializer.serialize_map(None).map_err(|_| fmt::Error)?;
@@ -84,6 +84,53 @@ where
         // serde_json writes UTF-8 only.
         writer.write_str(std::str::from_utf8(&line).map_err(|_| fmt::Error)?)
     }
+}
+
+/// The line's timestamp as tracing-subscriber writes it (RFC 3339, UTC,
+/// microseconds: `2026-12-03T07:18:37.123456Z`), with the date and time of
+/// day formatted once per second per thread: formatting the whole stamp
+/// was a quarter of an audit line's instructions (BENCHMARKS.md, "Session
+/// 15"). Before 1970 (a clock set wrong) it is tracing-subscriber's own.
+fn format_timestamp(out: &mut String) -> fmt::Result {
+    use std::cell::RefCell;
+    use std::fmt::Write as _;
+    thread_local! {
+        /// The second last formatted on this thread, and its text.
+        static SECOND: RefCell<(u64, String)> = const { RefCell::new((0, String::new())) };
+    }
+    let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) else {
+        return SystemTime.format_time(&mut Writer::new(out));
+    };
+    let secs = now.as_secs();
+    let formatted = SECOND.with_borrow_mut(|(second, text)| {
+        if *second != secs || text.is_empty() {
+            let Some(at) = i64::try_from(secs)
+                .ok()
+                .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
+            else {
+                return false;
+            };
+            text.clear();
+            write!(text, "{}", at.format("%Y-%m-%dT%H:%M:%S")).ok();
+            *second = secs;
+        }
+        out.push_str(text);
+        true
+    });
+    if !formatted {
+        return SystemTime.format_time(&mut Writer::new(out));
+    }
+    // Six digits by hand: `write!("{:06}")` costs as much as the rest.
+    let mut micros = now.subsec_micros();
+    let mut digits = [b'0'; 6];
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (micros % 10) as u8;
+        micros /= 10;
+    }
+    out.push('.');
+    out.push_str(std::str::from_utf8(&digits).map_err(|_| fmt::Error)?);
+    out.push('Z');
+    Ok(())
 }
 
 /// Room for an audit line without regrowing (they are 450–650 bytes).
@@ -269,6 +316,34 @@ mod tests {
         // RFC 3339, UTC, microseconds: 2026-12-02T20:27:09.088568Z.
         let stamp = stamp.as_str().unwrap();
         assert_eq!((stamp.len(), &stamp[10..11], &stamp[26..]), (27, "T", "Z"));
+    }
+
+    /// The cached stamp reads as tracing-subscriber's (the same format, a
+    /// moment apart), on a second first seen and on one seen before.
+    #[test]
+    fn a_timestamp_is_the_one_tracing_subscriber_writes() {
+        let parse = |s: &str| {
+            assert_eq!(
+                (s.len(), &s[4..5], &s[10..11], &s[19..20], &s[26..]),
+                (27, "-", "T", ".", "Z"),
+                "{s}"
+            );
+            chrono::DateTime::parse_from_rfc3339(s).unwrap_or_else(|e| panic!("{s}: {e}"))
+        };
+        for _ in 0..2 {
+            let mut ours = String::new();
+            format_timestamp(&mut ours).unwrap();
+            let mut theirs = String::new();
+            SystemTime
+                .format_time(&mut Writer::new(&mut theirs))
+                .unwrap();
+            let (ours, theirs) = (parse(&ours), parse(&theirs));
+            let apart = theirs.signed_duration_since(ours);
+            assert!(
+                apart >= chrono::TimeDelta::zero() && apart < chrono::TimeDelta::seconds(1),
+                "{ours} then {theirs}"
+            );
+        }
     }
 
     #[test]
