@@ -10,7 +10,7 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 use toolsched::config::{Cli, Command, LogFormat, ServeArgs, Settings};
 use toolsched::telemetry::lines::JsonLines;
-use toolsched::telemetry::log_writer::{LogWriter, LogWriterGuard};
+use toolsched::telemetry::log_writer::{FdSink, LogWriter, LogWriterGuard};
 
 /// mimalloc for the server (and the sandbox worker, the same binary): each
 /// event of a batch allocates and frees a few small buffers on whichever
@@ -187,7 +187,7 @@ fn init_tracing(format: LogFormat) -> anyhow::Result<LogWriterGuard> {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal();
-    let (writer, guard) = LogWriter::spawn("toolsched-log", std::io::stderr())
+    let (writer, guard) = LogWriter::spawn("toolsched-log", FdSink::stderr())
         .context("cannot start the log writer thread")?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

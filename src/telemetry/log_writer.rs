@@ -18,13 +18,23 @@
 //! thread waits for the writer (as it would on a blocking stderr), so no
 //! audit line is ever dropped and a stalled stderr holds at most that much
 //! memory. A buffer past [`HURRY_BYTES`] is written without waiting out the
-//! gathering time. The price: a line reaches stderr up to [`GATHER`] after
-//! it was logged; lines still buffered when the process is killed
-//! (`SIGKILL`) are lost, at most that much time's worth. A graceful exit
+//! gathering time. The price: a line reaches stderr about [`GATHER`] after
+//! it was logged (the first line after a quiet moment waits out all of it;
+//! a loaded machine adds its scheduling delay); lines still buffered when
+//! the process is killed (`SIGKILL`) are lost, about that much time's worth. A graceful exit
 //! writes everything ([`LogWriterGuard`]'s drop); a line logged after that
 //! is written at once by the thread that logs it.
+//!
+//! The writes are whole ([`FdSink`]): a gathered buffer is larger than a
+//! pipe takes at once, so a short write is continued and a non-blocking
+//! stderr (a pipe a supervisor handed down with `O_NONBLOCK`) is waited on
+//! until it takes more, rather than the rest of the buffer being dropped
+//! with a line torn in two.
+
+#![allow(unsafe_code)]
 
 use std::io::{self, Write};
+use std::os::fd::RawFd;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -232,6 +242,49 @@ impl Drop for LogWriterGuard {
     }
 }
 
+/// A file descriptor (stderr) written whole: `write` retries an interrupted
+/// call and, when the descriptor is non-blocking and full (EAGAIN), waits
+/// with `poll` until it can take more. The descriptor is not closed.
+pub struct FdSink(RawFd);
+
+impl FdSink {
+    /// The process's stderr.
+    pub fn stderr() -> Self {
+        Self(libc::STDERR_FILENO)
+    }
+}
+
+impl Write for FdSink {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        loop {
+            // SAFETY: writes from a valid slice to a descriptor we do not own.
+            let n = unsafe { libc::write(self.0, bytes.as_ptr().cast(), bytes.len()) };
+            if let Ok(n) = usize::try_from(n) {
+                return Ok(n);
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => {}
+                io::ErrorKind::WouldBlock => {
+                    let mut fd = libc::pollfd {
+                        fd: self.0,
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    };
+                    // SAFETY: polls one valid pollfd. An error or hang-up
+                    // shows in the next write's error.
+                    unsafe { libc::poll(&mut fd, 1, -1) };
+                }
+                _ => return Err(e),
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// One line being written (the formatter writes each event at once).
 pub struct LogLine<'a>(&'a Shared);
 
@@ -352,6 +405,62 @@ mod tests {
         let all: Vec<u8> = writes.try_iter().flatten().collect();
         let expected: String = (0..50).map(|i| format!("l{i:02}\n")).collect();
         assert_eq!(String::from_utf8(all).unwrap(), expected);
+    }
+
+    /// A gathered buffer larger than a non-blocking pipe takes at once
+    /// arrives whole, line after line, while the reader is slow.
+    #[test]
+    fn a_full_non_blocking_pipe_is_waited_on_not_torn() {
+        use std::io::Read as _;
+        use std::os::fd::{AsRawFd as _, FromRawFd as _};
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two fds into the array.
+        assert_eq!(
+            unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) },
+            0
+        );
+        // SAFETY: both fds were just made and are owned here alone.
+        let (mut read, write) = unsafe {
+            (
+                std::fs::File::from_raw_fd(fds[0]),
+                std::fs::File::from_raw_fd(fds[1]),
+            )
+        };
+        // The read end blocking, the write end not.
+        // SAFETY: fcntl on an fd owned here.
+        unsafe { libc::fcntl(read.as_raw_fd(), libc::F_SETFL, 0) };
+        let (w, guard) = LogWriter::spawn_with(
+            "log-test",
+            FdSink(write.as_raw_fd()),
+            Duration::from_secs(60),
+            1 << 30,
+            1 << 30,
+        )
+        .unwrap();
+        // 400 KiB of lines: six times a pipe's 64 KiB, in one write.
+        let lines: Vec<String> = (0..4096)
+            .map(|i| format!("{i:05} {}\n", "x".repeat(94)))
+            .collect();
+        for l in &lines {
+            line(&w, l);
+        }
+        let reader = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            let mut chunk = [0u8; 4096];
+            // To the end of file: the write end closes after the guard.
+            loop {
+                let n = read.read(&mut chunk).unwrap();
+                if n == 0 {
+                    break;
+                }
+                all.extend_from_slice(&chunk[..n]);
+            }
+            all
+        });
+        drop(guard);
+        drop(write);
+        let all = reader.join().unwrap();
+        assert_eq!(String::from_utf8(all).unwrap(), lines.concat());
     }
 
     #[test]
