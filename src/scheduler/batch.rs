@@ -538,7 +538,12 @@ impl Batch {
                     Arc::make_mut(&mut response.response)
                         .insert("user_modification".into(), note.into());
                 }
-                fit_responses(std::slice::from_mut(&mut response), MAX_RESPONSES_BYTES);
+                // Not cut here: the tool bounded its output by
+                // `output_cap_bytes`, which start-up keeps inside one event
+                // (`max_event_bytes`), and the stream fits each event to
+                // that limit. Only BatchCompleted, which repeats every
+                // response, is cut to MAX_RESPONSES_BYTES (its note points
+                // here, to the terminal event that carried the whole).
                 Terminal::Success {
                     response,
                     result,
@@ -1238,6 +1243,41 @@ mod tests {
         let (count, effects) = h.batch.cancel(REASON);
         assert_eq!((count, effects.len()), (0, 0));
         h.assert_each_call_ended_once(&["a"]);
+    }
+
+    /// An output over BatchCompleted's budget but within the output cap
+    /// reaches its terminal event whole; only BatchCompleted is cut, with
+    /// a note that points to the terminal event.
+    #[test]
+    fn a_large_output_is_whole_in_its_terminal_event_and_cut_only_in_batch_completed() {
+        let mut h = Harness::new(vec![call("a", "R")], ApprovalMode::Yolo);
+        h.step();
+        let big = "x".repeat(MAX_RESPONSES_BYTES + 600_000);
+        let effects = h.batch.on_executed(
+            0,
+            ToolOutcome::Success {
+                output: json!(big),
+                result: Default::default(),
+            },
+            "gone",
+        );
+        h.record(effects);
+        h.step();
+        h.assert_each_call_ended_once(&["a"]);
+        let (_, last) = h.updates.last().expect("an update");
+        let StateUpdate::Success { response, .. } = last else {
+            panic!("{last:?}")
+        };
+        assert_eq!(response.response.get("output"), Some(&json!(big)));
+        let completed = h.completed.as_ref().expect("completed");
+        let cut = completed[0].response["output"].as_str().unwrap();
+        assert!(cut.len() < MAX_RESPONSES_BYTES, "{}", cut.len());
+        assert!(cut.starts_with("xxxx"));
+        assert!(
+            cut.contains("the call's own terminal event carried them"),
+            "{}",
+            &cut[cut.len() - 200..]
+        );
     }
 
     #[test]
