@@ -303,8 +303,34 @@ struct Served {
     addr: SocketAddr,
 }
 
+/// How long a served process has to stop on SIGTERM before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
 impl Drop for Served {
+    /// SIGTERM first, so that a toolsched server removes its temporary
+    /// directories (its sandbox's anchor and kept outputs under `/tmp`) as
+    /// it does when an operator stops it; SIGKILL if it has not exited
+    /// within [`STOP_GRACE`].
     fn drop(&mut self) {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        let stopped = i32::try_from(self.child.id()).is_ok_and(|pid| {
+            kill(Pid::from_raw(pid), Signal::SIGTERM).is_ok() && {
+                let deadline = Instant::now() + STOP_GRACE;
+                loop {
+                    match self.child.try_wait() {
+                        Ok(Some(_)) => break true,
+                        Ok(None) if Instant::now() < deadline => {
+                            std::thread::sleep(Duration::from_millis(10))
+                        }
+                        _ => break false,
+                    }
+                }
+            }
+        });
+        if stopped {
+            return;
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
