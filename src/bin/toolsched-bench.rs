@@ -306,34 +306,42 @@ struct Served {
 /// How long a served process has to stop on SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// How often a stopping process is looked at (std's `Child` has no wait
+/// with a timeout).
+const STOP_POLL: Duration = Duration::from_millis(10);
+
 impl Drop for Served {
     /// SIGTERM first, so that a toolsched server removes its temporary
     /// directories (its sandbox's anchor and kept outputs under `/tmp`) as
     /// it does when an operator stops it; SIGKILL if it has not exited
     /// within [`STOP_GRACE`].
     fn drop(&mut self) {
-        use nix::sys::signal::{Signal, kill};
-        use nix::unistd::Pid;
-        let stopped = i32::try_from(self.child.id()).is_ok_and(|pid| {
-            kill(Pid::from_raw(pid), Signal::SIGTERM).is_ok() && {
-                let deadline = Instant::now() + STOP_GRACE;
-                loop {
-                    match self.child.try_wait() {
-                        Ok(Some(_)) => break true,
-                        Ok(None) if Instant::now() < deadline => {
-                            std::thread::sleep(Duration::from_millis(10))
-                        }
-                        _ => break false,
-                    }
-                }
-            }
-        });
-        if stopped {
-            return;
+        if !stopped_by_sigterm(&mut self.child) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
+}
+
+/// Sends `child` SIGTERM and waits up to [`STOP_GRACE`] for it to exit.
+fn stopped_by_sigterm(child: &mut Child) -> bool {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let Ok(pid) = i32::try_from(child.id()) else {
+        return false;
+    };
+    if kill(Pid::from_raw(pid), Signal::SIGTERM).is_err() {
+        return false;
+    }
+    let deadline = Instant::now() + STOP_GRACE;
+    while Instant::now() < deadline {
+        match child.try_wait() {
+            Ok(Some(_)) => return true,
+            Ok(None) => std::thread::sleep(STOP_POLL),
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 fn rss_kib(pid: u32) -> u64 {

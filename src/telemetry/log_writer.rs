@@ -49,6 +49,10 @@ pub const HURRY_BYTES: usize = 64 * 1024;
 /// 16,000 audit lines).
 pub const MAX_BUFFERED_BYTES: usize = 8 * 1024 * 1024;
 
+/// Capacity the writer keeps in its spare buffer between writes: a burst's
+/// larger buffer is freed, not held through the quiet that follows.
+const KEPT_CAPACITY_BYTES: usize = 256 * 1024;
+
 /// A `tracing_subscriber` writer whose lines a thread of its own writes to
 /// the sink given to [`LogWriter::spawn`]. Cheap to clone.
 #[derive(Clone)]
@@ -190,6 +194,7 @@ impl Shared {
                 }
                 st.idle = false;
                 st = self.gather_until(st, Instant::now() + self.gather);
+                // Woken with nothing to write: the guard closed.
                 if st.buf.is_empty() {
                     return;
                 }
@@ -201,8 +206,7 @@ impl Shared {
             self.write_to_sink(&out);
             last_write = Instant::now();
             out.clear();
-            // A burst's buffer is not kept for the quiet that follows.
-            if out.capacity() > 4 * self.hurry {
+            if out.capacity() > KEPT_CAPACITY_BYTES {
                 out = Vec::new();
             }
             st = self.state();
@@ -395,7 +399,12 @@ mod tests {
         };
         // The writer took a first buffer and is stuck on the sink; the
         // logger fills the next one and waits.
+        let deadline = std::time::Instant::now() + WAIT;
         while w.shared.state().buf.len() + 4 <= 64 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the logger never filled the buffer"
+            );
             std::thread::yield_now();
         }
         assert!(!logger.is_finished());
