@@ -16,6 +16,7 @@ pub mod config;
 pub mod policy;
 pub mod sandbox;
 pub mod scheduler;
+pub mod scratch;
 pub mod shell;
 pub mod store;
 pub mod telemetry;

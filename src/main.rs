@@ -80,6 +80,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(%endpoint, protocol = telemetry.protocol(), "exporting traces over OTLP");
     }
 
+    // What killed servers left in the temp dir (their anchors, kept outputs
+    // and commands' tmps): removed before this one makes its own.
+    let swept = tokio::task::spawn_blocking(toolsched::scratch::sweep_stale).await?;
+    if swept.removed > 0 || swept.failed > 0 {
+        tracing::info!(
+            removed = swept.removed,
+            failed = swept.failed,
+            in_use = swept.in_use,
+            temp_dir = %std::env::temp_dir().display(),
+            "swept the temporary directories of servers that are gone"
+        );
+    }
+
     let shutdown = CancellationToken::new();
     // A bad policy file stops start-up here, naming file, line and reason.
     let policy = match &settings.policy_file {

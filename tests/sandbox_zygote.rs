@@ -3,6 +3,7 @@
 //! (the zygote reports how it was reaped), and a zygote that died is
 //! replaced for the next command, which then runs confined as any other.
 
+use crate::replicas_support;
 use crate::support;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -540,4 +541,98 @@ async fn a_killed_servers_commands_leave_no_descendant_running() {
         }
         drop(streams);
     }
+}
+
+/// The entries of `dir`, by name, sorted.
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_killed_servers_temporary_directories_are_swept_by_the_next_and_a_live_ones_kept() {
+    // One temp dir for these servers alone ($TMPDIR), so that the listing
+    // is exact whatever else runs on the machine.
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let env = [("TMPDIR", tmp.path().to_str().unwrap())];
+    let args = ["--approval-mode", "yolo"];
+    let live = Binary::start_with_env(ws.path(), &args, &env);
+    let live_dirs = entries(tmp.path());
+    assert_eq!(
+        live_dirs
+            .iter()
+            .map(|n| n.rsplit_once('-').unwrap().0)
+            .collect::<Vec<_>>(),
+        ["toolsched-anchor", "toolsched-output"]
+    );
+
+    // A second server runs a command that writes into its private tmp and
+    // waits; the server is then killed outright (no destructor runs).
+    let mut killed = Binary::start_with_env(ws.path(), &args, &env);
+    let mut stream =
+        replicas_support::run_shell(killed.addr, "k", "w", "mktemp; echo ready; exec sleep 60")
+            .await;
+    let mut seen = Vec::new();
+    next_matching(&mut stream, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(pb::ToolCallUpdate {
+            state: Some(State::Executing(x)), ..
+        }) if x.output_chunk.contains("ready"))
+    })
+    .await;
+    let written: Vec<_> = entries(tmp.path())
+        .into_iter()
+        .filter(|n| n.starts_with("toolsched-tmp-"))
+        .collect();
+    assert_eq!(written.len(), 1, "{written:?}");
+    let in_tmp = entries(&tmp.path().join(&written[0]));
+    assert_eq!(in_tmp.len(), 1, "{in_tmp:?}");
+    assert!(in_tmp[0].starts_with("tmp."), "{in_tmp:?}");
+    let left_file = tmp.path().join(&written[0]).join(&in_tmp[0]);
+    let server = killed.child.id() as i32;
+    let zygote = children_of(server)
+        .into_iter()
+        .find(|p| cmdline(*p).contains("sandbox-zygote"))
+        .expect("the killed server's zygote");
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+    wait_exited(zygote);
+    let after_kill = entries(tmp.path());
+    assert!(after_kill.contains(&written[0]), "{after_kill:?}");
+    assert!(
+        after_kill
+            .iter()
+            .filter(|n| !live_dirs.contains(n))
+            .any(|n| n.starts_with("toolsched-output-")),
+        "{after_kill:?}"
+    );
+
+    // The next server removes what the killed one left, and only that.
+    let next = Binary::start_with_env(ws.path(), &args, &env);
+    let now = entries(tmp.path());
+    let next_dirs: Vec<_> = now.iter().filter(|n| !live_dirs.contains(n)).collect();
+    assert_eq!(
+        next_dirs
+            .iter()
+            .map(|n| n.rsplit_once('-').unwrap().0)
+            .collect::<Vec<_>>(),
+        ["toolsched-anchor", "toolsched-output"],
+        "{now:?}"
+    );
+    assert!(next_dirs.iter().all(|n| !after_kill.contains(n)), "{now:?}");
+    assert!(live_dirs.iter().all(|n| now.contains(n)), "{now:?}");
+    assert!(!left_file.exists());
+
+    // The live server's directories still serve it: a confined command runs.
+    let seen = collect(replicas_support::run_shell(live.addr, "l", "c", "echo still").await).await;
+    assert_eq!(
+        success_output(&seen, "c"),
+        "Command: echo still\nDirectory: .\nOutput: still\n"
+    );
+    drop(next);
+    drop(live);
 }

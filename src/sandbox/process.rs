@@ -33,6 +33,7 @@ use super::probe::ProcessLimitKind;
 use super::worker::{ANCHOR_TMP, PROTECTED_FD, WorkerArgs};
 use super::zygote::{PidsCgroup, Request};
 use super::{SandboxLevel, SharedSandbox};
+use crate::scratch::{Kind, ScratchDir};
 
 /// Environment variables passed through to commands. Everything else
 /// (tokens, keys, the server's own settings) is dropped so that a command
@@ -228,7 +229,7 @@ pub async fn run_process(
     token: CancellationToken,
     events: impl ProcessEvents,
 ) -> ProcessOutcome {
-    let tmp = match tempfile::Builder::new().prefix("toolsched-tmp-").tempdir() {
+    let tmp = match ScratchDir::create(Kind::CommandTmp) {
         Ok(t) => t,
         Err(e) => {
             return ProcessOutcome::SpawnFailed {
@@ -442,7 +443,7 @@ pub async fn run_process(
 /// What a command leaves once its worker is gone: its cgroup (swept of
 /// anything a SIGKILLed worker could not reap) and its private tmp, removed
 /// on a blocking thread (a command may leave any number of files there).
-async fn remove_after(cgroup: Option<super::cgroup::CommandCgroup>, tmp: tempfile::TempDir) {
+async fn remove_after(cgroup: Option<super::cgroup::CommandCgroup>, tmp: ScratchDir) {
     if let Some(cgroup) = cgroup {
         cgroup.remove().await;
     }

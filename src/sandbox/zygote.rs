@@ -83,6 +83,7 @@ use super::cgroup::CommandCgroup;
 use super::worker::{
     ANCHOR_TMP, Forked, PROTECTED_FD, RulesetCache, SETUP_FAILED_EXIT, STATUS_FD, WorkerArgs,
 };
+use crate::scratch::{Kind, ScratchDir};
 
 /// The zygote's subcommand (`main` dispatches on it before parsing
 /// anything else, so the zygote never builds the server's command line).
@@ -186,7 +187,7 @@ pub struct Zygote {
     /// [`super::worker::RulesetCache`]): an empty directory of ours holding
     /// an empty [`ANCHOR_TMP`]. `None` when it could not be made (commands
     /// then get their tmp at its own path, and build their own rulesets).
-    anchor: Option<tempfile::TempDir>,
+    anchor: Option<ScratchDir>,
     /// The running zygote; `None` before the first command and after it
     /// died. One request at a time: its reply is the next message.
     conn: tokio::sync::Mutex<Option<Conn>>,
@@ -238,11 +239,7 @@ impl Zygote {
     /// [`Zygote::spawn`]. `hide_proc`: whether workers hide `/proc` (the
     /// zygote then does it once for all of them).
     pub fn new(exe: PathBuf, hide_proc: bool) -> Self {
-        use std::os::unix::fs::PermissionsExt;
-        let anchor = tempfile::Builder::new()
-            .prefix("toolsched-anchor-")
-            .permissions(std::fs::Permissions::from_mode(0o700))
-            .tempdir()
+        let anchor = ScratchDir::create(Kind::Anchor)
             .and_then(|d| std::fs::create_dir(d.path().join(ANCHOR_TMP)).map(|()| d));
         let anchor = match anchor {
             Ok(d) => Some(d),
@@ -261,7 +258,7 @@ impl Zygote {
 
     /// The tmp anchor (see [`super::WorkerArgs::tmp_at`]), if there is one.
     pub fn anchor(&self) -> Option<&Path> {
-        self.anchor.as_ref().map(tempfile::TempDir::path)
+        self.anchor.as_ref().map(ScratchDir::path)
     }
 
     /// Runs `req` in a worker: the zygote's spare one, already in the

@@ -25,6 +25,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::scratch::{Kind, ScratchDir};
+
 /// The bounds of kept output.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeptOutputConfig {
@@ -64,8 +66,9 @@ struct Entry {
 pub struct OutputKeeper {
     config: KeptOutputConfig,
     dir: PathBuf,
-    /// Whether `dir` is ours to remove at drop.
-    owned: bool,
+    /// `dir` when it is ours: removed with its files at drop, swept by the
+    /// next server when this one is killed.
+    _owned: Option<ScratchDir>,
     entries: Mutex<VecDeque<Entry>>,
 }
 
@@ -87,18 +90,17 @@ impl OutputKeeper {
                     .recursive(true)
                     .mode(0o700)
                     .create(dir)?;
-                (std::fs::canonicalize(dir)?, false)
+                (std::fs::canonicalize(dir)?, None)
             }
             None => {
-                let dir = std::env::temp_dir().join(format!("toolsched-output-{}", random_hex()));
-                std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-                (std::fs::canonicalize(&dir)?, true)
+                let dir = ScratchDir::create(Kind::Output)?;
+                (std::fs::canonicalize(dir.path())?, Some(dir))
             }
         };
         Ok(Self {
             config,
             dir,
-            owned,
+            _owned: owned,
             entries: Mutex::new(VecDeque::new()),
         })
     }
@@ -202,9 +204,7 @@ impl Drop for OutputKeeper {
         for e in self.lock().drain(..) {
             let _ = std::fs::remove_file(&e.path);
         }
-        if self.owned {
-            let _ = std::fs::remove_dir(&self.dir);
-        }
+        // `_owned` drops next: the directory goes with anything left in it.
     }
 }
 
