@@ -569,12 +569,15 @@ async fn drain(rx: &mut mpsc::Receiver<Vec<u8>>, sink: &mut OutputSink) {
 }
 
 async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, tx: mpsc::Sender<Vec<u8>>) {
-    let mut buf = vec![0u8; READ_CHUNK];
+    // Read into spare capacity: nothing is zeroed, and only the pages a
+    // read fills are ever touched.
+    let mut buf = Vec::with_capacity(READ_CHUNK);
     loop {
-        match r.read(&mut buf).await {
+        buf.clear();
+        match r.read_buf(&mut buf).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if tx.send(buf[..n].to_vec()).await.is_err() {
+            Ok(_) => {
+                if tx.send(buf.as_slice().to_vec()).await.is_err() {
                     break;
                 }
             }
@@ -997,25 +1000,29 @@ impl OutputSink {
     }
 }
 
-/// The last `cap` bytes written.
+/// The last `cap` bytes written. Memory grows with the output, up to
+/// `cap` (a command that prints nothing holds none): a zeroed buffer of
+/// the whole cap, half of `output_cap_bytes`, was made for every command.
 struct Ring {
+    /// Until it holds `cap` bytes, the output in order; then a ring whose
+    /// oldest byte is at `start`.
     buf: Vec<u8>,
+    cap: usize,
     start: usize,
-    len: usize,
 }
 
 impl Ring {
     fn new(cap: usize) -> Self {
         Self {
-            buf: vec![0; cap],
+            buf: Vec::new(),
+            cap,
             start: 0,
-            len: 0,
         }
     }
 
     /// Appends `data`; returns how many bytes fell out of the front.
     fn push(&mut self, data: &[u8]) -> u64 {
-        let cap = self.buf.len();
+        let cap = self.cap;
         if data.is_empty() {
             return 0;
         }
@@ -1023,29 +1030,39 @@ impl Ring {
             return data.len() as u64;
         }
         if data.len() >= cap {
-            let dropped = self.len + data.len() - cap;
-            self.buf.copy_from_slice(&data[data.len() - cap..]);
+            let dropped = self.buf.len() + data.len() - cap;
+            self.buf.clear();
+            self.buf.reserve_exact(cap);
+            self.buf.extend_from_slice(&data[data.len() - cap..]);
             self.start = 0;
-            self.len = cap;
             return dropped as u64;
         }
-        let overflow = (self.len + data.len()).saturating_sub(cap);
-        self.start = (self.start + overflow) % cap;
-        self.len -= overflow;
-        let end = (self.start + self.len) % cap;
-        let first = data.len().min(cap - end);
-        self.buf[end..end + first].copy_from_slice(&data[..first]);
-        self.buf[..data.len() - first].copy_from_slice(&data[first..]);
-        self.len += data.len();
-        overflow as u64
+        // Not full yet: appended, growing by doubling but never past `cap`.
+        let fit = data.len().min(cap - self.buf.len());
+        if fit > 0 {
+            let want = self.buf.len() + fit;
+            if want > self.buf.capacity() {
+                let grown = want.max(self.buf.capacity() * 2).min(cap);
+                self.buf.reserve_exact(grown - self.buf.len());
+            }
+            self.buf.extend_from_slice(&data[..fit]);
+        }
+        // Full: the rest overwrites the oldest bytes, from `start` on.
+        let rest = &data[fit..];
+        if rest.is_empty() {
+            return 0;
+        }
+        let first = rest.len().min(cap - self.start);
+        self.buf[self.start..self.start + first].copy_from_slice(&rest[..first]);
+        self.buf[..rest.len() - first].copy_from_slice(&rest[first..]);
+        self.start = (self.start + rest.len()) % cap;
+        rest.len() as u64
     }
 
     fn contents(&self) -> Vec<u8> {
-        let cap = self.buf.len();
-        let mut out = Vec::with_capacity(self.len);
-        let first = self.len.min(cap - self.start);
-        out.extend_from_slice(&self.buf[self.start..self.start + first]);
-        out.extend_from_slice(&self.buf[..self.len - first]);
+        let mut out = Vec::with_capacity(self.buf.len());
+        out.extend_from_slice(&self.buf[self.start..]);
+        out.extend_from_slice(&self.buf[..self.start]);
         out
     }
 }
@@ -1110,13 +1127,50 @@ mod tests {
     #[test]
     fn ring_wraps_and_counts_drops() {
         let mut r = Ring::new(4);
+        assert_eq!(r.contents(), b"");
+        assert_eq!(r.buf.capacity(), 0);
         assert_eq!(r.push(b"ab"), 0);
+        assert_eq!(r.contents(), b"ab");
         assert_eq!(r.push(b"cde"), 1);
         assert_eq!(r.contents(), b"bcde");
         assert_eq!(r.push(b"f"), 1);
         assert_eq!(r.contents(), b"cdef");
+        assert_eq!(r.push(b"ghi"), 3);
+        assert_eq!(r.contents(), b"fghi");
         assert_eq!(r.push(b"0123456"), 7);
         assert_eq!(r.contents(), b"3456");
+        assert_eq!(r.push(b"78"), 2);
+        assert_eq!(r.contents(), b"5678");
+        assert_eq!(r.buf.capacity(), 4);
+        let mut empty = Ring::new(0);
+        assert_eq!(empty.push(b"xy"), 2);
+        assert_eq!(empty.contents(), b"");
+    }
+
+    /// Against a plain model (everything kept, the last `cap` bytes read
+    /// off its end), over pushes of every size around the cap.
+    #[test]
+    fn ring_keeps_exactly_the_last_cap_bytes() {
+        for cap in [1usize, 2, 3, 7, 16] {
+            let mut r = Ring::new(cap);
+            let mut all: Vec<u8> = Vec::new();
+            let mut dropped = 0u64;
+            let mut next = 0u8;
+            for size in [0usize, 1, 2, 3, 5, 7, 8, 15, 16, 17, 1, 0, 31, 2, 9] {
+                let chunk: Vec<u8> = (0..size)
+                    .map(|_| {
+                        next = next.wrapping_add(1);
+                        next
+                    })
+                    .collect();
+                all.extend_from_slice(&chunk);
+                dropped += r.push(&chunk);
+                let keep = all.len().min(cap);
+                assert_eq!(r.contents(), &all[all.len() - keep..], "cap {cap}");
+                assert_eq!(dropped, (all.len() - keep) as u64, "cap {cap}");
+                assert!(r.buf.capacity() <= cap, "cap {cap}");
+            }
+        }
     }
 
     #[test]
