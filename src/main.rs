@@ -83,7 +83,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // What killed servers left in the temp dir (their anchors, kept outputs
     // and commands' tmps): removed before this one makes its own.
     let swept = tokio::task::spawn_blocking(toolsched::scratch::sweep_stale).await?;
-    if swept.removed > 0 || swept.failed > 0 {
+    // Said whenever there was anything of these names: kept or removed.
+    if swept.removed + swept.failed + swept.in_use > 0 {
         tracing::info!(
             removed = swept.removed,
             failed = swept.failed,
