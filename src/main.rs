@@ -89,7 +89,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             removed = swept.removed,
             failed = swept.failed,
             in_use = swept.in_use,
-            temp_dir = %std::env::temp_dir().display(),
+            temp_dir = %toolsched::scratch::temp_dir().display(),
             "swept the temporary directories of servers that are gone"
         );
     }

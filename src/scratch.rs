@@ -25,15 +25,24 @@
 //! the microseconds between `mkdir` and the rename leaves an empty
 //! `.toolsched-new-*` directory; nothing else is left.
 //!
+//! **Removal** ([`remove_tree`]) is ours and not `std::fs::remove_dir_all`
+//! because a command decides what its tmp holds: a tree deep enough to
+//! overflow a recursive walk's stack (a breaker built ~18,000 levels by
+//! renaming chains into each other, and every later start crashed in the
+//! sweep), and directories it made unreadable, which a non-root server
+//! could not remove.
+//!
 //! Not here: what lives inside (`sandbox::zygote` for the anchor,
 //! `tools::kept` for outputs, `sandbox::process` for a command's tmp).
 
+use std::ffi::{CStr, CString};
 use std::fs::{File, TryLockError};
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{Mode, OFlags, RenameFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
 
 /// Where a directory is made before it is locked and renamed; never swept.
 pub const NEW_PREFIX: &str = ".toolsched-new-";
@@ -78,9 +87,9 @@ pub struct ScratchDir {
 const NAME_ATTEMPTS: usize = 16;
 
 impl ScratchDir {
-    /// Makes a directory of `kind` in [`std::env::temp_dir`].
+    /// Makes a directory of `kind` in [`temp_dir`].
     pub fn create(kind: Kind) -> io::Result<Self> {
-        Self::create_in(&std::env::temp_dir(), kind)
+        Self::create_in(&temp_dir(), kind)
     }
 
     /// Makes a directory of `kind` in `parent`.
@@ -102,13 +111,7 @@ impl ScratchDir {
                 .unwrap_or_default()
                 .to_owned();
             let path = parent.join(format!("{}{suffix}", kind.prefix()));
-            match rustix::fs::renameat_with(
-                rustix::fs::CWD,
-                new.path(),
-                rustix::fs::CWD,
-                &path,
-                RenameFlags::NOREPLACE,
-            ) {
+            match rename_noreplace(rustix::fs::CWD, new.path(), rustix::fs::CWD, path.as_path()) {
                 Ok(()) => {
                     // Ours now under its new name; the guard of the old
                     // name must not remove anything.
@@ -146,12 +149,175 @@ impl Drop for ScratchDir {
     }
 }
 
-/// Removes `path` and its contents; already gone counts as removed.
+/// Removes `path` and its contents; already gone counts as removed. The
+/// error names the path.
 fn remove_all(path: &Path) -> io::Result<()> {
-    match std::fs::remove_dir_all(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+    remove_tree(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// Entries read from a directory before they are acted on (the listing is
+/// then read again): bounds the memory a directory of millions costs.
+const REMOVAL_BATCH: usize = 4096;
+
+/// Removes the directory `path` with everything beneath it, whatever a
+/// command left there: a tree of any depth (std's `remove_dir_all` recurses
+/// once per level and holds a descriptor per level, so a tree a command
+/// built deep enough by renaming chains into each other overflowed the
+/// stack), and directories a command made unreadable or unwritable (`chmod
+/// 000`: the server owns them and gives them back `0700`; root ignores modes
+/// anyway). Without recursion: every subdirectory of a directory being
+/// emptied is moved up to the top (renamed, on the same filesystem) and
+/// emptied from there in a later pass, so at most two directories are open
+/// at a time. Nothing is followed: symlinks are removed as entries, every
+/// open is `O_NOFOLLOW`, a mode is changed only through a descriptor of the
+/// directory itself. Already gone counts as removed.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    let top = match open_for_removal(rustix::fs::CWD, path) {
+        Ok(fd) => fd,
+        Err(e) if e == rustix::io::Errno::NOENT => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut hoisted: u64 = 0;
+    loop {
+        let entries = listing(&top)?;
+        if entries.is_empty() {
+            break;
+        }
+        for (name, is_dir) in entries {
+            if !is_dir {
+                unlink(&top, &name, AtFlags::empty())?;
+                continue;
+            }
+            let dir = match open_for_removal(&top, &name) {
+                Ok(fd) => fd,
+                Err(e) if e == rustix::io::Errno::NOENT => continue,
+                Err(e) => return Err(e.into()),
+            };
+            loop {
+                let inner = listing(&dir)?;
+                if inner.is_empty() {
+                    break;
+                }
+                for (child, child_is_dir) in inner {
+                    if !child_is_dir {
+                        unlink(&dir, &child, AtFlags::empty())?;
+                        continue;
+                    }
+                    // Up to the top, under a name nothing there has. A
+                    // directory moved to another parent must be writable
+                    // itself (its `..` changes): given `0700` when not.
+                    let mut fixed = false;
+                    loop {
+                        hoisted += 1;
+                        let to = format!(".toolsched-hoisted-{hoisted}");
+                        match rename_noreplace(&dir, child.as_c_str(), &top, to.as_str()) {
+                            Ok(()) => break,
+                            Err(e) if e == rustix::io::Errno::EXIST => continue,
+                            Err(e) if e == rustix::io::Errno::ACCESS && !fixed => {
+                                drop(open_for_removal(&dir, child.as_c_str())?);
+                                fixed = true;
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                }
+            }
+            drop(dir);
+            unlink(&top, &name, AtFlags::REMOVEDIR)?;
+        }
+    }
+    drop(top);
+    match rustix::fs::unlinkat(rustix::fs::CWD, path, AtFlags::REMOVEDIR) {
+        Err(e) if e != rustix::io::Errno::NOENT => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// `renameat2(..., RENAME_NOREPLACE)`; where the filesystem does not offer
+/// the flag (`EINVAL`: some network and FUSE filesystems), a plain rename
+/// after checking that `to` does not exist (`EEXIST` when it does). Only
+/// this server makes names under these prefixes, so the check and the
+/// rename do not race with anyone else's rename to the same name.
+fn rename_noreplace<Fd: AsFd, P: rustix::path::Arg + Copy, Q: rustix::path::Arg + Copy>(
+    from_dir: Fd,
+    from: P,
+    to_dir: Fd,
+    to: Q,
+) -> rustix::io::Result<()> {
+    match rustix::fs::renameat_with(&from_dir, from, &to_dir, to, RenameFlags::NOREPLACE) {
+        Err(e) if e == rustix::io::Errno::INVAL => {
+            match rustix::fs::statat(&to_dir, to, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(_) => Err(rustix::io::Errno::EXIST),
+                Err(e) if e == rustix::io::Errno::NOENT => {
+                    rustix::fs::renameat(&from_dir, from, &to_dir, to)
+                }
+                Err(e) => Err(e),
+            }
+        }
         other => other,
     }
+}
+
+/// `unlinkat`, where already gone is done.
+fn unlink(dir: &OwnedFd, name: &CStr, flags: AtFlags) -> io::Result<()> {
+    match rustix::fs::unlinkat(dir, name, flags) {
+        Err(e) if e != rustix::io::Errno::NOENT => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Up to [`REMOVAL_BATCH`] entries of `dir` (never `.` or `..`), each with
+/// whether it is a directory (not following a symlink).
+fn listing(dir: &OwnedFd) -> io::Result<Vec<(CString, bool)>> {
+    let mut entries = Vec::new();
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let is_dir = match entry.file_type() {
+            FileType::Directory => true,
+            FileType::Unknown => rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory),
+            _ => false,
+        };
+        entries.push((name.to_owned(), is_dir));
+        if entries.len() == REMOVAL_BATCH {
+            break;
+        }
+    }
+    Ok(entries)
+}
+
+/// Opens the directory `name` in `at` (never through a symlink) to read
+/// and empty it, giving it mode `0700` first when it is not readable and
+/// after when it is not writable and searchable.
+fn open_for_removal<P: rustix::path::Arg + Copy, Fd: AsFd>(
+    at: Fd,
+    name: P,
+) -> rustix::io::Result<OwnedFd> {
+    const NEEDED: u32 = 0o700;
+    let read = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = match rustix::fs::openat(&at, name, read, Mode::empty()) {
+        Err(e) if e == rustix::io::Errno::ACCESS => {
+            // Unreadable: its mode changed through a descriptor of the
+            // directory itself (an `O_PATH` one, reached by its
+            // /proc/self/fd link), never by a name that could be swapped.
+            let path_only = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let handle = rustix::fs::openat(&at, name, path_only, Mode::empty())?;
+            rustix::fs::chmod(
+                format!("/proc/self/fd/{}", handle.as_raw_fd()).as_str(),
+                Mode::from_raw_mode(NEEDED),
+            )?;
+            rustix::fs::openat(&at, name, read, Mode::empty())?
+        }
+        other => other?,
+    };
+    if rustix::fs::fstat(&fd)?.st_mode & NEEDED != NEEDED {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(NEEDED))?;
+    }
+    Ok(fd)
 }
 
 /// Opens the directory `path` itself (never through a symlink) for its lock.
@@ -175,11 +341,22 @@ pub struct Swept {
     pub failed: usize,
 }
 
-/// Removes the directories of every [`Kind`] in [`std::env::temp_dir`]
-/// that this user owns and no live process holds locked (see the module's
+/// Removes the directories of every [`Kind`] in [`temp_dir`] that this
+/// user owns and no live process holds locked (see the module's
 /// documentation). Symlinks and other users' entries are left alone.
 pub fn sweep_stale() -> Swept {
-    sweep_stale_in(&std::env::temp_dir())
+    sweep_stale_in(&temp_dir())
+}
+
+/// The system temp dir, absolute: `$TMPDIR` (a relative one taken from the
+/// working directory at start-up, an empty one as the working directory),
+/// else `/tmp`. Paths made in it are handed to workers that run elsewhere.
+pub fn temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir();
+    if dir.as_os_str().is_empty() {
+        return std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/tmp"));
+    }
+    std::path::absolute(&dir).unwrap_or(dir)
 }
 
 /// [`sweep_stale`] in `parent`.
@@ -277,6 +454,90 @@ mod tests {
         ];
         want.sort();
         assert_eq!(left, want);
+    }
+
+    /// A chain of `depth` directories named `d` under `top`, made through
+    /// descriptors (its path is far longer than `PATH_MAX`).
+    fn chain(top: &Path, depth: usize) {
+        let mut fd =
+            rustix::fs::open(top, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap();
+        for _ in 0..depth {
+            rustix::fs::mkdirat(&fd, "d", Mode::from_raw_mode(0o700)).unwrap();
+            fd = rustix::fs::openat(&fd, "d", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty())
+                .unwrap();
+        }
+        rustix::fs::openat(
+            &fd,
+            "leaf",
+            OFlags::CREATE | OFlags::WRONLY,
+            Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_tree_of_any_depth_is_removed_without_recursion() {
+        let parent = tempfile::tempdir().unwrap();
+        let top = parent.path().join("toolsched-tmp-deep");
+        std::fs::create_dir(&top).unwrap();
+        // Deeper than the descriptors a per-level walk may hold, on a
+        // stack far too small for one frame per level.
+        chain(&top, 5_000);
+        let at = top.clone();
+        std::thread::Builder::new()
+            .stack_size(128 * 1024)
+            .spawn(move || remove_tree(&at))
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        assert!(!top.exists());
+        assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn unreadable_and_unwritable_directories_symlinks_and_many_entries_are_removed() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("kept"), b"x").unwrap();
+        std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let top = parent.path().join("t");
+        std::fs::create_dir_all(top.join("a/b/c")).unwrap();
+        std::fs::write(top.join("a/b/c/f"), b"x").unwrap();
+        std::fs::write(top.join("a/b/g"), b"x").unwrap();
+        std::os::unix::fs::symlink(outside.path(), top.join("a/b/link")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("kept"), top.join("a/flink")).unwrap();
+        // More entries than one listing reads.
+        std::fs::create_dir(top.join("many")).unwrap();
+        for i in 0..(REMOVAL_BATCH + 100) {
+            std::fs::write(top.join(format!("many/{i}")), b"").unwrap();
+        }
+        // Left by a command: no mode at all, read-only, and the top too.
+        for (dir, mode) in [
+            ("a/b/c", 0o000),
+            ("a/b", 0o500),
+            ("a", 0o000),
+            ("many", 0o500),
+        ] {
+            std::fs::set_permissions(top.join(dir), std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o500)).unwrap();
+
+        remove_tree(&top).unwrap();
+
+        assert!(!top.exists());
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("kept")).unwrap(),
+            "x"
+        );
+        let mode = std::fs::metadata(outside.path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+        // Gone already: done.
+        remove_tree(&top).unwrap();
     }
 
     #[test]
