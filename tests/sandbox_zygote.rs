@@ -636,3 +636,78 @@ async fn a_killed_servers_temporary_directories_are_swept_by_the_next_and_a_live
     drop(next);
     drop(live);
 }
+
+#[tokio::test]
+async fn a_non_root_server_removes_what_a_command_left_unreadable() {
+    use std::os::unix::fs::PermissionsExt;
+    // The pod runs as a non-root uid, for which `chmod 000` directories
+    // are not removable as they are; root ignores modes. So as root the
+    // server is run as `nobody` (setpriv, util-linux), from a copy of the
+    // binary that `nobody` can reach.
+    let root = rustix::process::geteuid().is_root();
+    let scratch = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let program = scratch.path().join("toolsched");
+    std::fs::copy(env!("CARGO_BIN_EXE_toolsched"), &program).unwrap();
+    let (ws, tmp) = (scratch.path().join("ws"), scratch.path().join("t"));
+    for dir in [&ws, &tmp] {
+        std::fs::create_dir(dir).unwrap();
+        if root {
+            std::os::unix::fs::chown(dir, Some(65534), Some(65534)).unwrap();
+        }
+    }
+    let launcher: &[&str] = if root {
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]
+    } else {
+        &[]
+    };
+    assert!(
+        !root
+            || std::process::Command::new("setpriv")
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success()),
+        "this test runs the server as nobody with setpriv (util-linux), which is missing"
+    );
+    let mut bin = Binary::start_via(
+        launcher,
+        &program,
+        &ws,
+        &["--approval-mode", "yolo"],
+        &[("TMPDIR", tmp.to_str().unwrap())],
+    );
+    let command = "cd \"$TMPDIR\" && mkdir -p a/b/c && touch a/b/c/f a/g && chmod 000 a/b/c && chmod 500 a/b && chmod 000 a && echo left";
+    let seen = collect(replicas_support::run_shell(bin.addr, "n", "c", command).await).await;
+    assert_eq!(
+        success_output(&seen, "c"),
+        format!("Command: {command}\nDirectory: .\nOutput: left\n")
+    );
+    // Removed behind the call's end: only the anchor and the outputs stay.
+    let kinds = || {
+        entries(&tmp)
+            .iter()
+            .map(|n| n.rsplit_once('-').unwrap().0.to_string())
+            .collect::<Vec<_>>()
+    };
+    eventually(
+        || format!("the command's tmp is left: {:?}", entries(&tmp)),
+        || kinds() == ["toolsched-anchor", "toolsched-output"],
+    )
+    .await;
+    let pid = nix::unistd::Pid::from_raw(bin.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = bin.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    // The log's reader stops at the end of stderr: every line is in.
+    let log: Vec<String> = bin.stderr_lines.iter().collect();
+    assert!(
+        log.iter().all(|l| !l.contains("could not remove")),
+        "{log:?}"
+    );
+    assert_eq!(entries(&tmp), Vec::<String>::new());
+}

@@ -598,8 +598,28 @@ impl Binary {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
+        let program = std::path::Path::new(env!("CARGO_BIN_EXE_toolsched"));
+        Self::start_via(&[], program, workspace, extra, env)
+    }
+
+    /// Like [`Binary::start_with_env`], running `program` through
+    /// `launcher` (e.g. `setpriv` and its options) when it is not empty.
+    pub fn start_via(
+        launcher: &[&str],
+        program: &std::path::Path,
+        workspace: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         use std::io::BufRead;
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolsched"));
+        let mut command = match launcher.split_first() {
+            Some((first, rest)) => {
+                let mut c = std::process::Command::new(first);
+                c.args(rest).arg(program);
+                c
+            }
+            None => std::process::Command::new(program),
+        };
         for (var, _) in std::env::vars_os() {
             if var.to_string_lossy().starts_with("OTEL_") {
                 command.env_remove(var);
