@@ -169,8 +169,8 @@ fn remove_all(path: &Path) -> io::Result<()> {
 /// once, by one stream (never again from its start: a directory that held
 /// many entries keeps its size on ext4, so re-reading it once per level of
 /// a deep chain was quadratic — a breaker's 109 MB top with a 15,000-level
-/// chain took ~10 minutes), and at most three directories are open at a
-/// time. Nothing is followed: symlinks are removed as entries, every open
+/// chain took ~10 minutes), and a handful of descriptors are open at a time
+/// (never one per level). Nothing is followed: symlinks are removed as entries, every open
 /// is `O_NOFOLLOW`, a mode is changed only through a descriptor of the
 /// directory itself. Already gone counts as removed. A listing may miss
 /// an entry removed or added while it streams (POSIX leaves it open): a
