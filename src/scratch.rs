@@ -39,7 +39,6 @@ use std::ffi::{CStr, CString};
 use std::fs::{File, TryLockError};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
@@ -360,8 +359,7 @@ fn open_for_removal<P: rustix::path::Arg + Copy, Fd: AsFd>(
     name: P,
 ) -> rustix::io::Result<OwnedFd> {
     const NEEDED: u32 = 0o700;
-    let read = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let fd = match rustix::fs::openat(&at, name, read, Mode::empty()) {
+    let fd = match rustix::fs::openat(&at, name, DIR_READ, Mode::empty()) {
         Err(e) if e == rustix::io::Errno::ACCESS => {
             // Unreadable: its mode changed through a descriptor of the
             // directory itself (an `O_PATH` one, reached by its
@@ -372,7 +370,7 @@ fn open_for_removal<P: rustix::path::Arg + Copy, Fd: AsFd>(
                 format!("/proc/self/fd/{}", handle.as_raw_fd()).as_str(),
                 Mode::from_raw_mode(NEEDED),
             )?;
-            rustix::fs::openat(&at, name, read, Mode::empty())?
+            rustix::fs::openat(&at, name, DIR_READ, Mode::empty())?
         }
         other => other?,
     };
@@ -382,14 +380,16 @@ fn open_for_removal<P: rustix::path::Arg + Copy, Fd: AsFd>(
     Ok(fd)
 }
 
-/// Opens the directory `path` itself (never through a symlink) for its lock.
+/// How a directory is opened to be read, emptied or locked: the directory
+/// itself, never through a symlink.
+const DIR_READ: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// Opens the directory `path` itself for its lock.
 fn open_dir(path: &Path) -> io::Result<File> {
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    Ok(File::from(fd))
+    Ok(File::from(rustix::fs::open(path, DIR_READ, Mode::empty())?))
 }
 
 /// What a sweep did.
@@ -435,11 +435,24 @@ pub fn sweep_stale_in(parent: &Path) -> Swept {
             continue;
         }
         let path = entry.path();
-        // Not a directory, or a symlink (NOFOLLOW): not one of ours.
-        let Ok(dir) = open_dir(&path) else { continue };
-        if !dir.metadata().is_ok_and(|m| m.uid() == me) {
+        // Not a directory (a symlink included), or another user's: not ours.
+        let ours =
+            rustix::fs::statat(rustix::fs::CWD, &path, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+                FileType::from_raw_mode(st.st_mode) == FileType::Directory && st.st_uid == me
+            });
+        if !ours {
             continue;
         }
+        // Opened as removal opens (a command may have left its tmp `chmod
+        // 000`, which a non-root server could not even open for the lock).
+        let dir = match open_for_removal(rustix::fs::CWD, path.as_path()) {
+            Ok(fd) => File::from(fd),
+            Err(e) => {
+                swept.failed += 1;
+                tracing::warn!(path = %path.display(), error = %e, "could not open a directory to see whether it is stale");
+                continue;
+            }
+        };
         match dir.try_lock() {
             Ok(()) => match remove_all(&path) {
                 Ok(()) => swept.removed += 1,
@@ -464,6 +477,7 @@ mod tests {
 
     #[test]
     fn a_held_directory_is_kept_and_a_released_one_swept() {
+        use std::os::unix::fs::PermissionsExt;
         let parent = tempfile::tempdir().unwrap();
         let live = ScratchDir::create_in(parent.path(), Kind::Anchor).unwrap();
         std::fs::write(live.path().join("f"), b"x").unwrap();
@@ -475,6 +489,9 @@ mod tests {
         let mut dead = dead;
         dead.removed = true;
         drop(dead);
+        // Its command left it unreadable (a non-root sweep must still
+        // open it for the lock).
+        std::fs::set_permissions(&dead_path, std::fs::Permissions::from_mode(0o000)).unwrap();
         // An older server's directory, never locked.
         std::fs::create_dir(parent.path().join("toolsched-output-old")).unwrap();
         // Not ours: other names, a symlink to a directory, a plain file.
