@@ -174,6 +174,9 @@ fn remove_all(path: &Path) -> io::Result<()> {
 /// directory itself. Already gone counts as removed. A listing may miss
 /// an entry removed or added while it streams (POSIX leaves it open): a
 /// directory then found not empty is emptied again, from what is left.
+/// A top without subdirectories (a command's tmp, mostly) needs no stage:
+/// its files are unlinked in a first listing and it is removed (a `mkdir`
+/// and `rmdir` of two stages were 1% of the server's CPU per shell call).
 pub fn remove_tree(path: &Path) -> io::Result<()> {
     const ATTEMPTS: usize = 3;
     let mut attempt = 1;
@@ -193,6 +196,15 @@ fn remove_tree_once(path: &Path) -> io::Result<()> {
         Err(e) if e == rustix::io::Errno::NOENT => return Ok(()),
         Err(e) => return Err(e.into()),
     };
+    if unlink_files(&top)? {
+        // No subdirectory (a command's tmp usually holds none): no stage.
+        // Something made meanwhile (not empty) goes the long way.
+        match rustix::fs::unlinkat(rustix::fs::CWD, path, AtFlags::REMOVEDIR) {
+            Err(e) if e == rustix::io::Errno::NOTEMPTY => {}
+            Err(e) if e != rustix::io::Errno::NOENT => return Err(e.into()),
+            _ => return Ok(()),
+        }
+    }
     let mut names = 0u64;
     let mut stage = Stage::new(&top, &mut names)?;
     empty_into(&top, Some(&stage.name), &stage.fd, &mut names)?;
@@ -265,6 +277,26 @@ impl Stage {
         drop(self.fd);
         unlink(top, &self.name, AtFlags::REMOVEDIR)
     }
+}
+
+/// Unlinks the files (and symlinks) of `dir`, in one stream of its
+/// entries; whether it held no directory.
+fn unlink_files(dir: &OwnedFd) -> io::Result<bool> {
+    let mut flat = true;
+    let mut entries = rustix::fs::Dir::read_from(dir)?;
+    while let Some(entry) = entries.read() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        if is_directory(dir, &entry) {
+            flat = false;
+        } else {
+            unlink(dir, name, AtFlags::empty())?;
+        }
+    }
+    Ok(flat)
 }
 
 /// Empties `dir` in one stream of its entries: files (and symlinks)

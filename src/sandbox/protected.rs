@@ -198,10 +198,13 @@ impl ProtectedRegistry {
 }
 
 /// What a walk keeps: settled listings by path and the clock offset of the
-/// last walk.
+/// last walk. Keyed by the path's bytes with a fast hash: `Path`'s own hash
+/// and equality go component by component, and a walk looks up and stores
+/// every directory of the workspace (with SipHash, 1.4% of all CPU per
+/// confined `true` in a 513-directory workspace: BENCHMARKS.md "Session 17").
 #[derive(Debug, Default)]
 struct Listings {
-    dirs: HashMap<PathBuf, Listing>,
+    dirs: HashMap<OsString, Listing, foldhash::fast::RandomState>,
     clock: ClockWatch,
     /// Directories the last walk read (not taken from a kept listing).
     reread: usize,
@@ -276,7 +279,10 @@ impl Listings {
     fn walk(&mut self, root: &Path) -> Vec<PathBuf> {
         self.check_clock();
         let started = SystemTime::now();
-        let mut kept = HashMap::with_capacity(self.dirs.len());
+        let mut kept = HashMap::with_capacity_and_hasher(
+            self.dirs.len(),
+            foldhash::fast::RandomState::default(),
+        );
         let mut found = Vec::new();
         let mut queue = VecDeque::from([root.to_path_buf()]);
         let mut budget = MAX_SCAN_ENTRIES;
@@ -287,7 +293,7 @@ impl Listings {
                 found.extend(queue.drain(..));
                 break;
             }
-            let (listing, keep) = match self.dirs.remove(&dir) {
+            let (listing, keep) = match self.dirs.remove(dir.as_os_str()) {
                 Some(old) if unchanged(&dir, &old) => (old, true),
                 _ => match self.read_counted(&dir, started) {
                     Read::Listed { listing, keep } => (listing, keep),
@@ -304,7 +310,7 @@ impl Listings {
             }
             queue.extend(listing.subdirs.iter().map(|name| dir.join(name)));
             if keep {
-                kept.insert(dir, listing);
+                kept.insert(dir.into_os_string(), listing);
             }
         }
         // Directories no longer reached (removed, moved, beyond the budget)
@@ -473,7 +479,7 @@ mod tests {
                 panic!("cannot read {}", d.display());
             };
             assert!(keep, "{} is not on a trusted filesystem", d.display());
-            l.dirs.insert(d.clone(), listing);
+            l.dirs.insert(d.clone().into_os_string(), listing);
         }
     }
 
@@ -504,7 +510,7 @@ mod tests {
             .lock()
             .unwrap()
             .dirs
-            .get_mut(&root.join("c"))
+            .get_mut(root.join("c").as_os_str())
             .unwrap()
             .has_git = true;
         assert_eq!(cache.current(), [root.join("c/.git")]);
@@ -564,7 +570,7 @@ mod tests {
             panic!();
         };
         assert!(keep || !on_trusted_filesystem(&File::open(dir.path()).unwrap()));
-        l.dirs.insert(dir.path().to_path_buf(), listing);
+        l.dirs.insert(dir.path().as_os_str().to_owned(), listing);
         l.check_clock();
         l.clock.offset = l.clock.offset.map(|o| o + 10_000_000_000);
         l.check_clock();

@@ -73,7 +73,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -316,7 +316,7 @@ impl Zygote {
             }
         };
         req.worker_args.cgroup = cgroup.as_ref().map(|g| g.dir().to_path_buf());
-        let body = encode(&req.cwd, &req.env, &req.worker_args.to_args())
+        let body = encode(&req.cwd, &req.env, &req.worker_args)
             .map_err(|e| format!("could not write the worker's request: {e}"))?;
         let mut fds: Vec<RawFd> = vec![
             body.as_raw_fd(),
@@ -504,24 +504,155 @@ fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The request body, in a memfd: NUL after each field; the directory, then
-/// `KEY=VALUE` per variable, an empty field, then the worker's options
-/// (which may be empty strings: only the first empty field separates).
-fn encode(cwd: &Path, env: &[(OsString, OsString)], args: &[OsString]) -> std::io::Result<OwnedFd> {
-    let mut text = Vec::new();
-    text.extend_from_slice(cwd.as_os_str().as_bytes());
-    text.push(0);
-    for (k, v) in env {
-        text.extend_from_slice(k.as_bytes());
-        text.push(b'=');
-        text.extend_from_slice(v.as_bytes());
-        text.push(0);
+/// The request body, in a memfd: one protobuf message, encoded by the
+/// server and decoded by the zygote (which picks the ruleset by the
+/// options) and by the worker. Paths, variables and the command are bytes:
+/// they need not be UTF-8. (It was the worker's command line, parsed by
+/// clap twice per command on the way to `exec`: ~70 µs each when warm,
+/// BENCHMARKS.md "Session 17".)
+#[derive(Clone, PartialEq, prost::Message)]
+struct WireRequest {
+    /// The command's directory.
+    #[prost(bytes = "vec", tag = "1")]
+    cwd: Vec<u8>,
+    /// The command's environment, and nothing else.
+    #[prost(message, repeated, tag = "2")]
+    env: Vec<WireVar>,
+    #[prost(message, optional, tag = "3")]
+    args: Option<WireArgs>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct WireVar {
+    #[prost(bytes = "vec", tag = "1")]
+    key: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    value: Vec<u8>,
+}
+
+/// [`WorkerArgs`], field by field.
+#[derive(Clone, PartialEq, prost::Message)]
+struct WireArgs {
+    /// [`crate::sandbox::SandboxLevel::name`].
+    #[prost(string, tag = "1")]
+    level: String,
+    #[prost(bytes = "vec", tag = "2")]
+    workspace: Vec<u8>,
+    #[prost(bytes = "vec", tag = "3")]
+    tmp: Vec<u8>,
+    #[prost(bytes = "vec", optional, tag = "4")]
+    tmp_at: Option<Vec<u8>>,
+    #[prost(uint64, tag = "5")]
+    cpu_secs: u64,
+    #[prost(uint64, tag = "6")]
+    address_space_bytes: u64,
+    #[prost(uint64, tag = "7")]
+    file_size_bytes: u64,
+    #[prost(uint64, tag = "8")]
+    processes: u64,
+    #[prost(uint64, tag = "9")]
+    open_files: u64,
+    #[prost(uint64, tag = "10")]
+    kill_grace_ms: u64,
+    #[prost(bytes = "vec", repeated, tag = "11")]
+    protect: Vec<Vec<u8>>,
+    #[prost(bytes = "vec", repeated, tag = "12")]
+    read: Vec<Vec<u8>>,
+    #[prost(bytes = "vec", optional, tag = "13")]
+    cgroup: Option<Vec<u8>>,
+    #[prost(bool, tag = "14")]
+    best_effort: bool,
+    #[prost(int32, optional, tag = "15")]
+    protected_fd: Option<i32>,
+    #[prost(bool, tag = "16")]
+    landlock_only: bool,
+    #[prost(string, optional, tag = "17")]
+    report_token: Option<String>,
+    #[prost(bytes = "vec", repeated, tag = "18")]
+    command: Vec<Vec<u8>>,
+}
+
+fn bytes(p: &Path) -> Vec<u8> {
+    p.as_os_str().as_bytes().to_vec()
+}
+
+fn path(b: Vec<u8>) -> PathBuf {
+    PathBuf::from(OsString::from_vec(b))
+}
+
+impl From<&WorkerArgs> for WireArgs {
+    fn from(a: &WorkerArgs) -> Self {
+        Self {
+            level: a.level.name().to_owned(),
+            workspace: bytes(&a.workspace),
+            tmp: bytes(&a.tmp),
+            tmp_at: a.tmp_at.as_deref().map(bytes),
+            cpu_secs: a.cpu_secs,
+            address_space_bytes: a.address_space_bytes,
+            file_size_bytes: a.file_size_bytes,
+            processes: a.processes,
+            open_files: a.open_files,
+            kill_grace_ms: a.kill_grace_ms,
+            protect: a.protect.iter().map(|p| bytes(p)).collect(),
+            read: a.read.iter().map(|p| bytes(p)).collect(),
+            cgroup: a.cgroup.as_deref().map(bytes),
+            best_effort: a.best_effort,
+            protected_fd: a.protected_fd,
+            landlock_only: a.landlock_only,
+            report_token: a.report_token.clone(),
+            command: a.command.iter().map(|w| w.as_bytes().to_vec()).collect(),
+        }
     }
-    text.push(0);
-    for a in args {
-        text.extend_from_slice(a.as_bytes());
-        text.push(0);
+}
+
+impl TryFrom<WireArgs> for WorkerArgs {
+    type Error = String;
+
+    fn try_from(w: WireArgs) -> Result<Self, String> {
+        let level = crate::sandbox::SandboxLevel::ALL
+            .into_iter()
+            .find(|l| l.name() == w.level)
+            .ok_or_else(|| format!("no sandbox level {:?}", w.level))?;
+        if w.command.is_empty() {
+            return Err("no command".into());
+        }
+        Ok(Self {
+            level,
+            workspace: path(w.workspace),
+            tmp: path(w.tmp),
+            tmp_at: w.tmp_at.map(path),
+            cpu_secs: w.cpu_secs,
+            address_space_bytes: w.address_space_bytes,
+            file_size_bytes: w.file_size_bytes,
+            processes: w.processes,
+            open_files: w.open_files,
+            kill_grace_ms: w.kill_grace_ms,
+            protect: w.protect.into_iter().map(path).collect(),
+            read: w.read.into_iter().map(path).collect(),
+            cgroup: w.cgroup.map(path),
+            best_effort: w.best_effort,
+            protected_fd: w.protected_fd,
+            landlock_only: w.landlock_only,
+            report_token: w.report_token,
+            command: w.command.into_iter().map(OsString::from_vec).collect(),
+        })
     }
+}
+
+/// Writes the request into a memfd (see [`WireRequest`]).
+fn encode(cwd: &Path, env: &[(OsString, OsString)], args: &WorkerArgs) -> std::io::Result<OwnedFd> {
+    let request = WireRequest {
+        cwd: bytes(cwd),
+        env: env
+            .iter()
+            .map(|(k, v)| WireVar {
+                key: k.as_bytes().to_vec(),
+                value: v.as_bytes().to_vec(),
+            })
+            .collect(),
+        args: Some(args.into()),
+    };
+    let text = prost::Message::encode_to_vec(&request);
     // SAFETY: a valid NUL-terminated name and flags; the fd is owned below.
     let fd = unsafe { libc::memfd_create(c"toolsched-request".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
@@ -535,51 +666,37 @@ fn encode(cwd: &Path, env: &[(OsString, OsString)], args: &[OsString]) -> std::i
     Ok(file.into())
 }
 
-/// What a forked child runs: the directory, the environment and the
-/// worker's options (after the subcommand name).
+/// What a forked child runs: the directory and the environment (the
+/// worker's options beside it).
 struct Decoded {
     cwd: PathBuf,
     env: Vec<(OsString, OsString)>,
-    args: Vec<OsString>,
 }
 
-fn decode(body: &[u8]) -> Result<Decoded, String> {
-    let body = body
-        .strip_suffix(&[0])
-        .ok_or("the request does not end with a NUL")?;
-    let mut fields = body.split(|b| *b == 0);
-    let cwd = fields
-        .next()
-        .filter(|c| !c.is_empty())
-        .ok_or("the request names no directory")?;
-    let mut env = Vec::new();
-    for field in fields.by_ref() {
-        if field.is_empty() {
-            break;
-        }
-        let eq = field
-            .iter()
-            .position(|b| *b == b'=')
-            .ok_or("an environment entry without '='")?;
-        env.push((
-            OsStr::from_bytes(&field[..eq]).to_os_string(),
-            OsStr::from_bytes(&field[eq + 1..]).to_os_string(),
-        ));
+fn decode(body: &[u8]) -> Result<(Decoded, WorkerArgs), String> {
+    let request: WireRequest = prost::Message::decode(body).map_err(|e| e.to_string())?;
+    if request.cwd.is_empty() {
+        return Err("the request names no directory".into());
     }
-    let args: Vec<OsString> = fields
-        .map(|a| OsStr::from_bytes(a).to_os_string())
+    let args = request
+        .args
+        .ok_or("the request holds no worker options")?
+        .try_into()
+        .map_err(|e| format!("the worker's options: {e}"))?;
+    let env = request
+        .env
+        .into_iter()
+        .map(|v| (OsString::from_vec(v.key), OsString::from_vec(v.value)))
         .collect();
-    if args.is_empty() {
-        return Err("the request holds no worker options".into());
-    }
-    Ok(Decoded {
-        cwd: PathBuf::from(OsStr::from_bytes(cwd)),
-        env,
+    Ok((
+        Decoded {
+            cwd: path(request.cwd),
+            env,
+        },
         args,
-    })
+    ))
 }
 
-/// `sendmsg` of `data` with `fds` as `SCM_RIGHTS`.
 fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
     let mut iov = libc::iovec {
         iov_base: data.as_ptr() as *mut libc::c_void,
@@ -1091,10 +1208,7 @@ fn read_request(body: &OwnedFd) -> Result<(Decoded, WorkerArgs), String> {
             "the worker's request exceeds {MAX_REQUEST_BYTES} bytes"
         ));
     }
-    let mut req = decode(&text).map_err(|e| format!("a malformed worker request: {e}"))?;
-    let args = super::worker::parse_args(std::mem::take(&mut req.args))
-        .map_err(|e| format!("the worker's options: {e}"))?;
-    Ok((req, args))
+    decode(&text).map_err(|e| format!("a malformed worker request: {e}"))
 }
 
 fn reply(pid: i32, pidfd: Option<&OwnedFd>) {
@@ -1251,26 +1365,102 @@ unsafe fn child(
 mod tests {
     use super::*;
 
+    fn args() -> WorkerArgs {
+        WorkerArgs {
+            level: crate::sandbox::SandboxLevel::ReadOnly,
+            workspace: "/w".into(),
+            tmp: "/t".into(),
+            tmp_at: Some("/a".into()),
+            cpu_secs: 1,
+            address_space_bytes: 2,
+            file_size_bytes: 3,
+            processes: 4,
+            open_files: 5,
+            kill_grace_ms: 6,
+            protect: vec![
+                "/w/c.toml".into(),
+                OsString::from_vec(b"/w/\xff".to_vec()).into(),
+            ],
+            read: vec![],
+            cgroup: Some("/sys/fs/cgroup/pids/x".into()),
+            best_effort: true,
+            protected_fd: Some(super::super::worker::PROTECTED_FD),
+            landlock_only: true,
+            report_token: Some("t0".into()),
+            command: vec!["bash".into(), "-c".into(), "--x".into(), "".into()],
+        }
+    }
+
     #[test]
-    fn requests_round_trip_with_empty_arguments() {
+    fn requests_round_trip_with_empty_and_non_utf8_words() {
         let env = vec![
             (OsString::from("PATH"), OsString::from("/usr/bin:/bin")),
             (OsString::from("EMPTY"), OsString::new()),
             (OsString::from("EQ"), OsString::from("a=b")),
+            (
+                OsString::from("RAW"),
+                OsString::from_vec(b"\xfe\0x".to_vec()),
+            ),
         ];
-        let args: Vec<OsString> = ["--level", "none", "--", "bash", "-c", ""]
-            .iter()
-            .map(OsString::from)
-            .collect();
-        let fd = encode(Path::new("/w/sub dir"), &env, &args).unwrap();
-        let mut text = Vec::new();
-        File::from(fd).read_to_end(&mut text).unwrap();
-        let d = decode(&text).unwrap();
-        assert_eq!(d.cwd, Path::new("/w/sub dir"));
-        assert_eq!(d.env, env);
-        assert_eq!(d.args, args);
-        assert!(decode(b"").is_err());
-        assert!(decode(b"/w\0\0").is_err());
-        assert!(decode(b"/w\0NOEQ\0\0x\0").is_err());
+        for level in crate::sandbox::SandboxLevel::ALL {
+            let args = WorkerArgs { level, ..args() };
+            let fd = encode(Path::new("/w/sub dir"), &env, &args).unwrap();
+            let mut text = Vec::new();
+            File::from(fd).read_to_end(&mut text).unwrap();
+            let (d, back) = decode(&text).unwrap();
+            assert_eq!(d.cwd, Path::new("/w/sub dir"));
+            assert_eq!(d.env, env);
+            assert_eq!(back, args);
+        }
+        let defaults = WorkerArgs {
+            tmp_at: None,
+            cgroup: None,
+            protected_fd: None,
+            report_token: None,
+            best_effort: false,
+            landlock_only: false,
+            ..args()
+        };
+        let text = prost::Message::encode_to_vec(&WireRequest {
+            cwd: b"/w".to_vec(),
+            env: vec![],
+            args: Some((&defaults).into()),
+        });
+        assert_eq!(decode(&text).unwrap().1, defaults);
+    }
+
+    #[test]
+    fn malformed_requests_are_refused() {
+        let err = |r: &WireRequest| decode(&prost::Message::encode_to_vec(r)).err().unwrap();
+        let good = WireRequest {
+            cwd: b"/w".to_vec(),
+            env: vec![],
+            args: Some((&args()).into()),
+        };
+        assert_eq!(
+            err(&WireRequest {
+                cwd: vec![],
+                ..good.clone()
+            }),
+            "the request names no directory"
+        );
+        assert_eq!(
+            err(&WireRequest {
+                args: None,
+                ..good.clone()
+            }),
+            "the request holds no worker options"
+        );
+        let mut bad_level = good.clone();
+        bad_level.args.as_mut().unwrap().level = "root".into();
+        assert_eq!(
+            err(&bad_level),
+            "the worker's options: no sandbox level \"root\""
+        );
+        let mut no_command = good.clone();
+        no_command.args.as_mut().unwrap().command.clear();
+        assert_eq!(err(&no_command), "the worker's options: no command");
+        assert!(decode(b"\xff\xff\xff").is_err());
+        assert!(decode(&prost::Message::encode_to_vec(&good)).is_ok());
     }
 }

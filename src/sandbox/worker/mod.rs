@@ -113,7 +113,7 @@ pub const PROTECTED_FD: i32 = 4;
 const MAX_PROTECTED_BYTES: u64 = 256 << 20;
 
 /// `toolsched sandbox-exec`: options the server passes (hidden subcommand).
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct WorkerArgs {
     #[arg(long)]
     pub level: SandboxLevel,
@@ -179,56 +179,6 @@ pub struct WorkerArgs {
 }
 
 impl WorkerArgs {
-    /// The command line for these options (after the subcommand name).
-    pub fn to_args(&self) -> Vec<OsString> {
-        let mut a: Vec<OsString> = Vec::new();
-        let mut opt = |k: &str, v: OsString| {
-            a.push(format!("--{k}").into());
-            a.push(v);
-        };
-        opt("level", self.level.name().into());
-        opt("workspace", self.workspace.clone().into());
-        opt("tmp", self.tmp.clone().into());
-        if let Some(a) = &self.tmp_at {
-            opt("tmp-at", a.clone().into());
-        }
-        opt("cpu-secs", self.cpu_secs.to_string().into());
-        opt(
-            "address-space-bytes",
-            self.address_space_bytes.to_string().into(),
-        );
-        opt("file-size-bytes", self.file_size_bytes.to_string().into());
-        opt("processes", self.processes.to_string().into());
-        opt("open-files", self.open_files.to_string().into());
-        opt("kill-grace-ms", self.kill_grace_ms.to_string().into());
-        for p in &self.protect {
-            opt("protect", p.clone().into());
-        }
-        for p in &self.read {
-            opt("read", p.clone().into());
-        }
-        if let Some(c) = &self.cgroup {
-            opt("cgroup", c.clone().into());
-        }
-        if self.best_effort {
-            a.push("--best-effort".into());
-        }
-        if let Some(fd) = self.protected_fd {
-            a.push("--protected-fd".into());
-            a.push(fd.to_string().into());
-        }
-        if self.landlock_only {
-            a.push("--landlock-only".into());
-        }
-        if let Some(t) = &self.report_token {
-            a.push("--report-token".into());
-            a.push(t.into());
-        }
-        a.push("--".into());
-        a.extend(self.command.iter().cloned());
-        a
-    }
-
     fn limits(&self) -> ResourceLimits {
         ResourceLimits {
             cpu_secs: self.cpu_secs,
@@ -334,21 +284,6 @@ pub fn prepare() {
     confine::last_cap();
 }
 
-/// The worker's options from the words after `sandbox-exec`.
-pub fn parse_args(words: Vec<OsString>) -> Result<WorkerArgs, String> {
-    use clap::Parser;
-    #[derive(clap::Parser)]
-    #[command(name = "sandbox-exec")]
-    struct P {
-        #[command(flatten)]
-        a: WorkerArgs,
-    }
-    let argv = std::iter::once(OsString::from("sandbox-exec")).chain(words);
-    P::try_parse_from(argv)
-        .map(|p| p.a)
-        .map_err(|e| e.to_string())
-}
-
 fn exit_like(ended: Ended) -> ! {
     match ended {
         Ended::Code(c) => std::process::exit(c),
@@ -416,51 +351,4 @@ fn read_protected(fd: i32) -> Result<Vec<PathBuf>, String> {
         paths.push(p);
     }
     Ok(paths)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn worker_args_round_trip() {
-        use clap::Parser;
-        #[derive(clap::Parser)]
-        struct P {
-            #[command(flatten)]
-            a: WorkerArgs,
-        }
-        let a = WorkerArgs {
-            level: SandboxLevel::ReadOnly,
-            workspace: "/w".into(),
-            tmp: "/t".into(),
-            tmp_at: Some("/a".into()),
-            cpu_secs: 1,
-            address_space_bytes: 2,
-            file_size_bytes: 3,
-            processes: 4,
-            open_files: 5,
-            kill_grace_ms: 6,
-            protect: vec!["/w/c.toml".into()],
-            read: vec![],
-            cgroup: Some("/sys/fs/cgroup/pids/x".into()),
-            best_effort: true,
-            protected_fd: Some(PROTECTED_FD),
-            landlock_only: true,
-            report_token: Some("t0".into()),
-            command: vec!["bash".into(), "-c".into(), "--x".into()],
-        };
-        let mut argv: Vec<OsString> = vec!["w".into()];
-        argv.extend(a.to_args());
-        let b = P::parse_from(argv).a;
-        assert_eq!(b.level, SandboxLevel::ReadOnly);
-        assert_eq!(b.protect, a.protect);
-        assert_eq!(b.tmp_at, a.tmp_at);
-        assert_eq!(b.cgroup, a.cgroup);
-        assert!(b.best_effort);
-        assert_eq!(b.protected_fd, Some(PROTECTED_FD));
-        assert!(b.landlock_only);
-        assert_eq!(b.report_token.as_deref(), Some("t0"));
-        assert_eq!(b.command, a.command);
-    }
 }

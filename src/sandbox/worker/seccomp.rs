@@ -7,13 +7,20 @@
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule,
+    SeccompRule, sock_filter,
 };
 
-/// The seccomp program: `EPERM` for the listed syscalls, for `socket` with
-/// a family other than AF_UNIX (unless `network`), and for `clone` with a
-/// namespace flag.
+/// The seccomp program of a level: `EPERM` for the listed syscalls, for
+/// `socket` with a family other than AF_UNIX (unless `network`), for `clone`
+/// with a namespace flag, for set-id modes and inode-flag `ioctl`s, and for
+/// every x32 call; `ENOSYS` for [`ENOSYS_CALLS`]. See [`with_front`].
 fn seccomp_program(network: bool) -> Result<BpfProgram, String> {
+    let (chain, ruled) = chain_program(network)?;
+    with_front(chain, &ruled)
+}
+
+/// seccompiler's chain of the rules, and the call numbers that have one.
+fn chain_program(network: bool) -> Result<(BpfProgram, Vec<i64>), String> {
     let err = |e: seccompiler::BackendError| format!("seccomp: {e}");
     let denied: &[i64] = &[
         // Debugging other processes, reading/writing their memory.
@@ -189,6 +196,7 @@ fn seccomp_program(network: bool) -> Result<BpfProgram, String> {
         );
     }
     rules.insert(libc::SYS_ioctl, ioctl_rules);
+    let ruled: Vec<i64> = rules.keys().copied().collect();
     let arch = std::env::consts::ARCH
         .try_into()
         .map_err(|e: seccompiler::BackendError| format!("seccomp: {e}"))?;
@@ -199,7 +207,7 @@ fn seccomp_program(network: bool) -> Result<BpfProgram, String> {
         arch,
     )
     .map_err(err)?;
-    filter.try_into().map_err(err)
+    Ok((filter.try_into().map_err(err)?, ruled))
 }
 
 /// `setxattrat` (Linux 6.13): the path-and-fd form of `setxattr`.
@@ -209,76 +217,215 @@ const SYS_REMOVEXATTRAT: i64 = 466;
 /// `file_setattr` (Linux 6.17): inode flags through a path.
 const SYS_FILE_SETATTR: i64 = 469;
 
-/// `clone3` passes its flags in memory a filter cannot read: refuse it with
-/// ENOSYS so libc falls back to `clone`, whose flags the first filter sees.
-/// The same for the newest metadata calls, so that libc falls back to the
-/// ones [`super::metadata`] traps.
-fn clone3_program() -> Result<BpfProgram, String> {
-    let err = |e: seccompiler::BackendError| format!("seccomp: {e}");
-    let arch = std::env::consts::ARCH.try_into().map_err(err)?;
-    let filter = SeccompFilter::new(
-        [
-            libc::SYS_clone3,
-            SYS_SETXATTRAT,
-            SYS_REMOVEXATTRAT,
-            SYS_FILE_SETATTR,
-        ]
-        .into_iter()
-        .map(|nr| (nr, Vec::new()))
-        .collect(),
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        arch,
-    )
-    .map_err(err)?;
-    filter.try_into().map_err(err)
-}
+/// Refused with ENOSYS, so that libc falls back to a call the filter can
+/// judge: `clone3` passes its flags in memory a filter cannot read (libc
+/// falls back to `clone`, whose flags the program checks), and the newest
+/// metadata calls fall back to the ones [`super::metadata`] traps.
+const ENOSYS_CALLS: [i64; 4] = [
+    libc::SYS_clone3,
+    SYS_SETXATTRAT,
+    SYS_REMOVEXATTRAT,
+    SYS_FILE_SETATTR,
+];
 
 /// x32 system calls reach the same kernel entry points under numbers with
-/// bit 30 set and the x86_64 audit arch, so the per-number rules above would
-/// not see them: refuse every one (where the kernel has x32 at all).
+/// this bit set and the x86_64 audit arch, so per-number rules would not
+/// see them: every one is refused.
 #[cfg(target_arch = "x86_64")]
-fn x32_program() -> BpfProgram {
-    use seccompiler::sock_filter;
-    // BPF_LD | BPF_W | BPF_ABS (the first two are 0).
-    const LD_W_ABS: u16 = 0x20;
-    const JMP_JEQ_K: u16 = 0x05 | 0x10;
-    const JMP_JGE_K: u16 = 0x05 | 0x30;
-    const RET_K: u16 = 0x06;
-    const ARCH_OFFSET: u32 = 4;
-    const NR_OFFSET: u32 = 0;
-    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
-    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+// Classic BPF opcodes (`linux/bpf_common.h`) of the front below.
+const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+const JMP_JA: u16 = 0x05; // BPF_JMP | BPF_JA
+const JMP_JEQ_K: u16 = 0x05 | 0x10;
+const JMP_JGE_K: u16 = 0x05 | 0x30;
+const RET_K: u16 = 0x06;
+/// Offsets in `struct seccomp_data`.
+const NR_OFFSET: u32 = 0;
+const ARCH_OFFSET: u32 = 4;
+/// Most call numbers one leaf of the front's search compares one by one.
+const LEAF_CALLS: usize = 4;
+
+/// Where a call number listed in the front goes.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Listed {
+    /// Into seccompiler's chain, which holds its rules.
+    Chain,
+    /// Refused with ENOSYS ([`ENOSYS_CALLS`]).
+    Enosys,
+}
+
+/// The whole seccomp program of a level: a front that decides every call
+/// without a rule by a binary search over the call numbers, then
+/// seccompiler's chain for the calls that have one (`chain`, compiled from
+/// exactly the rules whose numbers are `ruled`).
+///
+/// **Why a front.** seccompiler compiles a linear chain, three instructions
+/// per call number. At every install the kernel runs the program once per
+/// system call number and architecture to cache the calls it always allows
+/// (`seccomp_cache_prepare`), and a call without a rule walks the whole
+/// chain: ~0.4 ms of the command's start for the ~480 instructions, on
+/// every command (BENCHMARKS.md, "Session 17"). Through the front, a call
+/// without a rule is allowed after about seven comparisons, and one
+/// install replaces the three the x32, `clone3` and main programs took.
+///
+/// **Why it decides exactly what the chain did.** The front allows only
+/// numbers that have no rule in the chain, whose default action is to
+/// allow; every ruled number, and every call of another architecture, is
+/// passed to the chain unchanged. It adds the two programs installed
+/// beside the chain before: x32 numbers refused with EPERM and
+/// [`ENOSYS_CALLS`] with ENOSYS (none of which has a rule in the chain, so
+/// no result the kernel would have had to choose between changes). The
+/// unit test runs both forms over every call number and the ruled
+/// arguments and compares.
+fn with_front(chain: BpfProgram, ruled: &[i64]) -> Result<BpfProgram, String> {
+    let mut listed: Vec<(u32, Listed)> = Vec::new();
+    for nr in ruled {
+        listed.push((call_number(*nr)?, Listed::Chain));
+    }
+    for nr in ENOSYS_CALLS {
+        if ruled.contains(&nr) {
+            return Err(format!(
+                "seccomp: call {nr} both ruled and refused with ENOSYS"
+            ));
+        }
+        listed.push((call_number(nr)?, Listed::Enosys));
+    }
+    listed.sort_unstable();
+    listed.dedup_by_key(|(nr, _)| *nr);
+
+    let arch_check: usize = if cfg!(target_arch = "x86_64") { 1 } else { 0 };
+    let head = 4 + arch_check; // ld arch, jeq arch, ja chain, ld nr, [jge x32]
+    let tree = tree_len(listed.len());
+    // The returns after the tree, then the jump into the chain.
+    let allow = head + tree;
+    let eperm = allow + 1;
+    let enosys = eperm + 1;
+    let to_chain = enosys + 1;
+    let chain_start = to_chain + 1;
+
     let op = |code, k, jt, jf| sock_filter { code, jt, jf, k };
-    vec![
-        op(LD_W_ABS, ARCH_OFFSET, 0, 0),
-        op(JMP_JEQ_K, AUDIT_ARCH_X86_64, 0, 3),
-        op(LD_W_ABS, NR_OFFSET, 0, 0),
-        op(JMP_JGE_K, X32_SYSCALL_BIT, 0, 1),
-        op(RET_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32, 0, 0),
-        op(RET_K, libc::SECCOMP_RET_ALLOW, 0, 0),
-    ]
+    let mut front: Vec<sock_filter> = Vec::with_capacity(chain_start);
+    front.push(op(LD_W_ABS, ARCH_OFFSET, 0, 0));
+    front.push(op(JMP_JEQ_K, super::metadata::AUDIT_ARCH, 1, 0));
+    // Another architecture: the chain's own check decides (it kills).
+    front.push(op(JMP_JA, offset(2, chain_start)?, 0, 0));
+    front.push(op(LD_W_ABS, NR_OFFSET, 0, 0));
+    #[cfg(target_arch = "x86_64")]
+    front.push(op(
+        JMP_JGE_K,
+        X32_SYSCALL_BIT,
+        short(front.len(), eperm)?,
+        0,
+    ));
+    let targets = Targets {
+        allow,
+        chain: to_chain,
+        enosys,
+    };
+    search(&mut front, &listed, &targets)?;
+    debug_assert_eq!(front.len(), allow);
+    front.push(op(RET_K, libc::SECCOMP_RET_ALLOW, 0, 0));
+    front.push(op(
+        RET_K,
+        libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        0,
+        0,
+    ));
+    front.push(op(
+        RET_K,
+        libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        0,
+        0,
+    ));
+    front.push(op(JMP_JA, offset(to_chain, chain_start)?, 0, 0));
+    front.extend(chain);
+    Ok(front)
+}
+
+/// Where the front's search jumps.
+struct Targets {
+    allow: usize,
+    chain: usize,
+    enosys: usize,
+}
+
+/// Instructions of the search over `n` listed numbers (see [`search`]).
+fn tree_len(n: usize) -> usize {
+    if n <= LEAF_CALLS {
+        n + 1
+    } else {
+        let left = n / 2;
+        1 + tree_len(left) + tree_len(n - left)
+    }
+}
+
+/// Appends the search over `listed` (sorted): a node compares with the
+/// first number of its right half (`jge`), a leaf compares each number
+/// (`jeq`) and jumps to its target, then to "allow".
+fn search(out: &mut Vec<sock_filter>, listed: &[(u32, Listed)], t: &Targets) -> Result<(), String> {
+    let at = out.len();
+    if listed.len() <= LEAF_CALLS {
+        for (i, (nr, to)) in listed.iter().enumerate() {
+            let target = match to {
+                Listed::Chain => t.chain,
+                Listed::Enosys => t.enosys,
+            };
+            let jt = short(at + i, target)?;
+            out.push(sock_filter {
+                code: JMP_JEQ_K,
+                jt,
+                jf: 0,
+                k: *nr,
+            });
+        }
+        let here = out.len();
+        out.push(sock_filter {
+            code: JMP_JA,
+            jt: 0,
+            jf: 0,
+            k: offset(here, t.allow)?,
+        });
+        return Ok(());
+    }
+    let (left, right) = listed.split_at(listed.len() / 2);
+    let jt = short(at, at + 1 + tree_len(left.len()))?;
+    out.push(sock_filter {
+        code: JMP_JGE_K,
+        jt,
+        jf: 0,
+        k: right[0].0,
+    });
+    search(out, left, t)?;
+    search(out, right, t)
+}
+
+/// The offset of a jump at `from` to `to` (BPF jumps go forward only).
+fn offset(from: usize, to: usize) -> Result<u32, String> {
+    to.checked_sub(from + 1)
+        .and_then(|d| u32::try_from(d).ok())
+        .ok_or_else(|| format!("seccomp: no jump from {from} to {to}"))
+}
+
+/// The same for a conditional jump, whose offset is one byte.
+fn short(from: usize, to: usize) -> Result<u8, String> {
+    offset(from, to).and_then(|d| {
+        u8::try_from(d).map_err(|_| format!("seccomp: jump from {from} to {to} too long"))
+    })
+}
+
+fn call_number(nr: i64) -> Result<u32, String> {
+    u32::try_from(nr).map_err(|_| format!("seccomp: call number {nr}"))
 }
 
 /// The programs of both network settings, compiled once per process (the
 /// zygote compiles them before it forks any worker): they depend only on
 /// the architecture and `network`, never on the command.
-struct Programs {
-    /// `seccomp_program(network)`, indexed by `network as usize`.
-    main: [BpfProgram; 2],
-    clone3: BpfProgram,
-}
+static PROGRAMS: std::sync::OnceLock<Result<[BpfProgram; 2], String>> = std::sync::OnceLock::new();
 
-static PROGRAMS: std::sync::OnceLock<Result<Programs, String>> = std::sync::OnceLock::new();
-
-fn programs() -> Result<&'static Programs, String> {
+fn programs() -> Result<&'static [BpfProgram; 2], String> {
     PROGRAMS
-        .get_or_init(|| {
-            Ok(Programs {
-                main: [seccomp_program(false)?, seccomp_program(true)?],
-                clone3: clone3_program()?,
-            })
-        })
+        .get_or_init(|| Ok([seccomp_program(false)?, seccomp_program(true)?]))
         .as_ref()
         .map_err(Clone::clone)
 }
@@ -290,20 +437,211 @@ pub(super) fn prepare() {
 
 pub(super) fn apply_seccomp(network: bool) -> Result<(), String> {
     let p = programs()?;
-    #[cfg(target_arch = "x86_64")]
-    seccompiler::apply_filter(&x32_program()).map_err(|e| format!("seccomp: {e}"))?;
-    seccompiler::apply_filter(&p.clone3).map_err(|e| format!("seccomp: {e}"))?;
-    seccompiler::apply_filter(&p.main[usize::from(network)]).map_err(|e| format!("seccomp: {e}"))
+    seccompiler::apply_filter(&p[usize::from(network)]).map_err(|e| format!("seccomp: {e}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// `struct seccomp_data`: nr, arch, instruction pointer, six arguments.
+    #[derive(Clone, Copy)]
+    struct Data {
+        nr: u32,
+        arch: u32,
+        args: [u64; 6],
+    }
+
+    impl Data {
+        fn word(&self, offset: u32) -> u32 {
+            match offset {
+                0 => self.nr,
+                4 => self.arch,
+                8 | 12 => 0,
+                o if (16..64).contains(&o) && o % 4 == 0 => {
+                    let arg = self.args[(o as usize - 16) / 8];
+                    if o % 8 == 0 {
+                        arg as u32
+                    } else {
+                        (arg >> 32) as u32
+                    }
+                }
+                o => panic!("load at {o}"),
+            }
+        }
+    }
+
+    /// Runs a classic BPF program of the instructions seccompiler and the
+    /// front emit (loads of `seccomp_data`, `and`, conditional and plain
+    /// jumps, returns), as the kernel would.
+    fn run(prog: &[sock_filter], d: &Data) -> u32 {
+        let (mut pc, mut acc) = (0usize, 0u32);
+        loop {
+            let i = &prog[pc];
+            pc += 1;
+            match i.code {
+                LD_W_ABS => acc = d.word(i.k),
+                0x54 => acc &= i.k, // BPF_ALU | BPF_AND | BPF_K
+                RET_K => return i.k,
+                JMP_JA => pc += i.k as usize,
+                code => {
+                    let taken = match code {
+                        JMP_JEQ_K => acc == i.k,
+                        JMP_JGE_K => acc >= i.k,
+                        0x25 => acc > i.k,      // JGT
+                        0x45 => acc & i.k != 0, // JSET
+                        c => panic!("opcode {c:#x} at {}", pc - 1),
+                    };
+                    pc += usize::from(if taken { i.jt } else { i.jf });
+                }
+            }
+        }
+    }
+
+    /// The kernel's choice among the filters' results: the most
+    /// restrictive action wins (signed order of the action bits).
+    fn strictest(results: &[u32]) -> u32 {
+        *results
+            .iter()
+            .min_by_key(|r| (**r & libc::SECCOMP_RET_ACTION_FULL) as i32)
+            .unwrap()
+    }
+
+    /// What was installed before the front: the x32 program, the ENOSYS
+    /// program and the chain, three filters.
+    fn before(network: bool) -> Vec<BpfProgram> {
+        let op = |code, k, jt, jf| sock_filter { code, jt, jf, k };
+        let x32 = vec![
+            op(LD_W_ABS, ARCH_OFFSET, 0, 0),
+            op(JMP_JEQ_K, super::super::metadata::AUDIT_ARCH, 0, 3),
+            op(LD_W_ABS, NR_OFFSET, 0, 0),
+            op(JMP_JGE_K, 0x4000_0000, 0, 1),
+            op(RET_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32, 0, 0),
+            op(RET_K, libc::SECCOMP_RET_ALLOW, 0, 0),
+        ];
+        let enosys: BpfProgram = SeccompFilter::new(
+            ENOSYS_CALLS.iter().map(|nr| (*nr, Vec::new())).collect(),
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::ENOSYS as u32),
+            std::env::consts::ARCH.try_into().unwrap(),
+        )
+        .unwrap()
+        .try_into()
+        .unwrap();
+        let mut all = vec![enosys, chain_program(network).unwrap().0];
+        if cfg!(target_arch = "x86_64") {
+            all.push(x32);
+        }
+        all
+    }
+
     #[test]
-    fn seccomp_programs_compile() {
-        assert!(!seccomp_program(false).unwrap().is_empty());
-        assert!(!seccomp_program(true).unwrap().is_empty());
-        assert!(!clone3_program().unwrap().is_empty());
+    fn the_front_decides_every_call_as_the_three_programs_did() {
+        let arch = super::super::metadata::AUDIT_ARCH;
+        // Argument values the rules look at, and values they do not.
+        let mut values: Vec<u64> = vec![0, 1, 0x7fff_ffff, u64::MAX, 0x1_0000_0000];
+        values.extend(
+            [
+                libc::AF_UNIX,
+                libc::AF_INET,
+                libc::AF_INET6,
+                libc::AF_NETLINK,
+            ]
+            .map(|v| v as u64),
+        );
+        values.extend([libc::S_ISUID, libc::S_ISGID, 0o4755, 0o644].map(u64::from));
+        values.extend([libc::O_CREAT, 0x40_0000, libc::O_RDWR].map(|v| v as u64));
+        values.extend(
+            [
+                libc::CLONE_NEWNS,
+                libc::CLONE_NEWUSER,
+                libc::CLONE_NEWNET,
+                libc::SIGCHLD,
+            ]
+            .map(|v| v as u64),
+        );
+        values.extend([0x4008_6602u64, 0x4004_6602, 0x401c_5820, 0x5401]);
+        let mut numbers: Vec<u32> = (0..1024).collect();
+        numbers.extend([0x4000_0000, 0x4000_0000 + 39, 0x4000_0000 + 435, u32::MAX]);
+        for network in [false, true] {
+            let merged = seccomp_program(network).unwrap();
+            let separate = before(network);
+            let mut checked = 0;
+            for a in [arch, 0x4000_0003 /* i386 */, 0] {
+                for &nr in &numbers {
+                    for (slot, v) in values.iter().enumerate() {
+                        let mut args = [0u64; 6];
+                        // The value in every argument position at once and
+                        // alone in one position.
+                        for (i, arg) in args.iter_mut().enumerate() {
+                            if slot % 2 == 0 || i == slot % 6 {
+                                *arg = *v;
+                            }
+                        }
+                        let d = Data { nr, arch: a, args };
+                        let want =
+                            strictest(&separate.iter().map(|p| run(p, &d)).collect::<Vec<_>>());
+                        assert_eq!(
+                            run(&merged, &d),
+                            want,
+                            "nr {nr} arch {a:#x} args {args:?} network {network}"
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+            assert_eq!(checked, 3 * numbers.len() * values.len());
+        }
+        // What the probes in tests/sandbox_worker.rs expect, here too.
+        let merged = seccomp_program(false).unwrap();
+        let call = |nr: i64, args: [u64; 6]| {
+            run(
+                &merged,
+                &Data {
+                    nr: nr as u32,
+                    arch,
+                    args,
+                },
+            )
+        };
+        let errno = |e: i32| libc::SECCOMP_RET_ERRNO | e as u32;
+        assert_eq!(call(libc::SYS_clone3, [0; 6]), errno(libc::ENOSYS));
+        assert_eq!(call(libc::SYS_ptrace, [0; 6]), errno(libc::EPERM));
+        assert_eq!(call(libc::SYS_getpid, [0; 6]), libc::SECCOMP_RET_ALLOW);
+        assert_eq!(
+            call(libc::SYS_socket, [libc::AF_INET as u64, 0, 0, 0, 0, 0]),
+            errno(libc::EPERM)
+        );
+        assert_eq!(
+            call(libc::SYS_socket, [libc::AF_UNIX as u64, 0, 0, 0, 0, 0]),
+            libc::SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            run(
+                &merged,
+                &Data {
+                    nr: 39,
+                    arch: 0x4000_0003,
+                    args: [0; 6]
+                }
+            ),
+            libc::SECCOMP_RET_KILL_PROCESS
+        );
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(call(0x4000_0000 + 39, [0; 6]), errno(libc::EPERM));
+    }
+
+    #[test]
+    fn the_front_is_short() {
+        let (chain, _) = chain_program(false).unwrap();
+        let merged = seccomp_program(false).unwrap();
+        // Well under the kernel's 4,096 instructions, and the front adds
+        // a fraction of the chain.
+        assert!(
+            merged.len() < chain.len() + chain.len() / 2,
+            "{} vs {}",
+            merged.len(),
+            chain.len()
+        );
     }
 }
