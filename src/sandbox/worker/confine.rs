@@ -14,7 +14,6 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 use super::landlock::{apply_landlock, apply_shared, fs_rules, landlock_ruleset};
-use super::metadata::install_notify;
 use super::mounts::MountView;
 use super::seccomp::apply_seccomp;
 use super::{ResourceLimits, WorkerArgs, errno};
@@ -92,11 +91,14 @@ pub(super) fn confine_and_exec(
                 return e;
             }
         }
-        if let Err(e) = apply_seccomp(args.level.allows_network()) {
-            return e;
-        }
-        if let Some((ready, go)) = handoff
-            && let Err(e) = hand_over_listener(ready, go)
+        // One program: the level's filter and, with a hand-off, the
+        // metadata filter (see `super::seccomp::with_front`).
+        let listener = match apply_seccomp(args.level.allows_network(), handoff.is_some()) {
+            Ok(l) => l,
+            Err(e) => return e,
+        };
+        if let (Some((ready, go)), Some(listener)) = (handoff, listener)
+            && let Err(e) = hand_over_listener(listener, ready, go)
         {
             return e;
         }
@@ -210,11 +212,10 @@ pub(super) fn last_cap() -> libc::c_ulong {
     })
 }
 
-/// Installs the metadata filter ([`super::metadata`]), tells the worker the
-/// listener's fd number on `ready`, waits until it took a copy (`go`), then
+/// Tells the worker the number of the metadata filter's `listener`
+/// ([`super::metadata`]) on `ready`, waits until it took a copy (`go`), then
 /// closes ours: the command must never answer its own notifications.
-fn hand_over_listener(ready: RawFd, go: RawFd) -> Result<(), String> {
-    let listener = install_notify()?;
+fn hand_over_listener(listener: OwnedFd, ready: RawFd, go: RawFd) -> Result<(), String> {
     // SAFETY: both pipe ends were made by the worker for this hand-over and
     // are owned by nothing else in this process.
     let (mut ready, mut go) = unsafe { (File::from_raw_fd(ready), File::from_raw_fd(go)) };

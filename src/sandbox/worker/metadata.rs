@@ -152,32 +152,6 @@ pub(super) fn notify_program() -> BpfProgram {
     p
 }
 
-/// Installs [`notify_program`] on this process; returns the listener.
-pub(super) fn install_notify() -> Result<OwnedFd, String> {
-    let program = notify_program();
-    let prog = libc::sock_fprog {
-        len: program.len() as u16,
-        filter: program.as_ptr() as *mut libc::sock_filter,
-    };
-    // SAFETY: a valid filter program that outlives the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-            &prog as *const libc::sock_fprog,
-        )
-    };
-    if fd < 0 {
-        return Err(format!(
-            "seccomp listener: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: the kernel just returned this fd; nobody else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
 /// Where the command may change metadata, and where not.
 pub(super) struct MetadataGuard {
     /// Writable roots (canonical): the workspace at a writing level, the

@@ -5,6 +5,8 @@
 //!
 //! Not here: filesystem access ([`super::landlock`]).
 
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, sock_filter,
@@ -13,10 +15,13 @@ use seccompiler::{
 /// The seccomp program of a level: `EPERM` for the listed syscalls, for
 /// `socket` with a family other than AF_UNIX (unless `network`), for `clone`
 /// with a namespace flag, for set-id modes and inode-flag `ioctl`s, and for
-/// every x32 call; `ENOSYS` for [`ENOSYS_CALLS`]. See [`with_front`].
-fn seccomp_program(network: bool) -> Result<BpfProgram, String> {
+/// every x32 call; `ENOSYS` for [`ENOSYS_CALLS`]; with `notify`, then
+/// [`super::metadata::notify_program`]'s decision for everything the rules
+/// allow. See [`with_front`].
+fn seccomp_program(network: bool, notify: bool) -> Result<BpfProgram, String> {
     let (chain, ruled) = chain_program(network)?;
-    with_front(chain, &ruled)
+    let tail = notify.then(super::metadata::notify_program);
+    with_front(chain, &ruled, tail)
 }
 
 /// seccompiler's chain of the rules, and the call numbers that have one.
@@ -275,10 +280,25 @@ enum Listed {
 /// passed to the chain unchanged. It adds the two programs installed
 /// beside the chain before: x32 numbers refused with EPERM and
 /// [`ENOSYS_CALLS`] with ENOSYS (none of which has a rule in the chain, so
-/// no result the kernel would have had to choose between changes). The
-/// unit test runs both forms over every call number and the ruled
+/// no result the kernel would have had to choose between changes).
+///
+/// **The metadata filter as a tail.** With `tail` (the notifying program
+/// of [`super::metadata`]), every "allow" of the front and of the chain
+/// jumps to the tail instead, which then decides between allowing and
+/// notifying the worker: the same as installing the two as separate
+/// filters, where the kernel takes the stricter result (an error or a kill
+/// of the chain is stricter than a notification, which is stricter than
+/// allowing). One install instead of two: each install JIT-compiles its
+/// program, and allocating the JIT image is most of an install's cost
+/// (BENCHMARKS.md, "Session 17").
+///
+/// The unit test runs both forms over every call number and the ruled
 /// arguments and compares.
-fn with_front(chain: BpfProgram, ruled: &[i64]) -> Result<BpfProgram, String> {
+fn with_front(
+    chain: BpfProgram,
+    ruled: &[i64],
+    tail: Option<BpfProgram>,
+) -> Result<BpfProgram, String> {
     let mut listed: Vec<(u32, Listed)> = Vec::new();
     for nr in ruled {
         listed.push((call_number(*nr)?, Listed::Chain));
@@ -303,6 +323,7 @@ fn with_front(chain: BpfProgram, ruled: &[i64]) -> Result<BpfProgram, String> {
     let enosys = eperm + 1;
     let to_chain = enosys + 1;
     let chain_start = to_chain + 1;
+    let tail_start = chain_start + chain.len();
 
     let op = |code, k, jt, jf| sock_filter { code, jt, jf, k };
     let mut front: Vec<sock_filter> = Vec::with_capacity(chain_start);
@@ -325,7 +346,10 @@ fn with_front(chain: BpfProgram, ruled: &[i64]) -> Result<BpfProgram, String> {
     };
     search(&mut front, &listed, &targets)?;
     debug_assert_eq!(front.len(), allow);
-    front.push(op(RET_K, libc::SECCOMP_RET_ALLOW, 0, 0));
+    front.push(match tail {
+        Some(_) => op(JMP_JA, offset(allow, tail_start)?, 0, 0),
+        None => op(RET_K, libc::SECCOMP_RET_ALLOW, 0, 0),
+    });
     front.push(op(
         RET_K,
         libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
@@ -339,7 +363,23 @@ fn with_front(chain: BpfProgram, ruled: &[i64]) -> Result<BpfProgram, String> {
         0,
     ));
     front.push(op(JMP_JA, offset(to_chain, chain_start)?, 0, 0));
-    front.extend(chain);
+    debug_assert_eq!(front.len(), chain_start);
+    for ins in chain {
+        let at = front.len();
+        front.push(match &tail {
+            Some(_) if ins.code == RET_K && ins.k == libc::SECCOMP_RET_ALLOW => {
+                op(JMP_JA, offset(at, tail_start)?, 0, 0)
+            }
+            _ => ins,
+        });
+    }
+    front.extend(tail.into_iter().flatten());
+    if front.len() > usize::from(u16::MAX) {
+        return Err(format!(
+            "seccomp: a program of {} instructions",
+            front.len()
+        ));
+    }
     Ok(front)
 }
 
@@ -421,11 +461,22 @@ fn call_number(nr: i64) -> Result<u32, String> {
 /// The programs of both network settings, compiled once per process (the
 /// zygote compiles them before it forks any worker): they depend only on
 /// the architecture and `network`, never on the command.
-static PROGRAMS: std::sync::OnceLock<Result<[BpfProgram; 2], String>> = std::sync::OnceLock::new();
+/// Indexed by `network as usize`, then `notify as usize`.
+type Programs = [[BpfProgram; 2]; 2];
 
-fn programs() -> Result<&'static [BpfProgram; 2], String> {
+static PROGRAMS: std::sync::OnceLock<Result<Programs, String>> = std::sync::OnceLock::new();
+
+fn programs() -> Result<&'static Programs, String> {
     PROGRAMS
-        .get_or_init(|| Ok([seccomp_program(false)?, seccomp_program(true)?]))
+        .get_or_init(|| {
+            Ok([
+                [
+                    seccomp_program(false, false)?,
+                    seccomp_program(false, true)?,
+                ],
+                [seccomp_program(true, false)?, seccomp_program(true, true)?],
+            ])
+        })
         .as_ref()
         .map_err(Clone::clone)
 }
@@ -435,9 +486,39 @@ pub(super) fn prepare() {
     let _ = programs();
 }
 
-pub(super) fn apply_seccomp(network: bool) -> Result<(), String> {
-    let p = programs()?;
-    seccompiler::apply_filter(&p[usize::from(network)]).map_err(|e| format!("seccomp: {e}"))
+/// Installs the level's program on this process (`no_new_privs` first);
+/// with `notify`, returns the listener of the metadata filter it holds.
+pub(super) fn apply_seccomp(network: bool, notify: bool) -> Result<Option<OwnedFd>, String> {
+    let program = &programs()?[usize::from(network)][usize::from(notify)];
+    let prog = libc::sock_fprog {
+        len: u16::try_from(program.len()).map_err(|_| "seccomp: program too long".to_owned())?,
+        // The same `struct sock_filter` (both `repr(C)`: u16, u8, u8, u32).
+        filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+    };
+    let flags = if notify {
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER
+    } else {
+        0
+    };
+    // SAFETY: plain calls on this process; the program outlives the call
+    // (it is static) and the kernel copies it.
+    let fd = unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(format!("no_new_privs: {}", std::io::Error::last_os_error()));
+        }
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if fd < 0 {
+        return Err(format!("seccomp: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: with the flag, the kernel just returned this fd (owned by
+    // nobody else); without it, the call returned 0.
+    Ok(notify.then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))
 }
 
 #[cfg(test)]
@@ -508,8 +589,9 @@ mod tests {
     }
 
     /// What was installed before the front: the x32 program, the ENOSYS
-    /// program and the chain, three filters.
-    fn before(network: bool) -> Vec<BpfProgram> {
+    /// program and the chain, three filters, and with `notify` the
+    /// metadata filter, a fourth.
+    fn before(network: bool, notify: bool) -> Vec<BpfProgram> {
         let op = |code, k, jt, jf| sock_filter { code, jt, jf, k };
         let x32 = vec![
             op(LD_W_ABS, ARCH_OFFSET, 0, 0),
@@ -532,11 +614,14 @@ mod tests {
         if cfg!(target_arch = "x86_64") {
             all.push(x32);
         }
+        if notify {
+            all.push(super::super::metadata::notify_program());
+        }
         all
     }
 
     #[test]
-    fn the_front_decides_every_call_as_the_three_programs_did() {
+    fn one_program_decides_every_call_as_the_separate_filters_did() {
         let arch = super::super::metadata::AUDIT_ARCH;
         // Argument values the rules look at, and values they do not.
         let mut values: Vec<u64> = vec![0, 1, 0x7fff_ffff, u64::MAX, 0x1_0000_0000];
@@ -563,9 +648,9 @@ mod tests {
         values.extend([0x4008_6602u64, 0x4004_6602, 0x401c_5820, 0x5401]);
         let mut numbers: Vec<u32> = (0..1024).collect();
         numbers.extend([0x4000_0000, 0x4000_0000 + 39, 0x4000_0000 + 435, u32::MAX]);
-        for network in [false, true] {
-            let merged = seccomp_program(network).unwrap();
-            let separate = before(network);
+        for (network, notify) in [(false, false), (false, true), (true, false), (true, true)] {
+            let merged = seccomp_program(network, notify).unwrap();
+            let separate = before(network, notify);
             let mut checked = 0;
             for a in [arch, 0x4000_0003 /* i386 */, 0] {
                 for &nr in &numbers {
@@ -593,7 +678,7 @@ mod tests {
             assert_eq!(checked, 3 * numbers.len() * values.len());
         }
         // What the probes in tests/sandbox_worker.rs expect, here too.
-        let merged = seccomp_program(false).unwrap();
+        let merged = seccomp_program(false, true).unwrap();
         let call = |nr: i64, args: [u64; 6]| {
             run(
                 &merged,
@@ -634,7 +719,7 @@ mod tests {
     #[test]
     fn the_front_is_short() {
         let (chain, _) = chain_program(false).unwrap();
-        let merged = seccomp_program(false).unwrap();
+        let merged = seccomp_program(false, false).unwrap();
         // Well under the kernel's 4,096 instructions, and the front adds
         // a fraction of the chain.
         assert!(
