@@ -662,6 +662,39 @@ mod tests {
     }
 
     #[test]
+    fn a_top_without_subdirectories_is_removed_without_a_stage() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir(outside.path().join("dir")).unwrap();
+        std::fs::write(outside.path().join("kept"), b"x").unwrap();
+        for mode in [0o700, 0o500, 0o000] {
+            let top = parent.path().join(format!("t{mode:o}"));
+            std::fs::create_dir(&top).unwrap();
+            std::fs::write(top.join("f"), b"x").unwrap();
+            std::os::unix::fs::symlink(outside.path().join("kept"), top.join("flink")).unwrap();
+            std::os::unix::fs::symlink(outside.path().join("dir"), top.join("dlink")).unwrap();
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                top.join("fifo").as_path(),
+                FileType::Fifo,
+                Mode::from_raw_mode(0o600),
+                0,
+            )
+            .unwrap();
+            std::fs::set_permissions(&top, std::fs::Permissions::from_mode(mode)).unwrap();
+            remove_tree(&top).unwrap();
+            assert!(!top.exists(), "mode {mode:o}");
+        }
+        assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("kept")).unwrap(),
+            "x"
+        );
+        assert!(outside.path().join("dir").is_dir());
+    }
+
+    #[test]
     fn a_directory_is_made_private_under_its_kind_and_removed_with_its_contents() {
         use std::os::unix::fs::PermissionsExt;
         let parent = tempfile::tempdir().unwrap();

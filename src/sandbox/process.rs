@@ -229,6 +229,12 @@ pub async fn run_process(
     token: CancellationToken,
     events: impl ProcessEvents,
 ) -> ProcessOutcome {
+    // Started first: the walk for the protected paths runs on the blocking
+    // pool while the tmp, the pipes and the request are made here.
+    let walk = {
+        let level = spec.sandbox.config.level;
+        (level.is_confined() && level.writes_workspace()).then(|| protected_set(&spec))
+    };
     let tmp = match ScratchDir::create(Kind::CommandTmp) {
         Ok(t) => t,
         Err(e) => {
@@ -255,10 +261,9 @@ pub async fn run_process(
         }
     };
     let config = &spec.sandbox.config;
-    let protected = if config.level.is_confined() && config.level.writes_workspace() {
-        protected_set(&spec).await
-    } else {
-        None
+    let protected = match walk {
+        Some(w) => w.await,
+        None => None,
     };
     let limits = config.limits;
     // Where the worker's namespace can bind it, the tmp is seen beneath the
@@ -590,19 +595,22 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, tx: mpsc::Sender<Vec<u8
 /// The workspace's protected paths, from the cache the sandbox keeps (see
 /// [`super::protected`]), in an anonymous memory file (memfd) for the worker: NUL
 /// after each absolute path. `None` when they could not be had; the worker
-/// then walks the workspace itself, as fail-closed as the cache.
-async fn protected_set(spec: &ProcessSpec) -> Option<OwnedFd> {
+/// then walks the workspace itself, as fail-closed as the cache. The walk
+/// starts on the blocking pool now, before the returned future is awaited.
+fn protected_set(spec: &ProcessSpec) -> impl Future<Output = Option<OwnedFd>> + use<> {
     let cache = spec.sandbox.protected_paths(&spec.workspace);
-    let made = tokio::task::spawn_blocking(move || protected_memfd(&cache.current())).await;
-    match made {
-        Ok(Ok(fd)) => Some(fd),
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "could not pass the protected paths; the worker walks the workspace");
-            None
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "finding the protected paths failed; the worker walks the workspace");
-            None
+    let walk = tokio::task::spawn_blocking(move || protected_memfd(&cache.current()));
+    async move {
+        match walk.await {
+            Ok(Ok(fd)) => Some(fd),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not pass the protected paths; the worker walks the workspace");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "finding the protected paths failed; the worker walks the workspace");
+                None
+            }
         }
     }
 }

@@ -287,6 +287,18 @@ impl Listings {
         let mut queue = VecDeque::from([root.to_path_buf()]);
         let mut budget = MAX_SCAN_ENTRIES;
         self.reread = 0;
+        // The root, held for this walk: a kept directory is checked by a
+        // `statx` relative to it, which resolves only the components beneath
+        // the root (the lookup of the whole path was half of each check).
+        let root_fd = rustix::fs::open(
+            root,
+            rustix::fs::OFlags::PATH
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok();
         while let Some(dir) = queue.pop_front() {
             if budget == 0 {
                 found.push(dir);
@@ -294,7 +306,9 @@ impl Listings {
                 break;
             }
             let (listing, keep) = match self.dirs.remove(dir.as_os_str()) {
-                Some(old) if unchanged(&dir, &old) => (old, true),
+                Some(old) if unchanged(root_fd.as_ref().map(|fd| (fd, root)), &dir, &old) => {
+                    (old, true)
+                }
                 _ => match self.read_counted(&dir, started) {
                     Read::Listed { listing, keep } => (listing, keep),
                     Read::Gone => continue,
@@ -387,13 +401,28 @@ impl Listings {
 }
 
 /// Whether `dir` is still the directory `old` was read from, unchanged:
-/// same device and inode, same `ctime`, not a symlink.
-fn unchanged(dir: &Path, old: &Listing) -> bool {
-    std::fs::symlink_metadata(dir).is_ok_and(|m| {
-        m.is_dir()
-            && m.dev() == old.dev
-            && m.ino() == old.ino
-            && (m.ctime(), m.ctime_nsec()) == old.ctime
+/// same device and inode, same `ctime`, not a symlink. Looked up beneath
+/// `root` (an fd of the walk's root, and its path) when `dir` lies there.
+fn unchanged(root: Option<(&std::os::fd::OwnedFd, &Path)>, dir: &Path, old: &Listing) -> bool {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let want = StatxFlags::TYPE | StatxFlags::INO | StatxFlags::CTIME;
+    let st = match root.and_then(|(fd, path)| Some((fd, dir.strip_prefix(path).ok()?))) {
+        Some((fd, rel)) if rel.as_os_str().is_empty() => rustix::fs::statx(
+            fd,
+            "",
+            AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            want,
+        ),
+        Some((fd, rel)) => rustix::fs::statx(fd, rel, AtFlags::SYMLINK_NOFOLLOW, want),
+        None => rustix::fs::statx(rustix::fs::CWD, dir, AtFlags::SYMLINK_NOFOLLOW, want),
+    };
+    st.is_ok_and(|m| {
+        StatxFlags::from_bits_retain(m.stx_mask).contains(want)
+            && rustix::fs::FileType::from_raw_mode(m.stx_mode.into())
+                == rustix::fs::FileType::Directory
+            && rustix::fs::makedev(m.stx_dev_major, m.stx_dev_minor) == old.dev
+            && m.stx_ino == old.ino
+            && (m.stx_ctime.tv_sec, i64::from(m.stx_ctime.tv_nsec)) == old.ctime
     })
 }
 
