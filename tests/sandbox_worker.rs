@@ -45,6 +45,13 @@ attempt("keyctl", 250, 0, -3, 0)
 attempt("bpf", 321, 0, 0, 0)
 attempt("io_uring_setup", 425, 1, 0)
 attempt("clone3", 435, 0, 0)
+# openat2's mode is in memory no filter reads: O_TMPFILE with 06755, then
+# linkat, made a set-id file (a breaker's finding); it answers ENOSYS.
+class How(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+how = How(0o20200000 | 2, 0o6755, 0)
+attempt("openat2_tmpfile_setid", 437, -100, b".", ctypes.byref(how), 24)
+attempt("open_tree_attr", 467, -100, b".", 0, 0, 0)
 attempt("init_module", 175, 0, 0, b"")
 attempt("x32_getpid", 0x40000000 + 39)
 EOF"#;
@@ -60,6 +67,8 @@ EOF"#;
         "bpf EPERM",
         "io_uring_setup EPERM",
         "clone3 ENOSYS",
+        "openat2_tmpfile_setid ENOSYS",
+        "open_tree_attr EPERM",
         "init_module EPERM",
         "x32_getpid EPERM",
     ] {

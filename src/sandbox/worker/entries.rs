@@ -30,8 +30,9 @@
 //! name taken after the worker looked) goes back to the kernel
 //! unchanged (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`), which is safe whatever
 //! the command rewrites meanwhile: without the make rights the kernel can
-//! only open what exists, never create. `openat2` is not trapped for the
-//! same reason (its creations are refused by Landlock). Sockets and FIFOs
+//! only open what exists, never create. `openat2` answers ENOSYS
+//! ([`super::seccomp`]: its mode and flags are in memory no filter reads),
+//! so programs fall back to `openat`. Sockets and FIFOs
 //! keep their own make rights: git ignores a `.git` that is neither a
 //! directory nor a regular file.
 //!

@@ -67,6 +67,7 @@ fn chain_program(network: bool) -> Result<(BpfProgram, Vec<i64>), String> {
         libc::SYS_chroot,
         libc::SYS_move_mount,
         libc::SYS_open_tree,
+        SYS_OPEN_TREE_ATTR,
         libc::SYS_fsopen,
         libc::SYS_fsconfig,
         libc::SYS_fsmount,
@@ -215,6 +216,8 @@ fn chain_program(network: bool) -> Result<(BpfProgram, Vec<i64>), String> {
     Ok((filter.try_into().map_err(err)?, ruled))
 }
 
+/// `open_tree_attr` (Linux 6.15): `open_tree` with mount attributes.
+const SYS_OPEN_TREE_ATTR: i64 = 467;
 /// `setxattrat` (Linux 6.13): the path-and-fd form of `setxattr`.
 const SYS_SETXATTRAT: i64 = 463;
 /// `removexattrat` (Linux 6.13).
@@ -224,10 +227,14 @@ const SYS_FILE_SETATTR: i64 = 469;
 
 /// Refused with ENOSYS, so that libc falls back to a call the filter can
 /// judge: `clone3` passes its flags in memory a filter cannot read (libc
-/// falls back to `clone`, whose flags the program checks), and the newest
-/// metadata calls fall back to the ones [`super::metadata`] traps.
-const ENOSYS_CALLS: [i64; 4] = [
+/// falls back to `clone`, whose flags the program checks), `openat2` its
+/// mode (found by a breaker: `openat2` with `O_TMPFILE` and mode 06755, then
+/// `linkat`, left a set-id file in the workspace; `openat`'s mode the
+/// program checks), and the newest metadata calls fall back to the ones
+/// [`super::metadata`] traps.
+const ENOSYS_CALLS: [i64; 5] = [
     libc::SYS_clone3,
+    libc::SYS_openat2,
     SYS_SETXATTRAT,
     SYS_REMOVEXATTRAT,
     SYS_FILE_SETATTR,
@@ -691,6 +698,8 @@ mod tests {
         };
         let errno = |e: i32| libc::SECCOMP_RET_ERRNO | e as u32;
         assert_eq!(call(libc::SYS_clone3, [0; 6]), errno(libc::ENOSYS));
+        assert_eq!(call(libc::SYS_openat2, [0; 6]), errno(libc::ENOSYS));
+        assert_eq!(call(SYS_OPEN_TREE_ATTR, [0; 6]), errno(libc::EPERM));
         assert_eq!(call(libc::SYS_ptrace, [0; 6]), errno(libc::EPERM));
         assert_eq!(call(libc::SYS_getpid, [0; 6]), libc::SECCOMP_RET_ALLOW);
         assert_eq!(
