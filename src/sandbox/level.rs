@@ -60,6 +60,11 @@ impl SandboxLevel {
         }
     }
 
+    /// The level [`Self::name`] names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| l.name() == name)
+    }
+
     /// Whether Landlock and seccomp are applied at this level.
     pub fn is_confined(self) -> bool {
         self != SandboxLevel::None

@@ -306,9 +306,7 @@ impl Listings {
                 break;
             }
             let (listing, keep) = match self.dirs.remove(dir.as_os_str()) {
-                Some(old) if unchanged(root_fd.as_ref().map(|fd| (fd, root)), &dir, &old) => {
-                    (old, true)
-                }
+                Some(old) if unchanged(root, root_fd.as_ref(), &dir, &old) => (old, true),
                 _ => match self.read_counted(&dir, started) {
                     Read::Listed { listing, keep } => (listing, keep),
                     Read::Gone => continue,
@@ -401,20 +399,23 @@ impl Listings {
 }
 
 /// Whether `dir` is still the directory `old` was read from, unchanged:
-/// same device and inode, same `ctime`, not a symlink. Looked up beneath
-/// `root` (an fd of the walk's root, and its path) when `dir` lies there.
-fn unchanged(root: Option<(&std::os::fd::OwnedFd, &Path)>, dir: &Path, old: &Listing) -> bool {
+/// same device and inode, same `ctime`, not a symlink. Looked up relative
+/// to `root_fd` (the walk's `root`, opened) when there is one.
+fn unchanged(
+    root: &Path,
+    root_fd: Option<&std::os::fd::OwnedFd>,
+    dir: &Path,
+    old: &Listing,
+) -> bool {
     use rustix::fs::{AtFlags, StatxFlags};
     let want = StatxFlags::TYPE | StatxFlags::INO | StatxFlags::CTIME;
-    let st = match root.and_then(|(fd, path)| Some((fd, dir.strip_prefix(path).ok()?))) {
-        Some((fd, rel)) if rel.as_os_str().is_empty() => rustix::fs::statx(
-            fd,
-            "",
-            AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-            want,
-        ),
-        Some((fd, rel)) => rustix::fs::statx(fd, rel, AtFlags::SYMLINK_NOFOLLOW, want),
-        None => rustix::fs::statx(rustix::fs::CWD, dir, AtFlags::SYMLINK_NOFOLLOW, want),
+    let nofollow = AtFlags::SYMLINK_NOFOLLOW;
+    let st = match (root_fd, dir.strip_prefix(root)) {
+        (Some(fd), Ok(rel)) if rel.as_os_str().is_empty() => {
+            rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH | nofollow, want)
+        }
+        (Some(fd), Ok(rel)) => rustix::fs::statx(fd, rel, nofollow, want),
+        _ => rustix::fs::statx(rustix::fs::CWD, dir, nofollow, want),
     };
     st.is_ok_and(|m| {
         StatxFlags::from_bits_retain(m.stx_mask).contains(want)

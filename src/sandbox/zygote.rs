@@ -609,9 +609,7 @@ impl TryFrom<WireArgs> for WorkerArgs {
     type Error = String;
 
     fn try_from(w: WireArgs) -> Result<Self, String> {
-        let level = crate::sandbox::SandboxLevel::ALL
-            .into_iter()
-            .find(|l| l.name() == w.level)
+        let level = crate::sandbox::SandboxLevel::from_name(&w.level)
             .ok_or_else(|| format!("no sandbox level {:?}", w.level))?;
         if w.command.is_empty() {
             return Err("no command".into());
@@ -697,6 +695,7 @@ fn decode(body: &[u8]) -> Result<(Decoded, WorkerArgs), String> {
     ))
 }
 
+/// `sendmsg` of `data` with `fds` as `SCM_RIGHTS`.
 fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
     let mut iov = libc::iovec {
         iov_base: data.as_ptr() as *mut libc::c_void,
@@ -1460,7 +1459,15 @@ mod tests {
         let mut no_command = good.clone();
         no_command.args.as_mut().unwrap().command.clear();
         assert_eq!(err(&no_command), "the worker's options: no command");
-        assert!(decode(b"\xff\xff\xff").is_err());
-        assert!(decode(&prost::Message::encode_to_vec(&good)).is_ok());
+        assert!(
+            decode(b"\xff\xff\xff")
+                .err()
+                .unwrap()
+                .starts_with("failed to decode Protobuf message")
+        );
+        assert_eq!(
+            decode(&prost::Message::encode_to_vec(&good)).unwrap().1,
+            args()
+        );
     }
 }

@@ -518,9 +518,7 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Result<BatchRequest, RecordedReque
     let sandbox_level = match r.sandbox_level {
         None => None,
         Some(name) => Some(
-            crate::sandbox::SandboxLevel::ALL
-                .into_iter()
-                .find(|l| l.name() == name)
+            crate::sandbox::SandboxLevel::from_name(&name)
                 .ok_or_else(|| RecordedRequestError(format!("unknown sandbox level '{name}'")))?,
         ),
     };

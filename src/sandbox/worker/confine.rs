@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use super::landlock::{apply_landlock, apply_shared, fs_rules, landlock_ruleset};
 use super::mounts::MountView;
-use super::seccomp::apply_seccomp;
+use super::seccomp::{apply_seccomp, apply_seccomp_with_listener};
 use super::{ResourceLimits, WorkerArgs, errno};
 
 /// Step 2 of the module doc. Returns only on failure, with the reason.
@@ -93,13 +93,13 @@ pub(super) fn confine_and_exec(
         }
         // One program: the level's filter and, with a hand-off, the
         // metadata filter (see `super::seccomp::with_front`).
-        let listener = match apply_seccomp(args.level.allows_network(), handoff.is_some()) {
-            Ok(l) => l,
-            Err(e) => return e,
+        let network = args.level.allows_network();
+        let installed = match handoff {
+            None => apply_seccomp(network),
+            Some((ready, go)) => apply_seccomp_with_listener(network)
+                .and_then(|listener| hand_over_listener(listener, ready, go)),
         };
-        if let (Some((ready, go)), Some(listener)) = (handoff, listener)
-            && let Err(e) = hand_over_listener(listener, ready, go)
-        {
+        if let Err(e) = installed {
             return e;
         }
     }

@@ -106,12 +106,9 @@ const MAX_XATTR_VALUE: usize = 65536;
 /// [`super::entries::TRAPPED`] goes to the listener, and the calls of
 /// [`TRAPPED_WITH_FLAGS`] when their flags ask for a new file.
 pub(super) fn notify_program() -> BpfProgram {
-    const LD_W_ABS: u16 = 0x20;
-    const JMP_JEQ_K: u16 = 0x05 | 0x10;
-    const JMP_JSET_K: u16 = 0x05 | 0x40;
-    const RET_K: u16 = 0x06;
-    /// `seccomp_data.args[i]`, low 32 bits (both targets are little-endian).
-    const ARGS_OFFSET: u32 = 16;
+    use super::seccomp::{
+        ARCH_OFFSET, ARGS_OFFSET, JMP_JEQ_K, JMP_JSET_K, LD_W_ABS, NR_OFFSET, RET_K,
+    };
     let op = |code, k, jt, jf| sock_filter { code, jt, jf, k };
     let always: Vec<i64> = TRAPPED
         .iter()
@@ -128,10 +125,10 @@ pub(super) fn notify_program() -> BpfProgram {
     let check = |j: usize| notify + 1 + 4 * j;
     let rel = |from: usize, to: usize| (to - from - 1) as u8;
     let mut p = vec![
-        op(LD_W_ABS, 4, 0, 0),
+        op(LD_W_ABS, ARCH_OFFSET, 0, 0),
         // Another arch: the main filter already kills it.
         op(JMP_JEQ_K, AUDIT_ARCH, 0, rel(1, allow)),
-        op(LD_W_ABS, 0, 0, 0),
+        op(LD_W_ABS, NR_OFFSET, 0, 0),
     ];
     for nr in &always {
         let at = p.len();

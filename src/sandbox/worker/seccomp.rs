@@ -246,15 +246,23 @@ const ENOSYS_CALLS: [i64; 5] = [
 #[cfg(target_arch = "x86_64")]
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
-// Classic BPF opcodes (`linux/bpf_common.h`) of the front below.
-const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-const JMP_JA: u16 = 0x05; // BPF_JMP | BPF_JA
-const JMP_JEQ_K: u16 = 0x05 | 0x10;
-const JMP_JGE_K: u16 = 0x05 | 0x30;
-const RET_K: u16 = 0x06;
-/// Offsets in `struct seccomp_data`.
-const NR_OFFSET: u32 = 0;
-const ARCH_OFFSET: u32 = 4;
+// Classic BPF opcodes (`linux/bpf_common.h`) of the programs written here
+// and in [`super::metadata`].
+pub(super) const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+pub(super) const JMP_JA: u16 = 0x05; // BPF_JMP | BPF_JA
+pub(super) const JMP_JEQ_K: u16 = 0x05 | 0x10;
+pub(super) const JMP_JGE_K: u16 = 0x05 | 0x30;
+pub(super) const JMP_JSET_K: u16 = 0x05 | 0x40;
+pub(super) const RET_K: u16 = 0x06;
+/// Offsets in `struct seccomp_data`: the call number, the architecture,
+/// and the arguments (`args[i]` at `ARGS_OFFSET + 8 * i`, low 32 bits first
+/// on both targets, which are little-endian).
+pub(super) const NR_OFFSET: u32 = 0;
+pub(super) const ARCH_OFFSET: u32 = 4;
+pub(super) const ARGS_OFFSET: u32 = 16;
+/// The kernel's longest classic BPF program (`BPF_MAXINSNS`): a longer one
+/// fails here, when the programs are prepared, not at a command's install.
+const MAX_INSTRUCTIONS: usize = 4096;
 /// Most call numbers one leaf of the front's search compares one by one.
 const LEAF_CALLS: usize = 4;
 
@@ -275,11 +283,11 @@ enum Listed {
 /// **Why a front.** seccompiler compiles a linear chain, three instructions
 /// per call number. At every install the kernel runs the program once per
 /// system call number and architecture to cache the calls it always allows
-/// (`seccomp_cache_prepare`), and a call without a rule walks the whole
-/// chain: ~0.4 ms of the command's start for the ~480 instructions, on
-/// every command (BENCHMARKS.md, "Session 17"). Through the front, a call
-/// without a rule is allowed after about seven comparisons, and one
-/// install replaces the three the x32, `clone3` and main programs took.
+/// (`seccomp_cache_prepare`), and a call without a rule walked the whole
+/// chain. Through the front, a call without a rule is decided after about
+/// seven comparisons, and one install replaces the four the x32, `clone3`,
+/// main and metadata programs took (~0.5 ms of every command's start
+/// before, most of it per install: BENCHMARKS.md, "Session 17").
 ///
 /// **Why it decides exactly what the chain did.** The front allows only
 /// numbers that have no rule in the chain, whose default action is to
@@ -381,9 +389,9 @@ fn with_front(
         });
     }
     front.extend(tail.into_iter().flatten());
-    if front.len() > usize::from(u16::MAX) {
+    if front.len() > MAX_INSTRUCTIONS {
         return Err(format!(
-            "seccomp: a program of {} instructions",
+            "seccomp: a program of {} instructions, over the kernel's {MAX_INSTRUCTIONS}",
             front.len()
         ));
     }
@@ -465,12 +473,14 @@ fn call_number(nr: i64) -> Result<u32, String> {
     u32::try_from(nr).map_err(|_| format!("seccomp: call number {nr}"))
 }
 
-/// The programs of both network settings, compiled once per process (the
-/// zygote compiles them before it forks any worker): they depend only on
-/// the architecture and `network`, never on the command.
-/// Indexed by `network as usize`, then `notify as usize`.
+/// [`seccomp_program`] of each setting, indexed by `network as usize`, then
+/// `notify as usize`.
 type Programs = [[BpfProgram; 2]; 2];
 
+/// The programs of every setting, compiled once per process (the zygote
+/// compiles them before it forks any worker): they depend only on the
+/// architecture, `network` and whether the metadata filter rides along,
+/// never on the command.
 static PROGRAMS: std::sync::OnceLock<Result<Programs, String>> = std::sync::OnceLock::new();
 
 fn programs() -> Result<&'static Programs, String> {
@@ -493,23 +503,33 @@ pub(super) fn prepare() {
     let _ = programs();
 }
 
-/// Installs the level's program on this process (`no_new_privs` first);
-/// with `notify`, returns the listener of the metadata filter it holds.
-pub(super) fn apply_seccomp(network: bool, notify: bool) -> Result<Option<OwnedFd>, String> {
-    let program = &programs()?[usize::from(network)][usize::from(notify)];
+/// Installs the level's program on this process (`no_new_privs` first).
+pub(super) fn apply_seccomp(network: bool) -> Result<(), String> {
+    install(&programs()?[usize::from(network)][0], 0).map(drop)
+}
+
+/// Installs the level's program with the metadata filter as its tail;
+/// returns the filter's listener (for the worker, see [`super::metadata`]).
+pub(super) fn apply_seccomp_with_listener(network: bool) -> Result<OwnedFd, String> {
+    let program = &programs()?[usize::from(network)][1];
+    let fd = install(program, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?;
+    // SAFETY: with this flag the kernel returned a new fd, owned by nobody
+    // else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, flags, program)` after setting
+/// `no_new_privs`; what the call returned.
+fn install(program: &BpfProgram, flags: libc::c_ulong) -> Result<libc::c_long, String> {
     let prog = libc::sock_fprog {
-        len: u16::try_from(program.len()).map_err(|_| "seccomp: program too long".to_owned())?,
+        // At most MAX_INSTRUCTIONS (see `with_front`).
+        len: program.len() as u16,
         // The same `struct sock_filter` (both `repr(C)`: u16, u8, u8, u32).
         filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
     };
-    let flags = if notify {
-        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER
-    } else {
-        0
-    };
     // SAFETY: plain calls on this process; the program outlives the call
     // (it is static) and the kernel copies it.
-    let fd = unsafe {
+    let rc = unsafe {
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
             return Err(format!("no_new_privs: {}", std::io::Error::last_os_error()));
         }
@@ -520,12 +540,10 @@ pub(super) fn apply_seccomp(network: bool, notify: bool) -> Result<Option<OwnedF
             &prog as *const libc::sock_fprog,
         )
     };
-    if fd < 0 {
+    if rc < 0 {
         return Err(format!("seccomp: {}", std::io::Error::last_os_error()));
     }
-    // SAFETY: with the flag, the kernel just returned this fd (owned by
-    // nobody else); without it, the call returned 0.
-    Ok(notify.then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))
+    Ok(rc)
 }
 
 #[cfg(test)]
@@ -576,8 +594,8 @@ mod tests {
                     let taken = match code {
                         JMP_JEQ_K => acc == i.k,
                         JMP_JGE_K => acc >= i.k,
-                        0x25 => acc > i.k,      // JGT
-                        0x45 => acc & i.k != 0, // JSET
+                        0x25 => acc > i.k, // JGT
+                        JMP_JSET_K => acc & i.k != 0,
                         c => panic!("opcode {c:#x} at {}", pc - 1),
                     };
                     pc += usize::from(if taken { i.jt } else { i.jf });
