@@ -103,6 +103,39 @@ async fn capabilities_are_dropped_and_no_new_privs_is_set() {
     }
 }
 
+/// The command process starts in the worker's fd table (see the worker's
+/// `confine`): it must still begin with stdin, stdout and stderr only,
+/// and never with the metadata filter's listener, which would let it answer
+/// its own trapped calls.
+#[tokio::test]
+async fn a_command_starts_with_stdio_only_and_without_the_seccomp_listener() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo()).await;
+    let events = srv
+        .run(
+            "s",
+            vec![shell(
+                "c",
+                // `ls` lists its own fds: what it inherited, and the
+                // directory it reads (3).
+                "ls -l /proc/self/fd/",
+            )],
+        )
+        .await;
+    let out = success_output(&events, "c");
+    let mut fds: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.split_once(" -> ")?.0.rsplit(' ').next())
+        .collect();
+    fds.sort();
+    assert_eq!(fds, ["0", "1", "2", "3"], "{out}");
+    assert!(out.contains(" 0 -> /dev/null"), "{out}");
+    assert!(out.contains(" 3 -> /proc/"), "{out}");
+    assert!(!out.contains("seccomp") && !out.contains("anon_inode"), "{out}");
+}
+
 #[tokio::test]
 async fn resource_limits_are_set_from_config() {
     let srv = TestServer::with_config(SchedulerConfig {
@@ -324,6 +357,70 @@ fn a_confinement_failure_is_reported_and_the_command_never_runs() {
         "the command ran although confinement failed"
     );
     let _ = status;
+}
+
+/// The command process fails after its clone, before `exec` (here the
+/// `exec` itself): the worker reports the reason the process left it, and
+/// the command's exit is the setup failure's.
+#[test]
+fn a_command_that_cannot_be_executed_is_a_setup_error_with_its_reason() {
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let status_file = tmp.path().join("status");
+    for level in ["workspace_write", "none"] {
+        let out = Command::new("bash")
+            .args([
+                "-c",
+                "exec \"$@\" 3>\"$STATUS\"",
+                "bash",
+                TOOLSCHED,
+                "sandbox-exec",
+                "--level",
+                level,
+                "--workspace",
+                &ws_path.display().to_string(),
+                "--tmp",
+                &tmp.path().display().to_string(),
+                "--cpu-secs",
+                "10",
+                "--address-space-bytes",
+                "4294967296",
+                "--file-size-bytes",
+                "1048576",
+                "--processes",
+                "64",
+                "--open-files",
+                "256",
+                "--kill-grace-ms",
+                "200",
+                "--",
+                "/nonexistent/program",
+                "arg",
+            ])
+            .env("STATUS", &status_file)
+            .output()
+            .unwrap();
+        let status_text = std::fs::read_to_string(&status_file).unwrap();
+        let lines: Vec<serde_json::Value> = status_text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                json!({"setup_error": "exec /nonexistent/program: No such file or directory (os error 2)"}),
+                json!({"exit_code": toolsched::sandbox::worker::SETUP_FAILED_EXIT}),
+            ],
+            "{level}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(toolsched::sandbox::worker::SETUP_FAILED_EXIT),
+            "{level}"
+        );
+    }
 }
 
 #[test]

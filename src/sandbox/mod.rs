@@ -5,7 +5,7 @@
 //! `cap-std`). [`process`] runs shell commands through a **worker**: this
 //! binary re-executed as `toolsched sandbox-exec` ([`worker`]), which puts the
 //! command in its own session, becomes its child subreaper, joins a pids
-//! cgroup where one is delegated, and in the forked command process drops
+//! cgroup where one is delegated, and in the command process drops
 //! capabilities, sets `no_new_privs`, resource limits, a parent-death signal,
 //! Landlock and seccomp before it `exec`s bash. [`probe`] finds out at
 //! start-up what the kernel can enforce, so the service refuses to start

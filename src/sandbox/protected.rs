@@ -55,9 +55,10 @@
 #![allow(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
-use std::ffi::OsString;
+use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -199,15 +200,22 @@ impl ProtectedRegistry {
 
 /// What a walk keeps: settled listings by path and the clock offset of the
 /// last walk. Keyed by the path's bytes with a fast hash: `Path`'s own hash
-/// and equality go component by component, and a walk looks up and stores
-/// every directory of the workspace (with SipHash, 1.4% of all CPU per
-/// confined `true` in a 513-directory workspace: BENCHMARKS.md "Session 17").
+/// and equality go component by component, and a walk looks up every
+/// directory of the workspace (with SipHash, 1.4% of all CPU per confined
+/// `true` in a 513-directory workspace: BENCHMARKS.md "Session 17"). A
+/// directory's path is allocated once, when its parent is read, and shared
+/// by the parent's listing, the walk's queue and this map's key; a kept
+/// listing stays in place and is marked with the walk that reached it
+/// (a walk of a 513-directory workspace made 513 paths and a new map:
+/// "Session 18").
 #[derive(Debug, Default)]
 struct Listings {
-    dirs: HashMap<OsString, Listing, foldhash::fast::RandomState>,
+    dirs: HashMap<Arc<OsStr>, Listing, foldhash::fast::RandomState>,
     clock: ClockWatch,
     /// Directories the last walk read (not taken from a kept listing).
     reread: usize,
+    /// Walks so far: the mark of the current one.
+    walks: u64,
 }
 
 /// Notices the wall clock being stepped back between two looks: `ctime`s
@@ -257,8 +265,11 @@ struct Listing {
     entries: usize,
     /// Whether it holds an entry named `.git` (of any type).
     has_git: bool,
-    /// Its subdirectories (not symlinks, not `.git`), in listing order.
-    subdirs: Vec<OsString>,
+    /// Its subdirectories (not symlinks, not `.git`), in listing order, by
+    /// full path.
+    subdirs: Vec<Arc<OsStr>>,
+    /// The last walk that reached it unchanged or read it.
+    seen: u64,
 }
 
 /// How reading one directory went.
@@ -279,12 +290,10 @@ impl Listings {
     fn walk(&mut self, root: &Path) -> Vec<PathBuf> {
         self.check_clock();
         let started = SystemTime::now();
-        let mut kept = HashMap::with_capacity_and_hasher(
-            self.dirs.len(),
-            foldhash::fast::RandomState::default(),
-        );
+        self.walks += 1;
+        let mark = self.walks;
         let mut found = Vec::new();
-        let mut queue = VecDeque::from([root.to_path_buf()]);
+        let mut queue: VecDeque<Arc<OsStr>> = VecDeque::from([Arc::from(root.as_os_str())]);
         let mut budget = MAX_SCAN_ENTRIES;
         self.reread = 0;
         // The root, held for this walk: a kept directory is checked by a
@@ -301,33 +310,42 @@ impl Listings {
         .ok();
         while let Some(dir) = queue.pop_front() {
             if budget == 0 {
-                found.push(dir);
-                found.extend(queue.drain(..));
+                found.push(PathBuf::from(&*dir));
+                found.extend(queue.drain(..).map(|d| PathBuf::from(&*d)));
                 break;
             }
-            let (listing, keep) = match self.dirs.remove(dir.as_os_str()) {
-                Some(old) if unchanged(root, root_fd.as_ref(), &dir, &old) => (old, true),
-                _ => match self.read_counted(&dir, started) {
-                    Read::Listed { listing, keep } => (listing, keep),
-                    Read::Gone => continue,
-                    Read::Unreadable => {
-                        found.push(dir);
-                        continue;
-                    }
-                },
-            };
-            budget = budget.saturating_sub(listing.entries);
-            if listing.has_git {
-                found.push(dir.join(".git"));
+            let rel = beneath_root(root.as_os_str(), &dir);
+            if let Some(old) = self.dirs.get_mut(&dir)
+                && unchanged(root_fd.as_ref(), rel, &dir, old)
+            {
+                old.seen = mark;
+                budget = budget.saturating_sub(old.entries);
+                if old.has_git {
+                    found.push(Path::new(&*dir).join(PROTECTED_NAME));
+                }
+                queue.extend(old.subdirs.iter().cloned());
+                continue;
             }
-            queue.extend(listing.subdirs.iter().map(|name| dir.join(name)));
-            if keep {
-                kept.insert(dir.into_os_string(), listing);
+            self.reread += 1;
+            match read(Path::new(&*dir), started) {
+                Read::Listed { mut listing, keep } => {
+                    budget = budget.saturating_sub(listing.entries);
+                    if listing.has_git {
+                        found.push(Path::new(&*dir).join(PROTECTED_NAME));
+                    }
+                    queue.extend(listing.subdirs.iter().cloned());
+                    if keep {
+                        listing.seen = mark;
+                        self.dirs.insert(dir, listing);
+                    }
+                }
+                Read::Gone => {}
+                Read::Unreadable => found.push(PathBuf::from(&*dir)),
             }
         }
-        // Directories no longer reached (removed, moved, beyond the budget)
-        // are forgotten with the rest of the old map.
-        self.dirs = kept;
+        // Directories not reached (removed, moved, changed and not yet
+        // settled, beyond the budget) are forgotten.
+        self.dirs.retain(|_, listing| listing.seen == mark);
         found
     }
 
@@ -339,82 +357,93 @@ impl Listings {
             self.dirs.clear();
         }
     }
+}
 
-    fn read_counted(&mut self, dir: &Path, walk_started: SystemTime) -> Read {
-        self.reread += 1;
-        self.read(dir, walk_started)
-    }
-
-    /// Reads `dir` through an fd opened without following a symlink, so that
-    /// its identity, `ctime` and listing belong to the same directory.
-    fn read(&self, dir: &Path, walk_started: SystemTime) -> Read {
-        let file = match File::options()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-            .open(dir)
-        {
-            Ok(f) => f,
-            Err(e) => return gone_or_unreadable(&e),
-        };
-        let Ok(meta) = file.metadata() else {
+/// Reads `dir` through an fd opened without following a symlink, so that
+/// its identity, `ctime` and listing belong to the same directory.
+fn read(dir: &Path, walk_started: SystemTime) -> Read {
+    let file = match File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(dir)
+    {
+        Ok(f) => f,
+        Err(e) => return gone_or_unreadable(&e),
+    };
+    let Ok(meta) = file.metadata() else {
+        return Read::Unreadable;
+    };
+    // Asked on every read, not remembered by device: anonymous device
+    // numbers (tmpfs, FUSE, NFS) are reused after an unmount.
+    let trusted = on_trusted_filesystem(&file);
+    let ctime = (meta.ctime(), meta.ctime_nsec());
+    let Ok(entries) = cap_std::fs::Dir::from_std_file(file).entries() else {
+        return Read::Unreadable;
+    };
+    let mut listing = Listing {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        ctime,
+        entries: 0,
+        has_git: false,
+        subdirs: Vec::new(),
+        seen: 0,
+    };
+    for entry in entries {
+        // An entry that cannot be read leaves the listing incomplete.
+        let Ok(entry) = entry else {
             return Read::Unreadable;
         };
-        // Asked on every read, not remembered by device: anonymous device
-        // numbers (tmpfs, FUSE, NFS) are reused after an unmount.
-        let trusted = on_trusted_filesystem(&file);
-        let ctime = (meta.ctime(), meta.ctime_nsec());
-        let Ok(entries) = cap_std::fs::Dir::from_std_file(file).entries() else {
-            return Read::Unreadable;
-        };
-        let mut listing = Listing {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            ctime,
-            entries: 0,
-            has_git: false,
-            subdirs: Vec::new(),
-        };
-        for entry in entries {
-            // An entry that cannot be read leaves the listing incomplete.
-            let Ok(entry) = entry else {
-                return Read::Unreadable;
-            };
-            listing.entries += 1;
-            let name = entry.file_name();
-            if name == ".git" {
-                listing.has_git = true;
-                continue;
-            }
-            match entry.file_type() {
-                Ok(t) if t.is_dir() => listing.subdirs.push(name),
-                Ok(_) => {}
-                // Removed since it was listed: nothing beneath it.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(_) => return Read::Unreadable,
-            }
+        listing.entries += 1;
+        let name = entry.file_name();
+        if name == ".git" {
+            listing.has_git = true;
+            continue;
         }
-        let keep = trusted && settled(ctime, walk_started);
-        Read::Listed { listing, keep }
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => listing.subdirs.push(dir.join(name).into_os_string().into()),
+            Ok(_) => {}
+            // Removed since it was listed: nothing beneath it.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => return Read::Unreadable,
+        }
+    }
+    let keep = trusted && settled(ctime, walk_started);
+    Read::Listed { listing, keep }
+}
+
+/// `dir` relative to `root` (empty for the root itself), when it lies
+/// beneath it: the bytes after the root and its separator. Compared as
+/// bytes (a walk's paths are the root joined with names), not by
+/// components.
+fn beneath_root<'a>(root: &OsStr, dir: &'a OsStr) -> Option<&'a OsStr> {
+    let rest = dir.as_bytes().strip_prefix(root.as_bytes())?;
+    match rest {
+        [] => Some(OsStr::new("")),
+        [b'/', rel @ ..] => Some(OsStr::from_bytes(rel)),
+        // The root is `/`: its children follow it without another `/`.
+        rel if root.as_bytes().ends_with(b"/") => Some(OsStr::from_bytes(rel)),
+        _ => None,
     }
 }
 
 /// Whether `dir` is still the directory `old` was read from, unchanged:
-/// same device and inode, same `ctime`, not a symlink. Looked up relative
-/// to `root_fd` (the walk's `root`, opened) when there is one.
+/// same device and inode, same `ctime`, not a symlink. Looked up as `rel`
+/// relative to `root_fd` (the walk's root, opened) when there are both.
 fn unchanged(
-    root: &Path,
     root_fd: Option<&std::os::fd::OwnedFd>,
-    dir: &Path,
+    rel: Option<&OsStr>,
+    dir: &OsStr,
     old: &Listing,
 ) -> bool {
     use rustix::fs::{AtFlags, StatxFlags};
     let want = StatxFlags::TYPE | StatxFlags::INO | StatxFlags::CTIME;
     let nofollow = AtFlags::SYMLINK_NOFOLLOW;
-    let st = match (root_fd, dir.strip_prefix(root)) {
-        (Some(fd), Ok(rel)) if rel.as_os_str().is_empty() => {
+    let st = match (root_fd, rel) {
+        (Some(fd), Some(rel)) if rel.is_empty() => {
             rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH | nofollow, want)
         }
-        (Some(fd), Ok(rel)) => rustix::fs::statx(fd, rel, nofollow, want),
+        (Some(fd), Some(rel)) => rustix::fs::statx(fd, rel, nofollow, want),
         _ => rustix::fs::statx(rustix::fs::CWD, dir, nofollow, want),
     };
     st.is_ok_and(|m| {
@@ -505,11 +534,11 @@ mod tests {
         let mut l = cache.listings.lock().unwrap();
         let later = SystemTime::now() + RACY_MARGIN * 2;
         for d in dirs {
-            let Read::Listed { listing, keep } = l.read(d, later) else {
+            let Read::Listed { listing, keep } = read(d, later) else {
                 panic!("cannot read {}", d.display());
             };
             assert!(keep, "{} is not on a trusted filesystem", d.display());
-            l.dirs.insert(d.clone().into_os_string(), listing);
+            l.dirs.insert(d.as_os_str().into(), listing);
         }
     }
 
@@ -596,15 +625,66 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut l = Listings::default();
         let later = SystemTime::now() + RACY_MARGIN * 2;
-        let Read::Listed { listing, keep } = l.read(dir.path(), later) else {
+        let Read::Listed { listing, keep } = read(dir.path(), later) else {
             panic!();
         };
         assert!(keep || !on_trusted_filesystem(&File::open(dir.path()).unwrap()));
-        l.dirs.insert(dir.path().as_os_str().to_owned(), listing);
+        l.dirs.insert(dir.path().as_os_str().into(), listing);
         l.check_clock();
         l.clock.offset = l.clock.offset.map(|o| o + 10_000_000_000);
         l.check_clock();
         assert!(l.dirs.is_empty());
+    }
+
+    #[test]
+    fn paths_beneath_the_root_are_cut_by_bytes() {
+        fn b<'a>(root: &str, dir: &'a str) -> Option<&'a OsStr> {
+            beneath_root(OsStr::new(root), OsStr::new(dir))
+        }
+        assert_eq!(b("/ws", "/ws"), Some(OsStr::new("")));
+        assert_eq!(b("/ws", "/ws/a/b"), Some(OsStr::new("a/b")));
+        assert_eq!(b("/", "/"), Some(OsStr::new("")));
+        assert_eq!(b("/", "/a"), Some(OsStr::new("a")));
+        // A sibling that shares the root's bytes is not beneath it.
+        assert_eq!(b("/ws", "/wsx/a"), None);
+        assert_eq!(b("/ws", "/other"), None);
+    }
+
+    /// A walk keeps exactly the settled directories it reached: a removed
+    /// subtree is forgotten, and so is a directory that changed since.
+    #[test]
+    fn a_walk_keeps_only_what_it_reached() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join("c/.git")).unwrap();
+        let all = [
+            root.clone(),
+            root.join("a"),
+            root.join("a/b"),
+            root.join("c"),
+        ];
+        let cache = ProtectedPaths::new(&root);
+        keep_listings(&cache, &all);
+        assert_eq!(cache.current(), [root.join("c/.git")]);
+        let kept = |cache: &ProtectedPaths| {
+            let mut k: Vec<PathBuf> = cache
+                .listings
+                .lock()
+                .unwrap()
+                .dirs
+                .keys()
+                .map(|p| PathBuf::from(&**p))
+                .collect();
+            k.sort();
+            k
+        };
+        assert_eq!(kept(&cache), all);
+        std::fs::remove_dir_all(root.join("a")).unwrap();
+        // The root changed (a is gone): it is read again and not kept (it
+        // is not settled); `c` is reached through the fresh listing.
+        assert_eq!(cache.current(), [root.join("c/.git")]);
+        assert_eq!(kept(&cache), [root.join("c")]);
     }
 
     #[test]

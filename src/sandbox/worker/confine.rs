@@ -1,132 +1,360 @@
-//! The forked command process up to `exec` (step 2 of [`super`]'s list):
-//! its own process group, a parent-death signal, inherited fds
-//! close-on-exec, no capabilities, then Landlock ([`super::landlock`]) and
-//! seccomp ([`super::seccomp`]), and last the resource limits.
+//! The command process from its `clone` to `exec` (step 2 of [`super`]'s
+//! list): its own process group, a parent-death signal, no capabilities,
+//! then Landlock ([`super::landlock`]) and seccomp ([`super::seccomp`]),
+//! and last the resource limits.
+//!
+//! **How it starts.** The worker prepares everything first ([`Launch`]:
+//! the Landlock ruleset, the seccomp program, the argument vector, the
+//! limits), then starts the command process with `clone(CLONE_VM |
+//! CLONE_VFORK | CLONE_FILES)`, as `posix_spawn` does: the child runs on a
+//! stack of its own in the worker's memory, the worker waits until it
+//! `exec`s (or fails), and no copy of the worker's page tables is made or
+//! torn down (a `fork` of the big binary and the `exec` that discards it
+//! were most of a command's start: BENCHMARKS.md, "Session 18"). So the
+//! child makes system calls only: it allocates nothing, formats nothing and
+//! takes no lock; a failure is left in [`Launch`] for the worker to report.
+//!
+//! Sharing the fd table is what hands the metadata filter's listener
+//! ([`super::metadata`]) to the worker: the kernel makes it close-on-exec in
+//! the shared table, so the worker keeps it and `exec` (which gives the
+//! command a copy of the table, without close-on-exec fds) takes it from the
+//! command. No step before `exec` makes a call the metadata filter traps,
+//! which would wait for a worker that is itself waiting.
 //!
 //! Not here: which paths are granted, which system calls are refused.
 
 #![allow(unsafe_code)]
 
-use std::fs::File;
-use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
+use std::cell::Cell;
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::landlock::{apply_landlock, apply_shared, fs_rules, landlock_ruleset};
+use super::landlock::{fs_rules, landlock_ruleset};
 use super::mounts::MountView;
-use super::seccomp::{apply_seccomp, apply_seccomp_with_listener};
-use super::{ResourceLimits, WorkerArgs, errno};
+use super::seccomp::{install_with_listener, program_with_notify};
+use super::{ResourceLimits, WorkerArgs};
 
-/// Step 2 of the module doc. Returns only on failure, with the reason.
-/// `tmp`: the private tmp as the command sees it; `prepared`: the
-/// zygote's ruleset for these options and mounts, applied instead of
-/// building one.
-pub(super) fn confine_and_exec(
-    args: &WorkerArgs,
-    protected: Option<&[PathBuf]>,
-    mounts: MountView,
-    tmp: &Path,
-    prepared: Option<&OwnedFd>,
-    worker_pid: libc::pid_t,
-    handoff: Option<(RawFd, RawFd)>,
-) -> String {
-    // SAFETY: plain syscalls on our own (single-threaded) process.
-    unsafe {
-        // Its own group, so the worker can signal the whole command at once.
-        libc::setpgid(0, 0);
-        if libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        ) != 0
-        {
-            return errno("PR_SET_PDEATHSIG");
-        }
-        if libc::getppid() != worker_pid {
-            return "the worker exited".into();
-        }
-        // Undo the worker's mask and Rust's ignored SIGPIPE: both would be
-        // inherited by the command and everything it runs.
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        // Every inherited fd above stderr (the status pipe included) closes
-        // on exec: a leaked server socket or file must not reach the command.
-        const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-        if libc::syscall(
-            libc::SYS_close_range,
-            3 as libc::c_uint,
-            libc::c_uint::MAX,
-            CLOSE_RANGE_CLOEXEC,
-        ) != 0
-        {
-            return errno("close_range");
-        }
-    }
-    if args.level.is_confined() {
-        if let Some(fd) = prepared {
-            if let Err(e) = drop_capabilities() {
-                return e;
-            }
-            if let Err(e) = apply_shared(fd) {
-                return e;
-            }
-        } else {
-            let mut ruleset = match landlock_ruleset(args) {
-                Ok(r) => r,
-                Err(e) => return e,
-            };
-            // Grants are opened before capabilities go, as they always were.
-            if let Err(e) = fs_rules(args, protected, mounts, tmp, &mut ruleset, None) {
-                return e;
-            }
-            if let Err(e) = drop_capabilities() {
-                return e;
-            }
-            if let Err(e) = apply_landlock(args, ruleset) {
-                return e;
-            }
-        }
-        // One program: the level's filter and, with a hand-off, the
-        // metadata filter (see `super::seccomp::with_front`).
-        let network = args.level.allows_network();
-        let installed = match handoff {
-            None => apply_seccomp(network),
-            Some((ready, go)) => apply_seccomp_with_listener(network)
-                .and_then(|listener| hand_over_listener(listener, ready, go)),
-        };
-        if let Err(e) = installed {
-            return e;
-        }
-    }
-    // Last: building the Landlock rules holds an fd per grant, which a low
-    // RLIMIT_NOFILE would refuse.
-    if let Err(e) = set_rlimits(&args.limits()) {
-        return e;
-    }
-    let Some((program, rest)) = args.command.split_first() else {
-        return "no command given".into();
-    };
-    let err = std::process::Command::new(program).args(rest).exec();
-    format!("exec {}: {err}", Path::new(program).display())
+/// A step of the command's setup that failed, and the `errno` it failed
+/// with (0: none). Plain data, so that the cloned child can leave it for
+/// the worker without allocating; [`std::fmt::Display`] makes the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Failure {
+    what: &'static str,
+    /// A number the message names (a capability, a limit's value).
+    value: Option<u64>,
+    errno: i32,
 }
 
-fn set_rlimits(l: &ResourceLimits) -> Result<(), String> {
-    let set = |res, v: u64, name: &str| -> Result<(), String> {
+impl Failure {
+    /// `what` failed with the current `errno`.
+    pub(super) fn last(what: &'static str) -> Self {
+        Self::last_with(what, None)
+    }
+
+    fn last_with(what: &'static str, value: Option<u64>) -> Self {
+        Self {
+            what,
+            value,
+            errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.what)?;
+        if let Some(v) = self.value {
+            write!(f, " {v}")?;
+        }
+        if self.errno != 0 {
+            write!(f, ": {}", std::io::Error::from_raw_os_error(self.errno))?;
+        }
+        Ok(())
+    }
+}
+
+impl From<Failure> for String {
+    fn from(f: Failure) -> Self {
+        f.to_string()
+    }
+}
+
+/// Bytes of the cloned child's stack: its deepest frame is `execvp`'s
+/// path buffer (PATH_MAX + NAME_MAX on the stack).
+const CHILD_STACK_BYTES: usize = 256 << 10;
+
+/// Everything the command process does before `exec`, prepared by the
+/// worker, and what the child leaves behind for it.
+pub(super) struct Launch {
+    worker_pid: libc::pid_t,
+    confined: bool,
+    root: bool,
+    last_cap: libc::c_ulong,
+    /// The Landlock ruleset to enforce (`None` below a confined level, or
+    /// with `best_effort` on a kernel without Landlock).
+    ruleset: Option<OwnedFd>,
+    /// The seccomp program, the metadata filter its tail (confined levels).
+    seccomp: Option<&'static seccompiler::BpfProgram>,
+    limits: [(libc::__rlimit_resource_t, u64, &'static str); 6],
+    program: CString,
+    /// `argv` (NUL-terminated) and the strings it points into.
+    argv: Vec<*const libc::c_char>,
+    _args: Vec<CString>,
+    /// Left by the child: why it did not `exec`.
+    failure: Cell<Option<Failure>>,
+    /// Left by the child: the metadata listener's fd, in the shared table.
+    listener: Cell<RawFd>,
+}
+
+/// The command process, started.
+pub(super) struct Started {
+    pub(super) pid: libc::pid_t,
+    /// The metadata filter's listener (confined levels).
+    pub(super) listener: Option<OwnedFd>,
+    /// Why the process did not reach `exec` (it exits with
+    /// [`super::SETUP_FAILED_EXIT`]); the worker reports it.
+    pub(super) failure: Option<String>,
+}
+
+impl Launch {
+    /// Prepares the command of `args`. `prepared`: the zygote's ruleset for
+    /// these options and mounts, used instead of building one; `tmp`: the
+    /// private tmp as the command sees it. Runs in the worker, before it
+    /// drops its capabilities: grants are opened with them, as always.
+    pub(super) fn prepare(
+        args: &WorkerArgs,
+        protected: Option<&[PathBuf]>,
+        mounts: MountView,
+        tmp: &Path,
+        prepared: Option<OwnedFd>,
+        worker_pid: libc::pid_t,
+    ) -> Result<Self, String> {
+        let confined = args.level.is_confined();
+        let ruleset = match (confined, prepared) {
+            (false, _) => None,
+            (true, Some(fd)) => Some(fd),
+            (true, None) => {
+                let mut ruleset = landlock_ruleset(args)?;
+                fs_rules(args, protected, mounts, tmp, &mut ruleset, None)?;
+                let fd: Option<OwnedFd> = ruleset.into();
+                if fd.is_none() && !args.best_effort {
+                    return Err("Landlock is not enforced by this kernel".into());
+                }
+                fd
+            }
+        };
+        let seccomp = if confined {
+            Some(program_with_notify(args.level.allows_network())?)
+        } else {
+            None
+        };
+        let Some((program_name, _)) = args.command.split_first() else {
+            return Err("no command given".into());
+        };
+        let c = |s: &OsString| {
+            CString::new(s.as_bytes()).map_err(|_| {
+                format!(
+                    "exec {}: an argument holds a NUL byte",
+                    Path::new(program_name).display()
+                )
+            })
+        };
+        let program = c(program_name)?;
+        let args_c = args.command.iter().map(c).collect::<Result<Vec<_>, _>>()?;
+        let mut argv: Vec<*const libc::c_char> = args_c.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        Ok(Self {
+            worker_pid,
+            confined,
+            // SAFETY: geteuid has no preconditions.
+            root: unsafe { libc::geteuid() } == 0,
+            last_cap: last_cap(),
+            ruleset,
+            seccomp,
+            limits: rlimits(&args.limits()),
+            program,
+            argv,
+            _args: args_c,
+            failure: Cell::new(None),
+            listener: Cell::new(-1),
+        })
+    }
+
+    /// Starts the command process and returns once it `exec`ed or failed.
+    /// Every fd of the worker above stderr is made close-on-exec first (a
+    /// leaked server socket or file must not reach the command).
+    pub(super) fn start(self) -> Result<Started, String> {
+        const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+        // SAFETY: plain syscalls; the stack is a fresh private mapping the
+        // child alone uses and that is unmapped only after it `exec`ed or
+        // exited (CLONE_VFORK suspends this process until then); `self`
+        // outlives the child's use of it for the same reason.
+        unsafe {
+            if libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                CLOSE_RANGE_CLOEXEC,
+            ) != 0
+            {
+                return Err(Failure::last("close_range").into());
+            }
+            let stack = libc::mmap(
+                std::ptr::null_mut(),
+                CHILD_STACK_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            );
+            if stack == libc::MAP_FAILED {
+                return Err(Failure::last("mmap of the command's stack").into());
+            }
+            let top = stack.cast::<u8>().add(CHILD_STACK_BYTES).cast();
+            let pid = libc::clone(
+                command_child,
+                top,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_FILES | libc::SIGCHLD,
+                (&self as *const Self).cast_mut().cast(),
+            );
+            let clone_failed = (pid < 0).then(|| Failure::last("clone"));
+            libc::munmap(stack, CHILD_STACK_BYTES);
+            if let Some(f) = clone_failed {
+                return Err(f.into());
+            }
+            let listener = self.listener.get();
+            Ok(Started {
+                pid,
+                listener: (listener >= 0).then(|| OwnedFd::from_raw_fd(listener)),
+                failure: self.failure.get().map(|f| match f.what {
+                    "exec" => format!(
+                        "exec {}: {}",
+                        Path::new(std::ffi::OsStr::from_bytes(self.program.as_bytes())).display(),
+                        std::io::Error::from_raw_os_error(f.errno)
+                    ),
+                    _ => f.to_string(),
+                }),
+            })
+        }
+    }
+
+    /// The child's steps up to `exec`; returns only on failure.
+    ///
+    /// # Safety
+    /// Only in the child [`Self::start`] clones: system calls on its own
+    /// process, nothing allocated.
+    unsafe fn run_child(&self) -> Failure {
+        // SAFETY: see the function's contract.
+        unsafe {
+            // Its own group, so the worker can signal the whole command at once.
+            libc::setpgid(0, 0);
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Failure::last("PR_SET_PDEATHSIG");
+            }
+            if libc::getppid() != self.worker_pid {
+                return Failure {
+                    what: "the worker exited",
+                    value: None,
+                    errno: 0,
+                };
+            }
+            // Undo the worker's mask and Rust's ignored SIGPIPE: both would
+            // be inherited by the command and everything it runs.
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            if self.confined {
+                if let Err(f) = drop_capabilities_with(self.root, self.last_cap) {
+                    return f;
+                }
+                if let Some(fd) = &self.ruleset {
+                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) != 0 {
+                        return Failure::last("no_new_privs");
+                    }
+                    if libc::syscall(
+                        libc::SYS_landlock_restrict_self,
+                        fd.as_raw_fd(),
+                        0 as libc::c_uint,
+                    ) != 0
+                    {
+                        return Failure::last("Landlock: restricting with the ruleset");
+                    }
+                }
+                // One program: the level's filter and the metadata filter
+                // (see `super::seccomp::with_front`).
+                if let Some(program) = self.seccomp {
+                    match install_with_listener(program) {
+                        Ok(fd) => self.listener.set(fd),
+                        Err(f) => return f,
+                    }
+                }
+            }
+            if let Err(f) = set_rlimits(&self.limits) {
+                return f;
+            }
+            libc::execvp(self.program.as_ptr(), self.argv.as_ptr());
+            Failure::last("exec")
+        }
+    }
+}
+
+/// The cloned command process: [`Launch::run_child`], and on failure the
+/// reason left for the worker and [`super::SETUP_FAILED_EXIT`].
+extern "C" fn command_child(launch: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `launch` is the `Launch` that `start` passed, alive and not
+    // touched by the suspended worker until this process `exec`s or exits.
+    unsafe {
+        let launch = &*launch.cast_const().cast::<Launch>();
+        let failure = launch.run_child();
+        launch.failure.set(Some(failure));
+        libc::_exit(super::SETUP_FAILED_EXIT)
+    }
+}
+
+/// The limits of `l` by resource (set in this order, RLIMIT_CORE to 0).
+fn rlimits(l: &ResourceLimits) -> [(libc::__rlimit_resource_t, u64, &'static str); 6] {
+    [
+        (libc::RLIMIT_CPU, l.cpu_secs, "setrlimit RLIMIT_CPU"),
+        (
+            libc::RLIMIT_AS,
+            l.address_space_bytes,
+            "setrlimit RLIMIT_AS",
+        ),
+        (
+            libc::RLIMIT_FSIZE,
+            l.file_size_bytes,
+            "setrlimit RLIMIT_FSIZE",
+        ),
+        (libc::RLIMIT_NPROC, l.processes, "setrlimit RLIMIT_NPROC"),
+        (libc::RLIMIT_NOFILE, l.open_files, "setrlimit RLIMIT_NOFILE"),
+        (libc::RLIMIT_CORE, 0, "setrlimit RLIMIT_CORE"),
+    ]
+}
+
+/// Sets each limit (hard and soft). Capabilities are gone: a limit can only
+/// be lowered, so a configured value above the inherited hard limit
+/// becomes that. Last before `exec`: the seccomp listener is an fd, which a
+/// low RLIMIT_NOFILE would refuse.
+fn set_rlimits(limits: &[(libc::__rlimit_resource_t, u64, &'static str)]) -> Result<(), Failure> {
+    for &(res, v, name) in limits {
         let mut current = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
         };
         // SAFETY: getrlimit writes into a valid local struct.
         if unsafe { libc::getrlimit(res, &mut current) } != 0 {
-            return Err(errno(&format!("getrlimit {name}")));
+            return Err(Failure::last_with(name, None));
         }
-        // Capabilities are gone: a limit can only be lowered, so a
-        // configured value above the inherited hard limit becomes that.
         let v = (v as libc::rlim_t).min(current.rlim_max);
         let lim = libc::rlimit {
             rlim_cur: v,
@@ -134,16 +362,10 @@ fn set_rlimits(l: &ResourceLimits) -> Result<(), String> {
         };
         // SAFETY: setrlimit reads a valid local struct.
         if unsafe { libc::setrlimit(res, &lim) } != 0 {
-            return Err(errno(&format!("setrlimit {name}={v}")));
+            return Err(Failure::last_with(name, Some(v)));
         }
-        Ok(())
-    };
-    set(libc::RLIMIT_CPU, l.cpu_secs, "RLIMIT_CPU")?;
-    set(libc::RLIMIT_AS, l.address_space_bytes, "RLIMIT_AS")?;
-    set(libc::RLIMIT_FSIZE, l.file_size_bytes, "RLIMIT_FSIZE")?;
-    set(libc::RLIMIT_NPROC, l.processes, "RLIMIT_NPROC")?;
-    set(libc::RLIMIT_NOFILE, l.open_files, "RLIMIT_NOFILE")?;
-    set(libc::RLIMIT_CORE, 0, "RLIMIT_CORE")
+    }
+    Ok(())
 }
 
 /// Drops every capability (bounding, ambient, effective, permitted,
@@ -151,7 +373,14 @@ fn set_rlimits(l: &ResourceLimits) -> Result<(), String> {
 /// CAP_SYS_MODULE, CAP_SYS_ADMIN, … which Landlock does not restrict. For a
 /// non-root server there is nothing to drop and the calls that need
 /// CAP_SETPCAP are skipped.
-pub(super) fn drop_capabilities() -> Result<(), String> {
+pub(super) fn drop_capabilities() -> Result<(), Failure> {
+    // SAFETY: geteuid has no preconditions.
+    drop_capabilities_with(unsafe { libc::geteuid() } == 0, last_cap())
+}
+
+/// [`drop_capabilities`] with the effective uid's rootness and the kernel's
+/// last capability known: system calls only (the cloned child runs it).
+fn drop_capabilities_with(root: bool, last_cap: libc::c_ulong) -> Result<(), Failure> {
     // SAFETY: prctl and capset with valid arguments on our own process.
     unsafe {
         libc::prctl(
@@ -161,12 +390,12 @@ pub(super) fn drop_capabilities() -> Result<(), String> {
             0,
             0,
         );
-        if libc::geteuid() == 0 {
-            for cap in 0..=last_cap() {
+        if root {
+            for cap in 0..=last_cap {
                 if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0
                     && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
                 {
-                    return Err(errno(&format!("PR_CAPBSET_DROP {cap}")));
+                    return Err(Failure::last_with("PR_CAPBSET_DROP", Some(cap)));
                 }
             }
         }
@@ -193,7 +422,7 @@ pub(super) fn drop_capabilities() -> Result<(), String> {
             inheritable: 0,
         }; 2];
         if libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) != 0 {
-            return Err(errno("capset"));
+            return Err(Failure::last("capset"));
         }
     }
     Ok(())
@@ -210,22 +439,4 @@ pub(super) fn last_cap() -> libc::c_ulong {
             .and_then(|s| s.trim().parse::<libc::c_ulong>().ok())
             .unwrap_or(63)
     })
-}
-
-/// Tells the worker the number of the metadata filter's `listener`
-/// ([`super::metadata`]) on `ready`, waits until it took a copy (`go`), then
-/// closes ours: the command must never answer its own notifications.
-fn hand_over_listener(listener: OwnedFd, ready: RawFd, go: RawFd) -> Result<(), String> {
-    // SAFETY: both pipe ends were made by the worker for this hand-over and
-    // are owned by nothing else in this process.
-    let (mut ready, mut go) = unsafe { (File::from_raw_fd(ready), File::from_raw_fd(go)) };
-    use std::os::fd::AsRawFd;
-    ready
-        .write_all(&listener.as_raw_fd().to_ne_bytes())
-        .map_err(|e| format!("handing over the metadata listener: {e}"))?;
-    let mut byte = [0u8; 1];
-    go.read_exact(&mut byte)
-        .map_err(|e| format!("waiting for the worker to take the metadata listener: {e}"))?;
-    drop(listener);
-    Ok(())
 }

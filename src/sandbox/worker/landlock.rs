@@ -17,7 +17,7 @@ use std::time::SystemTime;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
 };
 
 use super::mounts::MountView;
@@ -449,48 +449,6 @@ pub(super) fn landlock_ruleset(args: &WorkerArgs) -> Result<RulesetCreated, Stri
             .map_err(err)?;
     }
     ruleset.create().map_err(err)
-}
-
-/// Enforces `ruleset` on this process from now on.
-pub(super) fn apply_landlock(args: &WorkerArgs, ruleset: RulesetCreated) -> Result<(), String> {
-    let status = ruleset
-        .restrict_self()
-        .map_err(|e| format!("Landlock: {e}"))?;
-    if !status.no_new_privs {
-        return Err("no_new_privs could not be set".into());
-    }
-    if status.ruleset == RulesetStatus::NotEnforced && !args.best_effort {
-        return Err("Landlock is not enforced by this kernel".into());
-    }
-    Ok(())
-}
-
-/// Enforces the ruleset prepared by the zygote (`fd`, see
-/// [`prepare_shared`]) on this process from now on.
-///
-/// Raw system calls because the landlock crate cannot express this: its
-/// `RulesetCreated` is only made by `Ruleset::create` in the same process
-/// and has no constructor from an inherited fd.
-pub(super) fn apply_shared(fd: &OwnedFd) -> Result<(), String> {
-    // SAFETY: prctl and landlock_restrict_self with valid arguments on our
-    // own (single-threaded) process; `fd` is a Landlock ruleset fd.
-    unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) != 0 {
-            return Err("no_new_privs could not be set".into());
-        }
-        if libc::syscall(
-            libc::SYS_landlock_restrict_self,
-            fd.as_raw_fd(),
-            0 as libc::c_uint,
-        ) != 0
-        {
-            return Err(format!(
-                "Landlock: restricting with the prepared ruleset: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! codex-rs's `linux-sandbox` splits them:
 //! - [`supervise`]: the supervisor (session, subreaper, cgroup, fork, wait,
 //!   kill the whole tree, reap);
-//! - [`confine`]: the forked command process up to `exec` (fds, signal mask,
+//! - [`confine`]: the command process, cloned, up to `exec` (fds, signal mask,
 //!   capabilities, resource limits, then Landlock and seccomp);
 //! - [`landlock`]: the filesystem and network grants of each level;
 //! - [`prepared`]: those grants prepared once in the zygote and reused by
@@ -34,7 +34,8 @@
 //!    joins the per-command pids cgroup the server created, if any. The
 //!    zygote's spare worker does all of this before its command arrives
 //!    ([`Settled`]).
-//! 2. It forks the command process, which leads its own process group and
+//! 2. It prepares the command and clones its process (as `posix_spawn`
+//!    does: [`confine`]), which leads its own process group and
 //!    then, before `exec`: marks inherited fds close-on-exec, sets resource
 //!    limits and a parent-death signal, drops every capability, applies
 //!    Landlock (read: system directories, the workspace; write: the

@@ -5,7 +5,9 @@
 //!
 //! Not here: filesystem access ([`super::landlock`]).
 
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
+
+use super::confine::Failure;
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -473,27 +475,18 @@ fn call_number(nr: i64) -> Result<u32, String> {
     u32::try_from(nr).map_err(|_| format!("seccomp: call number {nr}"))
 }
 
-/// [`seccomp_program`] of each setting, indexed by `network as usize`, then
-/// `notify as usize`.
-type Programs = [[BpfProgram; 2]; 2];
+/// [`seccomp_program`] with the metadata filter, indexed by `network as
+/// usize`: every confined command installs one of these.
+type Programs = [BpfProgram; 2];
 
-/// The programs of every setting, compiled once per process (the zygote
-/// compiles them before it forks any worker): they depend only on the
-/// architecture, `network` and whether the metadata filter rides along,
-/// never on the command.
+/// The programs, compiled once per process (the zygote compiles them before
+/// it forks any worker): they depend only on the architecture and
+/// `network`, never on the command.
 static PROGRAMS: std::sync::OnceLock<Result<Programs, String>> = std::sync::OnceLock::new();
 
 fn programs() -> Result<&'static Programs, String> {
     PROGRAMS
-        .get_or_init(|| {
-            Ok([
-                [
-                    seccomp_program(false, false)?,
-                    seccomp_program(false, true)?,
-                ],
-                [seccomp_program(true, false)?, seccomp_program(true, true)?],
-            ])
-        })
+        .get_or_init(|| Ok([seccomp_program(false, true)?, seccomp_program(true, true)?]))
         .as_ref()
         .map_err(Clone::clone)
 }
@@ -503,24 +496,17 @@ pub(super) fn prepare() {
     let _ = programs();
 }
 
-/// Installs the level's program on this process (`no_new_privs` first).
-pub(super) fn apply_seccomp(network: bool) -> Result<(), String> {
-    install(&programs()?[usize::from(network)][0], 0).map(drop)
+/// The level's program with the metadata filter as its tail (every
+/// confined command installs it: see [`super::metadata`]).
+pub(super) fn program_with_notify(network: bool) -> Result<&'static BpfProgram, String> {
+    Ok(&programs()?[usize::from(network)])
 }
 
-/// Installs the level's program with the metadata filter as its tail;
-/// returns the filter's listener (for the worker, see [`super::metadata`]).
-pub(super) fn apply_seccomp_with_listener(network: bool) -> Result<OwnedFd, String> {
-    let program = &programs()?[usize::from(network)][1];
-    let fd = install(program, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?;
-    // SAFETY: with this flag the kernel returned a new fd, owned by nobody
-    // else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// `seccomp(SECCOMP_SET_MODE_FILTER, flags, program)` after setting
-/// `no_new_privs`; what the call returned.
-fn install(program: &BpfProgram, flags: libc::c_ulong) -> Result<libc::c_long, String> {
+/// `seccomp(SECCOMP_SET_MODE_FILTER, NEW_LISTENER, program)` after setting
+/// `no_new_privs`: the listener's fd (close-on-exec, owned by the caller).
+/// System calls only: the cloned command process runs it (see
+/// [`super::confine`]).
+pub(super) fn install_with_listener(program: &BpfProgram) -> Result<RawFd, Failure> {
     let prog = libc::sock_fprog {
         // At most MAX_INSTRUCTIONS (see `with_front`).
         len: program.len() as u16,
@@ -531,19 +517,19 @@ fn install(program: &BpfProgram, flags: libc::c_ulong) -> Result<libc::c_long, S
     // (it is static) and the kernel copies it.
     let rc = unsafe {
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            return Err(format!("no_new_privs: {}", std::io::Error::last_os_error()));
+            return Err(Failure::last("no_new_privs"));
         }
         libc::syscall(
             libc::SYS_seccomp,
             libc::SECCOMP_SET_MODE_FILTER,
-            flags,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
             &prog as *const libc::sock_fprog,
         )
     };
     if rc < 0 {
-        return Err(format!("seccomp: {}", std::io::Error::last_os_error()));
+        return Err(Failure::last("seccomp"));
     }
-    Ok(rc)
+    Ok(rc as RawFd)
 }
 
 #[cfg(test)]

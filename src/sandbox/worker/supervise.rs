@@ -1,25 +1,24 @@
 //! The worker's supervision (steps 1 and 3 of [`super`]'s list): it leads
 //! its own session, ends its command when the server dies, becomes the
 //! child subreaper, joins
-//! the command's cgroup, forks the command process, waits for it and for
+//! the command's cgroup, starts the command process, waits for it and for
 //! SIGTERM, and kills and reaps every descendant.
 //!
-//! Not here: what the forked process does before `exec` ([`super::confine`]).
+//! Not here: what the command process does before `exec` ([`super::confine`]).
 
 #![allow(unsafe_code)]
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::confine::{confine_and_exec, drop_capabilities};
+use super::confine::{Launch, drop_capabilities};
 use super::metadata::MetadataGuard;
 use super::mounts::{ANCHOR_TMP, MountView};
 use super::protected_in;
-use super::{Ended, Forked, SETUP_FAILED_EXIT, WorkerArgs, errno};
+use super::{Ended, Forked, WorkerArgs, errno};
 
 /// The worker's parent-death signal (`PR_SET_PDEATHSIG`). Not SIGKILL: a
 /// worker killed outright would leave its command's descendants (which the
@@ -30,7 +29,7 @@ use super::{Ended, Forked, SETUP_FAILED_EXIT, WorkerArgs, errno};
 /// default action).
 const PARENT_DIED: i32 = libc::SIGHUP;
 
-/// Steps 1 and 3 of the module doc; the fork in between.
+/// Steps 1 and 3 of the module doc; the command's start in between.
 /// `protected`: the workspace's protected paths the server passed, if any.
 /// `forked`: what the zygote that forked this worker handed it, if one did
 /// (else the server exec'd it).
@@ -69,7 +68,7 @@ pub(super) fn supervise(
         }
         None => None,
     };
-    // Before the fork, so the worker (which performs the trapped calls) and
+    // Before the clone, so the worker (which performs the trapped calls) and
     // the command see the same read-only mounts; while the worker still has
     // its capabilities.
     let mounts = super::mounts::enter(
@@ -117,59 +116,16 @@ pub(super) fn supervise(
         set
     };
 
-    // The metadata listener's hand-over (see [`super::metadata`]): the
-    // command process installs the notifying filter, says which fd its
-    // listener is on `ready`, and waits on `go` until we hold a copy.
-    let handoff = if args.level.is_confined() {
-        Some((pipe()?, pipe()?))
-    } else {
-        None
-    };
-
-    // SAFETY: the worker is single-threaded (no async runtime, no threads
-    // spawned), so the child may allocate and run ordinary Rust code.
-    let child = unsafe { libc::fork() };
-    if child < 0 {
-        return Err(errno("fork"));
+    // The command process: everything it needs is prepared here, then it
+    // is cloned and this returns once it `exec`ed (see [`super::confine`]),
+    // with the metadata filter's listener (confined levels).
+    let launch = Launch::prepare(args, protected, mounts, &tmp, prepared, worker_pid)?;
+    let started = launch.start()?;
+    let child = started.pid;
+    if let Some(message) = &started.failure {
+        super::report(status, &serde_json::json!({ "setup_error": message }));
     }
-    if child == 0 {
-        let ends = handoff
-            .as_ref()
-            .map(|((_, ready_w), (go_r, _))| (ready_w.as_raw_fd(), go_r.as_raw_fd()));
-        let err = confine_and_exec(
-            args,
-            protected,
-            mounts,
-            &tmp,
-            prepared.as_ref(),
-            worker_pid,
-            ends,
-        );
-        super::report(status, &serde_json::json!({ "setup_error": err }));
-        // SAFETY: leaving the forked child without running the parent's
-        // destructors or atexit handlers.
-        unsafe { libc::_exit(SETUP_FAILED_EXIT) }
-    }
-
-    // Only the command process applies it; nothing here may add to it.
-    drop(prepared);
-    let mut listener = match handoff {
-        Some(((ready_r, ready_w), (go_r, go_w))) => {
-            drop((ready_w, go_r));
-            match take_listener(child, ready_r, go_w) {
-                Ok(l) => l,
-                Err(e) => {
-                    // SAFETY: killing and reaping our own child.
-                    unsafe {
-                        libc::kill(child, libc::SIGKILL);
-                        libc::waitpid(child, std::ptr::null_mut(), 0);
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        None => None,
-    };
+    let mut listener = started.listener;
     let guard = metadata_guard(args, protected, mounts, &tmp);
     // From here on the worker only waits, signals, reads /proc and performs
     // the command's allowed metadata calls: with no capability, it can never
@@ -351,50 +307,6 @@ fn wait_event(
             }
         }
     }
-}
-
-/// A close-on-exec pipe: (read end, write end).
-fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe2 writes two fds into a valid array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(errno("pipe2"));
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// Takes a copy of the command process's seccomp listener (its fd number
-/// arrives on `ready`), then lets it go on (`go`). `None` when the process
-/// failed before installing it (it reports why itself).
-fn take_listener(
-    child: libc::pid_t,
-    ready: OwnedFd,
-    go: OwnedFd,
-) -> Result<Option<OwnedFd>, String> {
-    let mut ready = File::from(ready);
-    let mut num = [0u8; 4];
-    if ready.read_exact(&mut num).is_err() {
-        return Ok(None);
-    }
-    let num = i32::from_ne_bytes(num);
-    // SAFETY: pidfd_open/pidfd_getfd on our own child; fds owned below.
-    let listener = unsafe {
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, child, 0);
-        if pidfd < 0 {
-            return Err(errno("pidfd_open"));
-        }
-        let pidfd = OwnedFd::from_raw_fd(pidfd as RawFd);
-        let l = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), num, 0);
-        if l < 0 {
-            return Err(errno("pidfd_getfd of the metadata listener"));
-        }
-        OwnedFd::from_raw_fd(l as RawFd)
-    };
-    File::from(go)
-        .write_all(&[1])
-        .map_err(|e| format!("releasing the command: {e}"))?;
-    Ok(Some(listener))
 }
 
 /// Where the command may change metadata: the roots it may write, minus
