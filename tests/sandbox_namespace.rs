@@ -379,7 +379,7 @@ fn a_non_root_worker_makes_its_namespace_in_a_user_namespace() {
     std::fs::create_dir_all(ws.join("a/repo/.git/hooks")).unwrap();
     std::fs::create_dir_all(&tmp).unwrap();
     let list = base.join("list");
-    std::fs::write(&list, format!("{}\0", ws.join("a/repo/.git").display())).unwrap();
+    std::fs::write(&list, format!("{}\0\0", ws.join("a/repo/.git").display())).unwrap();
     for p in [
         "ws",
         "ws/a",

@@ -214,7 +214,7 @@ fn the_worker_protects_exactly_the_set_the_server_passes() {
     std::fs::create_dir_all(ws.join("plain")).unwrap();
     std::fs::create_dir_all(ws.join("free")).unwrap();
     let list = lists.path().join("protected");
-    std::fs::write(&list, format!("{}\0", ws.join("plain").display())).unwrap();
+    std::fs::write(&list, format!("{}\0\0", ws.join("plain").display())).unwrap();
     let (code, out, status) = run_worker(
         &ws,
         Some(&list),
@@ -234,12 +234,19 @@ fn a_protected_set_that_cannot_be_read_fails_the_setup() {
     let ws = std::fs::canonicalize(ws.path()).unwrap();
     let lists = tempfile::tempdir().unwrap();
     let relative = lists.path().join("relative");
-    std::fs::write(&relative, "plain\0").unwrap();
+    std::fs::write(&relative, "plain\0\0").unwrap();
+    // What a walk that did not finish leaves: paths, and no end mark.
+    let cut = lists.path().join("cut");
+    std::fs::write(&cut, format!("{}\0", ws.join("plain").display())).unwrap();
+    let empty = lists.path().join("empty");
+    std::fs::write(&empty, "").unwrap();
     let marker = ws.join("ran");
     let touch = format!("touch {}", marker.display());
     for (protected, reason) in [
         (None, "reading the protected paths from fd 4"),
         (Some(relative.as_path()), "is not absolute: plain"),
+        (Some(cut.as_path()), "end before their end mark"),
+        (Some(empty.as_path()), "end before their end mark"),
     ] {
         let (code, out, status) = run_worker(&ws, protected, &touch);
         assert_eq!(
@@ -273,7 +280,7 @@ fn a_repository_root_with_more_entries_than_open_files_is_granted_whole() {
         std::fs::create_dir(ws.join(format!("r/d{i:03}"))).unwrap();
     }
     let list = lists.path().join("protected");
-    std::fs::write(&list, format!("{}\0", ws.join("r/.git").display())).unwrap();
+    std::fs::write(&list, format!("{}\0\0", ws.join("r/.git").display())).unwrap();
     let (code, out, status) = run_worker_with_nofile(
         &ws,
         Some(&list),

@@ -133,7 +133,10 @@ async fn a_command_starts_with_stdio_only_and_without_the_seccomp_listener() {
     assert_eq!(fds, ["0", "1", "2", "3"], "{out}");
     assert!(out.contains(" 0 -> /dev/null"), "{out}");
     assert!(out.contains(" 3 -> /proc/"), "{out}");
-    assert!(!out.contains("seccomp") && !out.contains("anon_inode"), "{out}");
+    assert!(
+        !out.contains("seccomp") && !out.contains("anon_inode"),
+        "{out}"
+    );
 }
 
 #[tokio::test]

@@ -230,10 +230,13 @@ pub async fn run_process(
     events: impl ProcessEvents,
 ) -> ProcessOutcome {
     // Started first: the walk for the protected paths runs on the blocking
-    // pool while the tmp, the pipes and the request are made here.
-    let walk = {
+    // pool while the tmp, the pipes and the request are made here, and
+    // while the request goes out and the worker starts.
+    let protected = {
         let level = spec.sandbox.config.level;
-        (level.is_confined() && level.writes_workspace()).then(|| protected_set(&spec))
+        (level.is_confined() && level.writes_workspace())
+            .then(|| protected_set(&spec))
+            .flatten()
     };
     let tmp = match ScratchDir::create(Kind::CommandTmp) {
         Ok(t) => t,
@@ -261,10 +264,6 @@ pub async fn run_process(
         }
     };
     let config = &spec.sandbox.config;
-    let protected = match walk {
-        Some(w) => w.await,
-        None => None,
-    };
     let limits = config.limits;
     // Where the worker's namespace can bind it, the tmp is seen beneath the
     // zygote's anchor, so that one prepared ruleset serves every command.
@@ -593,47 +592,49 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, tx: mpsc::Sender<Vec<u8
 // === the protected paths ===
 
 /// The workspace's protected paths, from the cache the sandbox keeps (see
-/// [`super::protected`]), in an anonymous memory file (memfd) for the worker: NUL
-/// after each absolute path. `None` when they could not be had; the worker
-/// then walks the workspace itself, as fail-closed as the cache. The walk
-/// starts on the blocking pool now, before the returned future is awaited.
-fn protected_set(spec: &ProcessSpec) -> impl Future<Output = Option<OwnedFd>> + use<> {
-    let cache = spec.sandbox.protected_paths(&spec.workspace);
-    let walk = tokio::task::spawn_blocking(move || protected_memfd(&cache.current()));
-    async move {
-        match walk.await {
-            Ok(Ok(fd)) => Some(fd),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "could not pass the protected paths; the worker walks the workspace");
-                None
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "finding the protected paths failed; the worker walks the workspace");
-                None
-            }
+/// [`super::protected`]), for the worker: the read end of a pipe, returned
+/// at once, into which the walk on the blocking pool writes them when it
+/// has them (NUL after each absolute path, then the end mark: one more
+/// NUL). The request need not wait for the walk: the zygote's hand-over and
+/// the worker's start overlap it, and the worker reads the pipe before it
+/// does anything with the paths. A walk that does not finish its write
+/// leaves no end mark, and the worker then refuses to run the command
+/// (fail closed). `None` when no pipe could be made; the worker then walks
+/// the workspace itself, as fail-closed as the cache.
+fn protected_set(spec: &ProcessSpec) -> Option<OwnedFd> {
+    let (read, write) = match pipe_cloexec() {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not pass the protected paths; the worker walks the workspace");
+            return None;
         }
-    }
+    };
+    let cache = spec.sandbox.protected_paths(&spec.workspace);
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let text = protected_text(&cache.current());
+        // Blocks while the worker has not read a list longer than the
+        // pipe; fails (EPIPE) when no worker will: the call then ends on
+        // the worker's setup failure or the zygote's.
+        if let Err(e) = std::fs::File::from(write).write_all(&text) {
+            tracing::debug!(error = %e, "the worker did not take the protected paths");
+        }
+    });
+    Some(read)
 }
 
-fn protected_memfd(paths: &[PathBuf]) -> std::io::Result<OwnedFd> {
-    use std::io::{Seek, Write};
+/// `paths` as the worker reads them: NUL after each, then one more NUL
+/// (the end mark; no path is empty).
+fn protected_text(paths: &[PathBuf]) -> Vec<u8> {
     use std::os::unix::ffi::OsStrExt;
-    // SAFETY: a valid NUL-terminated name and flags; the fd is owned below.
-    let fd = unsafe { libc::memfd_create(c"toolsched-protected".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just created and is owned by nobody else.
-    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    let mut text = Vec::with_capacity(paths.iter().map(|p| p.as_os_str().len() + 1).sum());
+    let mut text =
+        Vec::with_capacity(paths.iter().map(|p| p.as_os_str().len() + 1).sum::<usize>() + 1);
     for p in paths {
         text.extend_from_slice(p.as_os_str().as_bytes());
         text.push(0);
     }
-    file.write_all(&text)?;
-    // The worker's fd shares this offset: it reads from the start.
-    file.rewind()?;
-    Ok(file.into())
+    text.push(0);
+    text
 }
 
 // === the worker's status report ===

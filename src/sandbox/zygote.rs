@@ -35,7 +35,7 @@
 //! *next* command (if any), with `SCM_RIGHTS` carrying, in order, a memfd
 //! holding the request (directory, environment, worker options, among them
 //! this command's cgroup: see [`encode`]), the command's stdin, stdout and
-//! stderr, the status pipe and, optionally, the protected-paths memfd. The
+//! stderr, the status pipe and, optionally, the protected-paths pipe. The
 //! zygote hands the command to its spare worker when the spare joined the
 //! command's cgroup, else forks a worker, and replies with the worker's pid
 //! (4 bytes, native order; a negative errno when it could not fork) and a

@@ -158,8 +158,10 @@ pub struct WorkerArgs {
     pub best_effort: bool,
     /// An fd holding the workspace's protected paths, as the server keeps
     /// them (`.git` entries and, fail-closed, unread directories): each
-    /// absolute path followed by a NUL. Without it, the worker walks the
-    /// workspace itself. An fd that cannot be read fails the setup.
+    /// absolute path followed by a NUL, then one more NUL (the end mark;
+    /// the server's pipe gets it when its walk finished). Without it, the
+    /// worker walks the workspace itself. An fd that cannot be read, or
+    /// ends before the end mark, fails the setup.
     #[arg(long)]
     pub protected_fd: Option<i32>,
     /// No private mount namespace: protected paths by Landlock alone (see
@@ -340,8 +342,19 @@ fn read_protected(fd: i32) -> Result<Vec<PathBuf>, String> {
             "the protected paths on fd {fd} exceed {MAX_PROTECTED_BYTES} bytes"
         ));
     }
+    // The end mark (an empty record) says the server's walk finished: a
+    // list cut short (the walk failed or the server died) is refused, not
+    // taken for a shorter one.
+    let body = match text.strip_suffix(b"\0") {
+        Some(body) if body.is_empty() || body.ends_with(b"\0") => body,
+        _ => {
+            return Err(format!(
+                "the protected paths on fd {fd} end before their end mark (the walk did not finish)"
+            ));
+        }
+    };
     let mut paths = Vec::new();
-    for raw in text.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+    for raw in body.split(|b| *b == 0).filter(|r| !r.is_empty()) {
         let p = PathBuf::from(std::ffi::OsStr::from_bytes(raw));
         if !p.is_absolute() {
             return Err(format!(
