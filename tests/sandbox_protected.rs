@@ -59,6 +59,27 @@ async fn assert_git_dir_read_only(srv: &TestServer, session: &str, git_dir: &str
     assert!(srv.path(git_dir).is_dir(), "{git_dir} was moved");
 }
 
+/// `git init --separate-git-dir`: the `.git` in the worktree is a file
+/// naming the repository elsewhere in the workspace. Writing that
+/// directory is writing the repository (a breaker ran code through its
+/// `config` and hooks): it is protected like a `.git`, and the worktree
+/// around it stays writable.
+#[tokio::test]
+async fn a_separate_git_dir_named_by_a_gitlink_file_is_read_only() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo_confined()).await;
+    std::fs::create_dir_all(srv.path("sepgd/hooks")).unwrap();
+    std::fs::create_dir_all(srv.path("proj/src")).unwrap();
+    std::fs::write(srv.path("proj/.git"), "gitdir: ../sepgd\n").unwrap();
+    assert_git_dir_read_only(&srv, "s", "sepgd").await;
+    assert_eq!(
+        run_ok(&srv, "s", "echo a > proj/src/x && cat proj/src/x").await,
+        "Command: echo a > proj/src/x && cat proj/src/x\nDirectory: .\nOutput: a\n"
+    );
+}
+
 #[tokio::test]
 async fn a_nested_git_present_before_the_first_command_is_read_only() {
     if !kernel_enforces(SandboxLevel::WorkspaceWrite) {

@@ -426,6 +426,70 @@ fn a_command_that_cannot_be_executed_is_a_setup_error_with_its_reason() {
     }
 }
 
+/// A script without `#!` and very many arguments: `execve` answers
+/// ENOEXEC and `execvp` rebuilds the argument vector for `/bin/sh` on the
+/// cloned child's stack, one pointer per argument (a breaker's 32,700
+/// arguments overflowed the child's fixed stack into the worker's memory).
+/// The stack is sized for it: the script runs with all of them.
+#[test]
+fn a_script_without_a_shebang_runs_with_thirty_thousand_arguments() {
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let status_file = tmp.path().join("status");
+    let script = ws_path.join("noshebang");
+    std::fs::write(&script, "echo ran $#\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let many = vec!["a"; 32_700];
+    let (ws_s, tmp_s, script_s) = (
+        ws_path.display().to_string(),
+        tmp.path().display().to_string(),
+        script.display().to_string(),
+    );
+    let mut argv = vec![
+        "-c",
+        "exec \"$@\" 3>\"$STATUS\"",
+        "bash",
+        TOOLSCHED,
+        "sandbox-exec",
+        "--level",
+        "workspace_write",
+        "--workspace",
+        &ws_s,
+        "--tmp",
+        &tmp_s,
+        "--cpu-secs",
+        "10",
+        "--address-space-bytes",
+        "4294967296",
+        "--file-size-bytes",
+        "1048576",
+        "--processes",
+        "64",
+        "--open-files",
+        "256",
+        "--kill-grace-ms",
+        "200",
+        "--",
+        &script_s,
+    ];
+    argv.extend(many);
+    let out = Command::new("bash")
+        .args(&argv)
+        .env("STATUS", &status_file)
+        .output()
+        .unwrap();
+    let status_text = std::fs::read_to_string(&status_file).unwrap();
+    assert_eq!(
+        status_text.trim(),
+        r#"{"exit_code":0}"#,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran 32700\n");
+    assert_eq!(out.status.code(), Some(0));
+}
+
 #[test]
 fn the_server_refuses_to_start_without_a_worker() {
     let out = Command::new(TOOLSCHED)

@@ -321,7 +321,7 @@ impl Listings {
                 old.seen = mark;
                 budget = budget.saturating_sub(old.entries);
                 if old.has_git {
-                    found.push(Path::new(&*dir).join(PROTECTED_NAME));
+                    push_git(&mut found, root, Path::new(&*dir));
                 }
                 queue.extend(old.subdirs.iter().cloned());
                 continue;
@@ -331,7 +331,7 @@ impl Listings {
                 Read::Listed { mut listing, keep } => {
                     budget = budget.saturating_sub(listing.entries);
                     if listing.has_git {
-                        found.push(Path::new(&*dir).join(PROTECTED_NAME));
+                        push_git(&mut found, root, Path::new(&*dir));
                     }
                     queue.extend(listing.subdirs.iter().cloned());
                     if keep {
@@ -357,6 +357,52 @@ impl Listings {
             self.dirs.clear();
         }
     }
+}
+
+/// Protects `dir`'s `.git` and, when that is a gitlink file (`gitdir:
+/// PATH`, as `git init --separate-git-dir` and `git worktree` write), the
+/// repository it names when that lies in the workspace outside any `.git`
+/// (one inside a `.git`, as submodules' and worktrees' are, is protected
+/// with it): writing there is writing the repository (hooks, `config`), as
+/// a breaker showed. The file is read on every walk, kept listing or not:
+/// its content can change without its directory's `ctime`.
+fn push_git(found: &mut Vec<PathBuf>, root: &Path, dir: &Path) {
+    let dotgit = dir.join(PROTECTED_NAME);
+    if let Some(target) = gitlink_target(&dotgit)
+        && let Ok(rel) = target.strip_prefix(root)
+        && !rel.as_os_str().is_empty()
+        && !is_protected_path(rel)
+    {
+        found.push(target);
+    }
+    found.push(dotgit);
+}
+
+/// The directory a gitlink file names, canonical; `None` when `dotgit` is
+/// not a regular file or names nothing that exists. Opened without
+/// following a symlink and without blocking (a FIFO named `.git`), and at
+/// most 4 KiB read.
+fn gitlink_target(dotgit: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(dotgit)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = Vec::new();
+    file.take(4096).read_to_end(&mut text).ok()?;
+    let line = text.split(|b| *b == b'\n').next()?;
+    let named = line.strip_prefix(b"gitdir:")?.trim_ascii();
+    if named.is_empty() {
+        return None;
+    }
+    // Relative to the directory holding the file, as git reads it.
+    let target = dotgit.parent()?.join(OsStr::from_bytes(named));
+    let target = std::fs::canonicalize(target).ok()?;
+    target.is_dir().then_some(target)
 }
 
 /// Reads `dir` through an fd opened without following a symlink, so that
@@ -685,6 +731,53 @@ mod tests {
         // is not settled); `c` is reached through the fresh listing.
         assert_eq!(cache.current(), [root.join("c/.git")]);
         assert_eq!(kept(&cache), [root.join("c")]);
+    }
+
+    /// A gitlink file's repository in the workspace is protected with it;
+    /// one inside a `.git` (submodules) or outside the workspace is not
+    /// added, nor is what a FIFO or a symlink named `.git` would name.
+    #[test]
+    fn a_gitlink_files_repository_in_the_workspace_is_protected() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.join("sepgd/hooks")).unwrap();
+        std::fs::create_dir_all(root.join("proj")).unwrap();
+        std::fs::write(root.join("proj/.git"), "gitdir: ../sepgd\n").unwrap();
+        std::fs::create_dir_all(root.join(".git/modules/sub")).unwrap();
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/.git"), "gitdir: ../.git/modules/sub\n").unwrap();
+        std::fs::create_dir_all(root.join("out")).unwrap();
+        std::fs::write(
+            root.join("out/.git"),
+            format!("gitdir: {}\n", outside.path().display()),
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join("fifo")).unwrap();
+        let fifo = std::ffi::CString::new(root.join("fifo/.git").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid path and mode.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::fs::create_dir_all(root.join("link")).unwrap();
+        std::os::unix::fs::symlink(root.join("proj/.git"), root.join("link/.git")).unwrap();
+        let expected = sorted(vec![
+            root.join(".git"),
+            root.join("fifo/.git"),
+            root.join("link/.git"),
+            root.join("out/.git"),
+            root.join("proj/.git"),
+            root.join("sepgd"),
+            root.join("sub/.git"),
+        ]);
+        assert_eq!(sorted(scan_once(&root)), expected);
+        let cache = ProtectedPaths::new(&root);
+        assert_eq!(sorted(cache.current()), expected);
+        // Kept listings: the file is read again, and a changed one counts.
+        keep_listings(&cache, &[root.clone(), root.join("proj")]);
+        std::fs::write(root.join("proj/.git"), "gitdir: ../elsewhere\n").unwrap();
+        std::fs::create_dir_all(root.join("elsewhere")).unwrap();
+        let now = sorted(cache.current());
+        assert!(now.contains(&root.join("elsewhere")), "{now:?}");
+        assert!(!now.contains(&root.join("sepgd")), "{now:?}");
     }
 
     #[test]

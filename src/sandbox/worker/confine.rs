@@ -81,9 +81,23 @@ impl From<Failure> for String {
     }
 }
 
-/// Bytes of the cloned child's stack: its deepest frame is `execvp`'s
-/// path buffer (PATH_MAX + NAME_MAX on the stack).
+/// Bytes of the cloned child's stack beyond what its arguments need: its
+/// deep frames are `execvp`'s path buffer (PATH_MAX + NAME_MAX on the
+/// stack) and our own.
 const CHILD_STACK_BYTES: usize = 256 << 10;
+
+/// The cloned child's stack for `argc` arguments, and the guard page below
+/// it. When `execve` answers ENOEXEC (a script without `#!`), glibc's
+/// `execvp` builds a new argument vector for `/bin/sh` on the stack: one
+/// pointer per argument (a breaker's 32,700 arguments overflowed a fixed
+/// 256 KiB). The stack is sized for that, as glibc's own `posix_spawn`
+/// sizes its child's; and an overflow, should one still happen, hits the
+/// guard page (the child dies of SIGSEGV) instead of the worker's memory,
+/// which the child shares.
+fn child_stack_bytes(argc: usize, page: usize) -> usize {
+    let vector = (argc + 2) * std::mem::size_of::<*const libc::c_char>();
+    (CHILD_STACK_BYTES + vector).div_ceil(page) * page
+}
 
 /// Everything the command process does before `exec`, prepared by the
 /// worker, and what the child leaves behind for it.
@@ -201,9 +215,12 @@ impl Launch {
             {
                 return Err(Failure::last("close_range").into());
             }
+            let page = usize::try_from(libc::sysconf(libc::_SC_PAGESIZE)).unwrap_or(4096);
+            let usable = child_stack_bytes(self.argv.len(), page);
+            let mapped = usable + page;
             let stack = libc::mmap(
                 std::ptr::null_mut(),
-                CHILD_STACK_BYTES,
+                mapped,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
                 -1,
@@ -212,7 +229,13 @@ impl Launch {
             if stack == libc::MAP_FAILED {
                 return Err(Failure::last("mmap of the command's stack").into());
             }
-            let top = stack.cast::<u8>().add(CHILD_STACK_BYTES).cast();
+            // The lowest page is the guard (the stack grows down).
+            if libc::mprotect(stack, page, libc::PROT_NONE) != 0 {
+                let f = Failure::last("mprotect of the command's stack guard");
+                libc::munmap(stack, mapped);
+                return Err(f.into());
+            }
+            let top = stack.cast::<u8>().add(mapped).cast();
             let pid = libc::clone(
                 command_child,
                 top,
@@ -220,7 +243,7 @@ impl Launch {
                 (&self as *const Self).cast_mut().cast(),
             );
             let clone_failed = (pid < 0).then(|| Failure::last("clone"));
-            libc::munmap(stack, CHILD_STACK_BYTES);
+            libc::munmap(stack, mapped);
             if let Some(f) = clone_failed {
                 return Err(f.into());
             }
