@@ -220,6 +220,7 @@ fn run_worker_with_nofile(
             "4".into(),
             "--landlock-only".into(),
         ],
+        ..WorkerRun::default()
     };
     run_worker_process(workspace, run, command)
 }

@@ -368,44 +368,14 @@ fn a_confinement_failure_is_reported_and_the_command_never_runs() {
 #[test]
 fn a_command_that_cannot_be_executed_is_a_setup_error_with_its_reason() {
     let ws = tempfile::tempdir().unwrap();
-    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let status_file = tmp.path().join("status");
     for level in ["workspace_write", "none"] {
-        let out = Command::new("bash")
-            .args([
-                "-c",
-                "exec \"$@\" 3>\"$STATUS\"",
-                "bash",
-                TOOLSCHED,
-                "sandbox-exec",
-                "--level",
-                level,
-                "--workspace",
-                &ws_path.display().to_string(),
-                "--tmp",
-                &tmp.path().display().to_string(),
-                "--cpu-secs",
-                "10",
-                "--address-space-bytes",
-                "4294967296",
-                "--file-size-bytes",
-                "1048576",
-                "--processes",
-                "64",
-                "--open-files",
-                "256",
-                "--kill-grace-ms",
-                "200",
-                "--",
-                "/nonexistent/program",
-                "arg",
-            ])
-            .env("STATUS", &status_file)
-            .output()
-            .unwrap();
-        let status_text = std::fs::read_to_string(&status_file).unwrap();
-        let lines: Vec<serde_json::Value> = status_text
+        let run = WorkerRun {
+            level: Some(level),
+            program: Some(vec!["/nonexistent/program".into(), "arg".into()]),
+            ..WorkerRun::default()
+        };
+        let (code, out, status) = run_worker_process(ws.path(), run, "");
+        let lines: Vec<serde_json::Value> = status
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
@@ -415,11 +385,10 @@ fn a_command_that_cannot_be_executed_is_a_setup_error_with_its_reason() {
                 json!({"setup_error": "exec /nonexistent/program: No such file or directory (os error 2)"}),
                 json!({"exit_code": toolsched::sandbox::worker::SETUP_FAILED_EXIT}),
             ],
-            "{level}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            "{level}: {out}"
         );
         assert_eq!(
-            out.status.code(),
+            code,
             Some(toolsched::sandbox::worker::SETUP_FAILED_EXIT),
             "{level}"
         );
@@ -435,59 +404,19 @@ fn a_command_that_cannot_be_executed_is_a_setup_error_with_its_reason() {
 fn a_script_without_a_shebang_runs_with_thirty_thousand_arguments() {
     let ws = tempfile::tempdir().unwrap();
     let ws_path = std::fs::canonicalize(ws.path()).unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let status_file = tmp.path().join("status");
     let script = ws_path.join("noshebang");
     std::fs::write(&script, "echo ran $#\n").unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let many = vec!["a"; 32_700];
-    let (ws_s, tmp_s, script_s) = (
-        ws_path.display().to_string(),
-        tmp.path().display().to_string(),
-        script.display().to_string(),
-    );
-    let mut argv = vec![
-        "-c",
-        "exec \"$@\" 3>\"$STATUS\"",
-        "bash",
-        TOOLSCHED,
-        "sandbox-exec",
-        "--level",
-        "workspace_write",
-        "--workspace",
-        &ws_s,
-        "--tmp",
-        &tmp_s,
-        "--cpu-secs",
-        "10",
-        "--address-space-bytes",
-        "4294967296",
-        "--file-size-bytes",
-        "1048576",
-        "--processes",
-        "64",
-        "--open-files",
-        "256",
-        "--kill-grace-ms",
-        "200",
-        "--",
-        &script_s,
-    ];
-    argv.extend(many);
-    let out = Command::new("bash")
-        .args(&argv)
-        .env("STATUS", &status_file)
-        .output()
-        .unwrap();
-    let status_text = std::fs::read_to_string(&status_file).unwrap();
-    assert_eq!(
-        status_text.trim(),
-        r#"{"exit_code":0}"#,
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran 32700\n");
-    assert_eq!(out.status.code(), Some(0));
+    let mut program = vec![script.display().to_string()];
+    program.extend(std::iter::repeat_n("a".to_string(), 32_700));
+    let run = WorkerRun {
+        program: Some(program),
+        ..WorkerRun::default()
+    };
+    let (code, out, status) = run_worker_process(&ws_path, run, "");
+    assert_eq!(status.trim(), r#"{"exit_code":0}"#, "{out}");
+    assert_eq!(out, "ran 32700\n");
+    assert_eq!(code, Some(0));
 }
 
 #[test]

@@ -588,18 +588,23 @@ mod tests {
         }
     }
 
+    /// Makes `a/b` and `c` beneath `root`; returns every directory.
+    fn abc_tree(root: &Path) -> [PathBuf; 4] {
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join("c")).unwrap();
+        [
+            root.to_path_buf(),
+            root.join("a"),
+            root.join("a/b"),
+            root.join("c"),
+        ]
+    }
+
     #[test]
     fn settled_listings_are_reused_and_a_new_git_is_still_found() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_path_buf();
-        std::fs::create_dir_all(root.join("a/b")).unwrap();
-        std::fs::create_dir_all(root.join("c")).unwrap();
-        let all = [
-            root.clone(),
-            root.join("a"),
-            root.join("a/b"),
-            root.join("c"),
-        ];
+        let all = abc_tree(&root);
         let cache = ProtectedPaths::new(&root);
         assert_eq!(cache.current(), Vec::<PathBuf>::new());
         assert_eq!(
@@ -702,14 +707,8 @@ mod tests {
     fn a_walk_keeps_only_what_it_reached() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_path_buf();
-        std::fs::create_dir_all(root.join("a/b")).unwrap();
-        std::fs::create_dir_all(root.join("c/.git")).unwrap();
-        let all = [
-            root.clone(),
-            root.join("a"),
-            root.join("a/b"),
-            root.join("c"),
-        ];
+        let all = abc_tree(&root);
+        std::fs::create_dir(root.join("c/.git")).unwrap();
         let cache = ProtectedPaths::new(&root);
         keep_listings(&cache, &all);
         assert_eq!(cache.current(), [root.join("c/.git")]);

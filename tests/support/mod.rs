@@ -739,6 +739,10 @@ pub struct WorkerRun<'a> {
     pub env: Vec<(&'a str, std::ffi::OsString)>,
     /// Worker options before `--`, e.g. `--protected-fd 4`.
     pub extra: Vec<String>,
+    /// The level (`workspace_write` when `None`).
+    pub level: Option<&'a str>,
+    /// The program and its arguments, instead of `bash -c COMMAND`.
+    pub program: Option<Vec<String>>,
 }
 
 /// Runs the sandbox worker binary (`toolsched sandbox-exec`) directly at
@@ -762,7 +766,7 @@ pub fn run_worker_process(
         env!("CARGO_BIN_EXE_toolsched").into(),
         "sandbox-exec".into(),
         "--level".into(),
-        "workspace_write".into(),
+        run.level.unwrap_or("workspace_write").into(),
         "--workspace".into(),
         workspace.display().to_string(),
         "--tmp".into(),
@@ -781,7 +785,11 @@ pub fn run_worker_process(
         "200".into(),
     ];
     args.extend(run.extra);
-    args.extend(["--".into(), "bash".into(), "-c".into(), command.into()]);
+    args.push("--".into());
+    match run.program {
+        Some(program) => args.extend(program),
+        None => args.extend(["bash".into(), "-c".into(), command.into()]),
+    }
     let out = std::process::Command::new("bash")
         .args(&args)
         .current_dir(workspace)
