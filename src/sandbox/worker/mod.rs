@@ -234,13 +234,11 @@ pub fn main(args: WorkerArgs) -> ! {
 /// by the server (`None`); does not return.
 pub fn main_with_parent(args: WorkerArgs, forked: Option<Forked>) -> ! {
     // First, before this process opens an fd that could take its number.
-    // The fd is taken now (no later open can reuse its number) and read
-    // once the command's namespace is entered (see `supervise`).
-    let protected = args.protected_fd.map(take_protected).transpose();
+    let protected = args.protected_fd.map(read_protected).transpose();
     // SAFETY: the status fd is ours, passed by the server on purpose; no
     // other File owns it.
     let mut status = unsafe { File::from_raw_fd(STATUS_FD) };
-    match protected.and_then(|p| supervise::supervise(&args, p, forked, &mut status)) {
+    match protected.and_then(|p| supervise::supervise(&args, p.as_deref(), forked, &mut status)) {
         Ok(ended) => {
             let mut line = match ended {
                 Ended::Code(c) => serde_json::json!({ "exit_code": c }),
@@ -321,31 +319,20 @@ pub fn protected_in(root: &Path) -> Vec<PathBuf> {
     super::protected::scan_once(root)
 }
 
-/// The fd the server passed the protected paths on (see
-/// [`WorkerArgs::protected_fd`]), owned.
-fn take_protected(fd: i32) -> Result<File, String> {
+/// The protected paths the server passed on `fd` (see
+/// [`WorkerArgs::protected_fd`]).
+fn read_protected(fd: i32) -> Result<Vec<PathBuf>, String> {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    let err = |e: std::io::Error| format!("reading the protected paths from fd {fd}: {e}");
     // SAFETY: F_GETFD only asks whether the fd is open (owning a closed fd
     // would abort the process on drop).
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        return Err(format!(
-            "reading the protected paths from fd {fd}: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(err(std::io::Error::last_os_error()));
     }
     // SAFETY: the fd is open and was passed by the server for this purpose;
     // nothing else in this process owns it.
-    Ok(unsafe { File::from_raw_fd(fd) })
-}
-
-/// The protected paths the server passed on `file` (see
-/// [`WorkerArgs::protected_fd`]): read to its end, which comes when the
-/// server's walk finished.
-fn read_protected(file: File) -> Result<Vec<PathBuf>, String> {
-    use std::io::Read;
-    use std::os::fd::AsRawFd;
-    use std::os::unix::ffi::OsStrExt;
-    let fd = file.as_raw_fd();
-    let err = |e: std::io::Error| format!("reading the protected paths from fd {fd}: {e}");
+    let file = unsafe { File::from_raw_fd(fd) };
     let mut text = Vec::new();
     file.take(MAX_PROTECTED_BYTES + 1)
         .read_to_end(&mut text)

@@ -96,24 +96,11 @@ struct MountAttr {
     userns_fd: u64,
 }
 
-/// A private mount namespace entered for a command, its `/proc` and tmp
-/// set up ([`enter`]); its protected paths are made read-only by
-/// [`Entered::protect`] once they are known (the server's walk may still
-/// run while this is done: see `super::read_protected`).
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Entered {
-    /// A namespace of its own, private (`MS_SLAVE`): mounts may be made.
-    private: bool,
-    proc_hidden: bool,
-    proc_mounted: bool,
-    tmp_anchored: bool,
-}
-
 /// Enters a private mount namespace and sets it up for a command confined
-/// at `confined`: a hidden `/proc` and the private tmp. Call it in the
-/// worker before the clone, while it still has its capabilities. Never
-/// fails: what could not be done is reported false and the caller falls
-/// back.
+/// at `confined` that may write the `workspace` (`writes`), with the
+/// workspace's `protected` paths. Call it in the worker before the fork,
+/// while it still has its capabilities. Never fails: what could not be
+/// done is reported false and the caller falls back.
 ///
 /// `tmp_at`: the command's private tmp and an anchor directory (the same
 /// for every command of a zygote) to bind it beneath, at
@@ -126,9 +113,16 @@ pub(super) struct Entered {
 /// for another (`EROFS`), and the tmp mount point cannot be removed or
 /// renamed. `proc_hidden`: `/proc` is already a hidden instance (the
 /// zygote's namespace, see [`super::super::zygote`]); no new one is mounted.
-pub(super) fn enter(confined: bool, tmp_at: Option<(&Path, &Path)>, proc_hidden: bool) -> Entered {
+pub(super) fn enter(
+    confined: bool,
+    writes: bool,
+    workspace: &Path,
+    protected: &[PathBuf],
+    tmp_at: Option<(&Path, &Path)>,
+    proc_hidden: bool,
+) -> MountView {
     if !confined || unshare_mount_namespace().is_err() {
-        return Entered::default();
+        return MountView::default();
     }
     // SAFETY: plain mount(2) with NUL-terminated constants.
     let private = unsafe {
@@ -142,7 +136,7 @@ pub(super) fn enter(confined: bool, tmp_at: Option<(&Path, &Path)>, proc_hidden:
     } == 0;
     if !private {
         // Mounts made now could propagate to the host: make none.
-        return Entered::default();
+        return MountView::default();
     }
     let proc_mounted = !proc_hidden && mount_hidden_proc();
     let proc_hidden = proc_hidden || proc_mounted;
@@ -155,50 +149,27 @@ pub(super) fn enter(confined: bool, tmp_at: Option<(&Path, &Path)>, proc_hidden:
             }
         }
     });
-    Entered {
-        private,
+    let pinned = pinned_ancestors(workspace, protected);
+    let bind_all = |paths: &[PathBuf], read_only: bool| {
+        paths.iter().all(|p| match bind(p, read_only) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(path = %p.display(), error = %e, "bind failed");
+                false
+            }
+        })
+    };
+    // Ancestors first (shortest paths first), each on itself read-write;
+    // then the protected paths read-only, inside them.
+    let protected_read_only = writes
+        && pinned.len() + protected.len() <= MAX_BIND_MOUNTS
+        && bind_all(&pinned, false)
+        && bind_all(protected, true);
+    MountView {
+        protected_read_only,
         proc_hidden,
         proc_mounted,
         tmp_anchored,
-    }
-}
-
-impl Entered {
-    /// Makes the workspace's `protected` paths read-only mounts (and every
-    /// directory on the way to one a mount of its own) for a command that
-    /// may write the `workspace` (`writes`); what the namespace gave.
-    pub(super) fn protect(
-        self,
-        writes: bool,
-        workspace: &Path,
-        protected: &[PathBuf],
-    ) -> MountView {
-        let mut view = MountView {
-            protected_read_only: false,
-            proc_hidden: self.proc_hidden,
-            proc_mounted: self.proc_mounted,
-            tmp_anchored: self.tmp_anchored,
-        };
-        if !self.private {
-            return view;
-        }
-        let pinned = pinned_ancestors(workspace, protected);
-        let bind_all = |paths: &[PathBuf], read_only: bool| {
-            paths.iter().all(|p| match bind(p, read_only) {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::debug!(path = %p.display(), error = %e, "bind failed");
-                    false
-                }
-            })
-        };
-        // Ancestors first (shortest paths first), each on itself read-write;
-        // then the protected paths read-only, inside them.
-        view.protected_read_only = writes
-            && pinned.len() + protected.len() <= MAX_BIND_MOUNTS
-            && bind_all(&pinned, false)
-            && bind_all(protected, true);
-        view
     }
 }
 

@@ -35,7 +35,7 @@ const PARENT_DIED: i32 = libc::SIGHUP;
 /// (else the server exec'd it).
 pub(super) fn supervise(
     args: &WorkerArgs,
-    protected: Option<File>,
+    protected: Option<&[PathBuf]>,
     forked: Option<Forked>,
     status: &mut File,
 ) -> Result<Ended, String> {
@@ -57,28 +57,27 @@ pub(super) fn supervise(
             _ => join_cgroup(cg)?,
         }
     }
-    // Before the clone, so the worker (which performs the trapped calls) and
-    // the command see the same mounts; while the worker still has its
-    // capabilities. The namespace first: the server's walk for the
-    // protected paths may still be running (they come on a pipe it writes
-    // when done), and this overlaps it.
-    let entered = super::mounts::enter(
-        args.level.is_confined() && !args.landlock_only,
-        args.tmp_at.as_deref().map(|a| (args.tmp.as_path(), a)),
-        proc_hidden,
-    );
     // The workspace's protected paths, walked here once when the server
     // passed none: the mounts, the grants and the metadata guard use them.
-    let listed = match protected {
-        Some(file) => Some(super::read_protected(file)?),
-        None if args.level.writes_workspace() => Some(protected_in(&args.workspace)),
+    let walked;
+    let protected: Option<&[PathBuf]> = match protected {
+        Some(p) => Some(p),
+        None if args.level.writes_workspace() => {
+            walked = protected_in(&args.workspace);
+            Some(&walked)
+        }
         None => None,
     };
-    let protected: Option<&[PathBuf]> = listed.as_deref();
-    let mounts = entered.protect(
+    // Before the clone, so the worker (which performs the trapped calls) and
+    // the command see the same read-only mounts; while the worker still has
+    // its capabilities.
+    let mounts = super::mounts::enter(
+        args.level.is_confined() && !args.landlock_only,
         args.level.writes_workspace(),
         &args.workspace,
         protected.unwrap_or_default(),
+        args.tmp_at.as_deref().map(|a| (args.tmp.as_path(), a)),
+        proc_hidden,
     );
     // The tmp the command sees: at its anchor, or (no bind) its own path,
     // where the server's environment then must point too.
