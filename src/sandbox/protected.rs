@@ -265,6 +265,9 @@ struct Listing {
     entries: usize,
     /// Whether it holds an entry named `.git` (of any type).
     has_git: bool,
+    /// Whether that entry is a regular file (a gitlink, see [`push_git`]).
+    /// Its type cannot change without the directory's `ctime`.
+    git_file: bool,
     /// Its subdirectories (not symlinks, not `.git`), in listing order, by
     /// full path.
     subdirs: Vec<Arc<OsStr>>,
@@ -321,7 +324,7 @@ impl Listings {
                 old.seen = mark;
                 budget = budget.saturating_sub(old.entries);
                 if old.has_git {
-                    push_git(&mut found, root, Path::new(&*dir));
+                    push_git(&mut found, root, Path::new(&*dir), old.git_file);
                 }
                 queue.extend(old.subdirs.iter().cloned());
                 continue;
@@ -331,7 +334,7 @@ impl Listings {
                 Read::Listed { mut listing, keep } => {
                     budget = budget.saturating_sub(listing.entries);
                     if listing.has_git {
-                        push_git(&mut found, root, Path::new(&*dir));
+                        push_git(&mut found, root, Path::new(&*dir), listing.git_file);
                     }
                     queue.extend(listing.subdirs.iter().cloned());
                     if keep {
@@ -359,16 +362,17 @@ impl Listings {
     }
 }
 
-/// Protects `dir`'s `.git` and, when that is a gitlink file (`gitdir:
-/// PATH`, as `git init --separate-git-dir` and `git worktree` write), the
-/// repository it names when that lies in the workspace outside any `.git`
-/// (one inside a `.git`, as submodules' and worktrees' are, is protected
-/// with it): writing there is writing the repository (hooks, `config`), as
-/// a breaker showed. The file is read on every walk, kept listing or not:
-/// its content can change without its directory's `ctime`.
-fn push_git(found: &mut Vec<PathBuf>, root: &Path, dir: &Path) {
+/// Protects `dir`'s `.git` and, when that is a gitlink file (`git_file`:
+/// `gitdir: PATH`, as `git init --separate-git-dir` and `git worktree`
+/// write), the repository it names when that lies in the workspace outside
+/// any `.git` (one inside a `.git`, as submodules' and worktrees' are, is
+/// protected with it): writing there is writing the repository (hooks,
+/// `config`), as a breaker showed. The file is read on every walk, kept
+/// listing or not: its content can change without its directory's `ctime`.
+fn push_git(found: &mut Vec<PathBuf>, root: &Path, dir: &Path, git_file: bool) {
     let dotgit = dir.join(PROTECTED_NAME);
-    if let Some(target) = gitlink_target(&dotgit)
+    if git_file
+        && let Some(target) = gitlink_target(&dotgit)
         && let Ok(rel) = target.strip_prefix(root)
         && !rel.as_os_str().is_empty()
         && !is_protected_path(rel)
@@ -432,6 +436,7 @@ fn read(dir: &Path, walk_started: SystemTime) -> Read {
         ctime,
         entries: 0,
         has_git: false,
+        git_file: false,
         subdirs: Vec::new(),
         seen: 0,
     };
@@ -444,6 +449,7 @@ fn read(dir: &Path, walk_started: SystemTime) -> Read {
         let name = entry.file_name();
         if name == ".git" {
             listing.has_git = true;
+            listing.git_file = entry.file_type().is_ok_and(|t| t.is_file());
             continue;
         }
         match entry.file_type() {

@@ -81,6 +81,9 @@ impl From<Failure> for String {
     }
 }
 
+/// The step [`Launch::start`] reports with the program's name.
+const EXEC: &str = "exec";
+
 /// Bytes of the cloned child's stack beyond what its arguments need: its
 /// deep frames are `execvp`'s path buffer (PATH_MAX + NAME_MAX on the
 /// stack) and our own.
@@ -252,7 +255,7 @@ impl Launch {
                 pid,
                 listener: (listener >= 0).then(|| OwnedFd::from_raw_fd(listener)),
                 failure: self.failure.get().map(|f| match f.what {
-                    "exec" => format!(
+                    EXEC => format!(
                         "exec {}: {}",
                         Path::new(std::ffi::OsStr::from_bytes(self.program.as_bytes())).display(),
                         std::io::Error::from_raw_os_error(f.errno)
@@ -326,7 +329,7 @@ impl Launch {
                 return f;
             }
             libc::execvp(self.program.as_ptr(), self.argv.as_ptr());
-            Failure::last("exec")
+            Failure::last(EXEC)
         }
     }
 }
