@@ -22,6 +22,14 @@ fn shell(id: &str, command: &str) -> pb::FunctionCall {
     call(id, "run_shell_command", json!({ "command": command }))
 }
 
+/// The output of `command`, run once at the default (confined) level
+/// through a fresh server that approves everything.
+async fn confined_output(command: &str) -> String {
+    let srv = TestServer::with_config(yolo()).await;
+    let events = srv.run("s", vec![shell("c", command)]).await;
+    success_output(&events, "c")
+}
+
 #[tokio::test]
 async fn namespaces_mounts_ptrace_and_keyrings_are_refused() {
     if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
@@ -81,17 +89,10 @@ async fn capabilities_are_dropped_and_no_new_privs_is_set() {
     if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
         return;
     }
-    let srv = TestServer::with_config(yolo()).await;
-    let events = srv
-        .run(
-            "s",
-            vec![shell(
-                "c",
-                "grep -E '^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status",
-            )],
-        )
-        .await;
-    let out = success_output(&events, "c");
+    let out = confined_output(
+        "grep -E '^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status",
+    )
+    .await;
     for line in [
         "CapEff:\t0000000000000000",
         "CapPrm:\t0000000000000000",
@@ -112,19 +113,9 @@ async fn a_command_starts_with_stdio_only_and_without_the_seccomp_listener() {
     if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
         return;
     }
-    let srv = TestServer::with_config(yolo()).await;
-    let events = srv
-        .run(
-            "s",
-            vec![shell(
-                "c",
-                // `ls` lists its own fds: what it inherited, and the
-                // directory it reads (3).
-                "ls -l /proc/self/fd/",
-            )],
-        )
-        .await;
-    let out = success_output(&events, "c");
+    // `ls` lists its own fds: what it inherited, and the directory it
+    // reads (3).
+    let out = confined_output("ls -l /proc/self/fd/").await;
     let mut fds: Vec<&str> = out
         .lines()
         .filter_map(|l| l.split_once(" -> ")?.0.rsplit(' ').next())
