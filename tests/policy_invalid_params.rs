@@ -56,6 +56,10 @@ async fn whitespace_commands_and_omission_placeholders_are_invalid_params() {
             "argument 'command' is empty or only whitespace",
         ),
         (
+            shell("sh-long", &format!("echo {}", "x".repeat(131_067))),
+            "argument 'command' is 131072 bytes; bash takes at most 131071",
+        ),
+        (
             write("w-methods", "fn a() {}\n    // rest of methods ...\n"),
             "argument 'content' holds an omission placeholder on line 2 (`// rest of methods ...`)",
         ),

@@ -36,6 +36,28 @@ fn command_output(events: &[Event], id: &str) -> String {
     rest[..end].to_string()
 }
 
+/// The longest command the shell tool takes (one byte more is an invalid
+/// argument: tests/policy_invalid_params.rs) reaches bash whole.
+#[tokio::test]
+async fn a_command_of_the_longest_length_runs() {
+    let srv = TestServer::with_config(yolo()).await;
+    let word = "x".repeat(toolsched::tools::MAX_COMMAND_BYTES - "printf %s ".len());
+    let command = format!("printf %s {word}");
+    assert_eq!(command.len(), toolsched::tools::MAX_COMMAND_BYTES);
+    let events = srv
+        .run(
+            "s",
+            vec![call(
+                "sh",
+                "run_shell_command",
+                json!({ "command": command }),
+            )],
+        )
+        .await;
+    assert_eq!(result_of(&events, "sh")["exit_code"], 0);
+    assert_eq!(command_output(&events, "sh"), word);
+}
+
 #[tokio::test]
 async fn non_zero_exit_is_a_success_carrying_the_exit_code() {
     let srv = TestServer::with_config(yolo()).await;

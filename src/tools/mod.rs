@@ -21,6 +21,7 @@ mod omission;
 pub mod pattern;
 mod read;
 mod shell;
+pub use shell::MAX_COMMAND_BYTES;
 mod topic;
 mod walk;
 mod write;

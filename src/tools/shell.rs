@@ -61,6 +61,11 @@ impl ShellTool {
     }
 }
 
+/// The longest command `bash -c` can be given: Linux refuses one argument
+/// of `MAX_ARG_STRLEN` (32 pages, 131,072 bytes with its NUL) with E2BIG,
+/// which would otherwise reach the caller as a sandbox failure.
+pub const MAX_COMMAND_BYTES: usize = 131_071;
+
 impl Tool for ShellTool {
     fn declaration(&self) -> &Declaration {
         &self.decl
@@ -74,6 +79,13 @@ impl Tool for ShellTool {
             return Err(ToolError::invalid_params(
                 "argument 'command' is empty or only whitespace; send the bash command to run.",
             ));
+        }
+        if command.len() > MAX_COMMAND_BYTES {
+            return Err(ToolError::invalid_params(format!(
+                "argument 'command' is {} bytes; bash takes at most {MAX_COMMAND_BYTES} (Linux's \
+                 limit on one argument): write the script to a file with write_file and run the file",
+                command.len()
+            )));
         }
         let dir_given = opt_str_arg(args, "dir_path").unwrap_or(".");
         let dir = self.ws.resolve(dir_given).map_err(|e| match e {
