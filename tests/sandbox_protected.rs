@@ -80,6 +80,43 @@ async fn a_separate_git_dir_named_by_a_gitlink_file_is_read_only() {
     );
 }
 
+/// Directories deeper than `PATH_MAX`: the walk cannot open the first one
+/// past it and protects it whole. Its read-only mount is made through fds,
+/// so the command keeps its mount namespace: the root (which holds a `.git`)
+/// still takes new entries, and the deep directory takes none. Before, the
+/// failed mount sent every later command to the Landlock-only fallback (a
+/// breaker's finding), where the root takes no new entry.
+#[tokio::test]
+async fn a_directory_deeper_than_path_max_keeps_the_namespace() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo_confined()).await;
+    std::fs::create_dir_all(srv.path(".git/hooks")).unwrap();
+    // 25 levels of 201-byte names: past 4,096 bytes at the 21st.
+    let descend =
+        "for i in $(seq 25); do n=d$i$(printf %0200d 0); mkdir -p $n && cd $n || exit 1; done";
+    let st = std::process::Command::new("bash")
+        .args(["-c", &format!("mkdir -p deep && cd deep && {descend}")])
+        .current_dir(srv.path(""))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(
+        run_ok(&srv, "s", "echo a > rootfile && cat rootfile").await,
+        "Command: echo a > rootfile && cat rootfile\nDirectory: .\nOutput: a\n"
+    );
+    // Python walks down (a shell's `cd` before a write leaves the policy
+    // asking where it goes) and writes beneath the unreadable directory.
+    assert_denied(
+        &srv,
+        "s",
+        "/usr/bin/python3 -c \"import os; os.chdir('deep'); [os.chdir('d%d' % i + '0' * 200) for i in range(1, 26)]; open('f', 'w')\"",
+    )
+    .await;
+    assert_git_dir_read_only(&srv, "s", ".git").await;
+}
+
 #[tokio::test]
 async fn a_nested_git_present_before_the_first_command_is_read_only() {
     if !kernel_enforces(SandboxLevel::WorkspaceWrite) {

@@ -289,17 +289,7 @@ fn pinned_ancestors(workspace: &Path, protected: &[PathBuf]) -> Vec<PathBuf> {
 /// A path that is gone needs nothing; a symlink is bound at its target (a
 /// `.git` symlink points at the directory git uses).
 fn bind(path: &Path, read_only: bool) -> std::io::Result<()> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    let open = |flags: i32| -> std::io::Result<OwnedFd> {
-        // SAFETY: a valid NUL-terminated path; the fd is owned below.
-        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_PATH | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: just returned by open, owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    };
+    let open = |flags: i32| open_path(path, flags | libc::O_PATH | libc::O_CLOEXEC);
     let target = match open(libc::O_NOFOLLOW) {
         Ok(fd) => fd,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
@@ -353,6 +343,50 @@ fn bind(path: &Path, read_only: bool) -> std::io::Result<()> {
         ))?;
     }
     Ok(())
+}
+
+/// `open(path, flags)`; a path longer than the kernel takes (`PATH_MAX`:
+/// a command can make directories that deep, and the walk then protects
+/// the one it cannot open whole) is opened one component at a time from
+/// the root, no directory on the way followed if it is a symlink. Binding
+/// it then keeps the namespace, which a failed bind would give up for the
+/// Landlock-only fallback (a breaker's finding).
+fn open_path(path: &Path, flags: i32) -> std::io::Result<OwnedFd> {
+    let raw = |dir: libc::c_int, name: &[u8], flags: i32| -> std::io::Result<OwnedFd> {
+        let c = CString::new(name)
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        // SAFETY: a valid NUL-terminated path and a directory fd (or
+        // AT_FDCWD); the fd is owned below.
+        let fd = unsafe { libc::openat(dir, c.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: just returned by openat, owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    match raw(libc::AT_FDCWD, path.as_os_str().as_bytes(), flags) {
+        Err(e) if e.raw_os_error() == Some(libc::ENAMETOOLONG) && path.is_absolute() => {}
+        other => return other,
+    }
+    let mut names: Vec<&std::ffi::OsStr> = Vec::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::Normal(n) => names.push(n),
+            std::path::Component::RootDir | std::path::Component::CurDir => {}
+            // `..` would need the directories it climbs out of: not a
+            // path the walk makes.
+            _ => return Err(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG)),
+        }
+    }
+    let Some((last, dirs)) = names.split_last() else {
+        return raw(libc::AT_FDCWD, b"/", flags);
+    };
+    let step = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let mut at = raw(libc::AT_FDCWD, b"/", step)?;
+    for name in dirs {
+        at = raw(at.as_raw_fd(), name.as_bytes(), step)?;
+    }
+    raw(at.as_raw_fd(), last.as_bytes(), flags)
 }
 
 /// Binds the directory `source` (recursively) on the directory `target`,
