@@ -10,6 +10,15 @@ use toolsched::api::pb;
 use toolsched::sandbox::OutputLimits;
 use toolsched::scheduler::SchedulerConfig;
 
+/// A `run_shell_command` call of `command` with no other argument.
+fn shell(id: &str, command: impl Into<String>) -> pb::FunctionCall {
+    call(
+        id,
+        "run_shell_command",
+        json!({ "command": command.into() }),
+    )
+}
+
 fn result_of(events: &[Event], id: &str) -> serde_json::Map<String, serde_json::Value> {
     match terminal(events, id) {
         State::Success(s) => toolsched::api::convert::struct_to_json(s.result.unwrap()),
@@ -44,16 +53,7 @@ async fn a_command_of_the_longest_length_runs() {
     let word = "x".repeat(toolsched::tools::MAX_COMMAND_BYTES - "printf %s ".len());
     let command = format!("printf %s {word}");
     assert_eq!(command.len(), toolsched::tools::MAX_COMMAND_BYTES);
-    let events = srv
-        .run(
-            "s",
-            vec![call(
-                "sh",
-                "run_shell_command",
-                json!({ "command": command }),
-            )],
-        )
-        .await;
+    let events = srv.run("s", vec![shell("sh", command)]).await;
     assert_eq!(result_of(&events, "sh")["exit_code"], 0);
     assert_eq!(command_output(&events, "sh"), word);
 }
@@ -62,14 +62,7 @@ async fn a_command_of_the_longest_length_runs() {
 async fn non_zero_exit_is_a_success_carrying_the_exit_code() {
     let srv = TestServer::with_config(yolo()).await;
     let events = srv
-        .run(
-            "s",
-            vec![call(
-                "sh",
-                "run_shell_command",
-                json!({"command": "echo out; echo err >&2; exit 3"}),
-            )],
-        )
+        .run("s", vec![shell("sh", "echo out; echo err >&2; exit 3")])
         .await;
     let result = result_of(&events, "sh");
     assert_eq!(result["exit_code"], 3);
@@ -100,11 +93,7 @@ async fn timeout_kills_the_group_even_with_a_grandchild_holding_the_pipe() {
     let events = srv
         .run(
             "s",
-            vec![call(
-                "sh",
-                "run_shell_command",
-                json!({"command": "(sleep 1000 &); echo partial; echo $$ > pid; sleep 1000", "timeout": 1}),
-            )],
+            vec![call("sh", "run_shell_command", json!({"command": "(sleep 1000 &); echo partial; echo $$ > pid; sleep 1000", "timeout": 1}))],
         )
         .await;
     assert_eq!(
@@ -139,14 +128,7 @@ async fn finishing_does_not_hang_on_a_background_child_holding_the_pipe() {
     // The escaped grandchild keeps stdout open for 30 s; the call still ends
     // as soon as bash exits (bounded drain), well within the stream timeout.
     let events = srv
-        .run(
-            "s",
-            vec![call(
-                "sh",
-                "run_shell_command",
-                json!({"command": "setsid sleep 30 & echo done"}),
-            )],
-        )
+        .run("s", vec![shell("sh", "setsid sleep 30 & echo done")])
         .await;
     let result = result_of(&events, "sh");
     assert_eq!(result["exit_code"], 0);
@@ -166,10 +148,9 @@ async fn output_is_bounded_to_head_and_tail() {
     let events = srv
         .run(
             "s",
-            vec![call(
+            vec![shell(
                 "sh",
-                "run_shell_command",
-                json!({"command": "echo HEAD; yes filler | head -c 100000; echo; echo TAIL"}),
+                "echo HEAD; yes filler | head -c 100000; echo; echo TAIL",
             )],
         )
         .await;
@@ -200,10 +181,9 @@ async fn the_environment_is_scrubbed_and_stdin_is_closed() {
     let events = srv
         .run(
             "s",
-            vec![call(
+            vec![shell(
                 "sh",
-                "run_shell_command",
-                json!({"command": "env | cut -d= -f1 | sort | tr '\\n' ' '; read x || echo stdin-closed"}),
+                "env | cut -d= -f1 | sort | tr '\\n' ' '; read x || echo stdin-closed",
             )],
         )
         .await;
@@ -247,16 +227,7 @@ async fn binary_output_is_detected_counted_and_never_streamed() {
             std::fs::metadata("/bin/true").unwrap().len() - 7,
         ),
     ] {
-        let events = srv
-            .run(
-                "s",
-                vec![call(
-                    "b",
-                    "run_shell_command",
-                    json!({ "command": command }),
-                )],
-            )
-            .await;
+        let events = srv.run("s", vec![shell("b", command)]).await;
         let result = result_of(&events, "b");
         let out = command_output(&events, "b");
         assert_eq!(
@@ -326,7 +297,7 @@ async fn a_line_on_the_status_pipe_does_not_end_the_call(forge: &str) {
             vec![call(
                 "sh",
                 "run_shell_command",
-                json!({ "command": command, "timeout": 30 }),
+                json!({"command": command, "timeout": 30}),
             )],
         )
         .await;

@@ -263,16 +263,25 @@ struct Listing {
     ctime: (i64, i64),
     /// Entries in it (counted against [`MAX_SCAN_ENTRIES`]).
     entries: usize,
-    /// Whether it holds an entry named `.git` (of any type).
-    has_git: bool,
-    /// Whether that entry is a regular file (a gitlink, see [`push_git`]).
-    /// Its type cannot change without the directory's `ctime`.
-    git_file: bool,
+    /// Its entry named `.git`, if any.
+    git: GitEntry,
     /// Its subdirectories (not symlinks, not `.git`), in listing order, by
     /// full path.
     subdirs: Vec<Arc<OsStr>>,
     /// The last walk that reached it unchanged or read it.
     seen: u64,
+}
+
+/// A directory's entry named `.git`. Its type cannot change without the
+/// directory's `ctime`, so a kept listing still knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GitEntry {
+    Absent,
+    /// A regular file: a gitlink, whose repository may be elsewhere (see
+    /// [`push_git`]).
+    Gitlink,
+    /// A directory, symlink, FIFO, …
+    Other,
 }
 
 /// How reading one directory went.
@@ -323,9 +332,7 @@ impl Listings {
             {
                 old.seen = mark;
                 budget = budget.saturating_sub(old.entries);
-                if old.has_git {
-                    push_git(&mut found, root, Path::new(&*dir), old.git_file);
-                }
+                push_git(&mut found, root, Path::new(&*dir), old.git);
                 queue.extend(old.subdirs.iter().cloned());
                 continue;
             }
@@ -333,9 +340,7 @@ impl Listings {
             match read(Path::new(&*dir), started) {
                 Read::Listed { mut listing, keep } => {
                     budget = budget.saturating_sub(listing.entries);
-                    if listing.has_git {
-                        push_git(&mut found, root, Path::new(&*dir), listing.git_file);
-                    }
+                    push_git(&mut found, root, Path::new(&*dir), listing.git);
                     queue.extend(listing.subdirs.iter().cloned());
                     if keep {
                         listing.seen = mark;
@@ -362,16 +367,19 @@ impl Listings {
     }
 }
 
-/// Protects `dir`'s `.git` and, when that is a gitlink file (`git_file`:
-/// `gitdir: PATH`, as `git init --separate-git-dir` and `git worktree`
-/// write), the repository it names when that lies in the workspace outside
+/// Protects `dir`'s `.git`, if it has one (`git`), and, when that is a
+/// gitlink file (`gitdir: PATH`, as `git init --separate-git-dir` and `git
+/// worktree` write), the repository it names when that lies in the workspace outside
 /// any `.git` (one inside a `.git`, as submodules' and worktrees' are, is
 /// protected with it): writing there is writing the repository (hooks,
 /// `config`), as a breaker showed. The file is read on every walk, kept
 /// listing or not: its content can change without its directory's `ctime`.
-fn push_git(found: &mut Vec<PathBuf>, root: &Path, dir: &Path, git_file: bool) {
+fn push_git(found: &mut Vec<PathBuf>, root: &Path, dir: &Path, git: GitEntry) {
+    if git == GitEntry::Absent {
+        return;
+    }
     let dotgit = dir.join(PROTECTED_NAME);
-    if git_file
+    if git == GitEntry::Gitlink
         && let Some(target) = gitlink_target(&dotgit)
         && let Ok(rel) = target.strip_prefix(root)
         && !rel.as_os_str().is_empty()
@@ -381,6 +389,9 @@ fn push_git(found: &mut Vec<PathBuf>, root: &Path, dir: &Path, git_file: bool) {
     }
     found.push(dotgit);
 }
+
+/// Most of a gitlink file read: git writes one `gitdir: PATH` line.
+const MAX_GITLINK_BYTES: u64 = 4096;
 
 /// The directory a gitlink file names, canonical; `None` when `dotgit` is
 /// not a regular file or names nothing that exists. Opened without
@@ -397,7 +408,7 @@ fn gitlink_target(dotgit: &Path) -> Option<PathBuf> {
         return None;
     }
     let mut text = Vec::new();
-    file.take(4096).read_to_end(&mut text).ok()?;
+    file.take(MAX_GITLINK_BYTES).read_to_end(&mut text).ok()?;
     let line = text.split(|b| *b == b'\n').next()?;
     let named = line.strip_prefix(b"gitdir:")?.trim_ascii();
     if named.is_empty() {
@@ -435,8 +446,7 @@ fn read(dir: &Path, walk_started: SystemTime) -> Read {
         ino: meta.ino(),
         ctime,
         entries: 0,
-        has_git: false,
-        git_file: false,
+        git: GitEntry::Absent,
         subdirs: Vec::new(),
         seen: 0,
     };
@@ -448,8 +458,11 @@ fn read(dir: &Path, walk_started: SystemTime) -> Read {
         listing.entries += 1;
         let name = entry.file_name();
         if name == ".git" {
-            listing.has_git = true;
-            listing.git_file = entry.file_type().is_ok_and(|t| t.is_file());
+            listing.git = if entry.file_type().is_ok_and(|t| t.is_file()) {
+                GitEntry::Gitlink
+            } else {
+                GitEntry::Other
+            };
             continue;
         }
         match entry.file_type() {
@@ -628,7 +641,7 @@ mod tests {
             .dirs
             .get_mut(root.join("c").as_os_str())
             .unwrap()
-            .has_git = true;
+            .git = GitEntry::Other;
         assert_eq!(cache.current(), [root.join("c/.git")]);
         assert_eq!(cache.listings.lock().unwrap().dirs.len(), 4);
         // A `.git` made in a/b is found, even with a/b's mtime set back:

@@ -106,14 +106,8 @@ fn child_stack_bytes(argc: usize, page: usize) -> usize {
 /// worker, and what the child leaves behind for it.
 pub(super) struct Launch {
     worker_pid: libc::pid_t,
-    confined: bool,
-    root: bool,
-    last_cap: libc::c_ulong,
-    /// The Landlock ruleset to enforce (`None` below a confined level, or
-    /// with `best_effort` on a kernel without Landlock).
-    ruleset: Option<OwnedFd>,
-    /// The seccomp program, the metadata filter its tail (confined levels).
-    seccomp: Option<&'static seccompiler::BpfProgram>,
+    /// What a confined level applies; `None` at `none`.
+    confine: Option<Confine>,
     limits: [(libc::__rlimit_resource_t, u64, &'static str); 6],
     program: CString,
     /// `argv` (NUL-terminated) and the strings it points into.
@@ -123,6 +117,18 @@ pub(super) struct Launch {
     failure: Cell<Option<Failure>>,
     /// Left by the child: the metadata listener's fd, in the shared table.
     listener: Cell<RawFd>,
+}
+
+/// The confinement of a confined level's command, prepared.
+struct Confine {
+    /// Whether the worker runs as root (bounding capabilities to drop).
+    root: bool,
+    last_cap: libc::c_ulong,
+    /// The Landlock ruleset to enforce (`None` only with `best_effort` on a
+    /// kernel without Landlock).
+    ruleset: Option<OwnedFd>,
+    /// The seccomp program, the metadata filter its tail.
+    seccomp: &'static seccompiler::BpfProgram,
 }
 
 /// The command process, started.
@@ -148,22 +154,26 @@ impl Launch {
         prepared: Option<OwnedFd>,
         worker_pid: libc::pid_t,
     ) -> Result<Self, String> {
-        let confined = args.level.is_confined();
-        let ruleset = match (confined, prepared) {
-            (false, _) => None,
-            (true, Some(fd)) => Some(fd),
-            (true, None) => {
-                let mut ruleset = landlock_ruleset(args)?;
-                fs_rules(args, protected, mounts, tmp, &mut ruleset, None)?;
-                let fd: Option<OwnedFd> = ruleset.into();
-                if fd.is_none() && !args.best_effort {
-                    return Err("Landlock is not enforced by this kernel".into());
+        let confine = if args.level.is_confined() {
+            let ruleset = match prepared {
+                Some(fd) => Some(fd),
+                None => {
+                    let mut ruleset = landlock_ruleset(args)?;
+                    fs_rules(args, protected, mounts, tmp, &mut ruleset, None)?;
+                    let fd: Option<OwnedFd> = ruleset.into();
+                    if fd.is_none() && !args.best_effort {
+                        return Err("Landlock is not enforced by this kernel".into());
+                    }
+                    fd
                 }
-                fd
-            }
-        };
-        let seccomp = if confined {
-            Some(program_with_notify(args.level.allows_network())?)
+            };
+            Some(Confine {
+                // SAFETY: geteuid has no preconditions.
+                root: unsafe { libc::geteuid() } == 0,
+                last_cap: last_cap(),
+                ruleset,
+                seccomp: program_with_notify(args.level.allows_network())?,
+            })
         } else {
             None
         };
@@ -184,12 +194,7 @@ impl Launch {
         argv.push(std::ptr::null());
         Ok(Self {
             worker_pid,
-            confined,
-            // SAFETY: geteuid has no preconditions.
-            root: unsafe { libc::geteuid() } == 0,
-            last_cap: last_cap(),
-            ruleset,
-            seccomp,
+            confine,
             limits: rlimits(&args.limits()),
             program,
             argv,
@@ -299,11 +304,11 @@ impl Launch {
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-            if self.confined {
-                if let Err(f) = drop_capabilities_with(self.root, self.last_cap) {
+            if let Some(c) = &self.confine {
+                if let Err(f) = drop_capabilities_with(c.root, c.last_cap) {
                     return f;
                 }
-                if let Some(fd) = &self.ruleset {
+                if let Some(fd) = &c.ruleset {
                     if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) != 0 {
                         return Failure::last("no_new_privs");
                     }
@@ -318,11 +323,9 @@ impl Launch {
                 }
                 // One program: the level's filter and the metadata filter
                 // (see `super::seccomp::with_front`).
-                if let Some(program) = self.seccomp {
-                    match install_with_listener(program) {
-                        Ok(fd) => self.listener.set(fd),
-                        Err(f) => return f,
-                    }
+                match install_with_listener(c.seccomp) {
+                    Ok(fd) => self.listener.set(fd),
+                    Err(f) => return f,
                 }
             }
             if let Err(f) = set_rlimits(&self.limits) {
