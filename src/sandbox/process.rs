@@ -610,6 +610,18 @@ fn protected_set(spec: &ProcessSpec) -> Option<OwnedFd> {
         }
     };
     let cache = spec.sandbox.protected_paths(&spec.workspace);
+    if let Some(found) = cache.current_if_unchanged() {
+        let text = protected_text(&found);
+        // At most PIPE_BUF bytes into the new, empty pipe: written whole
+        // without blocking. A longer list goes the blocking way below.
+        if text.len() <= libc::PIPE_BUF {
+            use std::io::Write;
+            if let Err(e) = std::fs::File::from(write).write_all(&text) {
+                tracing::debug!(error = %e, "the worker did not take the protected paths");
+            }
+            return Some(read);
+        }
+    }
     tokio::task::spawn_blocking(move || {
         use std::io::Write;
         let text = protected_text(&cache.current());
