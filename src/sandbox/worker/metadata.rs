@@ -102,6 +102,17 @@ const MAX_XATTR_NAME: usize = 256;
 /// Largest attribute value (XATTR_SIZE_MAX).
 const MAX_XATTR_VALUE: usize = 65536;
 
+/// Every call [`notify_program`] may notify the worker of; it allows every
+/// other call of the native architecture.
+pub(super) fn notified_calls() -> Vec<i64> {
+    TRAPPED
+        .iter()
+        .chain(super::entries::TRAPPED)
+        .copied()
+        .chain(TRAPPED_WITH_FLAGS.iter().map(|(nr, _)| *nr))
+        .collect()
+}
+
 /// The notifying filter: every call of [`TRAPPED`] and of
 /// [`super::entries::TRAPPED`] goes to the listener, and the calls of
 /// [`TRAPPED_WITH_FLAGS`] when their flags ask for a new file.

@@ -22,8 +22,18 @@ use seccompiler::{
 /// allow. See [`with_front`].
 fn seccomp_program(network: bool, notify: bool) -> Result<BpfProgram, String> {
     let (chain, ruled) = chain_program(network)?;
-    let tail = notify.then(super::metadata::notify_program);
+    let tail = notify.then(|| Tail {
+        program: super::metadata::notify_program(),
+        calls: super::metadata::notified_calls(),
+    });
     with_front(chain, &ruled, tail)
+}
+
+/// A program run after the front and the chain allowed a call, and the
+/// only calls it does not simply allow (see [`with_front`]).
+struct Tail {
+    program: BpfProgram,
+    calls: Vec<i64>,
 }
 
 /// seccompiler's chain of the rules, and the call numbers that have one.
@@ -275,6 +285,8 @@ enum Listed {
     Chain,
     /// Refused with ENOSYS ([`ENOSYS_CALLS`]).
     Enosys,
+    /// Into the tail, which may notify the worker.
+    Tail,
 }
 
 /// The whole seccomp program of a level: a front that decides every call
@@ -300,25 +312,32 @@ enum Listed {
 /// no result the kernel would have had to choose between changes).
 ///
 /// **The metadata filter as a tail.** With `tail` (the notifying program
-/// of [`super::metadata`]), every "allow" of the front and of the chain
-/// jumps to the tail instead, which then decides between allowing and
-/// notifying the worker: the same as installing the two as separate
-/// filters, where the kernel takes the stricter result (an error or a kill
-/// of the chain is stricter than a notification, which is stricter than
-/// allowing). One install instead of two: each install JIT-compiles its
-/// program, and allocating the JIT image is most of an install's cost
-/// (BENCHMARKS.md, "Session 17").
+/// of [`super::metadata`]), every "allow" of the chain, and of the front
+/// for the calls the tail may notify, jumps to the tail instead, which then
+/// decides between allowing and notifying the worker: the same as
+/// installing the two as separate filters, where the kernel takes the
+/// stricter result (an error or a kill of the chain is stricter than a
+/// notification, which is stricter than allowing). One install instead of
+/// two: each install JIT-compiles its program, and allocating the JIT
+/// image is most of an install's cost (BENCHMARKS.md, "Session 17"). Every
+/// other call the front allows at once: the tail would only compare it
+/// with each of its calls in turn and allow it, ~35 instructions on every
+/// system call of the command, and as many for each of the ~460 call
+/// numbers the kernel runs the program over at its install to build its
+/// cache of always-allowed calls (with interrupts off: BENCHMARKS.md,
+/// "Session 19").
 ///
 /// The unit test runs both forms over every call number and the ruled
 /// arguments and compares.
-fn with_front(
-    chain: BpfProgram,
-    ruled: &[i64],
-    tail: Option<BpfProgram>,
-) -> Result<BpfProgram, String> {
+fn with_front(chain: BpfProgram, ruled: &[i64], tail: Option<Tail>) -> Result<BpfProgram, String> {
     let mut listed: Vec<(u32, Listed)> = Vec::new();
     for nr in ruled {
         listed.push((call_number(*nr)?, Listed::Chain));
+    }
+    // A call both ruled and notified goes to the chain (kept by the dedup
+    // below: Chain sorts first), whose "allow" leads to the tail.
+    for nr in tail.iter().flat_map(|t| &t.calls) {
+        listed.push((call_number(*nr)?, Listed::Tail));
     }
     for nr in ENOSYS_CALLS {
         if ruled.contains(&nr) {
@@ -334,11 +353,13 @@ fn with_front(
     let arch_check: usize = if cfg!(target_arch = "x86_64") { 1 } else { 0 };
     let head = 4 + arch_check; // ld arch, jeq arch, ja chain, ld nr, [jge x32]
     let tree = tree_len(listed.len());
-    // The returns after the tree, then the jump into the chain.
+    // The returns after the tree, then the jumps into the tail and the
+    // chain.
     let allow = head + tree;
     let eperm = allow + 1;
     let enosys = eperm + 1;
-    let to_chain = enosys + 1;
+    let to_tail = enosys + 1;
+    let to_chain = to_tail + 1;
     let chain_start = to_chain + 1;
     let tail_start = chain_start + chain.len();
 
@@ -360,13 +381,11 @@ fn with_front(
         allow,
         chain: to_chain,
         enosys,
+        tail: to_tail,
     };
     search(&mut front, &listed, &targets)?;
     debug_assert_eq!(front.len(), allow);
-    front.push(match tail {
-        Some(_) => op(JMP_JA, offset(allow, tail_start)?, 0, 0),
-        None => op(RET_K, libc::SECCOMP_RET_ALLOW, 0, 0),
-    });
+    front.push(op(RET_K, libc::SECCOMP_RET_ALLOW, 0, 0));
     front.push(op(
         RET_K,
         libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
@@ -379,6 +398,8 @@ fn with_front(
         0,
         0,
     ));
+    // Without a tail, no call is listed for it: never reached.
+    front.push(op(JMP_JA, offset(to_tail, tail_start)?, 0, 0));
     front.push(op(JMP_JA, offset(to_chain, chain_start)?, 0, 0));
     debug_assert_eq!(front.len(), chain_start);
     for ins in chain {
@@ -390,7 +411,7 @@ fn with_front(
             _ => ins,
         });
     }
-    front.extend(tail.into_iter().flatten());
+    front.extend(tail.into_iter().flat_map(|t| t.program));
     if front.len() > MAX_INSTRUCTIONS {
         return Err(format!(
             "seccomp: a program of {} instructions, over the kernel's {MAX_INSTRUCTIONS}",
@@ -405,6 +426,7 @@ struct Targets {
     allow: usize,
     chain: usize,
     enosys: usize,
+    tail: usize,
 }
 
 /// Instructions of the search over `n` listed numbers (see [`search`]).
@@ -427,6 +449,7 @@ fn search(out: &mut Vec<sock_filter>, listed: &[(u32, Listed)], t: &Targets) -> 
             let target = match to {
                 Listed::Chain => t.chain,
                 Listed::Enosys => t.enosys,
+                Listed::Tail => t.tail,
             };
             let jt = short(at + i, target)?;
             out.push(sock_filter {
@@ -567,14 +590,21 @@ mod tests {
     /// front emit (loads of `seccomp_data`, `and`, conditional and plain
     /// jumps, returns), as the kernel would.
     fn run(prog: &[sock_filter], d: &Data) -> u32 {
+        run_counted(prog, d).0
+    }
+
+    /// [`run`], and how many instructions ran.
+    fn run_counted(prog: &[sock_filter], d: &Data) -> (u32, usize) {
         let (mut pc, mut acc) = (0usize, 0u32);
+        let mut ran = 0;
         loop {
             let i = &prog[pc];
             pc += 1;
+            ran += 1;
             match i.code {
                 LD_W_ABS => acc = d.word(i.k),
                 0x54 => acc &= i.k, // BPF_ALU | BPF_AND | BPF_K
-                RET_K => return i.k,
+                RET_K => return (i.k, ran),
                 JMP_JA => pc += i.k as usize,
                 code => {
                     let taken = match code {
@@ -727,6 +757,31 @@ mod tests {
         );
         #[cfg(target_arch = "x86_64")]
         assert_eq!(call(0x4000_0000 + 39, [0; 6]), errno(libc::EPERM));
+    }
+
+    /// A call no rule names and the metadata filter does not notify is
+    /// allowed by the front's search alone, not after the tail compared it
+    /// with each of its calls (49 instructions for `getpid` before).
+    #[test]
+    fn an_ordinary_call_is_allowed_by_the_front() {
+        let merged = seccomp_program(false, true).unwrap();
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_write,
+            libc::SYS_close,
+            libc::SYS_mmap,
+            libc::SYS_getpid,
+            libc::SYS_execve,
+        ] {
+            let d = Data {
+                nr: nr as u32,
+                arch: super::super::metadata::AUDIT_ARCH,
+                args: [0; 6],
+            };
+            let (action, ran) = run_counted(&merged, &d);
+            assert_eq!(action, libc::SECCOMP_RET_ALLOW, "call {nr}");
+            assert!(ran <= 16, "call {nr}: {ran} instructions");
+        }
     }
 
     #[test]
