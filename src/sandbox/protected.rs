@@ -52,11 +52,15 @@
 //! watch reported anything (a queue overflow counts), no mount changed and
 //! the wall clock did not step back, its result is the answer: no walk.
 //! Gitlink files are read again on every call (their writes are not
-//! watched). Anything reported makes the next call walk as above, with the
-//! `ctime` checks, which stay the proof of what changed; the watches only
-//! prove that nothing did. Watches are not shared between roots and are
-//! bounded ([`MAX_WATCHED_DIRS`], [`MAX_WATCHED_ROOTS`]); past a bound, or
-//! without inotify or procfs, every call walks.
+//! watched), and the root's path must still name the directory walked (a
+//! directory above it moved reports nothing to the watches). Anything
+//! reported makes the next call walk as above, with the `ctime` checks,
+//! which stay the proof of what changed (only changed directories are
+//! read); the watches only prove that nothing did. Watches are not shared
+//! between roots and are bounded over the process ([`MAX_WATCHED_DIRS`],
+//! a quarter of the user's limit, [`MAX_WATCHED_ROOTS`]); a walk they
+//! cannot prove gives them back for a while ([`Watching::Off`]), and
+//! without inotify or procfs every call walks.
 //!
 //! **Why not re-walk after writes.** Re-walking after every command that
 //! could write costs the full walk again after every shell command (any of
@@ -179,7 +183,7 @@ impl ProtectedPaths {
 /// passed no set).
 pub fn scan_once(root: &Path) -> Vec<PathBuf> {
     Listings {
-        watching: Watching::Off,
+        watching: Watching::NEVER,
         ..Listings::default()
     }
     .walk(root)
@@ -264,6 +268,8 @@ struct Listings {
 /// every call.
 #[derive(Debug)]
 struct Armed {
+    /// The root's device and inode when it was walked.
+    root: (u64, u64),
     found: Vec<PathBuf>,
     /// The `.git` files (gitlinks) among `found`.
     gitlinks: Vec<PathBuf>,
@@ -275,16 +281,63 @@ enum Watching {
     /// Not tried yet: the first walk starts the watcher.
     #[default]
     Untried,
-    /// Unavailable (no inotify instance or procfs, or a kernel limit):
-    /// every call walks, as with no watcher.
-    Off,
+    /// Unavailable (no inotify instance or procfs, a limit, or a walk the
+    /// watches could not prove): every call walks, as with no watcher,
+    /// until walk `retry_at`; `backoff` walks the last time.
+    Off {
+        retry_at: u64,
+        backoff: u64,
+    },
     On(Watcher),
 }
 
-/// Directories of one workspace watched at most: beyond it every call
-/// walks (the per-user kernel limit, `fs.inotify.max_user_watches`, is
-/// shared with every other program of the user).
+impl Watching {
+    /// Never watched ([`scan_once`]).
+    const NEVER: Watching = Watching::Off {
+        retry_at: u64::MAX,
+        backoff: u64::MAX,
+    };
+}
+
+/// Walks without watches after the first failure to watch a workspace
+/// whole; doubled after each further one, up to [`MAX_BACKOFF_WALKS`].
+const FIRST_BACKOFF_WALKS: u64 = 64;
+const MAX_BACKOFF_WALKS: u64 = 4096;
+
+/// Directories watched at most by this process, over every workspace, and
+/// never more than a quarter of the user's `fs.inotify.max_user_watches`
+/// (shared with every other program of the user: systemd, editors, file
+/// watchers). A workspace that cannot be watched whole within it is walked
+/// before every command instead.
 pub const MAX_WATCHED_DIRS: usize = 65_536;
+
+static WATCHES_IN_USE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// [`MAX_WATCHED_DIRS`], or a quarter of the user's limit when that is less.
+fn watch_budget() -> usize {
+    static BUDGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .map_or(0, |user| (user / 4).min(MAX_WATCHED_DIRS))
+    })
+}
+
+/// Takes one watch from the process's budget.
+fn reserve_watch() -> bool {
+    use std::sync::atomic::Ordering;
+    let taken = WATCHES_IN_USE.fetch_add(1, Ordering::Relaxed);
+    if taken < watch_budget() {
+        return true;
+    }
+    WATCHES_IN_USE.fetch_sub(1, Ordering::Relaxed);
+    false
+}
+
+fn release_watches(n: usize) {
+    WATCHES_IN_USE.fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+}
 
 /// Workspace roots watched at once by this process: an inotify instance
 /// each, out of the user's `fs.inotify.max_user_instances` (128 by
@@ -358,7 +411,9 @@ impl Watcher {
         loop {
             match reader.next() {
                 Ok(event) if event.events() == ReadFlags::IGNORED => {
-                    self.watches.remove(&event.wd());
+                    if self.watches.remove(&event.wd()).is_some() {
+                        release_watches(1);
+                    }
                 }
                 Ok(_) => changed = true,
                 Err(rustix::io::Errno::AGAIN) => return changed,
@@ -388,18 +443,23 @@ impl Watcher {
 
     /// Watches the directory open as `dir`; its descriptor when watched.
     fn watch(&mut self, dir: &File, mark: u64) -> Option<i32> {
-        if self.watches.len() >= MAX_WATCHED_DIRS {
+        if !reserve_watch() {
             return None;
         }
         // Through the descriptor, not the path: the watch is on the very
         // directory about to be listed, added before its listing is read.
-        let wd = rustix::fs::inotify::add_watch(
+        let Ok(wd) = rustix::fs::inotify::add_watch(
             &self.inotify,
             format!("/proc/self/fd/{}", dir.as_raw_fd()),
             watch_flags(),
-        )
-        .ok()?;
-        self.watches.insert(wd, mark);
+        ) else {
+            release_watches(1);
+            return None;
+        };
+        // The same directory again: its watch, counted once.
+        if self.watches.insert(wd, mark).is_some() {
+            release_watches(1);
+        }
         Some(wd)
     }
 
@@ -411,6 +471,7 @@ impl Watcher {
     /// Removes the watches of directories the last walk did not reach.
     fn forget_unreached(&mut self, mark: u64) {
         let inotify = &self.inotify;
+        let before = self.watches.len();
         self.watches.retain(|wd, seen| {
             let keep = *seen == mark;
             if !keep {
@@ -418,11 +479,14 @@ impl Watcher {
             }
             keep
         });
+        release_watches(before - self.watches.len());
     }
 }
 
 impl Drop for Watcher {
     fn drop(&mut self) {
+        // Closing the instance removes its watches.
+        release_watches(self.watches.len());
         WATCHED_ROOTS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
@@ -511,9 +575,31 @@ impl Listings {
     /// Breadth-first from `root`, as the worker's walk always went: `.git`
     /// entries are found and not descended, symlinks are not followed.
     fn walk(&mut self, root: &Path) -> Vec<PathBuf> {
+        self.walk_at(root, SystemTime::now())
+    }
+
+    /// [`Self::walk`] as if started at `started` (tests: a walk long after
+    /// the tree's last change, whose listings are kept).
+    fn walk_at(&mut self, root: &Path, started: SystemTime) -> Vec<PathBuf> {
         self.check_clock();
-        if matches!(self.watching, Watching::Untried) {
-            self.watching = Watcher::start().map_or(Watching::Off, Watching::On);
+        // This walk's number is `self.walks + 1`.
+        let retry = match self.watching {
+            Watching::Untried => Some(false),
+            Watching::Off { retry_at, .. } => (self.walks + 1 >= retry_at).then_some(true),
+            Watching::On(_) => None,
+        };
+        if let Some(again) = retry {
+            match Watcher::start() {
+                Some(w) => {
+                    self.watching = Watching::On(w);
+                    if again {
+                        // Every directory read again, watched before it
+                        // is: a kept listing has no watch of this instance.
+                        self.dirs.clear();
+                    }
+                }
+                None => self.back_off(),
+            }
         }
         // Reports from before this walk are covered by it; later ones stay
         // queued for the next call.
@@ -528,7 +614,6 @@ impl Listings {
         // Whether every directory reached is watched since before it was
         // read or checked, on a filesystem that reports every change.
         let mut armable = watcher.is_some();
-        let started = SystemTime::now();
         self.walks += 1;
         let mark = self.walks;
         let mut found = Vec::new();
@@ -596,11 +681,19 @@ impl Listings {
         if let Some(w) = watcher {
             w.forget_unreached(mark);
         }
-        if armable {
-            self.armed = Some(Armed {
-                found: found.clone(),
-                gitlinks: gitlinks.clone(),
-            });
+        let root_id = root_fd.as_ref().and_then(|fd| identity(fd, Path::new("")));
+        match (armable, root_id) {
+            (true, Some(root)) => {
+                self.armed = Some(Armed {
+                    root,
+                    found: found.clone(),
+                    gitlinks: gitlinks.clone(),
+                });
+            }
+            // Watches that cannot prove anything are given back to the
+            // user's budget; tried again after a while.
+            _ if matches!(self.watching, Watching::On(_)) => self.back_off(),
+            _ => {}
         }
         found.extend(gitlinks.iter().filter_map(|g| gitlink_repository(root, g)));
         found
@@ -614,10 +707,21 @@ impl Listings {
         let Watching::On(watcher) = &mut self.watching else {
             return None;
         };
-        if watcher.changed() || self.clock.stepped_back() {
-            // The clock is looked at again by the walk.
+        if watcher.changed() {
+            // The walk checks each kept listing's `ctime`: only what
+            // changed is read again.
+            return None;
+        }
+        if self.clock.stepped_back() {
+            // The walk would not see the step again: it happened here.
             self.clock.offset = None;
             self.dirs.clear();
+            return None;
+        }
+        // The root's path still names the directory the watches are on:
+        // moving a directory above the root (a workspace re-provisioned
+        // under the same name) reports nothing to them.
+        if identity(rustix::fs::CWD, root) != Some(armed.root) {
             return None;
         }
         let mut found = armed.found.clone();
@@ -630,6 +734,28 @@ impl Listings {
         self.answered_unchanged += 1;
         self.armed = Some(armed);
         Some(found)
+    }
+
+    /// Gives up the watches (back to the user's budget) and walks without
+    /// them for a while (see [`Watching::Off`]).
+    fn back_off(&mut self) {
+        let backoff = match self.watching {
+            Watching::Off {
+                backoff: u64::MAX, ..
+            } => return,
+            Watching::Off { backoff, .. } => (backoff * 2).min(MAX_BACKOFF_WALKS),
+            _ => FIRST_BACKOFF_WALKS,
+        };
+        // No listing may keep a descriptor of the instance that goes: a
+        // later instance may hand out the same numbers.
+        for listing in self.dirs.values_mut() {
+            listing.wd = None;
+        }
+        self.armed = None;
+        self.watching = Watching::Off {
+            retry_at: self.walks + backoff,
+            backoff,
+        };
     }
 
     /// Drops every kept listing when the wall clock was stepped back since
@@ -804,6 +930,22 @@ fn unchanged(
             && m.stx_ino == old.ino
             && (m.stx_ctime.tv_sec, i64::from(m.stx_ctime.tv_nsec)) == old.ctime
     })
+}
+
+/// The device and inode of `path` relative to `dir` (itself when empty),
+/// not following a symlink.
+fn identity(dir: impl std::os::fd::AsFd, path: &Path) -> Option<(u64, u64)> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let flags = if path.as_os_str().is_empty() {
+        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW
+    } else {
+        AtFlags::SYMLINK_NOFOLLOW
+    };
+    let st = rustix::fs::statx(dir, path, flags, StatxFlags::INO).ok()?;
+    Some((
+        rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
+        st.stx_ino,
+    ))
 }
 
 /// Whether a `ctime` is old enough that any later change must stamp a
@@ -1166,6 +1308,82 @@ mod tests {
             [root.join("c/.git"), root.join("elsewhere")]
         );
         assert_eq!(counts(&cache).0, answered + 1, "a file's content: no walk");
+    }
+
+    /// A change reported by a watch makes the next call walk, and that walk
+    /// reads again only the directory whose `ctime` moved (a breaker's
+    /// finding: every listing was dropped, 521 directories read in full
+    /// after any file was made anywhere).
+    #[test]
+    fn after_a_report_only_the_changed_directory_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        abc_tree(&root);
+        let cache = ProtectedPaths::new(&root);
+        {
+            let mut l = cache.listings.lock().unwrap();
+            l.walk_at(&root, SystemTime::now() + RACY_MARGIN * 2);
+            assert_eq!((l.dirs.len(), l.reread), (4, 4));
+            assert!(l.armed.is_some());
+        }
+        assert_eq!(cache.current(), Vec::<PathBuf>::new());
+        assert_eq!(counts(&cache), (1, 4), "answered by the watches");
+        std::fs::write(root.join("a/b/file"), "x").unwrap();
+        assert_eq!(cache.current(), Vec::<PathBuf>::new());
+        assert_eq!(counts(&cache), (1, 1), "a walk that read a/b only");
+    }
+
+    /// The watches are on directories, the cache is found by the root's
+    /// path: a directory above the root moved away and another tree put
+    /// at the same path (a workspace re-provisioned under its name)
+    /// reports nothing to them, and must still be walked (a breaker's
+    /// finding with named workspaces).
+    #[test]
+    fn a_new_directory_at_the_roots_path_is_walked() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let root = base.join("tenant/ws");
+        abc_tree(&root);
+        let cache = ProtectedPaths::new(&root);
+        assert_eq!(cache.current(), Vec::<PathBuf>::new());
+        assert_eq!(cache.current(), Vec::<PathBuf>::new());
+        assert_eq!(counts(&cache).0, 1);
+        std::fs::rename(base.join("tenant"), base.join("tenant-old")).unwrap();
+        std::fs::create_dir_all(root.join("repo/.git/hooks")).unwrap();
+        assert_eq!(cache.current(), [root.join("repo/.git")]);
+        assert_eq!(counts(&cache).0, 1, "walked");
+    }
+
+    /// A walk the watches cannot prove (here: kept listings read without
+    /// a watch) gives the watches back and walks without them; after
+    /// [`FIRST_BACKOFF_WALKS`] walks it watches the workspace again, every
+    /// directory read anew.
+    #[test]
+    fn an_unprovable_walk_gives_the_watches_back_for_a_while() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let all = abc_tree(&root);
+        let cache = ProtectedPaths::new(&root);
+        assert_eq!(cache.current(), Vec::<PathBuf>::new());
+        keep_listings(&cache, &all);
+        assert_eq!(cache.current(), Vec::<PathBuf>::new());
+        {
+            let l = cache.listings.lock().unwrap();
+            assert!(matches!(l.watching, Watching::Off { backoff: 64, .. }));
+            assert!(l.dirs.values().all(|d| d.wd.is_none()));
+        }
+        for _ in 0..FIRST_BACKOFF_WALKS - 1 {
+            assert_eq!(cache.current(), Vec::<PathBuf>::new());
+        }
+        assert_eq!(counts(&cache), (0, 0), "walks on kept listings");
+        assert_eq!(cache.current(), Vec::<PathBuf>::new());
+        assert_eq!(counts(&cache), (0, 4), "watched again: read anew");
+        assert!(matches!(
+            cache.listings.lock().unwrap().watching,
+            Watching::On(_)
+        ));
+        assert_eq!(cache.current(), Vec::<PathBuf>::new());
+        assert_eq!(counts(&cache).0, 1);
     }
 
     /// A filesystem mounted over a watched directory changes none of its
