@@ -695,7 +695,9 @@ impl Listings {
             _ if matches!(self.watching, Watching::On(_)) => self.back_off(),
             _ => {}
         }
-        found.extend(gitlinks.iter().filter_map(|g| gitlink_repository(root, g)));
+        for g in &gitlinks {
+            gitlink_repositories(root, g, &mut found);
+        }
         found
     }
 
@@ -725,12 +727,9 @@ impl Listings {
             return None;
         }
         let mut found = armed.found.clone();
-        found.extend(
-            armed
-                .gitlinks
-                .iter()
-                .filter_map(|g| gitlink_repository(root, g)),
-        );
+        for g in &armed.gitlinks {
+            gitlink_repositories(root, g, &mut found);
+        }
         self.answered_unchanged += 1;
         self.armed = Some(armed);
         Some(found)
@@ -786,27 +785,47 @@ fn push_git(found: &mut Vec<PathBuf>, gitlinks: &mut Vec<PathBuf>, dir: &Path, g
     found.push(dotgit);
 }
 
-/// The repository the gitlink `dotgit` names, when it lies in the
-/// workspace outside any `.git` (see [`push_git`]).
-fn gitlink_repository(root: &Path, dotgit: &Path) -> Option<PathBuf> {
-    let target = gitlink_target(dotgit)?;
-    let rel = target.strip_prefix(root).ok()?;
-    (!rel.as_os_str().is_empty() && !is_protected_path(rel)).then_some(target)
+/// Adds to `found` the repositories the gitlink `dotgit` leads to, each
+/// when it lies in the workspace outside any `.git` (see [`push_git`]):
+/// the git dir it names, and that git dir's common dir when it has one (a
+/// linked worktree's `commondir`: the repository whose hooks and config
+/// git runs for it, e.g. a bare `main.git` with `git worktree add`; a
+/// breaker's finding).
+fn gitlink_repositories(root: &Path, dotgit: &Path, found: &mut Vec<PathBuf>) {
+    let Some(git_dir) = gitlink_target(dotgit) else {
+        return;
+    };
+    let common = named_dir(&git_dir.join("commondir"), b"", &git_dir);
+    for dir in std::iter::once(git_dir).chain(common) {
+        if let Ok(rel) = dir.strip_prefix(root)
+            && !rel.as_os_str().is_empty()
+            && !is_protected_path(rel)
+        {
+            found.push(dir);
+        }
+    }
 }
 
 /// Most of a gitlink file read: git writes one `gitdir: PATH` line.
 const MAX_GITLINK_BYTES: u64 = 4096;
 
-/// The directory a gitlink file names, canonical; `None` when `dotgit` is
-/// not a regular file or names nothing that exists. Opened without
-/// following a symlink and without blocking (a FIFO named `.git`), and at
-/// most 4 KiB read.
+/// The directory a gitlink file names (see [`named_dir`]).
 fn gitlink_target(dotgit: &Path) -> Option<PathBuf> {
+    // Relative to the directory holding the file, as git reads it.
+    named_dir(dotgit, b"gitdir:", dotgit.parent()?)
+}
+
+/// The directory the first line of the regular file `file` names after
+/// `prefix`, relative to `base` unless absolute, canonical; `None` when
+/// `file` is not a regular file or names nothing that exists. Opened
+/// without following a symlink and without blocking (a FIFO), and at most
+/// [`MAX_GITLINK_BYTES`] read.
+fn named_dir(file: &Path, prefix: &[u8], base: &Path) -> Option<PathBuf> {
     use std::io::Read;
     let file = File::options()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(dotgit)
+        .open(file)
         .ok()?;
     if !file.metadata().ok()?.is_file() {
         return None;
@@ -814,13 +833,11 @@ fn gitlink_target(dotgit: &Path) -> Option<PathBuf> {
     let mut text = Vec::new();
     file.take(MAX_GITLINK_BYTES).read_to_end(&mut text).ok()?;
     let line = text.split(|b| *b == b'\n').next()?;
-    let named = line.strip_prefix(b"gitdir:")?.trim_ascii();
+    let named = line.strip_prefix(prefix)?.trim_ascii();
     if named.is_empty() {
         return None;
     }
-    // Relative to the directory holding the file, as git reads it.
-    let target = dotgit.parent()?.join(OsStr::from_bytes(named));
-    let target = std::fs::canonicalize(target).ok()?;
+    let target = std::fs::canonicalize(base.join(OsStr::from_bytes(named))).ok()?;
     target.is_dir().then_some(target)
 }
 
@@ -1427,6 +1444,50 @@ mod tests {
         std::fs::create_dir(root.join("c/.git")).unwrap();
         assert_eq!(cache.current(), [root.join("c/.git")]);
         assert_eq!(counts(&cache).0, 1, "the mount made it walk");
+    }
+
+    /// A linked worktree of a bare repository (`git -C main.git worktree
+    /// add ../wt`): the worktree's git dir and, through its `commondir`,
+    /// the bare repository whose hooks and config git runs for it are
+    /// protected, on a walk and on a call answered without one; a
+    /// `commondir` rewritten in place is followed.
+    #[test]
+    fn a_worktrees_common_dir_is_protected() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("main.git/hooks")).unwrap();
+        std::fs::create_dir_all(root.join("main.git/worktrees/wt")).unwrap();
+        std::fs::create_dir_all(root.join("other.git")).unwrap();
+        std::fs::write(root.join("main.git/worktrees/wt/commondir"), "../..\n").unwrap();
+        std::fs::create_dir_all(root.join("wt")).unwrap();
+        std::fs::write(
+            root.join("wt/.git"),
+            format!("gitdir: {}\n", root.join("main.git/worktrees/wt").display()),
+        )
+        .unwrap();
+        let expected = [
+            root.join("main.git"),
+            root.join("main.git/worktrees/wt"),
+            root.join("wt/.git"),
+        ];
+        assert_eq!(sorted(scan_once(&root)), expected);
+        let cache = ProtectedPaths::new(&root);
+        assert_eq!(sorted(cache.current()), expected);
+        assert_eq!(sorted(cache.current()), expected);
+        assert_eq!(counts(&cache).0, 1);
+        std::fs::write(
+            root.join("main.git/worktrees/wt/commondir"),
+            format!("{}\n", root.join("other.git").display()),
+        )
+        .unwrap();
+        assert_eq!(
+            sorted(cache.current()),
+            [
+                root.join("main.git/worktrees/wt"),
+                root.join("other.git"),
+                root.join("wt/.git"),
+            ]
+        );
     }
 
     #[test]
