@@ -135,14 +135,16 @@ impl ProtectedPaths {
         &self.root
     }
 
-    /// [`Self::current`] when it needs no walk (the watches report nothing
-    /// and no walk is running): cheap enough for an async task, `None`
-    /// otherwise.
+    /// [`Self::current`] when it needs no walk and no file read (the
+    /// watches report nothing, no walk is running, no gitlink must be read
+    /// again): a few non-blocking system calls, fit for an async task.
+    /// `None` otherwise.
     pub fn current_if_unchanged(&self) -> Option<Vec<PathBuf>> {
-        self.listings
-            .try_lock()
-            .ok()?
-            .unchanged_since_last_walk(&self.root)
+        let mut listings = self.listings.try_lock().ok()?;
+        if listings.armed().is_none_or(|a| !a.gitlinks.is_empty()) {
+            return None;
+        }
+        listings.unchanged_since_last_walk(&self.root)
     }
 
     /// Every `.git` (directory or file) beneath the root now, plus,
@@ -170,7 +172,7 @@ impl ProtectedPaths {
             protected = found.len(),
             kept = listings.dirs.len(),
             reread = listings.reread,
-            watched = listings.armed.is_some(),
+            watched = listings.armed().is_some(),
             micros = started.elapsed().as_micros() as u64,
             "protected paths"
         );
@@ -183,7 +185,7 @@ impl ProtectedPaths {
 /// passed no set).
 pub fn scan_once(root: &Path) -> Vec<PathBuf> {
     Listings {
-        watching: Watching::NEVER,
+        watching: Watching::Never,
         ..Listings::default()
     }
     .walk(root)
@@ -256,9 +258,7 @@ struct Listings {
     walks: u64,
     /// The inotify watches on the walked directories.
     watching: Watching,
-    /// The last walk's result while the watches prove it current.
-    armed: Option<Armed>,
-    /// Calls answered from [`Self::armed`], without a walk.
+    /// Calls answered from [`Watcher::armed`], without a walk.
     answered_unchanged: u64,
 }
 
@@ -289,14 +289,8 @@ enum Watching {
         backoff: u64,
     },
     On(Watcher),
-}
-
-impl Watching {
-    /// Never watched ([`scan_once`]).
-    const NEVER: Watching = Watching::Off {
-        retry_at: u64::MAX,
-        backoff: u64::MAX,
-    };
+    /// Never watched: one walk kept nowhere ([`scan_once`]).
+    Never,
 }
 
 /// Walks without watches after the first failure to watch a workspace
@@ -346,6 +340,10 @@ pub const MAX_WATCHED_ROOTS: usize = 32;
 
 static WATCHED_ROOTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// The buffer the reports are read into at a time (each report is 16
+/// bytes; these carry no name longer than `NAME_MAX`).
+const INOTIFY_READ_BYTES: usize = 4096;
+
 /// What a change to a watched directory's entries raises: an entry
 /// created, removed or renamed in it, or the directory itself removed or
 /// renamed. (`IN_UNMOUNT`, `IN_Q_OVERFLOW` and `IN_IGNORED` come
@@ -369,6 +367,8 @@ struct Watcher {
     mounts: File,
     /// Live watches: the walk that last reached each.
     watches: HashMap<i32, u64, foldhash::fast::RandomState>,
+    /// The last walk's result, while these watches prove it current.
+    armed: Option<Armed>,
 }
 
 impl Watcher {
@@ -383,6 +383,7 @@ impl Watcher {
                 inotify,
                 mounts,
                 watches: HashMap::default(),
+                armed: None,
             }),
             Err(e) => {
                 WATCHED_ROOTS.fetch_sub(1, Ordering::Relaxed);
@@ -406,7 +407,7 @@ impl Watcher {
     fn changed(&mut self) -> bool {
         use rustix::fs::inotify::{ReadFlags, Reader};
         let mut changed = self.mounts_changed();
-        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); INOTIFY_READ_BYTES];
         let mut reader = Reader::new(&self.inotify, &mut buf);
         loop {
             match reader.next() {
@@ -586,7 +587,7 @@ impl Listings {
         let retry = match self.watching {
             Watching::Untried => Some(false),
             Watching::Off { retry_at, .. } => (self.walks + 1 >= retry_at).then_some(true),
-            Watching::On(_) => None,
+            Watching::On(_) | Watching::Never => None,
         };
         if let Some(again) = retry {
             match Watcher::start() {
@@ -606,11 +607,11 @@ impl Listings {
         let mut watcher = match &mut self.watching {
             Watching::On(w) => {
                 w.changed();
+                w.armed = None;
                 Some(w)
             }
             _ => None,
         };
-        self.armed = None;
         // Whether every directory reached is watched since before it was
         // read or checked, on a filesystem that reports every change.
         let mut armable = watcher.is_some();
@@ -678,22 +679,21 @@ impl Listings {
         // Directories not reached (removed, moved, changed and not yet
         // settled, beyond the budget) are forgotten.
         self.dirs.retain(|_, listing| listing.seen == mark);
+        let root_id = root_fd.as_ref().and_then(|fd| identity(fd, Path::new("")));
         if let Some(w) = watcher {
             w.forget_unreached(mark);
-        }
-        let root_id = root_fd.as_ref().and_then(|fd| identity(fd, Path::new("")));
-        match (armable, root_id) {
-            (true, Some(root)) => {
-                self.armed = Some(Armed {
-                    root,
-                    found: found.clone(),
-                    gitlinks: gitlinks.clone(),
-                });
+            match root_id.filter(|_| armable) {
+                Some(root) => {
+                    w.armed = Some(Armed {
+                        root,
+                        found: found.clone(),
+                        gitlinks: gitlinks.clone(),
+                    });
+                }
+                // Watches that cannot prove anything are given back to
+                // the user's budget; tried again after a while.
+                None => self.back_off(),
             }
-            // Watches that cannot prove anything are given back to the
-            // user's budget; tried again after a while.
-            _ if matches!(self.watching, Watching::On(_)) => self.back_off(),
-            _ => {}
         }
         for g in &gitlinks {
             gitlink_repositories(root, g, &mut found);
@@ -705,10 +705,10 @@ impl Listings {
     /// since it ran, nor the mount table, nor the wall clock (which the
     /// next walk's `ctime` checks depend on) stepped back.
     fn unchanged_since_last_walk(&mut self, root: &Path) -> Option<Vec<PathBuf>> {
-        let armed = self.armed.take()?;
         let Watching::On(watcher) = &mut self.watching else {
             return None;
         };
+        let armed = watcher.armed.take()?;
         if watcher.changed() {
             // The walk checks each kept listing's `ctime`: only what
             // changed is read again.
@@ -731,26 +731,31 @@ impl Listings {
             gitlink_repositories(root, g, &mut found);
         }
         self.answered_unchanged += 1;
-        self.armed = Some(armed);
+        watcher.armed = Some(armed);
         Some(found)
+    }
+
+    /// The last walk's result, while the watches prove it current.
+    fn armed(&self) -> Option<&Armed> {
+        match &self.watching {
+            Watching::On(w) => w.armed.as_ref(),
+            _ => None,
+        }
     }
 
     /// Gives up the watches (back to the user's budget) and walks without
     /// them for a while (see [`Watching::Off`]).
     fn back_off(&mut self) {
         let backoff = match self.watching {
-            Watching::Off {
-                backoff: u64::MAX, ..
-            } => return,
+            Watching::Never => return,
             Watching::Off { backoff, .. } => (backoff * 2).min(MAX_BACKOFF_WALKS),
-            _ => FIRST_BACKOFF_WALKS,
+            Watching::Untried | Watching::On(_) => FIRST_BACKOFF_WALKS,
         };
         // No listing may keep a descriptor of the instance that goes: a
         // later instance may hand out the same numbers.
         for listing in self.dirs.values_mut() {
             listing.wd = None;
         }
-        self.armed = None;
         self.watching = Watching::Off {
             retry_at: self.walks + backoff,
             backoff,
@@ -1055,7 +1060,9 @@ mod tests {
     fn keep_listings(cache: &ProtectedPaths, dirs: &[PathBuf]) {
         let mut l = cache.listings.lock().unwrap();
         // Unwatched listings: the next call walks.
-        l.armed = None;
+        if let Watching::On(w) = &mut l.watching {
+            w.armed = None;
+        }
         let later = SystemTime::now() + RACY_MARGIN * 2;
         for d in dirs {
             let Read::Listed { listing, keep } = read(d, later, None, 0) else {
@@ -1310,6 +1317,8 @@ mod tests {
         std::fs::remove_dir_all(root.join("a/u/v/.git")).unwrap();
         assert_eq!(cache.current(), none);
         assert_eq!(cache.current(), none);
+        // From an async task: answered without a walk.
+        assert_eq!(cache.current_if_unchanged(), Some(none.clone()));
         let answered = counts(&cache).0;
         // A gitlink written, then changed in place: the file is read on
         // every call, walk or not.
@@ -1325,6 +1334,9 @@ mod tests {
             [root.join("c/.git"), root.join("elsewhere")]
         );
         assert_eq!(counts(&cache).0, answered + 1, "a file's content: no walk");
+        // A gitlink must be read: not from an async task.
+        assert_eq!(cache.current_if_unchanged(), None);
+        assert_eq!(counts(&cache).0, answered + 1);
     }
 
     /// A change reported by a watch makes the next call walk, and that walk
@@ -1341,7 +1353,7 @@ mod tests {
             let mut l = cache.listings.lock().unwrap();
             l.walk_at(&root, SystemTime::now() + RACY_MARGIN * 2);
             assert_eq!((l.dirs.len(), l.reread), (4, 4));
-            assert!(l.armed.is_some());
+            assert!(l.armed().is_some());
         }
         assert_eq!(cache.current(), Vec::<PathBuf>::new());
         assert_eq!(counts(&cache), (1, 4), "answered by the watches");

@@ -105,11 +105,17 @@ const MAX_XATTR_VALUE: usize = 65536;
 /// Every call [`notify_program`] may notify the worker of; it allows every
 /// other call of the native architecture.
 pub(super) fn notified_calls() -> Vec<i64> {
+    let mut calls = always_notified();
+    calls.extend(TRAPPED_WITH_FLAGS.iter().map(|(nr, _)| *nr));
+    calls
+}
+
+/// The calls notified whatever their arguments.
+fn always_notified() -> Vec<i64> {
     TRAPPED
         .iter()
         .chain(super::entries::TRAPPED)
         .copied()
-        .chain(TRAPPED_WITH_FLAGS.iter().map(|(nr, _)| *nr))
         .collect()
 }
 
@@ -121,11 +127,7 @@ pub(super) fn notify_program() -> BpfProgram {
         ARCH_OFFSET, ARGS_OFFSET, JMP_JEQ_K, JMP_JSET_K, LD_W_ABS, NR_OFFSET, RET_K,
     };
     let op = |code, k, jt, jf| sock_filter { code, jt, jf, k };
-    let always: Vec<i64> = TRAPPED
-        .iter()
-        .chain(super::entries::TRAPPED)
-        .copied()
-        .collect();
+    let always = always_notified();
     let (n, m) = (always.len(), TRAPPED_WITH_FLAGS.len());
     // Layout: arch check, load nr, one jump per always-trapped call, one
     // per flag-checked call, ALLOW, NOTIFY, then per flag-checked call its
