@@ -351,3 +351,82 @@ fn a_repository_root_with_more_entries_than_open_files_is_granted_whole() {
     assert_eq!(out, "denied=0\n");
     assert!(ws.join("r/d299/new").is_file());
 }
+
+/// Android's `repo` layout: `p/.git` is a symlink to
+/// `../.repo/projects/p.git`. The repository it leads to is read-only, and
+/// nothing on the way to it can be swapped: renaming `.repo/projects` (or
+/// `.repo`) and making a new `p.git` with a hook there would make git in
+/// `p` run it (a breaker's finding). A symlink on the way (`l ->
+/// .repo/projects`, and a gitlink naming `../l/q.git`) cannot be removed or
+/// replaced. Around them the workspace stays writable. With the private
+/// mount namespace and with Landlock alone.
+#[tokio::test]
+async fn the_way_to_a_repository_a_git_symlink_leads_to_is_pinned() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = git_symlink_layout(yolo_confined()).await;
+    assert_eq!(
+        run_ok(
+            &srv,
+            "s",
+            "echo a > p/x && echo b > .repo/note && mkdir .repo/projects/new && cat p/x .repo/note"
+        )
+        .await,
+        "Command: echo a > p/x && echo b > .repo/note && mkdir .repo/projects/new && cat p/x .repo/note\nDirectory: .\nOutput: a\nb\n"
+    );
+}
+
+#[tokio::test]
+async fn the_way_to_a_repository_a_git_symlink_leads_to_is_pinned_landlock_only() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let mut config = yolo_confined();
+    config.sandbox.landlock_only = true;
+    let srv = git_symlink_layout(config).await;
+    // Off the way to a repository (`else` was made before), entries are
+    // made as ever; on the way (the root) they are not.
+    assert_eq!(
+        run_ok(
+            &srv,
+            "s",
+            "mkdir else/w && echo a > else/w/x && cat else/w/x"
+        )
+        .await,
+        "Command: mkdir else/w && echo a > else/w/x && cat else/w/x\nDirectory: .\nOutput: a\n"
+    );
+}
+
+/// A server with `config` over the layout above, after every swap was
+/// refused.
+async fn git_symlink_layout(config: toolsched::scheduler::SchedulerConfig) -> TestServer {
+    let srv = TestServer::with_config(config).await;
+    for d in ["projects/p.git", "other/q.git"] {
+        std::fs::create_dir_all(srv.path(&format!(".repo/{d}/hooks"))).unwrap();
+    }
+    std::fs::create_dir_all(srv.path("p")).unwrap();
+    std::fs::create_dir_all(srv.path("q")).unwrap();
+    std::fs::create_dir_all(srv.path("else")).unwrap();
+    std::os::unix::fs::symlink("../.repo/projects/p.git", srv.path("p/.git")).unwrap();
+    std::os::unix::fs::symlink(".repo/other", srv.path("l")).unwrap();
+    std::fs::write(srv.path("q/.git"), "gitdir: ../l/q.git\n").unwrap();
+    assert_git_dir_read_only(&srv, "s", ".repo/projects/p.git").await;
+    assert_git_dir_read_only(&srv, "s", ".repo/other/q.git").await;
+    for swap in [
+        "mv .repo/projects .repo/old && mkdir -p .repo/projects/p.git/hooks",
+        "mv .repo repo-old && mkdir -p .repo/projects/p.git/hooks",
+        "rm l",
+        "ln -sfn p l",
+        "mv l l2",
+    ] {
+        assert_denied(&srv, "s", swap).await;
+    }
+    assert!(srv.path(".repo/projects/p.git/hooks").is_dir());
+    assert!(!srv.path(".repo/old").exists() && !srv.path("repo-old").exists());
+    assert_eq!(
+        std::fs::read_link(srv.path("l")).unwrap(),
+        Path::new(".repo/other")
+    );
+    srv
+}

@@ -51,8 +51,8 @@
 //! not reported: overlayfs, and the untrusted ones), and since then no
 //! watch reported anything (a queue overflow counts), no mount changed and
 //! the wall clock did not step back, its result is the answer: no walk.
-//! Gitlink files are read again on every call (their writes are not
-//! watched), and the root's path must still name the directory walked (a
+//! Gitlink files and `.git` symlinks are followed again on every call
+//! (a file's writes are not watched), and the root's path must still name the directory walked (a
 //! directory above it moved reports nothing to the watches). Anything
 //! reported makes the next call walk as above, with the `ctime` checks,
 //! which stay the proof of what changed (only changed directories are
@@ -75,7 +75,7 @@
 #![allow(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
@@ -136,12 +136,12 @@ impl ProtectedPaths {
     }
 
     /// [`Self::current`] when it needs no walk and no file read (the
-    /// watches report nothing, no walk is running, no gitlink must be read
-    /// again): a few non-blocking system calls, fit for an async task.
+    /// watches report nothing, no walk is running, no `.git` link must be
+    /// followed again): a few non-blocking system calls, fit for an async task.
     /// `None` otherwise.
     pub fn current_if_unchanged(&self) -> Option<Vec<PathBuf>> {
         let mut listings = self.listings.try_lock().ok()?;
-        if listings.armed().is_none_or(|a| !a.gitlinks.is_empty()) {
+        if listings.armed().is_none_or(|a| !a.links.is_empty()) {
             return None;
         }
         listings.unchanged_since_last_walk(&self.root)
@@ -263,16 +263,17 @@ struct Listings {
 }
 
 /// A walk's result that needs no walk while no watched directory reports a
-/// change: the protected paths except gitlinks' repositories, which are
-/// named inside a file (its writes are not watched) and read again on
-/// every call.
+/// change: the protected paths except what `.git` links lead to, which
+/// may be named inside a file (its writes are not watched) or reached
+/// outside the watched directories, and are followed again on every call.
 #[derive(Debug)]
 struct Armed {
     /// The root's device and inode when it was walked.
     root: (u64, u64),
     found: Vec<PathBuf>,
-    /// The `.git` files (gitlinks) among `found`.
-    gitlinks: Vec<PathBuf>,
+    /// The `.git` gitlink files and symlinks among `found`, followed
+    /// again on every call (see [`push_git`]).
+    links: Vec<PathBuf>,
 }
 
 /// Whether the walked directories are watched.
@@ -556,7 +557,9 @@ enum GitEntry {
     /// A regular file: a gitlink, whose repository may be elsewhere (see
     /// [`push_git`]).
     Gitlink,
-    /// A directory, symlink, FIFO, …
+    /// A symlink: the repository is where it leads (see [`push_git`]).
+    Symlink,
+    /// A directory, FIFO, …
     Other,
 }
 
@@ -618,7 +621,7 @@ impl Listings {
         self.walks += 1;
         let mark = self.walks;
         let mut found = Vec::new();
-        let mut gitlinks = Vec::new();
+        let mut links = Vec::new();
         let mut queue: VecDeque<Arc<OsStr>> = VecDeque::from([Arc::from(root.as_os_str())]);
         let mut budget = MAX_SCAN_ENTRIES;
         self.reread = 0;
@@ -651,7 +654,7 @@ impl Listings {
                     _ => false,
                 };
                 budget = budget.saturating_sub(old.entries);
-                push_git(&mut found, &mut gitlinks, Path::new(&*dir), old.git);
+                push_git(&mut found, &mut links, Path::new(&*dir), old.git);
                 queue.extend(old.subdirs.iter().cloned());
                 continue;
             }
@@ -660,7 +663,7 @@ impl Listings {
                 Read::Listed { mut listing, keep } => {
                     armable &= listing.wd.is_some();
                     budget = budget.saturating_sub(listing.entries);
-                    push_git(&mut found, &mut gitlinks, Path::new(&*dir), listing.git);
+                    push_git(&mut found, &mut links, Path::new(&*dir), listing.git);
                     queue.extend(listing.subdirs.iter().cloned());
                     if keep {
                         listing.seen = mark;
@@ -687,7 +690,7 @@ impl Listings {
                     w.armed = Some(Armed {
                         root,
                         found: found.clone(),
-                        gitlinks: gitlinks.clone(),
+                        links: links.clone(),
                     });
                 }
                 // Watches that cannot prove anything are given back to
@@ -695,8 +698,8 @@ impl Listings {
                 None => self.back_off(),
             }
         }
-        for g in &gitlinks {
-            gitlink_repositories(root, g, &mut found);
+        for g in &links {
+            linked_repositories(root, g, &mut found);
         }
         found
     }
@@ -727,8 +730,8 @@ impl Listings {
             return None;
         }
         let mut found = armed.found.clone();
-        for g in &armed.gitlinks {
-            gitlink_repositories(root, g, &mut found);
+        for g in &armed.links {
+            linked_repositories(root, g, &mut found);
         }
         self.answered_unchanged += 1;
         watcher.armed = Some(armed);
@@ -772,60 +775,101 @@ impl Listings {
     }
 }
 
-/// Protects `dir`'s `.git`, if it has one (`git`), and, when that is a
-/// gitlink file (`gitdir: PATH`, as `git init --separate-git-dir` and `git
-/// worktree` write), the repository it names when that lies in the workspace outside
-/// any `.git` (one inside a `.git`, as submodules' and worktrees' are, is
-/// protected with it): writing there is writing the repository (hooks,
-/// `config`), as a breaker showed. The file is read on every walk, kept
-/// listing or not: its content can change without its directory's `ctime`.
-fn push_git(found: &mut Vec<PathBuf>, gitlinks: &mut Vec<PathBuf>, dir: &Path, git: GitEntry) {
+/// Protects `dir`'s `.git`, if it has one (`git`), and notes it among
+/// `links` when it names a repository elsewhere (a gitlink file, `gitdir:
+/// PATH`, as `git init --separate-git-dir` and `git worktree` write; or a
+/// symlink, as Android's `repo` makes): see [`linked_repositories`], run on
+/// every call, kept listing or not, because what a link leads to can
+/// change without its directory's `ctime` (a file's content, an entry on
+/// the way).
+fn push_git(found: &mut Vec<PathBuf>, links: &mut Vec<PathBuf>, dir: &Path, git: GitEntry) {
     if git == GitEntry::Absent {
         return;
     }
     let dotgit = dir.join(PROTECTED_NAME);
-    if git == GitEntry::Gitlink {
-        gitlinks.push(dotgit.clone());
+    if matches!(git, GitEntry::Gitlink | GitEntry::Symlink) {
+        links.push(dotgit.clone());
     }
     found.push(dotgit);
 }
 
-/// Adds to `found` the repositories the gitlink `dotgit` leads to, each
-/// when it lies in the workspace outside any `.git` (see [`push_git`]):
-/// the git dir it names, and that git dir's common dir when it has one (a
-/// linked worktree's `commondir`: the repository whose hooks and config
-/// git runs for it, e.g. a bare `main.git` with `git worktree add`; a
-/// breaker's finding).
-fn gitlink_repositories(root: &Path, dotgit: &Path, found: &mut Vec<PathBuf>) {
-    let Some(git_dir) = gitlink_target(dotgit) else {
+/// Adds to `found` what the link `dotgit` (a gitlink file or a symlink
+/// named `.git`) leads to: the git dir git would use through it, that git
+/// dir's common dir when it has one (a linked worktree's `commondir`: the
+/// repository whose hooks and config git runs for it, e.g. a bare
+/// `main.git` with `git worktree add`; a breaker's finding), and every
+/// entry on the way that a command could swap to make the same link lead
+/// elsewhere ([`Resolved::passed`]). The directories on the way to each
+/// are pinned by the worker as for any protected path, so `mv .repo/projects
+/// old` cannot put a new repository where a `.git` symlink points (a
+/// breaker's finding). Each is added when it lies in the workspace outside
+/// any `.git` (one inside a `.git`, as submodules' and worktrees' are, is
+/// protected with it); the directory a `.git` symlink points to is added
+/// wherever it is, as the worker always bound it.
+fn linked_repositories(root: &Path, dotgit: &Path, found: &mut Vec<PathBuf>) {
+    let Some(dir) = dotgit.parent() else {
         return;
     };
-    let common = named_dir(&git_dir.join("commondir"), b"", &git_dir);
-    for dir in std::iter::once(git_dir).chain(common) {
-        if let Ok(rel) = dir.strip_prefix(root)
-            && !rel.as_os_str().is_empty()
-            && !is_protected_path(rel)
+    let in_workspace = |p: &Path| {
+        p.strip_prefix(root)
+            .is_ok_and(|rel| !rel.as_os_str().is_empty() && !is_protected_path(rel))
+    };
+    // Links are few: the check against duplicates (a mount each) is linear.
+    let add = |r: &Resolved, anywhere: bool, found: &mut Vec<PathBuf>| {
+        let path = &r.path;
+        let wanted = in_workspace(path) || (anywhere && !path.starts_with(root));
+        for p in r
+            .passed
+            .iter()
+            .filter(|p| in_workspace(p))
+            .chain(wanted.then_some(path))
         {
-            found.push(dir);
+            if !found.contains(p) {
+                found.push(p.clone());
+            }
         }
+    };
+    let Ok(meta) = std::fs::symlink_metadata(dotgit) else {
+        return;
+    };
+    let mut gitlink = Some(dotgit.to_path_buf());
+    let mut git_dir = None;
+    if meta.is_symlink() {
+        let Some(r) = std::fs::read_link(dotgit)
+            .ok()
+            .and_then(|to| resolve(dir, &to))
+        else {
+            return;
+        };
+        add(&r, true, found);
+        // A symlink to a gitlink file: git reads it as one, relative to
+        // the `.git` it found.
+        gitlink = (!r.is_dir).then(|| r.path.clone());
+        git_dir = r.is_dir.then_some(r);
+    }
+    if let Some(file) = gitlink {
+        git_dir = named_dir(&file, b"gitdir:", dir);
+        if let Some(r) = &git_dir {
+            add(r, false, found);
+        }
+    }
+    let Some(git_dir) = git_dir else {
+        return;
+    };
+    if let Some(common) = named_dir(&git_dir.path.join("commondir"), b"", &git_dir.path) {
+        add(&common, false, found);
     }
 }
 
 /// Most of a gitlink file read: git writes one `gitdir: PATH` line.
 const MAX_GITLINK_BYTES: u64 = 4096;
 
-/// The directory a gitlink file names (see [`named_dir`]).
-fn gitlink_target(dotgit: &Path) -> Option<PathBuf> {
-    // Relative to the directory holding the file, as git reads it.
-    named_dir(dotgit, b"gitdir:", dotgit.parent()?)
-}
-
 /// The directory the first line of the regular file `file` names after
-/// `prefix`, relative to `base` unless absolute, canonical; `None` when
-/// `file` is not a regular file or names nothing that exists. Opened
-/// without following a symlink and without blocking (a FIFO), and at most
+/// `prefix`, relative to `base` unless absolute (see [`resolve`]); `None`
+/// when `file` is not a regular file or names no directory. Opened without
+/// following a symlink and without blocking (a FIFO), and at most
 /// [`MAX_GITLINK_BYTES`] read.
-fn named_dir(file: &Path, prefix: &[u8], base: &Path) -> Option<PathBuf> {
+fn named_dir(file: &Path, prefix: &[u8], base: &Path) -> Option<Resolved> {
     use std::io::Read;
     let file = File::options()
         .read(true)
@@ -842,8 +886,94 @@ fn named_dir(file: &Path, prefix: &[u8], base: &Path) -> Option<PathBuf> {
     if named.is_empty() {
         return None;
     }
-    let target = std::fs::canonicalize(base.join(OsStr::from_bytes(named))).ok()?;
-    target.is_dir().then_some(target)
+    resolve(base, Path::new(OsStr::from_bytes(named))).filter(|r| r.is_dir)
+}
+
+/// Where a path leads: see [`resolve`].
+#[derive(Debug, PartialEq)]
+struct Resolved {
+    /// The entry reached, canonical: a directory or a regular file.
+    path: PathBuf,
+    is_dir: bool,
+    /// What a command could swap to make the same path lead elsewhere,
+    /// beyond the directories on the way to [`Self::path`] (which the worker
+    /// pins for any protected path): every symlink followed, and every
+    /// directory entered by name and left again by `..` (`a/../x`: `a`
+    /// replaced by a symlink changes where `..` goes). Such a directory is
+    /// then protected read-only, more than it needs; a symlink is bound on
+    /// itself, which only pins it.
+    passed: Vec<PathBuf>,
+}
+
+/// Symlinks followed at most in one resolution, as the kernel's limit
+/// (`ELOOP`).
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// Resolves `path` relative to the directory `base` (or `/` when absolute)
+/// one entry at a time, as the kernel does, keeping what it passes
+/// through. `None` when it leads nowhere, to something that is neither a
+/// directory nor a regular file, or through more than
+/// [`MAX_SYMLINK_HOPS`] symlinks.
+fn resolve(base: &Path, path: &Path) -> Option<Resolved> {
+    use std::path::Component;
+    let mut at = if path.is_absolute() {
+        PathBuf::from("/")
+    } else {
+        std::fs::canonicalize(base).ok()?
+    };
+    // Components still to take, the next one last.
+    let mut todo: Vec<OsString> = Vec::new();
+    let push = |todo: &mut Vec<OsString>, p: &Path| {
+        todo.extend(p.components().rev().filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some(OsString::from("..")),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+        }));
+    };
+    push(&mut todo, path);
+    let mut passed = Vec::new();
+    let mut entered = Vec::new();
+    let mut hops = 0;
+    let mut is_dir = true;
+    while let Some(name) = todo.pop() {
+        if !is_dir {
+            // A file in the middle of the path.
+            return None;
+        }
+        if name == ".." {
+            // `at` is canonical: its parent is where `..` goes.
+            at.pop();
+            continue;
+        }
+        let next = at.join(&name);
+        let meta = std::fs::symlink_metadata(&next).ok()?;
+        if meta.is_symlink() {
+            hops += 1;
+            if hops > MAX_SYMLINK_HOPS {
+                return None;
+            }
+            let to = std::fs::read_link(&next).ok()?;
+            passed.push(next);
+            if to.is_absolute() {
+                at = PathBuf::from("/");
+            }
+            push(&mut todo, &to);
+        } else if meta.is_dir() {
+            entered.push(next.clone());
+            at = next;
+        } else if meta.is_file() {
+            is_dir = false;
+            at = next;
+        } else {
+            return None;
+        }
+    }
+    passed.extend(entered.into_iter().filter(|d| !at.starts_with(d)));
+    Some(Resolved {
+        path: at,
+        is_dir,
+        passed,
+    })
 }
 
 /// Reads `dir` through an fd opened without following a symlink, so that
@@ -891,10 +1021,10 @@ fn read(dir: &Path, walk_started: SystemTime, watcher: Option<&mut Watcher>, mar
         listing.entries += 1;
         let name = entry.file_name();
         if name == ".git" {
-            listing.git = if entry.file_type().is_ok_and(|t| t.is_file()) {
-                GitEntry::Gitlink
-            } else {
-                GitEntry::Other
+            listing.git = match entry.file_type() {
+                Ok(t) if t.is_file() => GitEntry::Gitlink,
+                Ok(t) if t.is_symlink() => GitEntry::Symlink,
+                _ => GitEntry::Other,
             };
             continue;
         }
@@ -1241,6 +1371,8 @@ mod tests {
         let fifo = std::ffi::CString::new(root.join("fifo/.git").as_os_str().as_bytes()).unwrap();
         // SAFETY: a valid path and mode.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        // A `.git` symlink to a gitlink file: read as one, relative to the
+        // symlink's directory (as git does): `link/../sepgd`.
         std::fs::create_dir_all(root.join("link")).unwrap();
         std::os::unix::fs::symlink(root.join("proj/.git"), root.join("link/.git")).unwrap();
         let expected = sorted(vec![
@@ -1262,6 +1394,68 @@ mod tests {
         let now = sorted(cache.current());
         assert!(now.contains(&root.join("elsewhere")), "{now:?}");
         assert!(!now.contains(&root.join("sepgd")), "{now:?}");
+    }
+
+    /// A `.git` symlink (Android's `repo`: `p/.git ->
+    /// ../.repo/projects/p.git`) protects the directory it leads to, inside
+    /// the workspace or out, so that the worker pins the directories on
+    /// the way to it (a breaker renamed `.repo/projects` and made a new
+    /// `p.git` with a hook there); every other symlink followed on the way,
+    /// and a directory entered and left by `..`, are protected too (a
+    /// command swapping one would make the link lead elsewhere). A loop
+    /// leads nowhere. The same holds for a gitlink's path.
+    #[test]
+    fn what_a_git_symlink_leads_through_is_protected() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let outside = std::fs::canonicalize(outside.path()).unwrap();
+        let link = |to: &str, at: &str| {
+            std::fs::create_dir_all(root.join(at).parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(to, root.join(at)).unwrap();
+        };
+        for d in ["p.git", "q.git", "r.git", "g.git"] {
+            std::fs::create_dir_all(root.join(".repo/projects").join(d).join("hooks")).unwrap();
+        }
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(outside.join("w.git")).unwrap();
+        link("../.repo/projects/p.git", "p/.git");
+        link(".repo/projects", "l");
+        link("../l/q.git", "q/.git");
+        link("../a/b/../../.repo/projects/r.git", "r/.git");
+        link(outside.join("w.git").to_str().unwrap(), "o/.git");
+        link(".git", "loop/.git");
+        std::fs::create_dir_all(root.join("g")).unwrap();
+        std::fs::write(root.join("g/.git"), "gitdir: ../l/g.git\n").unwrap();
+        let expected = sorted(vec![
+            root.join(".repo/projects/g.git"),
+            root.join(".repo/projects/p.git"),
+            root.join(".repo/projects/q.git"),
+            root.join(".repo/projects/r.git"),
+            root.join("a"),
+            root.join("a/b"),
+            root.join("g/.git"),
+            root.join("l"),
+            root.join("loop/.git"),
+            root.join("o/.git"),
+            root.join("p/.git"),
+            root.join("q/.git"),
+            root.join("r/.git"),
+            outside.join("w.git"),
+        ]);
+        assert_eq!(sorted(scan_once(&root)), expected);
+        let cache = ProtectedPaths::new(&root);
+        assert_eq!(sorted(cache.current()), expected);
+        // Kept listings: the link is followed again on every call; a
+        // symlink changed on the way counts.
+        keep_listings(&cache, &[root.clone(), root.join("q")]);
+        std::fs::create_dir_all(root.join("m/q.git")).unwrap();
+        std::fs::remove_file(root.join("l")).unwrap();
+        link("m", "l");
+        let now = sorted(cache.current());
+        assert!(now.contains(&root.join("m/q.git")), "{now:?}");
+        assert!(!now.contains(&root.join(".repo/projects/q.git")), "{now:?}");
+        assert_eq!(cache.current_if_unchanged(), None, "links are followed");
     }
 
     /// Calls answered without a walk so far, and directories the last walk

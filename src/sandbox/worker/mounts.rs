@@ -286,28 +286,16 @@ fn pinned_ancestors(workspace: &Path, protected: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 /// Re-mounts `path` on itself (recursively), read-only when `read_only`.
-/// A path that is gone needs nothing; a symlink is bound at its target (a
-/// `.git` symlink points at the directory git uses).
+/// A path that is gone needs nothing. A symlink is bound on itself, not at
+/// its target: that pins it (it cannot be removed or replaced while it is a
+/// mount point), and the directory a `.git` symlink leads to is in the
+/// protected list itself, with the entries on the way to it
+/// (`crate::sandbox::protected`).
 fn bind(path: &Path, read_only: bool) -> std::io::Result<()> {
-    let open = |flags: i32| open_path(path, flags | libc::O_PATH | libc::O_CLOEXEC);
-    let target = match open(libc::O_NOFOLLOW) {
+    let target = match open_path(path, libc::O_NOFOLLOW | libc::O_PATH | libc::O_CLOEXEC) {
         Ok(fd) => fd,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
         Err(e) => return Err(e),
-    };
-    // SAFETY: fstat into a zeroed local.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid fd and a valid buffer.
-    check(unsafe { libc::fstat(target.as_raw_fd(), &mut st) }.into())?;
-    let target = if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
-        match open(0) {
-            Ok(fd) => fd,
-            // Dangling: nothing to write through it.
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
-            Err(e) => return Err(e),
-        }
-    } else {
-        target
     };
     // SAFETY: open_tree, mount_setattr and move_mount on fds we own, with
     // empty NUL-terminated paths and a struct of the kernel's layout.
