@@ -148,6 +148,149 @@ impl Drop for ScratchDir {
     }
 }
 
+/// What a fresh directory looked like, to tell whether a command left it
+/// as it found it ([`TmpPool`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Pristine {
+    dev: u64,
+    ino: u64,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    size: i64,
+    /// Inode flags (`FS_IOC_GETFLAGS`), where the filesystem has them.
+    flags: Option<u32>,
+    /// Names of its extended attributes (ACLs among them).
+    xattrs: Vec<u8>,
+}
+
+impl Pristine {
+    /// The directory `fd` (at `path`) now; `None` when it cannot be told.
+    fn of(fd: &File, path: &Path) -> Option<Self> {
+        let st = rustix::fs::fstat(fd).ok()?;
+        // Still at its path (not renamed away, nothing mounted over it).
+        let at = rustix::fs::statat(rustix::fs::CWD, path, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        if (at.st_dev, at.st_ino) != (st.st_dev, st.st_ino) || st.st_nlink != 2 {
+            return None;
+        }
+        let mut names = vec![0u8; 1024];
+        let len = rustix::fs::flistxattr(fd, &mut names[..]).ok()?;
+        names.truncate(len);
+        Some(Self {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            size: st.st_size,
+            flags: rustix::fs::ioctl_getflags(fd).ok().map(|f| f.bits()),
+            xattrs: names,
+        })
+    }
+
+    /// Whether the directory `fd` holds no entry (its size, unchanged,
+    /// bounds the listing).
+    fn empty(fd: &File) -> bool {
+        let Ok(dup) = fd.try_clone() else {
+            return false;
+        };
+        let Ok(mut entries) = rustix::fs::Dir::read_from(&dup) else {
+            return false;
+        };
+        while let Some(entry) = entries.read() {
+            match entry {
+                Ok(e) if e.file_name() == c"." || e.file_name() == c".." => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+}
+
+/// Commands' private tmps given back as they were made, for the next
+/// command of the same workspace: a fresh one costs a `mkdir`, a lock and a
+/// rename on the path of every shell call, and an `rmdir` and the inode's
+/// eviction after it (ext4: 13% of the server's CPU per `true`,
+/// BENCHMARKS.md "Session 20"). A tmp is taken back only when nothing of
+/// the command is left in or on it: empty, the same inode at the same path,
+/// mode, owner, size, inode flags and extended attributes (ACLs) as when
+/// made; anything else is removed as before. Never shared between
+/// workspaces (tenants have their own).
+#[derive(Debug, Default)]
+pub struct TmpPool {
+    by_workspace: std::sync::Mutex<std::collections::HashMap<PathBuf, Vec<(ScratchDir, Pristine)>>>,
+}
+
+/// Tmps kept per workspace, and over all of them.
+const POOLED_PER_WORKSPACE: usize = 4;
+const POOLED_IN_ALL: usize = 64;
+
+/// A command's private tmp, from a [`TmpPool`] or made for it.
+#[derive(Debug)]
+pub struct PooledTmp {
+    dir: ScratchDir,
+    /// How it looked when made; `None`: not to be kept.
+    pristine: Option<Pristine>,
+}
+
+impl PooledTmp {
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl TmpPool {
+    /// A clean tmp for a command in `workspace`: one given back, else a
+    /// new one.
+    pub fn take(&self, workspace: &Path) -> io::Result<PooledTmp> {
+        let kept = self.lock().get_mut(workspace).and_then(Vec::pop);
+        if let Some((dir, pristine)) = kept {
+            return Ok(PooledTmp {
+                dir,
+                pristine: Some(pristine),
+            });
+        }
+        let dir = ScratchDir::create(Kind::CommandTmp)?;
+        let pristine = Pristine::of(&dir._lock, &dir.path);
+        Ok(PooledTmp { dir, pristine })
+    }
+
+    /// Takes `tmp` back when the command left it as it was made (call it
+    /// once every process of the command is gone); otherwise returns it,
+    /// to be removed.
+    pub fn give_back(&self, workspace: &Path, tmp: PooledTmp) -> Option<ScratchDir> {
+        let PooledTmp { dir, pristine } = tmp;
+        let Some(pristine) = pristine else {
+            return Some(dir);
+        };
+        if Pristine::of(&dir._lock, &dir.path).as_ref() != Some(&pristine)
+            || !Pristine::empty(&dir._lock)
+        {
+            return Some(dir);
+        }
+        let mut map = self.lock();
+        let pooled: usize = map.values().map(Vec::len).sum();
+        let list = map.entry(workspace.to_path_buf()).or_default();
+        if pooled >= POOLED_IN_ALL || list.len() >= POOLED_PER_WORKSPACE {
+            if list.is_empty() {
+                map.remove(workspace);
+            }
+            return Some(dir);
+        }
+        list.push((dir, pristine));
+        None
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<PathBuf, Vec<(ScratchDir, Pristine)>>>
+    {
+        self.by_workspace
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// Removes `path` and its contents; already gone counts as removed. The
 /// error names the path.
 fn remove_all(path: &Path) -> io::Result<()> {
@@ -506,6 +649,62 @@ pub fn sweep_stale_in(parent: &Path) -> Swept {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tmp the command left as it was made is the next command's (of the
+    /// same workspace only); one it changed in any way is not kept: a file
+    /// or directory left in it, its mode, an extended attribute (an ACL
+    /// is one), moved from its path, or grown.
+    #[test]
+    fn a_tmp_is_kept_only_as_it_was_made() {
+        use std::os::unix::fs::PermissionsExt;
+        let pool = TmpPool::default();
+        let ws = Path::new("/ws/a");
+        let first = pool.take(ws).unwrap();
+        let path = first.path().to_path_buf();
+        assert!(pool.give_back(ws, first).is_none(), "kept");
+        assert!(pool.take(Path::new("/ws/b")).unwrap().path() != path);
+        let again = pool.take(ws).unwrap();
+        assert_eq!(again.path(), path);
+        // A file made and removed leaves it as it was.
+        std::fs::write(path.join("f"), "x").unwrap();
+        std::fs::remove_file(path.join("f")).unwrap();
+        assert!(pool.give_back(ws, again).is_none());
+        type Change = fn(&Path);
+        let changes: [(&str, Change); 6] = [
+            ("a file", |p| std::fs::write(p.join("f"), "x").unwrap()),
+            ("a directory", |p| std::fs::create_dir(p.join("d")).unwrap()),
+            ("its mode", |p| {
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap()
+            }),
+            ("an xattr", |p| {
+                rustix::fs::setxattr(p, "user.x", b"1", rustix::fs::XattrFlags::empty()).unwrap()
+            }),
+            ("moved", |p| {
+                let to = p.with_extension("moved");
+                std::fs::rename(p, &to).unwrap();
+                std::fs::create_dir(p).unwrap();
+                std::fs::remove_dir(&to).unwrap();
+            }),
+            ("grown", |p| {
+                for i in 0..400 {
+                    std::fs::write(p.join(format!("{i:0>60}")), "").unwrap();
+                }
+                for i in 0..400 {
+                    std::fs::remove_file(p.join(format!("{i:0>60}"))).unwrap();
+                }
+            }),
+        ];
+        for (what, change) in changes {
+            let tmp = pool.take(ws).unwrap();
+            let path = tmp.path().to_path_buf();
+            change(&path);
+            let back = pool.give_back(ws, tmp);
+            assert!(back.is_some(), "{what}: kept");
+            back.unwrap().close().unwrap();
+            assert!(!path.exists(), "{what}: not removed");
+            assert!(pool.take(ws).unwrap().path() != path, "{what}: taken again");
+        }
+    }
 
     #[test]
     fn a_held_directory_is_kept_and_a_released_one_swept() {

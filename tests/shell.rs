@@ -135,6 +135,30 @@ async fn finishing_does_not_hang_on_a_background_child_holding_the_pipe() {
     assert_eq!(command_output(&events, "sh"), "done\n");
 }
 
+/// stdout and stderr are one stream, in the order the command wrote them,
+/// and complete: what was written just before the command exited (more
+/// than a pipe holds) is all there when the call ends on the worker's
+/// report, which no longer waits for the pipe's end of file. With the
+/// tests' default sandbox and confined.
+#[tokio::test]
+async fn stdout_and_stderr_arrive_whole_in_the_order_written() {
+    let command = "for i in $(seq 300); do echo out$i; echo err$i >&2; done; \
+                   head -c 300000 /dev/zero | tr '\\0' x; echo; echo end >&2";
+    let mut expected: String = (1..=300).map(|i| format!("out{i}\nerr{i}\n")).collect();
+    expected.push_str(&"x".repeat(300_000));
+    expected.push_str("\nend\n");
+    for config in [yolo(), yolo_confined()] {
+        let srv = TestServer::with_config(config).await;
+        for round in 0..3 {
+            let events = srv.run("s", vec![shell("sh", command)]).await;
+            assert_eq!(result_of(&events, "sh")["exit_code"], 0);
+            let out = command_output(&events, "sh");
+            assert_eq!(out.len(), expected.len(), "round {round}");
+            assert!(out == expected, "round {round}: the output differs");
+        }
+    }
+}
+
 #[tokio::test]
 async fn output_is_bounded_to_head_and_tail() {
     let srv = TestServer::with_config(SchedulerConfig {

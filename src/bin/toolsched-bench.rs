@@ -81,6 +81,10 @@ struct Cli {
     /// killed replica's sessions can be taken over).
     #[arg(long, default_value_t = 5)]
     soak_lease_secs: u64,
+    /// Scenario S6: sequential calls per figure (more for a steadier
+    /// figure, or to profile; `--quick` uses 20).
+    #[arg(long, default_value_t = 100)]
+    s6_calls: usize,
 }
 
 #[derive(Subcommand)]
@@ -214,6 +218,7 @@ async fn suite(cli: Cli) -> anyhow::Result<()> {
         runs: cli.runs.max(1),
         quick: cli.quick,
         store: cli.store.clone(),
+        s6_calls: cli.s6_calls.max(1),
         soak: soak::SoakOptions {
             secs: cli.soak_secs,
             sessions: cli.sessions,
@@ -302,6 +307,7 @@ struct Env {
     runs: usize,
     quick: bool,
     store: Option<String>,
+    s6_calls: usize,
     soak: soak::SoakOptions,
 }
 
@@ -1317,7 +1323,7 @@ fn which(name: &str) -> anyhow::Result<PathBuf> {
 // === S6: shell ===
 
 async fn s6_shell(env: &Env) -> anyhow::Result<Vec<Row>> {
-    let n = if env.quick { 20 } else { 100 };
+    let n = if env.quick { 20 } else { env.s6_calls };
     // The confined figure depends on the workspace's size (the sandbox keeps
     // every `.git` read-only): measure with S5's repository in it, made here
     // when S5 did not run.

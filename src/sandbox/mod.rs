@@ -53,6 +53,9 @@ pub struct Sandbox {
     /// The pre-started worker every command of this sandbox (and of those
     /// made by [`Sandbox::at_level`]) is forked from.
     zygote: Arc<zygote::Zygote>,
+    /// Commands' private tmps left clean, for the next command of the same
+    /// workspace (shared like `zygote`).
+    tmps: Arc<crate::scratch::TmpPool>,
 }
 
 /// Why the service must not start with the configured sandbox.
@@ -89,6 +92,7 @@ impl Sandbox {
             probe,
             protected: Arc::default(),
             zygote,
+            tmps: Arc::default(),
         }
     }
 
@@ -105,12 +109,18 @@ impl Sandbox {
             config,
             protected: self.protected.clone(),
             zygote: self.zygote.clone(),
+            tmps: self.tmps.clone(),
         }
     }
 
     /// The zygote commands are forked from.
     pub fn zygote(&self) -> &zygote::Zygote {
         &self.zygote
+    }
+
+    /// Commands' private tmps, kept clean between commands.
+    pub fn tmps(&self) -> &Arc<crate::scratch::TmpPool> {
+        &self.tmps
     }
 
     /// The protected paths of the workspace at `root` (canonical), kept

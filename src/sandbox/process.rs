@@ -13,16 +13,18 @@
 //! command ahead, for the zygote's spare worker to join: see
 //! [`super::zygote`]), and sweeps it after the command.
 //!
-//! Output is read through bounded channels into a fixed-size head and a
-//! ring-buffer tail, so the server's memory stays flat however much a
-//! command prints (`yes | head -c 5G`).
+//! Output (stdout and stderr share one pipe: one stream, in the order it
+//! was written) is read by the call's own task as it comes, into a
+//! fixed-size head and a ring-buffer tail, so the server's memory stays flat
+//! however much a command prints (`yes | head -c 5G`): while the task is
+//! busy the pipe fills and the command waits.
 
 #![allow(unsafe_code)]
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use tokio::io::AsyncReadExt;
@@ -33,7 +35,7 @@ use super::probe::ProcessLimitKind;
 use super::worker::{ANCHOR_TMP, PROTECTED_FD, WorkerArgs};
 use super::zygote::{PidsCgroup, Request};
 use super::{SandboxLevel, SharedSandbox};
-use crate::scratch::{Kind, ScratchDir};
+use crate::scratch::{PooledTmp, TmpPool};
 
 /// Environment variables passed through to commands. Everything else
 /// (tokens, keys, the server's own settings) is dropped so that a command
@@ -60,10 +62,6 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Bytes read from a pipe at once.
 const READ_CHUNK: usize = 64 * 1024;
-
-/// Chunks queued between the pipe readers and the sink; a full queue stops
-/// reading, so a fast writer blocks on its pipe instead of growing memory.
-const CHUNK_QUEUE: usize = 8;
 
 /// Bytes read from the status pipe at once: a whole report in one read.
 const STATUS_READ_CHUNK: usize = 512;
@@ -238,7 +236,8 @@ pub async fn run_process(
             .then(|| protected_set(&spec))
             .flatten()
     };
-    let tmp = match ScratchDir::create(Kind::CommandTmp) {
+    let tmps = spec.sandbox.tmps().clone();
+    let tmp = match tmps.take(&spec.workspace) {
         Ok(t) => t,
         Err(e) => {
             return ProcessOutcome::SpawnFailed {
@@ -310,15 +309,15 @@ pub async fn run_process(
         env.retain(|(k, _)| k != "HOME");
         env.push(("HOME".into(), seen_tmp.into_os_string()));
     }
-    let (out_r, out_w, err_r, err_w, stdin) = match (
-        pipe_cloexec(),
-        pipe_cloexec(),
+    // One pipe for stdout and stderr: the output is one stream, in the
+    // order the command wrote it (as a terminal shows it), read by this
+    // task alone (see [`OutputPipe`]).
+    let (out_r, out_w, err_w, stdin) = match (
+        pipe_cloexec().and_then(|(r, w)| Ok((r, w.try_clone()?, w))),
         std::fs::File::open("/dev/null"),
     ) {
-        (Ok((out_r, out_w)), Ok((err_r, err_w)), Ok(null)) => {
-            (out_r, out_w, err_r, err_w, OwnedFd::from(null))
-        }
-        (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => {
+        (Ok((out_r, out_w, err_w)), Ok(null)) => (out_r, out_w, err_w, OwnedFd::from(null)),
+        (Err(e), _) | (_, Err(e)) => {
             return ProcessOutcome::SpawnFailed {
                 message: format!("could not create the command's pipes: {e}"),
             };
@@ -358,16 +357,7 @@ pub async fn run_process(
     let mut status = StatusPipe::read(status_r, report_token);
     events.send_event(ProcessEvent::Started { pid: spawned.pid });
 
-    let (chunk_tx, mut chunk_rx) = mpsc::channel::<Vec<u8>>(CHUNK_QUEUE);
-    for r in [out_r, err_r] {
-        match tokio::net::unix::pipe::Receiver::from_owned_fd(r) {
-            Ok(r) => {
-                tokio::spawn(pump(r, chunk_tx.clone()));
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot read a command's output pipe"),
-        }
-    }
-    drop(chunk_tx);
+    let mut out = OutputPipe::new(out_r);
 
     let mut sink = OutputSink::new(spec.limits, Box::new(events));
     if let Some(spill) = spec.spill.take() {
@@ -381,7 +371,6 @@ pub async fn run_process(
         TimedOut,
         Cancelled,
     }
-    let mut pipes_open = true;
     let mut reported = None;
     let end = loop {
         tokio::select! {
@@ -393,33 +382,41 @@ pub async fn run_process(
                 });
                 break End::Exited;
             }
-            chunk = chunk_rx.recv(), if pipes_open => match chunk {
-                Some(c) => sink.push(&c),
-                None => pipes_open = false,
-            },
+            () = out.readable(), if out.is_open() => out.read_some(&mut sink),
             () = &mut deadline => break End::TimedOut,
             () = token.cancelled() => break End::Cancelled,
         }
     };
     let reported = match reported {
         Some(r) => r,
-        None => stop_worker(&worker, &mut status.reaped, &mut chunk_rx, &mut sink).await,
+        None => stop_worker(&worker, &mut status.reaped, &mut out, &mut sink).await,
     };
     worker.ended = true;
     // The worker reaped everything it could; the cgroup sweep catches what
     // a SIGKILLed worker could not. After the worker's own report this runs
     // behind the call: the worker is then still exiting, and its cgroup
     // and the private tmp go once the zygote reaped it.
+    let workspace = spec.workspace.clone();
     if status.reaped.is_finished() {
-        remove_after(cgroup, tmp).await;
+        remove_after(cgroup, tmp, &tmps, &workspace).await;
     } else {
         let exiting = status.reaped;
         tokio::spawn(async move {
             let _ = exiting.await;
-            remove_after(cgroup, tmp).await;
+            remove_after(cgroup, tmp, &tmps, &workspace).await;
         });
     }
-    drain(&mut chunk_rx, &mut sink).await;
+    if reported.exit_code.is_some() || reported.signal.is_some() {
+        // The worker's own report (its token checked): the command and every
+        // descendant are reaped, so all they wrote is in the pipe now, and
+        // nobody is left to write more. Read without waiting for the end of
+        // file, which comes with the worker's exit: waiting was one more
+        // wake-up of this task on every call's path.
+        out.read_now(&mut sink);
+    } else {
+        out.drain(&mut sink).await;
+    }
+    drop(out);
     let output = sink.finish();
     if let Some(message) = reported.spawn_error {
         return ProcessOutcome::SpawnFailed {
@@ -445,12 +442,24 @@ pub async fn run_process(
 }
 
 /// What a command leaves once its worker is gone: its cgroup (swept of
-/// anything a SIGKILLed worker could not reap) and its private tmp, removed
-/// on a blocking thread (a command may leave any number of files there).
-async fn remove_after(cgroup: Option<super::cgroup::CommandCgroup>, tmp: ScratchDir) {
+/// anything a SIGKILLed worker could not reap) and its private tmp, kept
+/// for the next command when the command left it as it was made (see
+/// [`TmpPool`]), else removed on a blocking thread (a command may leave any
+/// number of files there).
+async fn remove_after(
+    cgroup: Option<super::cgroup::CommandCgroup>,
+    tmp: PooledTmp,
+    tmps: &TmpPool,
+    workspace: &std::path::Path,
+) {
     if let Some(cgroup) = cgroup {
         cgroup.remove().await;
     }
+    // Every process of the command is gone: the worker was reaped and the
+    // cgroup swept.
+    let Some(tmp) = tmps.give_back(workspace, tmp) else {
+        return;
+    };
     match tokio::task::spawn_blocking(move || tmp.close()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!(error = %e, "could not remove a command's private tmp"),
@@ -544,19 +553,15 @@ fn command_env() -> Vec<(String, OsString)> {
 async fn stop_worker(
     worker: &Worker,
     status_reader: &mut tokio::task::JoinHandle<Reported>,
-    rx: &mut mpsc::Receiver<Vec<u8>>,
+    out: &mut OutputPipe,
     sink: &mut OutputSink,
 ) -> Reported {
     worker.signal(Signal::SIGTERM);
     let until = tokio::time::Instant::now() + KILL_GRACE + WORKER_EXIT_SLACK;
-    let mut pipes_open = true;
     loop {
         tokio::select! {
             r = &mut *status_reader => return r.unwrap_or_default(),
-            chunk = rx.recv(), if pipes_open => match chunk {
-                Some(c) => sink.push(&c),
-                None => pipes_open = false,
-            },
+            () = out.readable(), if out.is_open() => out.read_some(sink),
             () = tokio::time::sleep_until(until) => break,
         }
     }
@@ -565,26 +570,93 @@ async fn stop_worker(
     status_reader.await.unwrap_or_default()
 }
 
-async fn drain(rx: &mut mpsc::Receiver<Vec<u8>>, sink: &mut OutputSink) {
-    let until = Instant::now() + DRAIN_TIMEOUT;
-    while let Ok(Some(c)) = tokio::time::timeout_at(until.into(), rx.recv()).await {
-        sink.push(&c);
-    }
+/// The read end of the command's output pipe (stdout and stderr), read by
+/// the call's own task as it becomes readable: no task per pipe and no
+/// channel between them and the call (each was a wake-up on the path; the
+/// end of file of two pipes was two more at every call's end).
+struct OutputPipe {
+    /// `None` once at end of file (or unreadable).
+    rx: Option<tokio::net::unix::pipe::Receiver>,
+    buf: Vec<u8>,
 }
 
-async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, tx: mpsc::Sender<Vec<u8>>) {
-    // Read into spare capacity: nothing is zeroed, and only the pages a
-    // read fills are ever touched.
-    let mut buf = Vec::with_capacity(READ_CHUNK);
-    loop {
-        buf.clear();
-        match r.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {
-                if tx.send(buf.as_slice().to_vec()).await.is_err() {
-                    break;
-                }
+/// Reads per wake-up before the call's other events get a turn (a command
+/// writing without pause must not starve its timeout or cancel).
+const READS_PER_TURN: usize = 16;
+
+impl OutputPipe {
+    fn new(fd: OwnedFd) -> Self {
+        let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+            .inspect_err(|e| tracing::warn!(error = %e, "cannot read a command's output pipe"))
+            .ok();
+        Self {
+            rx,
+            buf: Vec::new(),
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        self.rx.is_some()
+    }
+
+    /// Until there is something to read (or end of file); pending forever
+    /// once closed (callers guard it with [`Self::is_open`]).
+    async fn readable(&self) {
+        match &self.rx {
+            Some(rx) => {
+                let _ = rx.readable().await;
             }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Reads what is there, at most `turns` reads; true when the pipe is
+    /// empty now (or closed).
+    fn read_up_to(&mut self, sink: &mut OutputSink, turns: usize) -> bool {
+        for _ in 0..turns {
+            let Some(rx) = &self.rx else {
+                return true;
+            };
+            // Into spare capacity: nothing is zeroed, and only the pages a
+            // read fills are ever touched.
+            self.buf.clear();
+            self.buf.reserve(READ_CHUNK);
+            match rx.try_read_buf(&mut self.buf) {
+                Ok(0) => self.rx = None,
+                Ok(_) => sink.push(&self.buf),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(_) => self.rx = None,
+            }
+        }
+        self.rx.is_none()
+    }
+
+    /// After a wake-up: reads what is there, a turn's worth.
+    fn read_some(&mut self, sink: &mut OutputSink) {
+        self.read_up_to(sink, READS_PER_TURN);
+    }
+
+    /// Reads what is in the pipe now, without waiting for more: all that a
+    /// pipe with no writer left can hold (its capacity is at most
+    /// `pipe-max-size`, 1 MiB by default, and a read takes up to
+    /// [`READ_CHUNK`]).
+    fn read_now(&mut self, sink: &mut OutputSink) {
+        let most = (1 << 20) / READ_CHUNK + 1;
+        self.read_up_to(sink, most);
+    }
+
+    /// Reads to end of file, for at most [`DRAIN_TIMEOUT`] (a descendant
+    /// that escaped the sweep may hold the pipe open).
+    async fn drain(&mut self, sink: &mut OutputSink) {
+        let until = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+        while self.is_open() {
+            if tokio::time::timeout_at(until, self.readable())
+                .await
+                .is_err()
+            {
+                return;
+            }
+            self.read_some(sink);
         }
     }
 }

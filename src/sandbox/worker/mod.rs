@@ -247,15 +247,11 @@ pub fn main_with_parent(args: WorkerArgs, forked: Option<Forked>) -> ! {
             if let Some(t) = &args.report_token {
                 line["token"] = t.as_str().into();
             }
-            // The command's stdin, stdout and stderr close before the
-            // report, so that the server, which ends the call on the report
-            // (the command and its descendants are reaped), finds the
-            // output complete rather than waiting for this process's exit.
-            for fd in 0..=2 {
-                // SAFETY: closing fds this process holds for the command
-                // and writes nothing more to.
-                unsafe { libc::close(fd) };
-            }
+            // The report first: the server ends the call on it (the
+            // command and its descendants are reaped, so their output is
+            // all in the pipe) and reads the output pipe without waiting
+            // for its end of file. Closing the command's stdout and stderr
+            // before it woke the server once more per call.
             report(&mut status, &line);
             drop(status);
             exit_like(ended)
