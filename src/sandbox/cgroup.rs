@@ -67,13 +67,86 @@ impl CommandCgroup {
 impl CommandCgroup {
     /// Sweeps and removes the cgroup (see [`sweep`]) on a blocking thread,
     /// and waits for it: a command's call ends only once nothing it started
-    /// is left.
-    pub async fn remove(mut self) {
+    /// is left. With `keep_in`, an emptied cgroup the command could not have
+    /// changed (a confined command: Landlock grants nothing under
+    /// `/sys/fs/cgroup`) goes to that pool instead of being removed.
+    pub async fn remove(mut self, keep_in: Option<&CgroupPool>) {
         let dir = std::mem::take(&mut self.dir);
-        if let Err(e) = tokio::task::spawn_blocking(move || sweep(&dir)).await {
-            tracing::warn!(error = %e, "the cgroup sweep did not finish");
+        let keep = keep_in.is_some();
+        match tokio::task::spawn_blocking(move || (sweep(&dir, keep), dir)).await {
+            Ok((Swept::Kept, dir)) => {
+                if let Some(pool) = keep_in {
+                    pool.give_back(Self { dir, max: self.max });
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "the cgroup sweep did not finish"),
         }
     }
+}
+
+/// Commands' pids cgroups, emptied and kept for later commands: a cgroup's
+/// `mkdir` (its control files made), `pids.max` write and `rmdir` (taken
+/// offline behind an RCU grace period) were ~8% of the server's CPU per
+/// confined `true` (BENCHMARKS.md "Session 20"). One is kept only when a
+/// confined command ran in it, nothing is left in it (no process, no
+/// `pids.current`, no child cgroup), and its `pids.max` is written again
+/// when it is taken.
+#[derive(Debug, Default)]
+pub struct CgroupPool {
+    free: std::sync::Mutex<Vec<CommandCgroup>>,
+}
+
+/// Cgroups kept at most.
+const POOLED_CGROUPS: usize = 8;
+
+impl CgroupPool {
+    /// An empty pids cgroup under `base` with `pids.max` = `max`: a kept
+    /// one, else a new one.
+    pub fn take(&self, base: &Path, max: u64) -> std::io::Result<CommandCgroup> {
+        loop {
+            let kept = {
+                let mut free = self.lock();
+                let at = free.iter().position(|c| c.dir.parent() == Some(base));
+                at.map(|i| free.swap_remove(i))
+            };
+            let Some(mut cgroup) = kept else {
+                return CommandCgroup::create(base, max);
+            };
+            // Written whatever it was: nothing but this pool's owner
+            // decides it.
+            cgroup.max = u64::MAX;
+            match cgroup.set_max(max) {
+                Ok(()) => return Ok(cgroup),
+                // Gone or broken: swept by its drop, and another one.
+                Err(e) => tracing::debug!(error = %e, "a kept pids cgroup could not be reused"),
+            }
+        }
+    }
+
+    fn give_back(&self, cgroup: CommandCgroup) {
+        let mut free = self.lock();
+        if free.len() < POOLED_CGROUPS {
+            free.push(cgroup);
+        }
+        // Else dropped: swept and removed behind.
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<CommandCgroup>> {
+        self.free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// How a sweep ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Swept {
+    Removed,
+    /// Empty and left in place, to be used again.
+    Kept,
+    /// Could not be emptied: left, with `pids.max` still binding it.
+    Stuck,
 }
 
 impl Drop for CommandCgroup {
@@ -88,22 +161,25 @@ impl Drop for CommandCgroup {
         }
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn_blocking(move || sweep(&dir));
+                runtime.spawn_blocking(move || sweep(&dir, false));
             }
-            Err(_) => sweep(&dir),
+            Err(_) => {
+                sweep(&dir, false);
+            }
         }
     }
 }
 
 /// Kills whatever is still in the cgroup `dir`, waits for it to exit and
-/// removes the directory; blocking (up to [`SWEEP_WAIT`] per round).
-fn sweep(dir: &Path) {
+/// removes the directory, or with `keep` leaves it when it is then unused
+/// ([`unused`]); blocking (up to [`SWEEP_WAIT`] per round).
+fn sweep(dir: &Path, keep: bool) -> Swept {
     let until = Instant::now() + SWEEP_WAIT;
     for _ in 0..CGROUP_SWEEPS {
         let procs = match std::fs::read_to_string(dir.join("cgroup.procs")) {
             Ok(p) => p,
             // Removed already (a zygote that cleaned up its spare's).
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Swept::Removed,
             Err(_) => String::new(),
         };
         let pids: Vec<i32> = procs
@@ -111,9 +187,12 @@ fn sweep(dir: &Path) {
             .filter_map(|l| l.trim().parse().ok())
             .collect();
         if pids.is_empty() {
+            if keep && unused(dir) {
+                return Swept::Kept;
+            }
             match std::fs::remove_dir(dir) {
-                Ok(()) => return,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+                Ok(()) => return Swept::Removed,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Swept::Removed,
                 Err(_) => {}
             }
         }
@@ -128,6 +207,16 @@ fn sweep(dir: &Path) {
         }
     }
     tracing::warn!(cgroup = %dir.display(), "could not empty the command's cgroup");
+    Swept::Stuck
+}
+
+/// Whether the emptied cgroup `dir` holds nothing: no process counted in
+/// `pids.current` (one killed but not yet released still is), and no child
+/// cgroup (a cgroup directory's link count is 2 and one per child).
+fn unused(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).is_ok_and(|m| m.nlink() == 2)
+        && std::fs::read_to_string(dir.join("pids.current")).is_ok_and(|c| c.trim() == "0")
 }
 
 /// SIGKILLs `pid` if it is (still) a member of the cgroup `dir`, and

@@ -397,13 +397,18 @@ pub async fn run_process(
     // behind the call: the worker is then still exiting, and its cgroup
     // and the private tmp go once the zygote reaped it.
     let workspace = spec.workspace.clone();
+    // A confined command cannot have changed its cgroup: it may be kept.
+    let confined = config.level.is_confined();
+    let sandbox = spec.sandbox.clone();
     if status.reaped.is_finished() {
-        remove_after(cgroup, tmp, &tmps, &workspace).await;
+        let keep = confined.then(|| sandbox.zygote().cgroups());
+        remove_after(cgroup, keep, tmp, &tmps, &workspace).await;
     } else {
         let exiting = status.reaped;
         tokio::spawn(async move {
             let _ = exiting.await;
-            remove_after(cgroup, tmp, &tmps, &workspace).await;
+            let keep = confined.then(|| sandbox.zygote().cgroups());
+            remove_after(cgroup, keep, tmp, &tmps, &workspace).await;
         });
     }
     if reported.exit_code.is_some() || reported.signal.is_some() {
@@ -448,12 +453,13 @@ pub async fn run_process(
 /// number of files there).
 async fn remove_after(
     cgroup: Option<super::cgroup::CommandCgroup>,
+    keep_cgroup: Option<&super::cgroup::CgroupPool>,
     tmp: PooledTmp,
     tmps: &TmpPool,
     workspace: &std::path::Path,
 ) {
     if let Some(cgroup) = cgroup {
-        cgroup.remove().await;
+        cgroup.remove(keep_cgroup).await;
     }
     // Every process of the command is gone: the worker was reaped and the
     // cgroup swept.

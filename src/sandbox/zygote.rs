@@ -79,7 +79,7 @@ use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
 
-use super::cgroup::CommandCgroup;
+use super::cgroup::{CgroupPool, CommandCgroup};
 use super::worker::{
     ANCHOR_TMP, Forked, PROTECTED_FD, RulesetCache, SETUP_FAILED_EXIT, STATUS_FD, WorkerArgs,
 };
@@ -191,6 +191,8 @@ pub struct Zygote {
     /// The running zygote; `None` before the first command and after it
     /// died. One request at a time: its reply is the next message.
     conn: tokio::sync::Mutex<Option<Conn>>,
+    /// Commands' pids cgroups, emptied and kept for the next ones.
+    cgroups: CgroupPool,
 }
 
 struct Conn {
@@ -253,7 +255,14 @@ impl Zygote {
             hide_proc,
             anchor,
             conn: tokio::sync::Mutex::new(None),
+            cgroups: CgroupPool::default(),
         }
+    }
+
+    /// Where commands' emptied pids cgroups are kept (see
+    /// [`CommandCgroup::remove`]).
+    pub fn cgroups(&self) -> &CgroupPool {
+        &self.cgroups
     }
 
     /// The tmp anchor (see [`super::WorkerArgs::tmp_at`]), if there is one.
@@ -294,10 +303,12 @@ impl Zygote {
                         })?;
                         s.cgroup
                     }
-                    None => CommandCgroup::create(&want.base, want.max)
+                    None => self
+                        .cgroups
+                        .take(&want.base, want.max)
                         .map_err(|e| format!("could not create the command's pids cgroup: {e}"))?,
                 };
-                let next = match CommandCgroup::create(&want.base, want.max) {
+                let next = match self.cgroups.take(&want.base, want.max) {
                     Ok(n) => Some(SpareCgroup {
                         cgroup: n,
                         base: want.base.clone(),
