@@ -397,8 +397,10 @@ pub async fn run_process(
     // behind the call: the worker is then still exiting, and its cgroup
     // and the private tmp go once the zygote reaped it.
     let workspace = spec.workspace.clone();
-    // A confined command cannot have changed its cgroup: it may be kept.
-    let confined = config.level.is_confined();
+    // A confined command cannot have changed its cgroup (Landlock grants
+    // nothing under /sys/fs/cgroup): it may be kept. Not where the kernel
+    // enforces less than the level (`--sandbox-allow-weaker`).
+    let confined = config.level.is_confined() && spec.sandbox.enforced();
     let sandbox = spec.sandbox.clone();
     if status.reaped.is_finished() {
         let keep = confined.then(|| sandbox.zygote().cgroups());
