@@ -211,14 +211,27 @@ impl Pristine {
 /// command of the same workspace: a fresh one costs a `mkdir`, a lock and a
 /// rename on the path of every shell call, and an `rmdir` and the inode's
 /// eviction after it (ext4: 13% of the server's CPU per `true`,
-/// BENCHMARKS.md "Session 20"). A tmp is taken back only when nothing of
-/// the command is left in or on it: empty, the same inode at the same path,
-/// mode, owner, size, inode flags and extended attributes (ACLs) as when
-/// made; anything else is removed as before. Never shared between
-/// workspaces (tenants have their own).
+/// BENCHMARKS.md "Session 20"). A tmp is taken back only when
+/// - its command ran alone: no other command held a tmp at any moment of
+///   its life. A descriptor of the directory, handed over a unix socket to
+///   a command running beside it, would reach the next command's files
+///   (a breaker read and wrote them, and planted a `.gitconfig` in a pooled
+///   tmp); with no other command alive, no such descriptor outlives the
+///   command (every process of it is reaped before it is given back);
+/// - nothing of the command is left in or on it: empty, the same inode at
+///   the same path, mode, owner, size, inode flags and extended attributes
+///   (ACLs) as when made; its times are set to now (a command could leave
+///   a few bytes there for the next).
+///
+/// Anything else is removed as before. Never shared between workspaces
+/// (tenants have their own).
 #[derive(Debug, Default)]
 pub struct TmpPool {
     by_workspace: std::sync::Mutex<std::collections::HashMap<PathBuf, Vec<(ScratchDir, Pristine)>>>,
+    /// Commands holding a tmp now.
+    running: std::sync::atomic::AtomicUsize,
+    /// Tmps handed out so far.
+    handed: std::sync::atomic::AtomicU64,
 }
 
 /// Tmps kept per workspace, and over all of them.
@@ -231,6 +244,24 @@ pub struct PooledTmp {
     dir: ScratchDir,
     /// How it looked when made; `None`: not to be kept.
     pristine: Option<Pristine>,
+    /// No other command held a tmp when this one was taken.
+    alone: bool,
+    /// [`TmpPool::handed`] when this one was taken (it counted).
+    handed: u64,
+    /// Counted in [`TmpPool::running`] until dropped.
+    _running: Running,
+}
+
+/// One command counted in [`TmpPool::running`].
+#[derive(Debug)]
+struct Running(std::sync::Arc<TmpPool>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0
+            .running
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl PooledTmp {
@@ -242,30 +273,53 @@ impl PooledTmp {
 impl TmpPool {
     /// A clean tmp for a command in `workspace`: one given back, else a
     /// new one.
-    pub fn take(&self, workspace: &Path) -> io::Result<PooledTmp> {
+    pub fn take(self: &std::sync::Arc<Self>, workspace: &Path) -> io::Result<PooledTmp> {
+        use std::sync::atomic::Ordering::SeqCst;
         let kept = self.lock().get_mut(workspace).and_then(Vec::pop);
-        if let Some((dir, pristine)) = kept {
-            return Ok(PooledTmp {
-                dir,
-                pristine: Some(pristine),
-            });
-        }
-        let dir = ScratchDir::create(Kind::CommandTmp)?;
-        let pristine = Pristine::of(&dir._lock, &dir.path);
-        Ok(PooledTmp { dir, pristine })
+        let (dir, pristine) = match kept {
+            Some((dir, pristine)) => (dir, Some(pristine)),
+            None => {
+                let dir = ScratchDir::create(Kind::CommandTmp)?;
+                let pristine = Pristine::of(&dir._lock, &dir.path);
+                (dir, pristine)
+            }
+        };
+        let alone = self.running.fetch_add(1, SeqCst) == 0;
+        let handed = self.handed.fetch_add(1, SeqCst) + 1;
+        Ok(PooledTmp {
+            dir,
+            pristine,
+            alone,
+            handed,
+            _running: Running(self.clone()),
+        })
     }
 
     /// Takes `tmp` back when the command left it as it was made (call it
     /// once every process of the command is gone); otherwise returns it,
     /// to be removed.
     pub fn give_back(&self, workspace: &Path, tmp: PooledTmp) -> Option<ScratchDir> {
-        let PooledTmp { dir, pristine } = tmp;
-        let Some(pristine) = pristine else {
+        // Alone from its start to now: no tmp was taken since.
+        let alone =
+            tmp.alone && self.handed.load(std::sync::atomic::Ordering::SeqCst) == tmp.handed;
+        let PooledTmp { dir, pristine, .. } = tmp;
+        let Some(pristine) = pristine.filter(|_| alone) else {
             return Some(dir);
         };
         if Pristine::of(&dir._lock, &dir.path).as_ref() != Some(&pristine)
             || !Pristine::empty(&dir._lock)
         {
+            return Some(dir);
+        }
+        let now = rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        };
+        let times = rustix::fs::Timestamps {
+            last_access: now,
+            last_modification: now,
+        };
+        if rustix::fs::futimens(&dir._lock, &times).is_err() {
             return Some(dir);
         }
         let mut map = self.lock();
@@ -654,10 +708,47 @@ mod tests {
     /// same workspace only); one it changed in any way is not kept: a file
     /// or directory left in it, its mode, an extended attribute (an ACL
     /// is one), moved from its path, or grown.
+    /// A tmp is kept only when its command ran alone: one taken while
+    /// another was held, or one held while another was taken, could have
+    /// been handed to the other command (a descriptor over a unix socket)
+    /// and is removed. A kept one's times are set to now.
+    #[test]
+    fn a_tmp_is_kept_only_when_its_command_ran_alone() {
+        let pool = std::sync::Arc::new(TmpPool::default());
+        let ws = Path::new("/ws");
+        // Taken while another is held: neither is kept.
+        let first = pool.take(ws).unwrap();
+        let second = pool.take(ws).unwrap();
+        let back = pool.give_back(ws, second).expect("the second is not kept");
+        back.close().unwrap();
+        let back = pool.give_back(ws, first).expect("the first is not kept");
+        back.close().unwrap();
+        // Held while another was taken and given back: not kept.
+        let long = pool.take(ws).unwrap();
+        let short = pool.take(ws).unwrap();
+        pool.give_back(ws, short).unwrap().close().unwrap();
+        pool.give_back(ws, long).unwrap().close().unwrap();
+        // Alone: kept, with its times set to now.
+        let alone = pool.take(ws).unwrap();
+        let path = alone.path().to_path_buf();
+        let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_234_567_890);
+        let f = File::open(&path).unwrap();
+        f.set_times(
+            std::fs::FileTimes::new()
+                .set_accessed(old)
+                .set_modified(old),
+        )
+        .unwrap();
+        assert!(pool.give_back(ws, alone).is_none(), "kept");
+        let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+        assert!(modified > old, "{modified:?}");
+        assert_eq!(pool.take(ws).unwrap().path(), path);
+    }
+
     #[test]
     fn a_tmp_is_kept_only_as_it_was_made() {
         use std::os::unix::fs::PermissionsExt;
-        let pool = TmpPool::default();
+        let pool = std::sync::Arc::new(TmpPool::default());
         let ws = Path::new("/ws/a");
         let first = pool.take(ws).unwrap();
         let path = first.path().to_path_buf();

@@ -159,6 +159,32 @@ async fn stdout_and_stderr_arrive_whole_in_the_order_written() {
     }
 }
 
+/// A pipe in packet mode (`O_DIRECT`: each read returns one write) and
+/// grown to 1 MiB holds up to 256 small writes when the command exits:
+/// all of them are read at the report (a breaker lost ~240 lines when a
+/// fixed number of reads was made).
+#[tokio::test]
+async fn output_left_in_a_packet_mode_pipe_is_read_whole() {
+    let command = "/usr/bin/python3 -c \"import fcntl, os; fcntl.fcntl(1, 1031, 1 << 20); \
+                   fcntl.fcntl(1, fcntl.F_SETFL, fcntl.fcntl(1, fcntl.F_GETFL) | os.O_DIRECT); \
+                   [os.write(1, b'%05d\\n' % i) for i in range(3000)]\"";
+    let expected: String = (0..3000).map(|i| format!("{i:05}\n")).collect();
+    for config in [yolo(), yolo_confined()] {
+        let srv = TestServer::with_config(config).await;
+        for round in 0..3 {
+            let events = srv.run("s", vec![shell("sh", command)]).await;
+            assert_eq!(result_of(&events, "sh")["exit_code"], 0, "{events:?}");
+            let out = command_output(&events, "sh");
+            assert!(
+                out == expected,
+                "round {round}: {} of {} bytes",
+                out.len(),
+                expected.len()
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn output_is_bounded_to_head_and_tail() {
     let srv = TestServer::with_config(SchedulerConfig {

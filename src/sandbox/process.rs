@@ -592,6 +592,11 @@ struct OutputPipe {
 /// writing without pause must not starve its timeout or cancel).
 const READS_PER_TURN: usize = 16;
 
+/// Most reads of what the pipe holds at the worker's report: far more than
+/// a pipe holds packets (`pipe-max-size` is 1 MiB, 256 pages, for an
+/// unprivileged command) or 64 KiB reads.
+const MAX_READS_AT_END: usize = 1 << 16;
+
 impl OutputPipe {
     fn new(fd: OwnedFd) -> Self {
         let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
@@ -644,13 +649,15 @@ impl OutputPipe {
         self.read_up_to(sink, READS_PER_TURN);
     }
 
-    /// Reads what is in the pipe now, without waiting for more: all that a
-    /// pipe with no writer left can hold (its capacity is at most
-    /// `pipe-max-size`, 1 MiB by default, and a read takes up to
-    /// [`READ_CHUNK`]).
+    /// Reads what is in the pipe now, without waiting for more, until it
+    /// is empty: with no writer left, that is all there will be. Not a
+    /// count of reads worked out from the pipe's size: a command may put
+    /// its pipe in packet mode (`O_DIRECT`), where each read returns one
+    /// write, however small (a breaker lost ~240 lines that way). Bounded
+    /// only against a writer that should not exist (one that escaped the
+    /// sweep): [`MAX_READS_AT_END`].
     fn read_now(&mut self, sink: &mut OutputSink) {
-        let most = (1 << 20) / READ_CHUNK + 1;
-        self.read_up_to(sink, most);
+        self.read_up_to(sink, MAX_READS_AT_END);
     }
 
     /// Reads to end of file, for at most [`DRAIN_TIMEOUT`] (a descendant
