@@ -848,7 +848,7 @@ fn linked_repositories(root: &Path, dotgit: &Path, found: &mut Vec<PathBuf>) {
         git_dir = r.is_dir.then_some(r);
     }
     if let Some(file) = gitlink {
-        git_dir = named_dir(&file, b"gitdir:", dir);
+        git_dir = named_dir(&file, b"gitdir: ", dir);
         if let Some(r) = &git_dir {
             add(r, false, found);
         }
@@ -864,8 +864,9 @@ fn linked_repositories(root: &Path, dotgit: &Path, found: &mut Vec<PathBuf>) {
 /// Most of a gitlink file read: git writes one `gitdir: PATH` line.
 const MAX_GITLINK_BYTES: u64 = 4096;
 
-/// The directory the first line of the regular file `file` names after
-/// `prefix`, relative to `base` unless absolute (see [`resolve`]); `None`
+/// The directory the regular file `file` names after `prefix` (its text
+/// less trailing line ends, as git reads a gitlink and a `commondir`),
+/// relative to `base` unless absolute (see [`resolve`]); `None`
 /// when `file` is not a regular file or names no directory. Opened without
 /// following a symlink and without blocking (a FIFO), and at most
 /// [`MAX_GITLINK_BYTES`] read.
@@ -881,8 +882,15 @@ fn named_dir(file: &Path, prefix: &[u8], base: &Path) -> Option<Resolved> {
     }
     let mut text = Vec::new();
     file.take(MAX_GITLINK_BYTES).read_to_end(&mut text).ok()?;
-    let line = text.split(|b| *b == b'\n').next()?;
-    let named = line.strip_prefix(prefix)?.trim_ascii();
+    // As git reads it: the whole file less its trailing line ends, after
+    // the exact prefix; spaces are part of the path (a breaker's finding:
+    // `gitdir: ../s.git ` is `s.git ` to git, and trimming it protected
+    // another directory).
+    let end = text
+        .iter()
+        .rposition(|b| !matches!(b, b'\n' | b'\r'))
+        .map_or(0, |i| i + 1);
+    let named = text[..end].strip_prefix(prefix)?;
     if named.is_empty() {
         return None;
     }
@@ -1456,6 +1464,29 @@ mod tests {
         assert!(now.contains(&root.join("m/q.git")), "{now:?}");
         assert!(!now.contains(&root.join(".repo/projects/q.git")), "{now:?}");
         assert_eq!(cache.current_if_unchanged(), None, "links are followed");
+    }
+
+    /// A gitlink is read as git reads it: after the exact `gitdir: `, to
+    /// the end less line ends, spaces included (`s.git ` is another
+    /// directory than `s.git`); `gitdir:` without its space is no gitlink
+    /// to git.
+    #[test]
+    fn a_gitlink_is_read_as_git_reads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for d in ["s.git", "s.git ", "t.git", "p", "q"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("p/.git"), "gitdir: ../s.git \r\n").unwrap();
+        std::fs::write(root.join("q/.git"), "gitdir:../t.git\n").unwrap();
+        assert_eq!(
+            sorted(scan_once(&root)),
+            [
+                root.join("p/.git"),
+                root.join("q/.git"),
+                root.join("s.git ")
+            ]
+        );
     }
 
     /// Calls answered without a walk so far, and directories the last walk
