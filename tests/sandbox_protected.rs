@@ -430,3 +430,66 @@ async fn git_symlink_layout(config: toolsched::scheduler::SchedulerConfig) -> Te
     );
     srv
 }
+
+/// A non-root server cannot look into a directory a command made `chmod
+/// 000`: a command that hides the way to a linked repository from the next
+/// command's resolution must not get the repository writable then. The
+/// directory in the way is protected instead (read-only: its mode cannot be
+/// given back), as the walk protects a directory it cannot read. As root
+/// the server runs as `nobody` (setpriv, util-linux).
+#[tokio::test]
+async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
+    use std::os::unix::fs::PermissionsExt;
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let root = rustix::process::geteuid().is_root();
+    let scratch = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let program = scratch.path().join("toolsched");
+    std::fs::copy(env!("CARGO_BIN_EXE_toolsched"), &program).unwrap();
+    let ws = scratch.path().join("ws");
+    std::fs::create_dir_all(ws.join(".repo/projects/p.git/hooks")).unwrap();
+    std::fs::create_dir_all(ws.join("p")).unwrap();
+    std::os::unix::fs::symlink("../.repo/projects/p.git", ws.join("p/.git")).unwrap();
+    if root {
+        let st = std::process::Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(&ws)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let launcher: &[&str] = if root {
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]
+    } else {
+        &[]
+    };
+    let bin = Binary::start_via(launcher, &program, &ws, &["--approval-mode", "yolo"], &[]);
+    let run = |session: &'static str, command: &'static str| async move {
+        collect(crate::replicas_support::run_shell(bin.addr, session, "c", command).await).await
+    };
+    let hide = run("s", "chmod 000 .repo && echo hidden").await;
+    assert_eq!(
+        states(&hide, "c"),
+        ["validating", "scheduled", "executing", "success"],
+        "{hide:?}"
+    );
+    let write = run(
+        "s",
+        "chmod 755 .repo; echo evil > .repo/projects/p.git/hooks/post-checkout",
+    )
+    .await;
+    assert_eq!(
+        states(&write, "c"),
+        ["validating", "scheduled", "executing", "error"],
+        "{write:?}"
+    );
+    std::fs::set_permissions(ws.join(".repo"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(!ws.join(".repo/projects/p.git/hooks/post-checkout").exists());
+}

@@ -923,6 +923,7 @@ const MAX_SYMLINK_HOPS: usize = 40;
 /// directory nor a regular file, or through more than
 /// [`MAX_SYMLINK_HOPS`] symlinks.
 fn resolve(base: &Path, path: &Path) -> Option<Resolved> {
+    use std::io::ErrorKind;
     use std::path::Component;
     let mut at = if path.is_absolute() {
         PathBuf::from("/")
@@ -954,7 +955,28 @@ fn resolve(base: &Path, path: &Path) -> Option<Resolved> {
             continue;
         }
         let next = at.join(&name);
-        let meta = std::fs::symlink_metadata(&next).ok()?;
+        let meta = match std::fs::symlink_metadata(&next) {
+            Ok(meta) => meta,
+            // Nothing there: the path leads nowhere (yet).
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                return None;
+            }
+            // Cannot be looked into (a non-root server, a directory a
+            // command made `chmod 000`): what lies beyond cannot be told,
+            // so the directory in the way is what is protected (read-only:
+            // its mode cannot be given back), as the walk protects a
+            // directory it cannot read. Else a command could hide the
+            // repository from the next command's resolution and write it
+            // then (a breaker's suspicion for non-root servers).
+            Err(_) => {
+                passed.extend(entered.into_iter().filter(|d| !at.starts_with(d)));
+                return Some(Resolved {
+                    path: at,
+                    is_dir: true,
+                    passed,
+                });
+            }
+        };
         if meta.is_symlink() {
             hops += 1;
             if hops > MAX_SYMLINK_HOPS {
