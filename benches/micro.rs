@@ -42,6 +42,7 @@ fn policy(c: &mut Criterion) {
                 interactive: true,
                 rules: &rules,
                 client_initiated: false,
+                writes_repository: invocation.writes_repository(),
             })
         })
     });

@@ -67,6 +67,7 @@ impl Case<'_> {
                 interactive: self.interactive,
                 rules: self.rules,
                 client_initiated,
+                writes_repository: false,
             },
             Some(Path::new("/ws")),
         )

@@ -66,6 +66,7 @@ fn decide(
             interactive,
             rules,
             client_initiated: false,
+            writes_repository: false,
         },
         Some(Path::new("/ws")),
     )

@@ -3,8 +3,10 @@
 //! yolo and auto_edit included, such a call asks (so a non-interactive
 //! batch ends it in policy_violation), an operator deny rule denies it,
 //! plan mode denies it. The path is the resolved one: `./.git/../.git/…`, a
-//! symlink into `.git` and `.GIT` are the same protected place. Issue 11,
-//! item 3.
+//! symlink into `.git` and `.GIT` are the same protected place; so is a
+//! repository's directory not named `.git` (one a `.git` symlink or a
+//! gitlink leads to, a bare one: a breaker wrote `p/.git/config` through
+//! Android's `repo` layout without a prompt). Issue 11, item 3.
 
 use crate::support;
 
@@ -16,11 +18,22 @@ use toolsched::scheduler::SchedulerConfig;
 
 const HOOK: &str = "#!/bin/sh\ntouch planted\n";
 
-/// A workspace with a repository, a nested one, and symlinks into `.git`.
+/// A workspace with a repository, a nested one, symlinks into `.git`, and
+/// repositories whose directories are not named `.git`: one a `.git`
+/// symlink leads to (Android's `repo`), one a gitlink names, a bare one.
 fn populate(srv: &TestServer) {
-    for dir in [".git/hooks", "sub/repo/.git", "a/.GIT", "src"] {
+    for dir in [".git/hooks", "sub/repo/.git", "a/.GIT", "src", "p", "g"] {
         std::fs::create_dir_all(srv.path(dir)).unwrap();
     }
+    for repo in [".repo/projects/p.git", "sep.git", "bare.git"] {
+        for dir in ["hooks", "objects", "refs"] {
+            std::fs::create_dir_all(srv.path(&format!("{repo}/{dir}"))).unwrap();
+        }
+        std::fs::write(srv.path(&format!("{repo}/HEAD")), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(srv.path(&format!("{repo}/config")), "[core]\n").unwrap();
+    }
+    std::os::unix::fs::symlink("../.repo/projects/p.git", srv.path("p/.git")).unwrap();
+    std::fs::write(srv.path("g/.git"), "gitdir: ../sep.git\n").unwrap();
     for file in [
         ".git/config",
         ".git/hooks/pre-commit",
@@ -50,6 +63,13 @@ fn protected_calls() -> Vec<(String, &'static str, serde_json::Value, &'static s
         ("cfg-link", ".git/config"),
         ("a/.GIT/config", "a/.GIT/config"),
         ("new/.git/config", "new/.git/config"),
+        ("p/.git/config", ".repo/projects/p.git/config"),
+        (
+            ".repo/projects/p.git/hooks/post-checkout",
+            ".repo/projects/p.git/hooks/post-checkout",
+        ),
+        ("sep.git/hooks/pre-commit", "sep.git/hooks/pre-commit"),
+        ("bare.git/config", "bare.git/config"),
     ];
     for (i, (given, file)) in writes.into_iter().enumerate() {
         calls.push((
@@ -65,6 +85,8 @@ fn protected_calls() -> Vec<(String, &'static str, serde_json::Value, &'static s
         ("sub/repo/.git/config", "sub/repo/.git/config"),
         ("cfg-link", ".git/config"),
         ("./.git/../.git/config", ".git/config"),
+        ("p/.git/config", ".repo/projects/p.git/config"),
+        ("sep.git/config", "sep.git/config"),
     ];
     for (i, (given, file)) in replaces.into_iter().enumerate() {
         calls.push((
@@ -245,7 +267,7 @@ async fn a_person_may_approve_a_protected_write_once_and_always_does_not_stick()
     let (stream, _, prompt) = srv.prompt("p", write("c1")).await;
     assert_eq!(
         prompt.reason,
-        "Approval required for 'write_file': it writes .git/hooks/pre-commit, inside a .git directory (the sandbox's protected paths): it asks in every mode [rule 'protected-path' (<built-in>)]."
+        "Approval required for 'write_file': it writes .git/hooks/pre-commit, inside a git repository's directory (the sandbox's protected paths): it asks in every mode [rule 'protected-path' (<built-in>)]."
     );
     srv.confirm(
         "p",

@@ -220,6 +220,10 @@ pub struct PolicyInput<'a> {
     /// command name, `find -exec …`) still asks: no deny rule could have
     /// been matched against it.
     pub client_initiated: bool,
+    /// The call writes inside a git repository's own directory that its
+    /// path does not name as `.git` (see
+    /// [`crate::tools::Invocation::writes_repository`]).
+    pub writes_repository: bool,
 }
 
 /// How strict a verdict is; the strictest over segments wins.
@@ -382,7 +386,7 @@ impl Policy {
                 "protected-path",
                 None,
                 format!(
-                    "it writes {path}, inside a .git directory (the sandbox's protected paths): it asks in every mode"
+                    "it writes {path}, inside a git repository's directory (the sandbox's protected paths): it asks in every mode"
                 ),
             );
         }
@@ -580,7 +584,8 @@ fn protected_write<'a>(input: &PolicyInput<'a>) -> Option<&'a str> {
     match input.subject {
         Subject::File { path }
             if !input.decl.read_only
-                && crate::sandbox::protected::is_protected_path(Path::new(path)) =>
+                && (input.writes_repository
+                    || crate::sandbox::protected::is_protected_path(Path::new(path))) =>
         {
             Some(path.as_str())
         }

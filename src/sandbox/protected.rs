@@ -209,6 +209,27 @@ pub fn is_protected_path(path: &Path) -> bool {
     })
 }
 
+/// Whether `target` (canonical, beneath the workspace `root`) lies inside a
+/// git repository's own directory, looked at as git does (`HEAD`, and
+/// `objects` and `refs` or a `commondir` file) in each directory from its
+/// parent up to the root: a repository a `.git` symlink or gitlink leads
+/// to, a bare one, a linked worktree's git dir. For the file tools' policy:
+/// a path through such a link has no `.git` component once resolved
+/// (`p/.git/config` is `.repo/projects/p.git/config`), and a breaker wrote
+/// `core.fsmonitor` there without a prompt.
+pub fn inside_git_dir(root: &Path, target: &Path) -> bool {
+    let is = |p: &Path| std::fs::symlink_metadata(p).is_ok();
+    let dir = |p: &Path| p.is_dir();
+    target
+        .ancestors()
+        .skip(1)
+        .take_while(|d| d.starts_with(root))
+        .any(|d| {
+            is(&d.join("HEAD"))
+                && ((dir(&d.join("objects")) && dir(&d.join("refs"))) || is(&d.join("commondir")))
+        })
+}
+
 /// One [`ProtectedPaths`] per workspace root, shared by the sandboxes of
 /// every level (see [`super::Sandbox::at_level`]).
 #[derive(Debug, Default)]

@@ -66,6 +66,7 @@ impl Decider<'_> {
             interactive: self.interactive,
             rules: self.rules,
             client_initiated: slot.request.client_initiated,
+            writes_repository: invocation.writes_repository(),
         });
         slot.note_decision(&decision);
         Some(decision)

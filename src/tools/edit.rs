@@ -101,6 +101,7 @@ impl Tool for ReplaceTool {
             ));
         }
         Ok(Arc::new(Replace {
+            writes_repository: target.in_git_dir(),
             target,
             display,
             old_string,
@@ -120,6 +121,8 @@ impl Tool for ReplaceTool {
 
 struct Replace {
     target: Target,
+    /// Inside a git repository's own directory (checked at build).
+    writes_repository: bool,
     display: String,
     old_string: String,
     new_string: String,
@@ -250,6 +253,10 @@ impl Invocation for Replace {
         Subject::File {
             path: self.display.clone(),
         }
+    }
+
+    fn writes_repository(&self) -> bool {
+        self.writes_repository
     }
 
     fn confirmation(&self) -> Result<ConfirmationDetails, ToolError> {

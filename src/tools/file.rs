@@ -143,6 +143,12 @@ impl Target {
         &self.ws
     }
 
+    /// Whether the path lies inside a git repository's own directory (see
+    /// [`crate::sandbox::protected::inside_git_dir`]).
+    pub fn in_git_dir(&self) -> bool {
+        crate::sandbox::protected::inside_git_dir(self.ws.root(), &self.path)
+    }
+
     /// Opens the file for reading, beneath the root; the last component
     /// must not be a symlink (the build-time path had them all resolved).
     pub fn open(&self) -> Result<File, BeneathError> {

@@ -426,6 +426,14 @@ pub trait Invocation: Send + Sync + 'static {
     fn reports_progress(&self) -> bool {
         true
     }
+
+    /// Whether the call writes inside a git repository's own directory
+    /// that its path does not name as `.git` (a repository a `.git`
+    /// symlink or gitlink leads to, a bare one): policy asks for it as for
+    /// a `.git` path ([`crate::sandbox::protected::inside_git_dir`]).
+    fn writes_repository(&self) -> bool {
+        false
+    }
 }
 
 /// A tool: a declaration and a way to build invocations.

@@ -75,6 +75,7 @@ impl Tool for WriteFileTool {
             return Err(is_directory(&display, "write_file"));
         }
         Ok(Arc::new(WriteFile {
+            writes_repository: target.in_git_dir(),
             target,
             display,
             content,
@@ -92,6 +93,8 @@ struct WriteFile {
     target: Target,
     display: String,
     content: String,
+    /// Inside a git repository's own directory (checked at build).
+    writes_repository: bool,
 }
 
 /// What writing `content` over the current file would put on disk.
@@ -168,6 +171,10 @@ impl Invocation for WriteFile {
         Subject::File {
             path: self.display.clone(),
         }
+    }
+
+    fn writes_repository(&self) -> bool {
+        self.writes_repository
     }
 
     fn confirmation(&self) -> Result<ConfirmationDetails, ToolError> {
