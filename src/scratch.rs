@@ -213,11 +213,13 @@ impl Pristine {
 /// eviction after it (ext4: 13% of the server's CPU per `true`,
 /// BENCHMARKS.md "Session 20"). A tmp is taken back only when
 /// - its command ran alone: no other command held a tmp at any moment of
-///   its life. A descriptor of the directory, handed over a unix socket to
+///   its life, from the take to [`PooledTmp::command_ended`] (every
+///   process of the command reaped; its worker, ours, may still be
+///   exiting). A descriptor of the directory, handed over a unix socket to
 ///   a command running beside it, would reach the next command's files
 ///   (a breaker read and wrote them, and planted a `.gitconfig` in a pooled
 ///   tmp); with no other command alive, no such descriptor outlives the
-///   command (every process of it is reaped before it is given back);
+///   command;
 /// - nothing of the command is left in or on it: empty, the same inode at
 ///   the same path, mode, owner, size, inode flags and extended attributes
 ///   (ACLs) as when made; its times are set to now (a command could leave
@@ -248,8 +250,11 @@ pub struct PooledTmp {
     alone: bool,
     /// [`TmpPool::handed`] when this one was taken (it counted).
     handed: u64,
-    /// Counted in [`TmpPool::running`] until dropped.
-    _running: Running,
+    /// Counted in [`TmpPool::running`] until the command ended (or this is
+    /// dropped).
+    running: Option<Running>,
+    /// Still alone when the command ended: no tmp was taken since this one.
+    ended_alone: bool,
 }
 
 /// One command counted in [`TmpPool::running`].
@@ -267,6 +272,17 @@ impl Drop for Running {
 impl PooledTmp {
     pub fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Every process of the command is gone (its worker reported it, or
+    /// was reaped): it no longer counts as running, and whether it ran
+    /// alone is settled now. A later command may take a tmp before this
+    /// one is given back (the worker exits behind the call).
+    pub fn command_ended(&mut self) {
+        if let Some(running) = self.running.take() {
+            self.ended_alone = self.alone
+                && running.0.handed.load(std::sync::atomic::Ordering::SeqCst) == self.handed;
+        }
     }
 }
 
@@ -291,7 +307,8 @@ impl TmpPool {
             pristine,
             alone,
             handed,
-            _running: Running(self.clone()),
+            running: Some(Running(self.clone())),
+            ended_alone: false,
         })
     }
 
@@ -299,9 +316,9 @@ impl TmpPool {
     /// once every process of the command is gone); otherwise returns it,
     /// to be removed.
     pub fn give_back(&self, workspace: &Path, tmp: PooledTmp) -> Option<ScratchDir> {
-        // Alone from its start to now: no tmp was taken since.
-        let alone =
-            tmp.alone && self.handed.load(std::sync::atomic::Ordering::SeqCst) == tmp.handed;
+        let mut tmp = tmp;
+        tmp.command_ended();
+        let alone = tmp.ended_alone;
         let PooledTmp { dir, pristine, .. } = tmp;
         let Some(pristine) = pristine.filter(|_| alone) else {
             return Some(dir);
@@ -728,6 +745,13 @@ mod tests {
         let short = pool.take(ws).unwrap();
         pool.give_back(ws, short).unwrap().close().unwrap();
         pool.give_back(ws, long).unwrap().close().unwrap();
+        // A command that ended (its worker still exiting) before the next
+        // took a tmp ran alone, and so does the next: both kept.
+        let mut before = pool.take(ws).unwrap();
+        before.command_ended();
+        let next = pool.take(ws).unwrap();
+        assert!(pool.give_back(ws, before).is_none(), "the ended one kept");
+        assert!(pool.give_back(ws, next).is_none(), "the next one kept");
         // Alone: kept, with its times set to now.
         let alone = pool.take(ws).unwrap();
         let path = alone.path().to_path_buf();

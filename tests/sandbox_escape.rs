@@ -788,3 +788,63 @@ async fn a_repository_made_after_the_ruleset_was_prepared_is_still_protected() {
         "{events:?}"
     );
 }
+
+/// A command's private tmp is used again by a later command only when no
+/// other command ran beside it: one running beside it could have been
+/// handed a descriptor of the directory (a unix socket in the workspace)
+/// and reach the later command's files through it (a breaker read and
+/// wrote them, and planted a `.gitconfig`). The directory a command's
+/// `$TMPDIR` is bound from is read from its mount table.
+#[tokio::test]
+async fn a_tmp_is_used_again_only_when_its_command_ran_alone() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo_confined()).await;
+    let source = "awk -v t=\"$TMPDIR\" '$5 == t {print $4}' /proc/self/mountinfo";
+    let run_all = |n: usize| {
+        let srv = &srv;
+        async move {
+            let mut dirs = Vec::new();
+            for _ in 0..n {
+                let events = srv.run("a", vec![shell("c", source)]).await;
+                let out = success_output(&events, "c");
+                let dir = out.rsplit("Output: ").next().unwrap().trim().to_string();
+                assert!(dir.contains("toolsched-tmp-"), "{out}");
+                dirs.push(dir);
+            }
+            dirs
+        }
+    };
+    let distinct = |d: &[String]| d.iter().collect::<std::collections::BTreeSet<_>>().len();
+    // Alone, one after the other: directories are used again.
+    let alone = run_all(6).await;
+    assert!(distinct(&alone) < alone.len(), "{alone:?}");
+    // With a command of another session running beside them, each command
+    // is given a directory that no command gets again.
+    let mut holder = srv
+        .schedule("holder", vec![shell("h", "echo ready && sleep 600")])
+        .await;
+    let mut seen = Vec::new();
+    next_matching(&mut holder, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(pb::ToolCallUpdate { state: Some(State::Executing(x)), .. }) if x.output_chunk.contains("ready"))
+    })
+    .await;
+    let beside = run_all(3).await;
+    srv.client
+        .clone()
+        .cancel(pb::CancelRequest {
+            session_id: "holder".into(),
+            batch_id: None,
+            reason: "done".into(),
+        })
+        .await
+        .unwrap();
+    seen.extend(collect(holder).await);
+    let after = run_all(6).await;
+    assert!(distinct(&after) < after.len(), "{after:?}");
+    for dir in &beside {
+        assert_eq!(beside.iter().filter(|d| *d == dir).count(), 1, "{beside:?}");
+        assert!(!after.contains(dir), "{dir} used again: {after:?}");
+    }
+}

@@ -237,7 +237,7 @@ pub async fn run_process(
             .flatten()
     };
     let tmps = spec.sandbox.tmps().clone();
-    let tmp = match tmps.take(&spec.workspace) {
+    let mut tmp = match tmps.take(&spec.workspace) {
         Ok(t) => t,
         Err(e) => {
             return ProcessOutcome::SpawnFailed {
@@ -391,6 +391,11 @@ pub async fn run_process(
         Some(r) => r,
         None => stop_worker(&worker, &mut status.reaped, &mut out, &mut sink).await,
     };
+    if reported.exit_code.is_some() || reported.signal.is_some() {
+        // The worker's own report: every process of the command is reaped.
+        // (Without it, the cgroup sweep behind the call decides.)
+        tmp.command_ended();
+    }
     worker.ended = true;
     // The worker reaped everything it could; the cgroup sweep catches what
     // a SIGKILLed worker could not. After the worker's own report this runs
