@@ -460,16 +460,7 @@ async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
             .unwrap();
         assert!(st.success());
     }
-    let launcher: &[&str] = if root {
-        &[
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-        ]
-    } else {
-        &[]
-    };
+    let launcher = as_nobody();
     let bin = Binary::start_via(launcher, &program, &ws, &["--approval-mode", "yolo"], &[]);
     let run = |session: &'static str, command: &'static str| async move {
         collect(crate::replicas_support::run_shell(bin.addr, session, "c", command).await).await

@@ -716,24 +716,7 @@ async fn a_non_root_server_removes_what_a_command_left_unreadable() {
             std::os::unix::fs::chown(dir, Some(65534), Some(65534)).unwrap();
         }
     }
-    let launcher: &[&str] = if root {
-        &[
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-        ]
-    } else {
-        &[]
-    };
-    assert!(
-        !root
-            || std::process::Command::new("setpriv")
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success()),
-        "this test runs the server as nobody with setpriv (util-linux), which is missing"
-    );
+    let launcher = as_nobody();
     let mut bin = Binary::start_via(
         launcher,
         &program,

@@ -815,3 +815,26 @@ pub fn with_token<T>(token: &str, message: T) -> tonic::Request<T> {
     );
     request
 }
+
+/// How a test runs a server as a non-root user: as root, through
+/// `setpriv` (util-linux) as `nobody` (uid and gid 65534; the files it
+/// needs must be theirs); otherwise as the user running the tests. Fails
+/// (never skips) when root has no `setpriv`.
+pub fn as_nobody() -> &'static [&'static str] {
+    if !rustix::process::geteuid().is_root() {
+        return &[];
+    }
+    assert!(
+        std::process::Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "this test runs the server as nobody with setpriv (util-linux), which is missing"
+    );
+    &[
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ]
+}
