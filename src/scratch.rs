@@ -164,6 +164,10 @@ struct Pristine {
     xattrs: Vec<u8>,
 }
 
+/// Bytes of extended attribute names read to compare; a directory with more
+/// (none that a fresh tmp has) is not kept.
+const MAX_XATTR_NAMES_BYTES: usize = 1024;
+
 impl Pristine {
     /// The directory `fd` (at `path`) now; `None` when it cannot be told.
     fn of(fd: &File, path: &Path) -> Option<Self> {
@@ -173,7 +177,7 @@ impl Pristine {
         if (at.st_dev, at.st_ino) != (st.st_dev, st.st_ino) || st.st_nlink != 2 {
             return None;
         }
-        let mut names = vec![0u8; 1024];
+        let mut names = vec![0u8; MAX_XATTR_NAMES_BYTES];
         let len = rustix::fs::flistxattr(fd, &mut names[..]).ok()?;
         names.truncate(len);
         Some(Self {
@@ -246,15 +250,23 @@ pub struct PooledTmp {
     dir: ScratchDir,
     /// How it looked when made; `None`: not to be kept.
     pristine: Option<Pristine>,
-    /// No other command held a tmp when this one was taken.
-    alone: bool,
-    /// [`TmpPool::handed`] when this one was taken (it counted).
-    handed: u64,
-    /// Counted in [`TmpPool::running`] until the command ended (or this is
-    /// dropped).
-    running: Option<Running>,
-    /// Still alone when the command ended: no tmp was taken since this one.
-    ended_alone: bool,
+    life: Life,
+}
+
+/// Where a tmp's command is in the "ran alone" question ([`TmpPool`]).
+#[derive(Debug)]
+enum Life {
+    /// Counted in [`TmpPool::running`] while the command may run.
+    Running {
+        /// No other command held a tmp when this one was taken.
+        alone_at_take: bool,
+        /// [`TmpPool::handed`] when this one was taken (it counted).
+        handed: u64,
+        _counted: Running,
+    },
+    /// Every process of the command is gone; whether no other command ran
+    /// beside it at any moment.
+    Ended { alone: bool },
 }
 
 /// One command counted in [`TmpPool::running`].
@@ -279,9 +291,16 @@ impl PooledTmp {
     /// alone is settled now. A later command may take a tmp before this
     /// one is given back (the worker exits behind the call).
     pub fn command_ended(&mut self) {
-        if let Some(running) = self.running.take() {
-            self.ended_alone = self.alone
-                && running.0.handed.load(std::sync::atomic::Ordering::SeqCst) == self.handed;
+        if let Life::Running {
+            alone_at_take,
+            handed,
+            _counted: Running(pool),
+        } = &self.life
+        {
+            let alone =
+                *alone_at_take && pool.handed.load(std::sync::atomic::Ordering::SeqCst) == *handed;
+            // Dropping the `Running` counts the command out.
+            self.life = Life::Ended { alone };
         }
     }
 }
@@ -305,20 +324,25 @@ impl TmpPool {
         Ok(PooledTmp {
             dir,
             pristine,
-            alone,
-            handed,
-            running: Some(Running(self.clone())),
-            ended_alone: false,
+            life: Life::Running {
+                alone_at_take: alone,
+                handed,
+                _counted: Running(self.clone()),
+            },
         })
     }
 
     /// Takes `tmp` back when the command left it as it was made (call it
     /// once every process of the command is gone); otherwise returns it,
-    /// to be removed.
+    /// to be removed (on a blocking thread: it may hold anything). The
+    /// check is a handful of metadata calls on one local directory whose
+    /// listing its unchanged size bounds, made where the caller runs (the
+    /// runtime, as [`ScratchDir::create`] is): a blocking-pool hop for it
+    /// was 4 of a shell call's 19 context switches.
     pub fn give_back(&self, workspace: &Path, tmp: PooledTmp) -> Option<ScratchDir> {
         let mut tmp = tmp;
         tmp.command_ended();
-        let alone = tmp.ended_alone;
+        let alone = matches!(tmp.life, Life::Ended { alone: true });
         let PooledTmp { dir, pristine, .. } = tmp;
         let Some(pristine) = pristine.filter(|_| alone) else {
             return Some(dir);

@@ -831,15 +831,7 @@ async fn a_tmp_is_used_again_only_when_its_command_ran_alone() {
     })
     .await;
     let beside = run_all(3).await;
-    srv.client
-        .clone()
-        .cancel(pb::CancelRequest {
-            session_id: "holder".into(),
-            batch_id: None,
-            reason: "done".into(),
-        })
-        .await
-        .unwrap();
+    srv.cancel_session("holder").await;
     seen.extend(collect(holder).await);
     let after = run_all(6).await;
     assert!(distinct(&after) < after.len(), "{after:?}");

@@ -391,7 +391,7 @@ pub async fn run_process(
         Some(r) => r,
         None => stop_worker(&worker, &mut status.reaped, &mut out, &mut sink).await,
     };
-    if reported.exit_code.is_some() || reported.signal.is_some() {
+    if reported.is_final() {
         // The worker's own report: every process of the command is reaped.
         // (Without it, the cgroup sweep behind the call decides.)
         tmp.command_ended();
@@ -418,7 +418,7 @@ pub async fn run_process(
             remove_after(cgroup, keep, tmp, &tmps, &workspace).await;
         });
     }
-    if reported.exit_code.is_some() || reported.signal.is_some() {
+    if reported.is_final() {
         // The worker's own report (its token checked): the command and every
         // descendant are reaped, so all they wrote is in the pipe now, and
         // nobody is left to write more. Read without waiting for the end of
@@ -628,12 +628,12 @@ impl OutputPipe {
         }
     }
 
-    /// Reads what is there, at most `turns` reads; true when the pipe is
-    /// empty now (or closed).
-    fn read_up_to(&mut self, sink: &mut OutputSink, turns: usize) -> bool {
+    /// Reads what is there, at most `turns` reads, until the pipe is empty
+    /// or closed.
+    fn read_up_to(&mut self, sink: &mut OutputSink, turns: usize) {
         for _ in 0..turns {
             let Some(rx) = &self.rx else {
-                return true;
+                return;
             };
             // Into spare capacity: nothing is zeroed, and only the pages a
             // read fills are ever touched.
@@ -642,11 +642,10 @@ impl OutputPipe {
             match rx.try_read_buf(&mut self.buf) {
                 Ok(0) => self.rx = None,
                 Ok(_) => sink.push(&self.buf),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(_) => self.rx = None,
             }
         }
-        self.rx.is_none()
     }
 
     /// After a wake-up: reads what is there, a turn's worth.
@@ -843,6 +842,12 @@ async fn read_status(fd: OwnedFd, ended: oneshot::Sender<Reported>, token: Strin
 }
 
 impl Reported {
+    /// Whether the worker's own final report came (how the command ended,
+    /// its token checked): every process of the command is reaped.
+    fn is_final(&self) -> bool {
+        self.exit_code.is_some() || self.signal.is_some()
+    }
+
     /// Takes one JSON line of the report; true when it was the worker's
     /// final one (how the command ended), which carries `token`: a final
     /// line without it is not the worker's, and is ignored.

@@ -52,8 +52,9 @@
 //! watch reported anything (a queue overflow counts), no mount changed and
 //! the wall clock did not step back, its result is the answer: no walk.
 //! Gitlink files and `.git` symlinks are followed again on every call
-//! (a file's writes are not watched), and the root's path must still name the directory walked (a
-//! directory above it moved reports nothing to the watches). Anything
+//! (a file's writes are not watched), and the root's path must still name
+//! the directory walked (a directory above it moved reports nothing to the
+//! watches). Anything
 //! reported makes the next call walk as above, with the `ctime` checks,
 //! which stay the proof of what changed (only changed directories are
 //! read); the watches only prove that nothing did. Watches are not shared
@@ -962,9 +963,18 @@ fn resolve(base: &Path, path: &Path) -> Option<Resolved> {
     };
     push(&mut todo, path);
     let mut passed = Vec::new();
-    let mut entered = Vec::new();
+    let mut entered: Vec<PathBuf> = Vec::new();
     let mut hops = 0;
     let mut is_dir = true;
+    // Directories entered and not on the way to `path` join `passed`.
+    let reached = |path: PathBuf, is_dir: bool, mut passed: Vec<PathBuf>, entered: Vec<PathBuf>| {
+        passed.extend(entered.into_iter().filter(|d| !path.starts_with(d)));
+        Resolved {
+            path,
+            is_dir,
+            passed,
+        }
+    };
     while let Some(name) = todo.pop() {
         if !is_dir {
             // A file in the middle of the path.
@@ -989,14 +999,7 @@ fn resolve(base: &Path, path: &Path) -> Option<Resolved> {
             // directory it cannot read. Else a command could hide the
             // repository from the next command's resolution and write it
             // then (a breaker's suspicion for non-root servers).
-            Err(_) => {
-                passed.extend(entered.into_iter().filter(|d| !at.starts_with(d)));
-                return Some(Resolved {
-                    path: at,
-                    is_dir: true,
-                    passed,
-                });
-            }
+            Err(_) => return Some(reached(at, true, passed, entered)),
         };
         if meta.is_symlink() {
             hops += 1;
@@ -1019,12 +1022,7 @@ fn resolve(base: &Path, path: &Path) -> Option<Resolved> {
             return None;
         }
     }
-    passed.extend(entered.into_iter().filter(|d| !at.starts_with(d)));
-    Some(Resolved {
-        path: at,
-        is_dir,
-        passed,
-    })
+    Some(reached(at, is_dir, passed, entered))
 }
 
 /// Reads `dir` through an fd opened without following a symlink, so that

@@ -32,6 +32,19 @@ pub struct TestServer {
 }
 
 impl TestServer {
+    /// Cancels every batch of `session` (the Cancel RPC must succeed).
+    pub async fn cancel_session(&self, session: &str) {
+        self.client
+            .clone()
+            .cancel(pb::CancelRequest {
+                session_id: session.into(),
+                batch_id: None,
+                reason: "the test is done with it".into(),
+            })
+            .await
+            .expect("cancel");
+    }
+
     /// A server with the default configuration.
     pub async fn start() -> Self {
         Self::with_config(SchedulerConfig::default()).await
