@@ -22,7 +22,15 @@ const HOOK: &str = "#!/bin/sh\ntouch planted\n";
 /// repositories whose directories are not named `.git`: one a `.git`
 /// symlink leads to (Android's `repo`), one a gitlink names, a bare one.
 fn populate(srv: &TestServer) {
-    for dir in [".git/hooks", "sub/repo/.git", "a/.GIT", "src", "p", "g"] {
+    for dir in [
+        ".git/hooks",
+        "sub/repo/.git",
+        "a/.GIT",
+        "src",
+        "p",
+        "g",
+        "scripts",
+    ] {
         std::fs::create_dir_all(srv.path(dir)).unwrap();
     }
     for repo in [".repo/projects/p.git", "sep.git", "bare.git"] {
@@ -40,9 +48,17 @@ fn populate(srv: &TestServer) {
         "sub/repo/.git/config",
         "a/.GIT/config",
         "src/lib.rs",
+        "scripts/commit-msg",
     ] {
         std::fs::write(srv.path(file), "[core]\n").unwrap();
     }
+    // A hook linked into the worktree: written through `.git`, it is the
+    // hook (a breaker's finding for commands).
+    std::os::unix::fs::symlink(
+        "../../scripts/commit-msg",
+        srv.path(".git/hooks/commit-msg"),
+    )
+    .unwrap();
     std::os::unix::fs::symlink(".git/hooks", srv.path("hooks-link")).unwrap();
     std::os::unix::fs::symlink(".git/config", srv.path("cfg-link")).unwrap();
 }
@@ -70,6 +86,7 @@ fn protected_calls() -> Vec<(String, &'static str, serde_json::Value, &'static s
         ),
         ("sep.git/hooks/pre-commit", "sep.git/hooks/pre-commit"),
         ("bare.git/config", "bare.git/config"),
+        (".git/hooks/commit-msg", "scripts/commit-msg"),
     ];
     for (i, (given, file)) in writes.into_iter().enumerate() {
         calls.push((
@@ -87,6 +104,7 @@ fn protected_calls() -> Vec<(String, &'static str, serde_json::Value, &'static s
         ("./.git/../.git/config", ".git/config"),
         ("p/.git/config", ".repo/projects/p.git/config"),
         ("sep.git/config", "sep.git/config"),
+        (".git/hooks/commit-msg", "scripts/commit-msg"),
     ];
     for (i, (given, file)) in replaces.into_iter().enumerate() {
         calls.push((

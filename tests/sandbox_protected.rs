@@ -484,3 +484,160 @@ async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
     std::fs::set_permissions(ws.join(".repo"), std::fs::Permissions::from_mode(0o755)).unwrap();
     assert!(!ws.join(".repo/projects/p.git/hooks/post-checkout").exists());
 }
+
+/// A read-only mount does not stop a path at a symlink inside it. A
+/// repository's hook linked into the worktree (`.git/hooks/pre-commit ->
+/// ../../scripts/pre-commit`), its `config` linked to a workspace file,
+/// and Android `repo`'s `p.git/hooks` linked to `project-objects`: each is
+/// code git runs outside the sandbox, so what the links lead to is
+/// read-only too, whichever path a command takes to it (a breaker's
+/// finding). Around them the workspace stays writable. With the private
+/// mount namespace and with Landlock alone.
+#[tokio::test]
+async fn what_symlinks_inside_a_repository_lead_to_is_read_only() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    for landlock_only in [false, true] {
+        let mut config = yolo_confined();
+        config.sandbox.landlock_only = landlock_only;
+        let srv = TestServer::with_config(config).await;
+        let link = |to: &str, at: &str| {
+            std::fs::create_dir_all(srv.path(at).parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(to, srv.path(at)).unwrap();
+        };
+        for d in [
+            ".git/hooks",
+            ".git/objects",
+            ".git/refs",
+            "scripts",
+            ".repo/projects/p.git/refs",
+            ".repo/project-objects/p.git/hooks",
+            ".repo/repo/hooks",
+            "p",
+        ] {
+            std::fs::create_dir_all(srv.path(d)).unwrap();
+        }
+        std::fs::write(srv.path(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(srv.path("scripts/pre-commit"), "#!/bin/sh\n").unwrap();
+        std::fs::write(srv.path("git-config"), "[core]\n").unwrap();
+        std::fs::write(srv.path(".repo/repo/hooks/commit-msg"), "#!/bin/sh\n").unwrap();
+        link("../../scripts/pre-commit", ".git/hooks/pre-commit");
+        link("../git-config", ".git/config");
+        link("../.repo/projects/p.git", "p/.git");
+        link(
+            "../../project-objects/p.git/hooks",
+            ".repo/projects/p.git/hooks",
+        );
+        link(
+            "../../../repo/hooks/commit-msg",
+            ".repo/project-objects/p.git/hooks/commit-msg",
+        );
+        for write in [
+            "echo evil > .git/hooks/pre-commit",
+            "echo evil > scripts/pre-commit",
+            "rm scripts/pre-commit",
+            "echo '[core] fsmonitor = evil' >> .git/config",
+            "echo '[core] fsmonitor = evil' >> git-config",
+            "echo evil > p/.git/hooks/post-checkout",
+            "echo evil > .repo/project-objects/p.git/hooks/post-checkout",
+            "echo evil > p/.git/hooks/commit-msg",
+            "echo evil > .repo/repo/hooks/commit-msg",
+            "mv .repo/project-objects .repo/po && mkdir -p .repo/project-objects/p.git/hooks",
+        ] {
+            assert_denied(&srv, "s", write).await;
+        }
+        assert_eq!(
+            std::fs::read_to_string(srv.path("scripts/pre-commit")).unwrap(),
+            "#!/bin/sh\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(srv.path("git-config")).unwrap(),
+            "[core]\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(srv.path(".repo/repo/hooks/commit-msg")).unwrap(),
+            "#!/bin/sh\n"
+        );
+        assert!(
+            !srv.path(".repo/project-objects/p.git/hooks/post-checkout")
+                .exists()
+        );
+        assert!(!srv.path(".repo/po").exists());
+        // Off those paths the workspace is written as ever (with Landlock
+        // alone, not in the directories on the way to them).
+        let (make, shown) = if landlock_only {
+            ("mkdir src/w && echo a > src/w/x && cat src/w/x", "a")
+        } else {
+            (
+                "echo a > scripts/other && echo b > .repo/note && cat scripts/other .repo/note",
+                "a\nb",
+            )
+        };
+        if landlock_only {
+            std::fs::create_dir(srv.path("src")).unwrap();
+        }
+        assert_eq!(
+            run_ok(&srv, "s", make).await,
+            format!("Command: {make}\nDirectory: .\nOutput: {shown}\n"),
+            "landlock_only: {landlock_only}"
+        );
+    }
+}
+
+/// A `.git` symlink or gitlink whose repository does not exist (yet): a
+/// command cannot make it, by any way, and so cannot give git outside the
+/// sandbox a repository of its own with `core.fsmonitor` in its `config` (a
+/// breaker's finding). The rest of the directory it would be in stays
+/// writable.
+#[tokio::test]
+async fn a_repository_a_dangling_link_names_cannot_be_made() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    for landlock_only in [false, true] {
+        let mut config = yolo_confined();
+        config.sandbox.landlock_only = landlock_only;
+        let srv = TestServer::with_config(config).await;
+        for d in [
+            ".repo/projects",
+            "p",
+            "g",
+            "stage/p.git/hooks",
+            "stage/projects/p.git",
+        ] {
+            std::fs::create_dir_all(srv.path(d)).unwrap();
+        }
+        std::os::unix::fs::symlink("../.repo/projects/p.git", srv.path("p/.git")).unwrap();
+        std::fs::write(srv.path("g/.git"), "gitdir: ../sep/g.git\n").unwrap();
+        for make in [
+            "mkdir .repo/projects/p.git",
+            "mkdir -p .repo/projects/p.git/hooks",
+            "mv stage/p.git .repo/projects/",
+            "ln -s ../../stage/p.git .repo/projects/p.git",
+            "touch .repo/projects/p.git",
+            "mv .repo/projects .repo/old && mv stage/projects .repo/",
+            "mkdir -p sep/g.git",
+            "mkdir stage/sep && mv stage/sep .",
+        ] {
+            assert_denied(&srv, "s", make).await;
+        }
+        for gone in [".repo/projects/p.git", "sep", ".repo/old"] {
+            assert!(
+                std::fs::symlink_metadata(srv.path(gone)).is_err(),
+                "{gone} was made (landlock_only: {landlock_only})"
+            );
+        }
+        if !landlock_only {
+            let make = "mkdir .repo/projects/q.git && echo a > .repo/projects/q.git/x && cat .repo/projects/q.git/x";
+            assert_eq!(
+                run_ok(&srv, "s", make).await,
+                format!("Command: {make}\nDirectory: .\nOutput: a\n")
+            );
+        }
+        // Once the repository is there (made outside the sandbox), it is
+        // protected as any.
+        std::fs::create_dir_all(srv.path(".repo/projects/p.git/hooks")).unwrap();
+        assert_git_dir_read_only(&srv, "s", ".repo/projects/p.git").await;
+    }
+}

@@ -38,6 +38,13 @@
 //! A directory that cannot be listed is itself protected, and so is every
 //! directory the walk did not reach within [`MAX_SCAN_ENTRIES`] entries.
 //!
+//! **Symlinks inside a repository.** A `.git` directory is read (listed,
+//! kept, watched like any other) for its symlinks only, and so is its
+//! `hooks`: a read-only mount does not stop a path at a symlink in it, so
+//! what they lead to is protected too ([`Linked::inner_link`]), followed
+//! again on every call as `.git` links are. A link that leads nowhere
+//! protects the entry where it stops ([`Reached::Stopped`]).
+//!
 //! **Watches: no walk while nothing changed.** A walk of a 513-directory
 //! workspace is still 513 `statx` (~0.75 ms, on the path of every confined
 //! command). So every directory a walk reads is first given an inotify
@@ -142,7 +149,10 @@ impl ProtectedPaths {
     /// `None` otherwise.
     pub fn current_if_unchanged(&self) -> Option<Vec<PathBuf>> {
         let mut listings = self.listings.try_lock().ok()?;
-        if listings.armed().is_none_or(|a| !a.links.is_empty()) {
+        if listings
+            .armed()
+            .is_none_or(|a| !a.links.is_empty() || !a.inner.is_empty())
+        {
             return None;
         }
         listings.unchanged_since_last_walk(&self.root)
@@ -296,6 +306,39 @@ struct Armed {
     /// The `.git` gitlink files and symlinks among `found`, followed
     /// again on every call (see [`push_git`]).
     links: Vec<PathBuf>,
+    /// The symlinks inside the `.git` directories found, followed again on
+    /// every call (see [`Linked::inner_link`]).
+    inner: Vec<InnerLink>,
+}
+
+/// A symlink in a `.git` directory (`top_level`) or in its `hooks`.
+#[derive(Debug, Clone)]
+struct InnerLink {
+    path: PathBuf,
+    top_level: bool,
+}
+
+/// What a walked directory is to the walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A workspace directory: its subdirectories are walked and its `.git`
+    /// found.
+    Workspace,
+    /// A `.git` directory: its symlinks are noted and its `hooks`
+    /// directory walked, nothing else (see [`Linked::inner_link`]).
+    GitDir,
+    /// A `.git` directory's `hooks`: its symlinks are noted.
+    Hooks,
+}
+
+impl Kind {
+    /// What the subdirectories of a directory of this kind are.
+    fn of_subdirs(self) -> Kind {
+        match self {
+            Kind::Workspace => Kind::Workspace,
+            Kind::GitDir | Kind::Hooks => Kind::Hooks,
+        }
+    }
 }
 
 /// Whether the walked directories are watched.
@@ -558,13 +601,19 @@ struct Listing {
     ino: u64,
     /// `ctime` (seconds, nanoseconds).
     ctime: (i64, i64),
+    /// What it was read as.
+    kind: Kind,
     /// Entries in it (counted against [`MAX_SCAN_ENTRIES`]).
     entries: usize,
     /// Its entry named `.git`, if any.
     git: GitEntry,
     /// Its subdirectories (not symlinks, not `.git`), in listing order, by
-    /// full path.
+    /// full path: for a [`Kind::GitDir`], only `hooks`; for a
+    /// [`Kind::Hooks`], none.
     subdirs: Vec<Arc<OsStr>>,
+    /// Its symlinks, for a [`Kind::GitDir`] or [`Kind::Hooks`] (a
+    /// workspace directory's are not followed).
+    symlinks: Vec<Arc<OsStr>>,
     /// The last walk that reached it unchanged or read it.
     seen: u64,
     /// Its inotify watch, added before it was read.
@@ -644,7 +693,9 @@ impl Listings {
         let mark = self.walks;
         let mut found = Vec::new();
         let mut links = Vec::new();
-        let mut queue: VecDeque<Arc<OsStr>> = VecDeque::from([Arc::from(root.as_os_str())]);
+        let mut inner = Vec::new();
+        let mut queue: VecDeque<(Arc<OsStr>, Kind)> =
+            VecDeque::from([(Arc::from(root.as_os_str()), Kind::Workspace)]);
         let mut budget = MAX_SCAN_ENTRIES;
         self.reread = 0;
         // The root, held for this walk: a kept directory is checked by a
@@ -659,15 +710,21 @@ impl Listings {
             rustix::fs::Mode::empty(),
         )
         .ok();
-        while let Some(dir) = queue.pop_front() {
+        while let Some((dir, kind)) = queue.pop_front() {
             if budget == 0 {
                 armable = false;
-                found.push(PathBuf::from(&*dir));
-                found.extend(queue.drain(..).map(|d| PathBuf::from(&*d)));
+                // Protected whole (a `.git` is already).
+                found.extend(
+                    std::iter::once((dir, kind))
+                        .chain(queue.drain(..))
+                        .filter(|(_, k)| *k != Kind::GitDir)
+                        .map(|(d, _)| PathBuf::from(&*d)),
+                );
                 break;
             }
             let rel = beneath_root(root.as_os_str(), &dir);
             if let Some(old) = self.dirs.get_mut(&dir)
+                && old.kind == kind
                 && unchanged(root_fd.as_ref(), rel, &dir, old)
             {
                 old.seen = mark;
@@ -676,17 +733,25 @@ impl Listings {
                     _ => false,
                 };
                 budget = budget.saturating_sub(old.entries);
-                push_git(&mut found, &mut links, Path::new(&*dir), old.git);
-                queue.extend(old.subdirs.iter().cloned());
+                take(
+                    &dir, kind, old, &mut queue, &mut found, &mut links, &mut inner,
+                );
                 continue;
             }
             self.reread += 1;
-            match read(Path::new(&*dir), started, watcher.as_deref_mut(), mark) {
+            match read(
+                Path::new(&*dir),
+                kind,
+                started,
+                watcher.as_deref_mut(),
+                mark,
+            ) {
                 Read::Listed { mut listing, keep } => {
                     armable &= listing.wd.is_some();
                     budget = budget.saturating_sub(listing.entries);
-                    push_git(&mut found, &mut links, Path::new(&*dir), listing.git);
-                    queue.extend(listing.subdirs.iter().cloned());
+                    take(
+                        &dir, kind, &listing, &mut queue, &mut found, &mut links, &mut inner,
+                    );
                     if keep {
                         listing.seen = mark;
                         self.dirs.insert(dir, listing);
@@ -694,10 +759,12 @@ impl Listings {
                 }
                 Read::Gone => {}
                 Read::Unreadable => {
-                    // Protected whole; it may become readable without a
-                    // report.
+                    // Protected whole (a `.git` is already); it may become
+                    // readable without a report.
                     armable = false;
-                    found.push(PathBuf::from(&*dir));
+                    if kind != Kind::GitDir {
+                        found.push(PathBuf::from(&*dir));
+                    }
                 }
             }
         }
@@ -713,6 +780,7 @@ impl Listings {
                         root,
                         found: found.clone(),
                         links: links.clone(),
+                        inner: inner.clone(),
                     });
                 }
                 // Watches that cannot prove anything are given back to
@@ -720,9 +788,7 @@ impl Listings {
                 None => self.back_off(),
             }
         }
-        for g in &links {
-            linked_repositories(root, g, &mut found);
-        }
+        Linked::new(root, &mut found).follow(&links, &inner);
         found
     }
 
@@ -752,9 +818,7 @@ impl Listings {
             return None;
         }
         let mut found = armed.found.clone();
-        for g in &armed.links {
-            linked_repositories(root, g, &mut found);
-        }
+        Linked::new(root, &mut found).follow(&armed.links, &armed.inner);
         self.answered_unchanged += 1;
         watcher.armed = Some(armed);
         Some(found)
@@ -797,6 +861,34 @@ impl Listings {
     }
 }
 
+/// What one listing of a walk adds to it: `dir`'s `.git` (see
+/// [`push_git`]), walked next when it is a directory; its subdirectories;
+/// the symlinks of a `.git` directory and its `hooks`.
+fn take(
+    dir: &OsStr,
+    kind: Kind,
+    listing: &Listing,
+    queue: &mut VecDeque<(Arc<OsStr>, Kind)>,
+    found: &mut Vec<PathBuf>,
+    links: &mut Vec<PathBuf>,
+    inner: &mut Vec<InnerLink>,
+) {
+    let dir = Path::new(dir);
+    push_git(found, links, dir, listing.git);
+    if listing.git == GitEntry::Other {
+        queue.push_back((
+            dir.join(PROTECTED_NAME).into_os_string().into(),
+            Kind::GitDir,
+        ));
+    }
+    let sub = kind.of_subdirs();
+    queue.extend(listing.subdirs.iter().map(|d| (d.clone(), sub)));
+    inner.extend(listing.symlinks.iter().map(|l| InnerLink {
+        path: PathBuf::from(&**l),
+        top_level: kind == Kind::GitDir,
+    }));
+}
+
 /// Protects `dir`'s `.git`, if it has one (`git`), and notes it among
 /// `links` when it names a repository elsewhere (a gitlink file, `gitdir:
 /// PATH`, as `git init --separate-git-dir` and `git worktree` write; or a
@@ -815,81 +907,214 @@ fn push_git(found: &mut Vec<PathBuf>, links: &mut Vec<PathBuf>, dir: &Path, git:
     found.push(dotgit);
 }
 
-/// Adds to `found` what the link `dotgit` (a gitlink file or a symlink
-/// named `.git`) leads to: the git dir git would use through it, that git
-/// dir's common dir when it has one (a linked worktree's `commondir`: the
-/// repository whose hooks and config git runs for it, e.g. a bare
-/// `main.git` with `git worktree add`; a breaker's finding), and every
-/// entry on the way that a command could swap to make the same link lead
-/// elsewhere ([`Resolved::passed`]). The directories on the way to each
-/// are pinned by the worker as for any protected path, so `mv .repo/projects
-/// old` cannot put a new repository where a `.git` symlink points (a
-/// breaker's finding). Each is added when it lies in the workspace outside
-/// any `.git` (one inside a `.git`, as submodules' and worktrees' are, is
-/// protected with it); the directory a `.git` symlink points to is added
-/// wherever it is, as the worker always bound it.
-fn linked_repositories(root: &Path, dotgit: &Path, found: &mut Vec<PathBuf>) {
-    let Some(dir) = dotgit.parent() else {
-        return;
-    };
-    let in_workspace = |p: &Path| {
-        p.strip_prefix(root)
-            .is_ok_and(|rel| !rel.as_os_str().is_empty() && !is_protected_path(rel))
-    };
-    // Links are few: the check against duplicates (a mount each) is linear.
-    let add = |r: &Resolved, anywhere: bool, found: &mut Vec<PathBuf>| {
-        let path = &r.path;
-        let wanted = in_workspace(path) || (anywhere && !path.starts_with(root));
-        for p in r
-            .passed
-            .iter()
-            .filter(|p| in_workspace(p))
-            .chain(wanted.then_some(path))
-        {
-            if !found.contains(p) {
-                found.push(p.clone());
+/// Adds to a walk's result what its links lead to, on every call (see
+/// [`push_git`]): each path once.
+struct Linked<'a> {
+    root: &'a Path,
+    found: &'a mut Vec<PathBuf>,
+    seen: std::collections::HashSet<PathBuf, foldhash::fast::RandomState>,
+}
+
+/// Entries of a `hooks` directory a symlink leads to read at most for its
+/// symlinks (see [`Linked::inner_link`]).
+const MAX_HOOKS_ENTRIES: usize = 4096;
+
+impl<'a> Linked<'a> {
+    fn new(root: &'a Path, found: &'a mut Vec<PathBuf>) -> Self {
+        Linked {
+            root,
+            found,
+            seen: Default::default(),
+        }
+    }
+
+    /// Follows the `.git` links and the symlinks inside `.git` directories
+    /// a walk found.
+    fn follow(mut self, links: &[PathBuf], inner: &[InnerLink]) {
+        if links.is_empty() && inner.is_empty() {
+            return;
+        }
+        self.seen.extend(self.found.iter().cloned());
+        for g in links {
+            self.linked_repository(g);
+        }
+        for l in inner {
+            if let Some(git_dir) = l.path.parent() {
+                let git_dir = if l.top_level {
+                    git_dir
+                } else {
+                    git_dir.parent().unwrap_or(git_dir)
+                };
+                self.inner_link(git_dir, &l.path, l.top_level);
             }
         }
-    };
-    let Ok(meta) = std::fs::symlink_metadata(dotgit) else {
-        return;
-    };
-    let mut gitlink = Some(dotgit.to_path_buf());
-    let mut git_dir = None;
-    if meta.is_symlink() {
-        let Some(r) = std::fs::read_link(dotgit)
-            .ok()
-            .and_then(|to| resolve(dir, &to))
-        else {
-            return;
-        };
-        add(&r, true, found);
-        // A symlink to a gitlink file: git reads it as one, relative to
-        // the `.git` it found.
-        gitlink = (!r.is_dir).then(|| r.path.clone());
-        git_dir = r.is_dir.then_some(r);
     }
-    if let Some(file) = gitlink {
-        git_dir = named_dir(&file, b"gitdir: ", dir);
-        if let Some(r) = &git_dir {
-            add(r, false, found);
+
+    /// Whether `p` lies in the workspace, below its root, outside any
+    /// `.git`.
+    fn in_workspace(&self, p: &Path) -> bool {
+        p.strip_prefix(self.root)
+            .is_ok_and(|rel| !rel.as_os_str().is_empty() && !is_protected_path(rel))
+    }
+
+    fn push(&mut self, p: &Path) {
+        if self.seen.insert(p.to_path_buf()) {
+            self.found.push(p.to_path_buf());
         }
     }
-    let Some(git_dir) = git_dir else {
-        return;
-    };
-    if let Some(common) = named_dir(&git_dir.path.join("commondir"), b"", &git_dir.path) {
-        add(&common, false, found);
+
+    /// Protects where `r` leads and what it passed, when in the workspace
+    /// and not beneath `within` (a protected directory the resolution
+    /// started in: read-only already). `anywhere`: the directory or file
+    /// reached is protected outside the workspace too.
+    fn add(&mut self, r: &Resolved, anywhere: bool, within: Option<&Path>) {
+        let outside_within = |p: &Path| within.is_none_or(|w| !p.starts_with(w));
+        for p in &r.passed {
+            if self.in_workspace(p) && outside_within(p) {
+                self.push(p);
+            }
+        }
+        let path = &r.path;
+        let wanted = self.in_workspace(path)
+            || (anywhere && r.kind != Reached::Stopped && !path.starts_with(self.root));
+        if wanted && outside_within(path) {
+            self.push(path);
+        }
     }
+
+    /// What the link `dotgit` (a gitlink file or a symlink named `.git`)
+    /// leads to: the git dir git would use through it, that git dir's
+    /// common dir when it has one (a linked worktree's `commondir`: the
+    /// repository whose hooks and config git runs for it, e.g. a bare
+    /// `main.git` with `git worktree add`; a breaker's finding), and every
+    /// entry on the way that a command could swap to make the same link
+    /// lead elsewhere ([`Resolved::passed`]). The directories on the way to
+    /// each are pinned by the worker as for any protected path, so `mv
+    /// .repo/projects old` cannot put a new repository where a `.git`
+    /// symlink points (a breaker's finding). Each is added when it lies in
+    /// the workspace outside any `.git` (one inside a `.git`, as
+    /// submodules' and worktrees' are, is protected with it); the directory
+    /// a `.git` symlink points to is added wherever it is, as the worker
+    /// always bound it. Where a link leads nowhere (yet), the entry where
+    /// it stops is protected ([`Reached::Stopped`]). The symlinks inside
+    /// each git dir are followed too ([`Self::git_dir_links`]).
+    fn linked_repository(&mut self, dotgit: &Path) {
+        let Some(dir) = dotgit.parent() else {
+            return;
+        };
+        let Ok(meta) = std::fs::symlink_metadata(dotgit) else {
+            return;
+        };
+        let mut gitlink = Some(dotgit.to_path_buf());
+        let mut git_dir = None;
+        if meta.is_symlink() {
+            let Some(r) = std::fs::read_link(dotgit)
+                .ok()
+                .and_then(|to| resolve(dir, &to))
+            else {
+                return;
+            };
+            self.add(&r, true, None);
+            // A symlink to a gitlink file: git reads it as one, relative
+            // to the `.git` it found.
+            gitlink = (r.kind == Reached::File).then(|| r.path.clone());
+            git_dir = Some(r);
+        }
+        if let Some(file) = gitlink {
+            git_dir = named_dir(&file, b"gitdir: ", dir);
+            if let Some(r) = &git_dir {
+                self.add(r, false, None);
+            }
+        }
+        let Some(git_dir) = git_dir.filter(|r| r.kind == Reached::Dir) else {
+            return;
+        };
+        self.git_dir_links(&git_dir.path);
+        if let Some(common) = named_dir(&git_dir.path.join("commondir"), b"", &git_dir.path) {
+            self.add(&common, false, None);
+            if common.kind == Reached::Dir {
+                self.git_dir_links(&common.path);
+            }
+        }
+    }
+
+    /// Follows the symlinks at the top of the git dir `git_dir` and in its
+    /// `hooks` directory (see [`Self::inner_link`]).
+    fn git_dir_links(&mut self, git_dir: &Path) {
+        for link in symlinks_in(git_dir) {
+            self.inner_link(git_dir, &link, true);
+        }
+        let hooks = git_dir.join("hooks");
+        if std::fs::symlink_metadata(&hooks).is_ok_and(|m| m.is_dir()) {
+            for link in symlinks_in(&hooks) {
+                self.inner_link(git_dir, &link, false);
+            }
+        }
+    }
+
+    /// Protects what the symlink `link` inside the protected git dir
+    /// `git_dir` leads to (at its top when `top_level`, else in its
+    /// `hooks`). A read-only mount does not stop a path at a symlink in it:
+    /// Android's `repo` makes `p.git/hooks` a symlink to
+    /// `.repo/project-objects/p.git/hooks`, and a hook linked into the
+    /// worktree (`.git/hooks/pre-commit -> ../../scripts/pre-commit`) is a
+    /// workspace file; writing either runs code in git outside the sandbox
+    /// (a breaker's finding). A `hooks` symlink's directory is read for
+    /// symlinks in turn (`repo` links each hook to `.repo/repo/hooks`).
+    fn inner_link(&mut self, git_dir: &Path, link: &Path, top_level: bool) {
+        let (Some(dir), Some(name)) = (link.parent(), link.file_name()) else {
+            return;
+        };
+        let Some(r) = resolve(dir, Path::new(name)) else {
+            return;
+        };
+        self.add(&r, false, Some(git_dir));
+        if top_level && name == "hooks" && r.kind == Reached::Dir && !r.path.starts_with(git_dir) {
+            for hook in symlinks_in(&r.path) {
+                if let (Some(d), Some(n)) = (hook.parent(), hook.file_name())
+                    && let Some(h) = resolve(d, Path::new(n))
+                {
+                    self.add(&h, false, Some(&r.path));
+                }
+            }
+        }
+    }
+}
+
+/// The symlinks directly in `dir` (at most [`MAX_HOOKS_ENTRIES`] entries
+/// read), not following `dir` itself if it is one.
+fn symlinks_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(file) = File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(dir)
+    else {
+        return Vec::new();
+    };
+    let Ok(entries) = cap_std::fs::Dir::from_std_file(file).entries() else {
+        return Vec::new();
+    };
+    let mut links = Vec::new();
+    for (i, entry) in entries.flatten().enumerate() {
+        if i == MAX_HOOKS_ENTRIES {
+            tracing::warn!(dir = %dir.display(), "more entries than are read for symlinks in a repository's directory");
+            break;
+        }
+        if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            links.push(dir.join(entry.file_name()));
+        }
+    }
+    links
 }
 
 /// Most of a gitlink file read: git writes one `gitdir: PATH` line.
 const MAX_GITLINK_BYTES: u64 = 4096;
 
-/// The directory the regular file `file` names after `prefix` (its text
-/// less trailing line ends, as git reads a gitlink and a `commondir`),
-/// relative to `base` unless absolute (see [`resolve`]); `None`
-/// when `file` is not a regular file or names no directory. Opened without
+/// Where the regular file `file` leads after `prefix` (its text less
+/// trailing line ends, as git reads a gitlink and a `commondir`), relative
+/// to `base` unless absolute (see [`resolve`]): a directory, or what a
+/// command must not change for it to become one. `None` when `file` is not
+/// a regular file or names nothing. Opened without
 /// following a symlink and without blocking (a FIFO), and at most
 /// [`MAX_GITLINK_BYTES`] read.
 fn named_dir(file: &Path, prefix: &[u8], base: &Path) -> Option<Resolved> {
@@ -916,15 +1141,15 @@ fn named_dir(file: &Path, prefix: &[u8], base: &Path) -> Option<Resolved> {
     if named.is_empty() {
         return None;
     }
-    resolve(base, Path::new(OsStr::from_bytes(named))).filter(|r| r.is_dir)
+    resolve(base, Path::new(OsStr::from_bytes(named)))
 }
 
 /// Where a path leads: see [`resolve`].
 #[derive(Debug, PartialEq)]
 struct Resolved {
-    /// The entry reached, canonical: a directory or a regular file.
+    /// The entry reached, canonical (see [`Reached`]).
     path: PathBuf,
-    is_dir: bool,
+    kind: Reached,
     /// What a command could swap to make the same path lead elsewhere,
     /// beyond the directories on the way to [`Self::path`] (which the worker
     /// pins for any protected path): every symlink followed, and every
@@ -935,15 +1160,30 @@ struct Resolved {
     passed: Vec<PathBuf>,
 }
 
+/// What a resolution reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reached {
+    Dir,
+    File,
+    /// Nothing it could go through: an entry that does not exist (yet), a
+    /// file or FIFO in the middle of the path, a symlink beyond
+    /// [`MAX_SYMLINK_HOPS`]. [`Resolved::path`] is that entry, protected as
+    /// it is: a missing one cannot be made (the worker's entry trap makes
+    /// nothing at or beneath a protected path), an existing one cannot be
+    /// removed or replaced (it is a mount point). Else a command could make
+    /// the path lead somewhere, to a repository of its own with
+    /// `core.fsmonitor` in its `config` (a breaker's finding: a dangling
+    /// `.git` symlink).
+    Stopped,
+}
+
 /// Symlinks followed at most in one resolution, as the kernel's limit
 /// (`ELOOP`).
 const MAX_SYMLINK_HOPS: usize = 40;
 
 /// Resolves `path` relative to the directory `base` (or `/` when absolute)
 /// one entry at a time, as the kernel does, keeping what it passes
-/// through. `None` when it leads nowhere, to something that is neither a
-/// directory nor a regular file, or through more than
-/// [`MAX_SYMLINK_HOPS`] symlinks.
+/// through. `None` only when `base` itself cannot be resolved.
 fn resolve(base: &Path, path: &Path) -> Option<Resolved> {
     use std::io::ErrorKind;
     use std::path::Component;
@@ -965,20 +1205,18 @@ fn resolve(base: &Path, path: &Path) -> Option<Resolved> {
     let mut passed = Vec::new();
     let mut entered: Vec<PathBuf> = Vec::new();
     let mut hops = 0;
-    let mut is_dir = true;
+    let mut kind = Reached::Dir;
     // Directories entered and not on the way to `path` join `passed`.
-    let reached = |path: PathBuf, is_dir: bool, mut passed: Vec<PathBuf>, entered: Vec<PathBuf>| {
-        passed.extend(entered.into_iter().filter(|d| !path.starts_with(d)));
-        Resolved {
-            path,
-            is_dir,
-            passed,
-        }
-    };
+    let reached =
+        |path: PathBuf, kind: Reached, mut passed: Vec<PathBuf>, entered: Vec<PathBuf>| {
+            passed.extend(entered.into_iter().filter(|d| !path.starts_with(d)));
+            Resolved { path, kind, passed }
+        };
     while let Some(name) = todo.pop() {
-        if !is_dir {
-            // A file in the middle of the path.
-            return None;
+        if kind != Reached::Dir {
+            // A file in the middle of the path: replaced by a directory,
+            // it would lead on.
+            return Some(reached(at, Reached::Stopped, passed, entered));
         }
         if name == ".." {
             // `at` is canonical: its parent is where `..` goes.
@@ -988,9 +1226,9 @@ fn resolve(base: &Path, path: &Path) -> Option<Resolved> {
         let next = at.join(&name);
         let meta = match std::fs::symlink_metadata(&next) {
             Ok(meta) => meta,
-            // Nothing there: the path leads nowhere (yet).
+            // Nothing there (yet).
             Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
-                return None;
+                return Some(reached(next, Reached::Stopped, passed, entered));
             }
             // Cannot be looked into (a non-root server, a directory a
             // command made `chmod 000`): what lies beyond cannot be told,
@@ -999,15 +1237,18 @@ fn resolve(base: &Path, path: &Path) -> Option<Resolved> {
             // directory it cannot read. Else a command could hide the
             // repository from the next command's resolution and write it
             // then (a breaker's suspicion for non-root servers).
-            Err(_) => return Some(reached(at, true, passed, entered)),
+            Err(_) => return Some(reached(at, Reached::Dir, passed, entered)),
         };
         if meta.is_symlink() {
             hops += 1;
-            if hops > MAX_SYMLINK_HOPS {
-                return None;
-            }
-            let to = std::fs::read_link(&next).ok()?;
-            passed.push(next);
+            passed.push(next.clone());
+            let Some(to) = std::fs::read_link(&next)
+                .ok()
+                .filter(|_| hops <= MAX_SYMLINK_HOPS)
+            else {
+                // A loop: every link of it is pinned, so it stays one.
+                return Some(reached(next, Reached::Stopped, passed, entered));
+            };
             if to.is_absolute() {
                 at = PathBuf::from("/");
             }
@@ -1016,18 +1257,24 @@ fn resolve(base: &Path, path: &Path) -> Option<Resolved> {
             entered.push(next.clone());
             at = next;
         } else if meta.is_file() {
-            is_dir = false;
+            kind = Reached::File;
             at = next;
         } else {
-            return None;
+            return Some(reached(next, Reached::Stopped, passed, entered));
         }
     }
-    Some(reached(at, is_dir, passed, entered))
+    Some(reached(at, kind, passed, entered))
 }
 
 /// Reads `dir` through an fd opened without following a symlink, so that
 /// its identity, `ctime` and listing belong to the same directory.
-fn read(dir: &Path, walk_started: SystemTime, watcher: Option<&mut Watcher>, mark: u64) -> Read {
+fn read(
+    dir: &Path,
+    kind: Kind,
+    walk_started: SystemTime,
+    watcher: Option<&mut Watcher>,
+    mark: u64,
+) -> Read {
     let file = match File::options()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
@@ -1056,9 +1303,11 @@ fn read(dir: &Path, walk_started: SystemTime, watcher: Option<&mut Watcher>, mar
         dev: meta.dev(),
         ino: meta.ino(),
         ctime,
+        kind,
         entries: 0,
         git: GitEntry::Absent,
         subdirs: Vec::new(),
+        symlinks: Vec::new(),
         seen: 0,
         wd,
     };
@@ -1069,6 +1318,22 @@ fn read(dir: &Path, walk_started: SystemTime, watcher: Option<&mut Watcher>, mar
         };
         listing.entries += 1;
         let name = entry.file_name();
+        if kind != Kind::Workspace {
+            match entry.file_type() {
+                Ok(t) if t.is_symlink() => {
+                    listing
+                        .symlinks
+                        .push(dir.join(name).into_os_string().into());
+                }
+                Ok(t) if t.is_dir() && kind == Kind::GitDir && name == "hooks" => {
+                    listing.subdirs.push(dir.join(name).into_os_string().into());
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(_) => return Read::Unreadable,
+            }
+            continue;
+        }
         if name == ".git" {
             listing.git = match entry.file_type() {
                 Ok(t) if t.is_file() => GitEntry::Gitlink,
@@ -1244,7 +1509,7 @@ mod tests {
         }
         let later = SystemTime::now() + RACY_MARGIN * 2;
         for d in dirs {
-            let Read::Listed { listing, keep } = read(d, later, None, 0) else {
+            let Read::Listed { listing, keep } = read(d, Kind::Workspace, later, None, 0) else {
                 panic!("cannot read {}", d.display());
             };
             assert!(keep, "{} is not on a trusted filesystem", d.display());
@@ -1340,7 +1605,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut l = Listings::default();
         let later = SystemTime::now() + RACY_MARGIN * 2;
-        let Read::Listed { listing, keep } = read(dir.path(), later, None, 0) else {
+        let Read::Listed { listing, keep } = read(dir.path(), Kind::Workspace, later, None, 0)
+        else {
             panic!();
         };
         assert!(keep || !on_trusted_filesystem(&File::open(dir.path()).unwrap()));
@@ -1505,6 +1771,136 @@ mod tests {
         assert!(now.contains(&root.join("m/q.git")), "{now:?}");
         assert!(!now.contains(&root.join(".repo/projects/q.git")), "{now:?}");
         assert_eq!(cache.current_if_unchanged(), None, "links are followed");
+    }
+
+    /// A read-only mount does not stop a path at a symlink in it: what the
+    /// symlinks at the top of a protected repository and in its `hooks`
+    /// lead to is protected too (a breaker's finding), with `repo`'s
+    /// `hooks` symlink followed to each hook it links; not what lies in
+    /// the repository itself, nor beyond its top and `hooks`.
+    #[test]
+    fn what_symlinks_inside_a_repository_lead_to_is_protected() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let link = |to: &str, at: &str| {
+            std::fs::create_dir_all(root.join(at).parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(to, root.join(at)).unwrap();
+        };
+        // Android's `repo`: the worktree's `.git` leads to `projects`,
+        // whose `hooks` and `objects` lead to `project-objects`, whose
+        // hooks lead to `repo`'s own.
+        for d in [
+            ".repo/projects/p.git/refs",
+            ".repo/project-objects/p.git/hooks",
+            ".repo/project-objects/p.git/objects",
+            ".repo/repo/hooks",
+            "p",
+            "scripts",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join(".repo/repo/hooks/commit-msg"), "#!/bin/sh\n").unwrap();
+        link("../.repo/projects/p.git", "p/.git");
+        link(
+            "../../project-objects/p.git/hooks",
+            ".repo/projects/p.git/hooks",
+        );
+        link(
+            "../../project-objects/p.git/objects",
+            ".repo/projects/p.git/objects",
+        );
+        link(
+            "../../../repo/hooks/commit-msg",
+            ".repo/project-objects/p.git/hooks/commit-msg",
+        );
+        // A plain repository whose hook and config are workspace files.
+        std::fs::create_dir_all(root.join("w/.git/hooks")).unwrap();
+        std::fs::create_dir_all(root.join("w/.git/refs/heads")).unwrap();
+        std::fs::write(root.join("scripts/pre-commit"), "#!/bin/sh\n").unwrap();
+        link("../../../scripts/pre-commit", "w/.git/hooks/pre-commit");
+        link("../../shared-config", "w/.git/config");
+        // Inside the repository, or deeper than its top and hooks: not
+        // followed.
+        link("refs/heads/main", "w/.git/HEAD");
+        link("../../../../deep", "w/.git/refs/heads/x");
+        let expected = sorted(vec![
+            root.join(".repo/project-objects/p.git/hooks"),
+            root.join(".repo/project-objects/p.git/objects"),
+            root.join(".repo/projects/p.git"),
+            root.join(".repo/repo/hooks/commit-msg"),
+            root.join("p/.git"),
+            root.join("scripts/pre-commit"),
+            root.join("shared-config"),
+            root.join("w/.git"),
+        ]);
+        assert_eq!(sorted(scan_once(&root)), expected);
+        let cache = ProtectedPaths::new(&root);
+        assert_eq!(sorted(cache.current()), expected);
+        assert_eq!(cache.current_if_unchanged(), None, "symlinks are followed");
+        // Kept listings of the `.git` and its `hooks`: a symlink made in
+        // either later is found.
+        keep_listings(&cache, &[root.clone(), root.join("w"), root.join("w/.git")]);
+        link(
+            "../../../scripts/post-checkout",
+            "w/.git/hooks/post-checkout",
+        );
+        link("../../info-elsewhere", "w/.git/info");
+        std::fs::create_dir(root.join("info-elsewhere")).unwrap();
+        let now = sorted(cache.current());
+        for p in ["scripts/post-checkout", "info-elsewhere"] {
+            assert!(now.contains(&root.join(p)), "{p}: {now:?}");
+        }
+    }
+
+    /// A link that leads nowhere (yet) protects the entry where it stops:
+    /// a command cannot make it (a breaker's finding: a dangling `.git`
+    /// symlink, and the repository made where it points, with
+    /// `core.fsmonitor`). So for a gitlink, a `commondir`, a hook link, a
+    /// file in the middle of the path, and a loop (its links pinned).
+    #[test]
+    fn a_link_that_leads_nowhere_protects_where_it_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let link = |to: &str, at: &str| {
+            std::fs::create_dir_all(root.join(at).parent().unwrap()).unwrap();
+            std::os::unix::fs::symlink(to, root.join(at)).unwrap();
+        };
+        std::fs::create_dir_all(root.join(".repo/projects")).unwrap();
+        link("../.repo/projects/p.git", "p/.git");
+        link("../.nothing/projects/q.git", "q/.git");
+        std::fs::create_dir_all(root.join("g")).unwrap();
+        std::fs::write(root.join("g/.git"), "gitdir: ../sep/g.git\n").unwrap();
+        std::fs::create_dir_all(root.join("f")).unwrap();
+        std::fs::write(root.join("afile"), "").unwrap();
+        link("../afile/x.git", "f/.git");
+        link("b", "loop/a");
+        link("a", "loop/b");
+        link("../loop/a", "l/.git");
+        std::fs::create_dir_all(root.join("wt.git/objects")).unwrap();
+        std::fs::create_dir_all(root.join("wt")).unwrap();
+        std::fs::write(root.join("wt/.git"), "gitdir: ../wt.git\n").unwrap();
+        std::fs::write(root.join("wt.git/commondir"), "../main.git\n").unwrap();
+        std::fs::create_dir_all(root.join("h/.git/hooks")).unwrap();
+        link("../../../hooks-gone/pre-push", "h/.git/hooks/pre-push");
+        let expected = sorted(vec![
+            root.join(".nothing"),
+            root.join(".repo/projects/p.git"),
+            root.join("afile"),
+            root.join("f/.git"),
+            root.join("g/.git"),
+            root.join("h/.git"),
+            root.join("hooks-gone"),
+            root.join("l/.git"),
+            root.join("loop/a"),
+            root.join("loop/b"),
+            root.join("main.git"),
+            root.join("p/.git"),
+            root.join("q/.git"),
+            root.join("sep"),
+            root.join("wt.git"),
+            root.join("wt/.git"),
+        ]);
+        assert_eq!(sorted(scan_once(&root)), expected);
     }
 
     /// A gitlink is read as git reads it: after the exact `gitdir: `, to

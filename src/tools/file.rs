@@ -144,9 +144,13 @@ impl Target {
     }
 
     /// Whether the path lies inside a git repository's own directory (see
-    /// [`crate::sandbox::protected::inside_git_dir`]).
+    /// [`crate::sandbox::protected::inside_git_dir`]), or was given
+    /// through a `.git` (`.git/hooks/pre-commit`, a symlink to
+    /// `scripts/pre-commit`, resolves outside any repository: writing it
+    /// is writing the hook; a breaker's finding for commands).
     pub fn in_git_dir(&self) -> bool {
-        crate::sandbox::protected::inside_git_dir(self.ws.root(), &self.path)
+        crate::sandbox::protected::is_protected_path(Path::new(&self.given))
+            || crate::sandbox::protected::inside_git_dir(self.ws.root(), &self.path)
     }
 
     /// Opens the file for reading, beneath the root; the last component
