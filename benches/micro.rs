@@ -1,6 +1,8 @@
 //! Micro-benchmarks of the hot pure paths (criterion): a shell policy
-//! decision for a compound command, a JSON-Schema argument check, and one
-//! call's full state transitions inside the scheduler without the network.
+//! decision for a compound command, a JSON-Schema argument check, one
+//! call's full state transitions inside the scheduler without the network,
+//! and the protected paths a confined command waits for (a repository with
+//! hooks, an Android `repo` checkout of linked repositories).
 //! Run with `cargo bench --bench micro`.
 
 use std::sync::Arc;
@@ -117,5 +119,67 @@ fn scheduler(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, policy, schema, scheduler);
+/// `ProtectedPaths::current` once nothing changed: a workspace of 100
+/// directories with one repository (answered from the watches), and an
+/// Android `repo` checkout of 100 projects, whose `.git` symlinks, the
+/// symlinks in each `p.git` and the hooks they lead to are followed on
+/// every call.
+fn protected_paths(c: &mut Criterion) {
+    use std::os::unix::fs::symlink;
+    use toolsched::sandbox::ProtectedPaths;
+    let plain = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(plain.path()).unwrap();
+    for i in 0..100 {
+        std::fs::create_dir_all(root.join(format!("src/d{i}"))).unwrap();
+    }
+    std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+    std::fs::create_dir_all(root.join(".git/objects")).unwrap();
+    let cache = ProtectedPaths::new(&root);
+    cache.current();
+    c.bench_function("protected paths, one repository, nothing changed", |b| {
+        b.iter(|| {
+            cache
+                .current_if_unchanged()
+                .unwrap_or_else(|| cache.current())
+        })
+    });
+    let android = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(android.path()).unwrap();
+    std::fs::create_dir_all(root.join(".repo/repo/hooks")).unwrap();
+    std::fs::write(root.join(".repo/repo/hooks/commit-msg"), "#!/bin/sh\n").unwrap();
+    for i in 0..100 {
+        let p = format!("p{i}");
+        let objects = root.join(format!(".repo/project-objects/{p}.git"));
+        let project = root.join(format!(".repo/projects/{p}.git"));
+        std::fs::create_dir_all(objects.join("hooks")).unwrap();
+        std::fs::create_dir_all(objects.join("objects")).unwrap();
+        std::fs::create_dir_all(project.join("refs")).unwrap();
+        std::fs::create_dir_all(root.join(&p)).unwrap();
+        symlink(
+            format!("../.repo/projects/{p}.git"),
+            root.join(&p).join(".git"),
+        )
+        .unwrap();
+        for d in ["hooks", "objects"] {
+            symlink(
+                format!("../../project-objects/{p}.git/{d}"),
+                project.join(d),
+            )
+            .unwrap();
+        }
+        symlink(
+            "../../../repo/hooks/commit-msg",
+            objects.join("hooks/commit-msg"),
+        )
+        .unwrap();
+    }
+    let cache = ProtectedPaths::new(&root);
+    cache.current();
+    c.bench_function(
+        "protected paths, Android repo checkout of 100 projects",
+        |b| b.iter(|| cache.current()),
+    );
+}
+
+criterion_group!(benches, policy, schema, scheduler, protected_paths);
 criterion_main!(benches);

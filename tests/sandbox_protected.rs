@@ -431,12 +431,13 @@ async fn git_symlink_layout(config: toolsched::scheduler::SchedulerConfig) -> Te
     srv
 }
 
-/// A non-root server cannot look into a directory a command made `chmod
-/// 000`: a command that hides the way to a linked repository from the next
-/// command's resolution must not get the repository writable then. The
-/// directory in the way is protected instead (read-only: its mode cannot be
-/// given back), as the walk protects a directory it cannot read. As root
-/// the server runs as `nobody` (setpriv, util-linux).
+/// A non-root server finds the protected paths with the commands' own
+/// permissions: a directory it cannot list or search hides the `.git`
+/// links beyond it, and the repositories they lead to must not become
+/// writable. A command cannot make a workspace directory unreadable to its
+/// owner; one made so outside is protected instead (read-only: its mode
+/// cannot be given back), as the walk protects a directory it cannot read.
+/// As root the server runs as `nobody` (setpriv, util-linux).
 #[tokio::test]
 async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
     use std::os::unix::fs::PermissionsExt;
@@ -465,12 +466,36 @@ async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
     let run = |session: &'static str, command: &'static str| async move {
         collect(crate::replicas_support::run_shell(bin.addr, session, "c", command).await).await
     };
-    let hide = run("s", "chmod 000 .repo && echo hidden").await;
-    assert_eq!(
-        states(&hide, "c"),
-        ["validating", "scheduled", "executing", "success"],
-        "{hide:?}"
-    );
+    // A command cannot take a workspace directory's read or search
+    // permission from its owner (a breaker's finding: `chmod 311 p`, the
+    // search bit kept as git needs it, hid `p/.git` from the walk).
+    for hide in [
+        "chmod 000 .repo",
+        "chmod 311 p",
+        "chmod 000 p",
+        "chmod u-r p",
+    ] {
+        let events = run("s", hide).await;
+        assert_eq!(
+            states(&events, "c"),
+            ["validating", "scheduled", "executing", "error"],
+            "{hide}: {events:?}"
+        );
+    }
+    for dir in [".repo", "p"] {
+        assert_eq!(
+            std::fs::metadata(ws.join(dir))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o755,
+            "{dir}"
+        );
+    }
+    // Made unreadable all the same (by its owner, outside): the directory
+    // in the way is protected.
+    std::fs::set_permissions(ws.join(".repo"), std::fs::Permissions::from_mode(0o000)).unwrap();
     let write = run(
         "s",
         "chmod 755 .repo; echo evil > .repo/projects/p.git/hooks/post-checkout",
@@ -483,6 +508,13 @@ async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
     );
     std::fs::set_permissions(ws.join(".repo"), std::fs::Permissions::from_mode(0o755)).unwrap();
     assert!(!ws.join(".repo/projects/p.git/hooks/post-checkout").exists());
+    // Modes that keep it are changed as ever.
+    let keep = run("s", "chmod 700 p && chmod 755 p && echo kept").await;
+    assert_eq!(
+        states(&keep, "c"),
+        ["validating", "scheduled", "executing", "success"],
+        "{keep:?}"
+    );
 }
 
 /// A read-only mount does not stop a path at a symlink inside it. A
@@ -619,6 +651,8 @@ async fn a_repository_a_dangling_link_names_cannot_be_made() {
             "mv .repo/projects .repo/old && mv stage/projects .repo/",
             "mkdir -p sep/g.git",
             "mkdir stage/sep && mv stage/sep .",
+            "mkfifo .repo/projects/p.git",
+            "mkfifo sep",
         ] {
             assert_denied(&srv, "s", make).await;
         }
@@ -629,7 +663,7 @@ async fn a_repository_a_dangling_link_names_cannot_be_made() {
             );
         }
         if !landlock_only {
-            let make = "mkdir .repo/projects/q.git && echo a > .repo/projects/q.git/x && cat .repo/projects/q.git/x";
+            let make = "mkdir .repo/projects/q.git && echo a > .repo/projects/q.git/x && mkfifo .repo/projects/q.git/f && test -p .repo/projects/q.git/f && cat .repo/projects/q.git/x";
             assert_eq!(
                 run_ok(&srv, "s", make).await,
                 format!("Command: {make}\nDirectory: .\nOutput: a\n")

@@ -292,6 +292,8 @@ struct Listings {
     watching: Watching,
     /// Calls answered from [`Watcher::armed`], without a walk.
     answered_unchanged: u64,
+    /// The walk's budget in place of [`MAX_SCAN_ENTRIES`] (tests).
+    max_entries: Option<usize>,
 }
 
 /// A walk's result that needs no walk while no watched directory reports a
@@ -614,6 +616,10 @@ struct Listing {
     /// Its symlinks, for a [`Kind::GitDir`] or [`Kind::Hooks`] (a
     /// workspace directory's are not followed).
     symlinks: Vec<Arc<OsStr>>,
+    /// A [`Kind::GitDir`] with a `commondir` file: a repository whose
+    /// hooks and config are elsewhere, as a linked worktree's (followed on
+    /// every call, see [`Linked::linked_repository`]).
+    commondir: bool,
     /// The last walk that reached it unchanged or read it.
     seen: u64,
     /// Its inotify watch, added before it was read.
@@ -696,7 +702,7 @@ impl Listings {
         let mut inner = Vec::new();
         let mut queue: VecDeque<(Arc<OsStr>, Kind)> =
             VecDeque::from([(Arc::from(root.as_os_str()), Kind::Workspace)]);
-        let mut budget = MAX_SCAN_ENTRIES;
+        let mut budget = self.max_entries.unwrap_or(MAX_SCAN_ENTRIES);
         self.reread = 0;
         // The root, held for this walk: a kept directory is checked by a
         // `statx` relative to it, which resolves only the components beneath
@@ -710,17 +716,18 @@ impl Listings {
             rustix::fs::Mode::empty(),
         )
         .ok();
+        // Every directory this walk listed or found unchanged.
+        let mut reached: Vec<Arc<OsStr>> = Vec::new();
         while let Some((dir, kind)) = queue.pop_front() {
-            if budget == 0 {
+            if budget == 0 && kind == Kind::Workspace {
+                // Protected whole, not read. A `.git` directory found is
+                // still read for its symlinks, however many entries came
+                // before it (a breaker's finding: 200,000 FIFOs made at the
+                // root left the root's `.git/hooks` unread, and the
+                // worktree file a hook links to writable).
                 armable = false;
-                // Protected whole (a `.git` is already).
-                found.extend(
-                    std::iter::once((dir, kind))
-                        .chain(queue.drain(..))
-                        .filter(|(_, k)| *k != Kind::GitDir)
-                        .map(|(d, _)| PathBuf::from(&*d)),
-                );
-                break;
+                found.push(PathBuf::from(&*dir));
+                continue;
             }
             let rel = beneath_root(root.as_os_str(), &dir);
             if let Some(old) = self.dirs.get_mut(&dir)
@@ -728,6 +735,7 @@ impl Listings {
                 && unchanged(root_fd.as_ref(), rel, &dir, old)
             {
                 old.seen = mark;
+                reached.push(dir.clone());
                 armable &= match (&mut watcher, old.wd) {
                     (Some(w), Some(wd)) => w.reached(wd, mark),
                     _ => false,
@@ -748,6 +756,7 @@ impl Listings {
             ) {
                 Read::Listed { mut listing, keep } => {
                     armable &= listing.wd.is_some();
+                    reached.push(dir.clone());
                     budget = budget.saturating_sub(listing.entries);
                     take(
                         &dir, kind, &listing, &mut queue, &mut found, &mut links, &mut inner,
@@ -772,23 +781,46 @@ impl Listings {
         // settled, beyond the budget) are forgotten.
         self.dirs.retain(|_, listing| listing.seen == mark);
         let root_id = root_fd.as_ref().and_then(|fd| identity(fd, Path::new("")));
-        if let Some(w) = watcher {
-            w.forget_unreached(mark);
-            match root_id.filter(|_| armable) {
-                Some(root) => {
-                    w.armed = Some(Armed {
-                        root,
-                        found: found.clone(),
-                        links: links.clone(),
-                        inner: inner.clone(),
-                    });
-                }
-                // Watches that cannot prove anything are given back to
-                // the user's budget; tried again after a while.
-                None => self.back_off(),
+        let Some(w) = watcher else {
+            Linked::new(root, &mut found).follow(&links, &inner);
+            return found;
+        };
+        w.forget_unreached(mark);
+        let Some(root_id) = root_id.filter(|_| armable) else {
+            // Watches that cannot prove anything are given back to the
+            // user's budget; tried again after a while.
+            self.back_off();
+            Linked::new(root, &mut found).follow(&links, &inner);
+            return found;
+        };
+        // What the links lead to is part of the armed result when the
+        // watches prove it too (every directory looked in was reached by
+        // the walk, so watched).
+        let walked = found.clone();
+        let proven = if links.is_empty() && inner.is_empty() {
+            true
+        } else {
+            // Every directory reached is watched (`armable`).
+            let reached: std::collections::HashSet<&OsStr, foldhash::fast::RandomState> =
+                reached.iter().map(|d| &**d).collect();
+            let watched = |d: &Path| reached.contains(d.as_os_str());
+            Linked::proving(root, &mut found, &watched).follow(&links, &inner)
+        };
+        w.armed = Some(if proven {
+            Armed {
+                root: root_id,
+                found: found.clone(),
+                links: Vec::new(),
+                inner: Vec::new(),
             }
-        }
-        Linked::new(root, &mut found).follow(&links, &inner);
+        } else {
+            Armed {
+                root: root_id,
+                found: walked,
+                links,
+                inner,
+            }
+        });
         found
     }
 
@@ -875,6 +907,9 @@ fn take(
 ) {
     let dir = Path::new(dir);
     push_git(found, links, dir, listing.git);
+    if listing.commondir {
+        links.push(dir.to_path_buf());
+    }
     if listing.git == GitEntry::Other {
         queue.push_back((
             dir.join(PROTECTED_NAME).into_os_string().into(),
@@ -913,6 +948,13 @@ struct Linked<'a> {
     root: &'a Path,
     found: &'a mut Vec<PathBuf>,
     seen: std::collections::HashSet<PathBuf, foldhash::fast::RandomState>,
+    /// Whether a directory is watched by the walk just done (`None`: no
+    /// proof is sought).
+    watched: Option<&'a dyn Fn(&Path) -> bool>,
+    /// Whether everything followed so far was looked up only in watched
+    /// directories, and no file's content was read: while no watch
+    /// reports a change, it leads to the same places.
+    proven: bool,
 }
 
 /// Entries of a `hooks` directory a symlink leads to read at most for its
@@ -925,14 +967,34 @@ impl<'a> Linked<'a> {
             root,
             found,
             seen: Default::default(),
+            watched: None,
+            proven: false,
+        }
+    }
+
+    /// [`Self::new`], proving what it follows by the watches `watched`
+    /// tells of (see [`Self::follow`]).
+    fn proving(
+        root: &'a Path,
+        found: &'a mut Vec<PathBuf>,
+        watched: &'a dyn Fn(&Path) -> bool,
+    ) -> Self {
+        Linked {
+            watched: Some(watched),
+            proven: true,
+            ..Self::new(root, found)
         }
     }
 
     /// Follows the `.git` links and the symlinks inside `.git` directories
-    /// a walk found.
-    fn follow(mut self, links: &[PathBuf], inner: &[InnerLink]) {
+    /// a walk found. True when what was followed is proven by the watches
+    /// (see [`Self::proving`]): every entry on the way was looked up in a
+    /// watched directory (a symlink cannot change without an entry change
+    /// in its directory), no gitlink or `commondir` file was read (a
+    /// file's writes are not watched).
+    fn follow(mut self, links: &[PathBuf], inner: &[InnerLink]) -> bool {
         if links.is_empty() && inner.is_empty() {
-            return;
+            return self.proven;
         }
         self.seen.extend(self.found.iter().cloned());
         for g in links {
@@ -948,6 +1010,30 @@ impl<'a> Linked<'a> {
                 self.inner_link(git_dir, &l.path, l.top_level);
             }
         }
+        self.proven
+    }
+
+    /// [`resolve`], noting whether it looked only in watched directories.
+    fn resolve(&mut self, base: &Path, path: &Path) -> Option<Resolved> {
+        let mut proven = self.proven;
+        let watched = self.watched;
+        let r = resolve(base, path, &mut |d| {
+            proven &= watched.is_some_and(|w| w(d));
+        });
+        self.proven = proven;
+        r
+    }
+
+    /// [`named_dir`]: a file's content, never proven by the watches.
+    fn named_dir(&mut self, file: &Path, prefix: &[u8], base: &Path) -> Option<Resolved> {
+        self.proven = false;
+        named_dir(file, prefix, base, &mut |_| {})
+    }
+
+    /// [`symlinks_in`], noting whether `dir` is watched.
+    fn symlinks_in(&mut self, dir: &Path) -> Vec<PathBuf> {
+        self.proven &= self.watched.is_some_and(|w| w(dir));
+        symlinks_in(dir)
     }
 
     /// Whether `p` lies in the workspace, below its root, outside any
@@ -1005,12 +1091,18 @@ impl<'a> Linked<'a> {
         let Ok(meta) = std::fs::symlink_metadata(dotgit) else {
             return;
         };
+        if meta.is_dir() {
+            // A `.git` directory with a `commondir` file (see [`take`]):
+            // its own symlinks are walked.
+            self.common_dir(dotgit);
+            return;
+        }
         let mut gitlink = Some(dotgit.to_path_buf());
         let mut git_dir = None;
         if meta.is_symlink() {
             let Some(r) = std::fs::read_link(dotgit)
                 .ok()
-                .and_then(|to| resolve(dir, &to))
+                .and_then(|to| self.resolve(dir, &to))
             else {
                 return;
             };
@@ -1021,7 +1113,7 @@ impl<'a> Linked<'a> {
             git_dir = Some(r);
         }
         if let Some(file) = gitlink {
-            git_dir = named_dir(&file, b"gitdir: ", dir);
+            git_dir = self.named_dir(&file, b"gitdir: ", dir);
             if let Some(r) = &git_dir {
                 self.add(r, false, None);
             }
@@ -1030,7 +1122,19 @@ impl<'a> Linked<'a> {
             return;
         };
         self.git_dir_links(&git_dir.path);
-        if let Some(common) = named_dir(&git_dir.path.join("commondir"), b"", &git_dir.path) {
+        self.common_dir(&git_dir.path);
+    }
+
+    /// Protects the common dir the git dir `git_dir` names in its
+    /// `commondir` file, if it has one, and what its symlinks lead to.
+    fn common_dir(&mut self, git_dir: &Path) {
+        let file = git_dir.join("commondir");
+        // No such file: proven by the watch on `git_dir`, if any.
+        self.proven &= self.watched.is_some_and(|w| w(git_dir));
+        if std::fs::symlink_metadata(&file).is_err() {
+            return;
+        }
+        if let Some(common) = self.named_dir(&file, b"", git_dir) {
             self.add(&common, false, None);
             if common.kind == Reached::Dir {
                 self.git_dir_links(&common.path);
@@ -1041,12 +1145,12 @@ impl<'a> Linked<'a> {
     /// Follows the symlinks at the top of the git dir `git_dir` and in its
     /// `hooks` directory (see [`Self::inner_link`]).
     fn git_dir_links(&mut self, git_dir: &Path) {
-        for link in symlinks_in(git_dir) {
+        for link in self.symlinks_in(git_dir) {
             self.inner_link(git_dir, &link, true);
         }
         let hooks = git_dir.join("hooks");
         if std::fs::symlink_metadata(&hooks).is_ok_and(|m| m.is_dir()) {
-            for link in symlinks_in(&hooks) {
+            for link in self.symlinks_in(&hooks) {
                 self.inner_link(git_dir, &link, false);
             }
         }
@@ -1065,14 +1169,14 @@ impl<'a> Linked<'a> {
         let (Some(dir), Some(name)) = (link.parent(), link.file_name()) else {
             return;
         };
-        let Some(r) = resolve(dir, Path::new(name)) else {
+        let Some(r) = self.resolve(dir, Path::new(name)) else {
             return;
         };
         self.add(&r, false, Some(git_dir));
         if top_level && name == "hooks" && r.kind == Reached::Dir && !r.path.starts_with(git_dir) {
-            for hook in symlinks_in(&r.path) {
+            for hook in self.symlinks_in(&r.path) {
                 if let (Some(d), Some(n)) = (hook.parent(), hook.file_name())
-                    && let Some(h) = resolve(d, Path::new(n))
+                    && let Some(h) = self.resolve(d, Path::new(n))
                 {
                     self.add(&h, false, Some(&r.path));
                 }
@@ -1117,7 +1221,12 @@ const MAX_GITLINK_BYTES: u64 = 4096;
 /// a regular file or names nothing. Opened without
 /// following a symlink and without blocking (a FIFO), and at most
 /// [`MAX_GITLINK_BYTES`] read.
-fn named_dir(file: &Path, prefix: &[u8], base: &Path) -> Option<Resolved> {
+fn named_dir(
+    file: &Path,
+    prefix: &[u8],
+    base: &Path,
+    looked: &mut dyn FnMut(&Path),
+) -> Option<Resolved> {
     use std::io::Read;
     let file = File::options()
         .read(true)
@@ -1141,7 +1250,7 @@ fn named_dir(file: &Path, prefix: &[u8], base: &Path) -> Option<Resolved> {
     if named.is_empty() {
         return None;
     }
-    resolve(base, Path::new(OsStr::from_bytes(named)))
+    resolve(base, Path::new(OsStr::from_bytes(named)), looked)
 }
 
 /// Where a path leads: see [`resolve`].
@@ -1181,16 +1290,20 @@ enum Reached {
 /// (`ELOOP`).
 const MAX_SYMLINK_HOPS: usize = 40;
 
-/// Resolves `path` relative to the directory `base` (or `/` when absolute)
-/// one entry at a time, as the kernel does, keeping what it passes
-/// through. `None` only when `base` itself cannot be resolved.
-fn resolve(base: &Path, path: &Path) -> Option<Resolved> {
+/// Resolves `path` relative to the directory `base` (canonical: a walk's
+/// path, or one a resolution reached; `/` when `path` is absolute) one
+/// entry at a time, as the kernel does, keeping what it passes through;
+/// `looked` is told each directory an entry is looked up in. `None` when
+/// `base` is not absolute.
+fn resolve(base: &Path, path: &Path, looked: &mut dyn FnMut(&Path)) -> Option<Resolved> {
     use std::io::ErrorKind;
     use std::path::Component;
     let mut at = if path.is_absolute() {
         PathBuf::from("/")
+    } else if base.is_absolute() {
+        base.to_path_buf()
     } else {
-        std::fs::canonicalize(base).ok()?
+        return None;
     };
     // Components still to take, the next one last.
     let mut todo: Vec<OsString> = Vec::new();
@@ -1224,6 +1337,7 @@ fn resolve(base: &Path, path: &Path) -> Option<Resolved> {
             continue;
         }
         let next = at.join(&name);
+        looked(&at);
         let meta = match std::fs::symlink_metadata(&next) {
             Ok(meta) => meta,
             // Nothing there (yet).
@@ -1308,6 +1422,7 @@ fn read(
         git: GitEntry::Absent,
         subdirs: Vec::new(),
         symlinks: Vec::new(),
+        commondir: false,
         seen: 0,
         wd,
     };
@@ -1327,6 +1442,9 @@ fn read(
                 }
                 Ok(t) if t.is_dir() && kind == Kind::GitDir && name == "hooks" => {
                     listing.subdirs.push(dir.join(name).into_os_string().into());
+                }
+                Ok(t) if t.is_file() && kind == Kind::GitDir && name == "commondir" => {
+                    listing.commondir = true;
                 }
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -1780,6 +1898,9 @@ mod tests {
     /// the repository itself, nor beyond its top and `hooks`.
     #[test]
     fn what_symlinks_inside_a_repository_lead_to_is_protected() {
+        let _no_mounts = MOUNTS
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         let link = |to: &str, at: &str| {
@@ -1836,7 +1957,31 @@ mod tests {
         assert_eq!(sorted(scan_once(&root)), expected);
         let cache = ProtectedPaths::new(&root);
         assert_eq!(sorted(cache.current()), expected);
-        assert_eq!(cache.current_if_unchanged(), None, "symlinks are followed");
+        // `HEAD` leads through `refs/heads`, which no walk watches: the
+        // links are followed on every call.
+        assert_eq!(cache.current_if_unchanged(), None);
+        // Without it, every directory they lead through is watched: no
+        // walk, and no link followed, while nothing changes.
+        std::fs::remove_file(root.join("w/.git/HEAD")).unwrap();
+        assert_eq!(sorted(cache.current()), expected);
+        let answered = counts(&cache).0;
+        assert_eq!(
+            cache.current_if_unchanged().map(sorted),
+            Some(expected.clone())
+        );
+        assert_eq!(counts(&cache).0, answered + 1);
+        // A hook linked later, in a directory a link led to: reported.
+        link(
+            "../../../repo/hooks/pre-push",
+            ".repo/project-objects/p.git/hooks/pre-push",
+        );
+        std::fs::write(root.join(".repo/repo/hooks/pre-push"), "").unwrap();
+        assert_eq!(cache.current_if_unchanged(), None);
+        let now = sorted(cache.current());
+        assert!(
+            now.contains(&root.join(".repo/repo/hooks/pre-push")),
+            "{now:?}"
+        );
         // Kept listings of the `.git` and its `hooks`: a symlink made in
         // either later is found.
         keep_listings(&cache, &[root.clone(), root.join("w"), root.join("w/.git")]);
@@ -1903,6 +2048,69 @@ mod tests {
         assert_eq!(sorted(scan_once(&root)), expected);
     }
 
+    /// Past the walk's budget, directories are protected whole and not
+    /// read, but a `.git` directory already found is still read for its
+    /// symlinks (a breaker's finding: entries made at the root used the
+    /// budget up, and the root file a hook links to was writable).
+    #[test]
+    fn a_repository_past_the_budget_is_still_read_for_its_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for i in 0..20 {
+            std::fs::write(root.join(format!("f{i:02}")), "").unwrap();
+        }
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(root.join("d/e")).unwrap();
+        std::fs::write(root.join("pre-commit.sh"), "").unwrap();
+        std::os::unix::fs::symlink("../../pre-commit.sh", root.join(".git/hooks/pre-commit"))
+            .unwrap();
+        let mut listings = Listings {
+            watching: Watching::Never,
+            max_entries: Some(10),
+            ..Listings::default()
+        };
+        assert_eq!(
+            sorted(listings.walk(&root)),
+            [
+                root.join(".git"),
+                root.join("d"),
+                root.join("pre-commit.sh")
+            ]
+        );
+    }
+
+    /// A `.git` directory (not a link) with a `commondir` file: git runs
+    /// the common dir's hooks and config for it, so that is protected too
+    /// (a breaker's finding), with what its symlinks lead to; and followed
+    /// again when the file changes.
+    #[test]
+    fn a_git_directorys_common_dir_is_protected() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("wt/.git")).unwrap();
+        std::fs::write(root.join("wt/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(root.join("wt/.git/commondir"), "../../shared.git\n").unwrap();
+        std::fs::create_dir_all(root.join("shared.git/hooks")).unwrap();
+        std::fs::create_dir_all(root.join("other.git")).unwrap();
+        std::fs::write(root.join("hook.sh"), "").unwrap();
+        std::os::unix::fs::symlink("../../hook.sh", root.join("shared.git/hooks/pre-commit"))
+            .unwrap();
+        let expected = [
+            root.join("hook.sh"),
+            root.join("shared.git"),
+            root.join("wt/.git"),
+        ];
+        assert_eq!(sorted(scan_once(&root)), expected);
+        let cache = ProtectedPaths::new(&root);
+        assert_eq!(sorted(cache.current()), expected);
+        assert_eq!(cache.current_if_unchanged(), None, "a file is read");
+        std::fs::write(root.join("wt/.git/commondir"), "../../other.git\n").unwrap();
+        assert_eq!(
+            sorted(cache.current()),
+            [root.join("other.git"), root.join("wt/.git")]
+        );
+    }
+
     /// A gitlink is read as git reads it: after the exact `gitdir: `, to
     /// the end less line ends, spaces included (`s.git ` is another
     /// directory than `s.git`); `gitdir:` without its space is no gitlink
@@ -1928,6 +2136,11 @@ mod tests {
 
     /// Calls answered without a walk so far, and directories the last walk
     /// read.
+    /// A mount anywhere in the process's namespace is reported to every
+    /// watcher (the mount table's notification): the test that mounts
+    /// runs alone among those that count walks.
+    static MOUNTS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
     fn counts(cache: &ProtectedPaths) -> (u64, usize) {
         let l = cache.listings.lock().unwrap();
         (l.answered_unchanged, l.reread)
@@ -1940,6 +2153,9 @@ mod tests {
     /// removed, a gitlink's content changed (no directory changes).
     #[test]
     fn a_watched_workspace_is_walked_again_only_after_a_change() {
+        let _no_mounts = MOUNTS
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
@@ -2007,6 +2223,9 @@ mod tests {
     /// after any file was made anywhere).
     #[test]
     fn after_a_report_only_the_changed_directory_is_read() {
+        let _no_mounts = MOUNTS
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         abc_tree(&root);
@@ -2031,6 +2250,9 @@ mod tests {
     /// finding with named workspaces).
     #[test]
     fn a_new_directory_at_the_roots_path_is_walked() {
+        let _no_mounts = MOUNTS
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = tempfile::tempdir().unwrap();
         let base = std::fs::canonicalize(dir.path()).unwrap();
         let root = base.join("tenant/ws");
@@ -2051,6 +2273,9 @@ mod tests {
     /// directory read anew.
     #[test]
     fn an_unprovable_walk_gives_the_watches_back_for_a_while() {
+        let _no_mounts = MOUNTS
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         let all = abc_tree(&root);
@@ -2082,6 +2307,9 @@ mod tests {
     /// notification makes the next call walk, which sees the new device.
     #[test]
     fn a_mount_over_a_watched_directory_is_walked() {
+        let _mounting = MOUNTS
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         use std::ffi::CString;
         struct Unmount(CString);
         impl Drop for Unmount {
@@ -2127,6 +2355,9 @@ mod tests {
     /// `commondir` rewritten in place is followed.
     #[test]
     fn a_worktrees_common_dir_is_protected() {
+        let _no_mounts = MOUNTS
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir_all(root.join("main.git/hooks")).unwrap();

@@ -33,8 +33,11 @@
 //! only open what exists, never create. `openat2` answers ENOSYS
 //! ([`super::seccomp`]: its mode and flags are in memory no filter reads),
 //! so programs fall back to `openat`. Sockets and FIFOs
-//! keep their own make rights: git ignores a `.git` that is neither a
-//! directory nor a regular file.
+//! keep their own make rights (git ignores a `.git` that is neither a
+//! directory nor a regular file), but one made by `mknod` traps too and is
+//! refused at a protected path that does not exist yet (the entry where a
+//! `.git` or hook link stops, which a FIFO would turn into a hang of git
+//! outside); a socket `bind` makes is the kernel's.
 //!
 //! Not here: metadata calls ([`super::metadata`]), mounts
 //! ([`super::mounts`]).
@@ -325,12 +328,28 @@ impl MetadataGuard {
         valid: impl Fn() -> bool,
     ) -> Result<Reply, Errno> {
         let kind = mode as libc::mode_t & libc::S_IFMT;
-        if kind != 0 && kind != libc::S_IFREG {
-            // FIFOs, sockets, devices: their own rights, the kernel's call.
-            return Ok(Reply::Continue);
-        }
-        let Some(e) = self.allowed_entry(t, dirfd, path)? else {
-            return Ok(Reply::Continue);
+        let e = match kind {
+            0 | libc::S_IFREG => match self.allowed_entry(t, dirfd, path)? {
+                Some(e) => e,
+                None => return Ok(Reply::Continue),
+            },
+            // FIFOs and sockets keep their own make rights (see the
+            // module doc), so the kernel would make one even at a
+            // protected path that does not exist yet (where a link leads
+            // nowhere: a breaker's finding); the worker makes them, as a
+            // file, once it has checked the path.
+            libc::S_IFIFO | libc::S_IFSOCK => match self.new_entry(t, dirfd, path)? {
+                Some(e)
+                    if is_forbidden_name(e.name.as_bytes())
+                        || self.excluded.iter().any(|x| e.full_path().starts_with(x)) =>
+                {
+                    return Err(libc::EACCES);
+                }
+                Some(e) => e,
+                None => return Ok(Reply::Continue),
+            },
+            // Devices: no capability makes one; the kernel's call.
+            _ => return Ok(Reply::Continue),
         };
         if !valid() {
             return Err(libc::ESRCH);

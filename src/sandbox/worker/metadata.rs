@@ -174,6 +174,10 @@ pub(super) struct MetadataGuard {
     /// protected path without the mount namespace; the service's own files
     /// always). See [`super::entries`].
     pub way_locked: BTreeSet<PathBuf>,
+    /// The workspace (canonical), when the command may write it: no
+    /// directory there may lose its owner's read or search permission
+    /// (see [`Self::hides_a_directory`]).
+    pub workspace: Option<PathBuf>,
 }
 
 pub(super) type Errno = i32;
@@ -185,6 +189,29 @@ pub(super) enum Follow {
 }
 
 impl MetadataGuard {
+    /// Whether `mode` would take its owner's read or search permission
+    /// from the workspace directory `object` (at `located`). A server that
+    /// is not root finds the protected paths with the permissions of the
+    /// user the commands run as: a directory it cannot list hides the
+    /// `.git` links inside it, and the repositories they lead to would be
+    /// writable for the next command (a breaker's finding: `chmod 311 p`
+    /// hid `p/.git -> ../.repo/projects/p.git`). Refused for a root server
+    /// too, so that a command behaves the same under both.
+    fn hides_a_directory(&self, object: &OwnedFd, located: &Path, mode: u64) -> bool {
+        let needed = u64::from(libc::S_IRUSR | libc::S_IXUSR);
+        if mode & needed == needed
+            || !self
+                .workspace
+                .as_ref()
+                .is_some_and(|w| located.starts_with(w))
+        {
+            return false;
+        }
+        rustix::fs::fstat(object).is_ok_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+        })
+    }
+
     /// Whether the object at `path` (as the kernel names it) may change.
     pub(super) fn allows(&self, path: &Path) -> bool {
         self.roots.iter().any(|r| path.starts_with(r))
@@ -322,6 +349,11 @@ impl MetadataGuard {
         // file anywhere: nothing to protect.
         let on_disk = located.as_os_str().as_bytes().starts_with(b"/");
         if on_disk && !self.allows(&strip_deleted(&located)) {
+            return Err(libc::EPERM);
+        }
+        if let Op::Mode(mode) = op
+            && self.hides_a_directory(&object, &located, mode)
+        {
             return Err(libc::EPERM);
         }
         op.apply(&object, &self_path)
@@ -611,6 +643,7 @@ mod tests {
             roots: vec!["/w".into(), "/t".into()],
             excluded: ["/w/r/.git".into()].into_iter().collect(),
             way_locked: BTreeSet::new(),
+            workspace: Some("/w".into()),
         };
         for (p, ok) in [
             ("/w/a", true),

@@ -321,7 +321,9 @@ fn metadata_guard(
     let mut roots = vec![canonical(tmp)];
     let mut excluded: BTreeSet<PathBuf> = args.protect.iter().map(|p| canonical(p)).collect();
     let mut way_locked = excluded.clone();
+    let mut workspace = None;
     if args.level.writes_workspace() {
+        workspace = Some(canonical(&args.workspace));
         roots.push(canonical(&args.workspace));
         let protected =
             protected.map_or_else(|| protected_in(&args.workspace), <[PathBuf]>::to_vec);
@@ -334,6 +336,7 @@ fn metadata_guard(
         roots,
         excluded,
         way_locked,
+        workspace,
     }
 }
 
