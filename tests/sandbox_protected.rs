@@ -469,7 +469,10 @@ async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
     // A command cannot take a workspace directory's read or search
     // permission from its owner (a breaker's finding: `chmod 311 p`, the
     // search bit kept as git needs it, hid `p/.git` from the walk).
+    // The owner's bits of an access ACL are the mode's (`setfacl -m u::-wx p`).
+    const ACL_HIDE: &str = "python3 -c \"import os,struct; e=lambda t,p: struct.pack('<HHI',t,p,0xffffffff); os.setxattr('p','system.posix_acl_access',struct.pack('<I',2)+e(1,3)+e(4,5)+e(0x20,5))\"";
     for hide in [
+        ACL_HIDE,
         "chmod 000 .repo",
         "chmod 311 p",
         "chmod 000 p",
@@ -509,7 +512,11 @@ async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
     std::fs::set_permissions(ws.join(".repo"), std::fs::Permissions::from_mode(0o755)).unwrap();
     assert!(!ws.join(".repo/projects/p.git/hooks/post-checkout").exists());
     // Modes that keep it are changed as ever.
-    let keep = run("s", "chmod 700 p && chmod 755 p && echo kept").await;
+    let keep = run(
+        "s",
+        "chmod 700 p && chmod 755 p && python3 -c \"import os,struct; e=lambda t,p: struct.pack('<HHI',t,p,0xffffffff); os.setxattr('p','system.posix_acl_access',struct.pack('<I',2)+e(1,7)+e(4,5)+e(0x20,5))\" && echo kept",
+    )
+    .await;
     assert_eq!(
         states(&keep, "c"),
         ["validating", "scheduled", "executing", "success"],

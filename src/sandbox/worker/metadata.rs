@@ -351,13 +351,39 @@ impl MetadataGuard {
         if on_disk && !self.allows(&strip_deleted(&located)) {
             return Err(libc::EPERM);
         }
-        if let Op::Mode(mode) = op
-            && self.hides_a_directory(&object, &located, mode)
-        {
+        let hides = match &op {
+            Op::Mode(mode) => self.hides_a_directory(&object, &located, *mode),
+            // An access ACL carries the owner's permission bits too
+            // (`setfacl -m u::- dir`).
+            Op::SetXattr(name, value, _) if name.as_bytes() == b"system.posix_acl_access" => {
+                acl_owner_mode(value)
+                    .is_some_and(|mode| self.hides_a_directory(&object, &located, mode))
+            }
+            _ => false,
+        };
+        if hides {
             return Err(libc::EPERM);
         }
         op.apply(&object, &self_path)
     }
+}
+
+/// The owner's permission bits (as a mode's `S_IRWXU`) in a POSIX access
+/// ACL as `system.posix_acl_access` carries it (the kernel's
+/// `posix_acl_xattr` layout: a version word, then 8-byte entries of tag,
+/// permissions and id, little-endian); `None` when it is not one the
+/// kernel would take.
+fn acl_owner_mode(value: &[u8]) -> Option<u64> {
+    const VERSION: u32 = 2;
+    const ACL_USER_OBJ: u16 = 0x01;
+    let (version, entries) = value.split_first_chunk::<4>()?;
+    if u32::from_le_bytes(*version) != VERSION || entries.len() % 8 != 0 {
+        return None;
+    }
+    entries.chunks_exact(8).find_map(|e| {
+        (u16::from_le_bytes([e[0], e[1]]) == ACL_USER_OBJ)
+            .then(|| u64::from(u16::from_le_bytes([e[2], e[3]]) & 0o7) << 6)
+    })
 }
 
 /// `/proc/self/fd` names a deleted file `PATH (deleted)`.
@@ -636,6 +662,28 @@ impl Caller {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_owners_bits_are_read_from_an_access_acl() {
+        let acl = |entries: &[(u16, u16)]| {
+            let mut v = 2u32.to_le_bytes().to_vec();
+            for (tag, perm) in entries {
+                v.extend_from_slice(&tag.to_le_bytes());
+                v.extend_from_slice(&perm.to_le_bytes());
+                v.extend_from_slice(&u32::MAX.to_le_bytes());
+            }
+            v
+        };
+        // user::r-x group::r-x other::---
+        assert_eq!(
+            acl_owner_mode(&acl(&[(1, 5), (4, 5), (0x20, 0)])),
+            Some(0o500)
+        );
+        assert_eq!(acl_owner_mode(&acl(&[(4, 7), (1, 0), (0x20, 7)])), Some(0));
+        assert_eq!(acl_owner_mode(&acl(&[(4, 7)])), None);
+        assert_eq!(acl_owner_mode(&[2, 0, 0, 0, 1]), None);
+        assert_eq!(acl_owner_mode(&[]), None);
+    }
 
     #[test]
     fn only_objects_beneath_a_root_and_outside_protected_paths_may_change() {
