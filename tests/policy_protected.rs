@@ -29,6 +29,7 @@ fn populate(srv: &TestServer) {
         "src",
         "p",
         "g",
+        "q",
         "scripts",
     ] {
         std::fs::create_dir_all(srv.path(dir)).unwrap();
@@ -59,6 +60,9 @@ fn populate(srv: &TestServer) {
         srv.path(".git/hooks/commit-msg"),
     )
     .unwrap();
+    // A `.git` symlink whose repository does not exist: `write_file`
+    // would make it, `config` first.
+    std::os::unix::fs::symlink("../.repo/projects/q.git", srv.path("q/.git")).unwrap();
     std::os::unix::fs::symlink(".git/hooks", srv.path("hooks-link")).unwrap();
     std::os::unix::fs::symlink(".git/config", srv.path("cfg-link")).unwrap();
 }
@@ -87,6 +91,8 @@ fn protected_calls() -> Vec<(String, &'static str, serde_json::Value, &'static s
         ("sep.git/hooks/pre-commit", "sep.git/hooks/pre-commit"),
         ("bare.git/config", "bare.git/config"),
         (".git/hooks/commit-msg", "scripts/commit-msg"),
+        ("scripts/commit-msg", "scripts/commit-msg"),
+        (".repo/projects/q.git/config", ".repo/projects/q.git/config"),
     ];
     for (i, (given, file)) in writes.into_iter().enumerate() {
         calls.push((
@@ -105,6 +111,7 @@ fn protected_calls() -> Vec<(String, &'static str, serde_json::Value, &'static s
         ("p/.git/config", ".repo/projects/p.git/config"),
         ("sep.git/config", "sep.git/config"),
         (".git/hooks/commit-msg", "scripts/commit-msg"),
+        ("scripts/commit-msg", "scripts/commit-msg"),
     ];
     for (i, (given, file)) in replaces.into_iter().enumerate() {
         calls.push((

@@ -90,7 +90,7 @@ impl Sandbox {
         Self {
             config,
             probe,
-            protected: Arc::default(),
+            protected: protected::ProtectedRegistry::shared(),
             zygote,
             tmps: Arc::default(),
         }

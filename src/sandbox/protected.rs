@@ -164,6 +164,24 @@ impl ProtectedPaths {
     /// `statx` per directory whose listing is kept, a full read of the
     /// others; call it off the async runtime.
     pub fn current(&self) -> Vec<PathBuf> {
+        self.current_with(|_| ())
+    }
+
+    /// Where the workspace's `.git` links and the symlinks inside its
+    /// repositories lead, in the workspace (outside any `.git`): the
+    /// repositories they name, their common dirs, the hooks and config
+    /// they link to, and the entries where a link stops (see
+    /// [`Reached::Stopped`]). For the file tools' policy, which asks for a
+    /// write there as for one inside a `.git`. Blocking as
+    /// [`Self::current`].
+    pub fn link_targets(&self) -> Vec<PathBuf> {
+        let mut targets = Vec::new();
+        self.current_with(|l| targets = l.targets.clone());
+        targets
+    }
+
+    /// [`Self::current`], and `then` with what it kept.
+    fn current_with(&self, then: impl FnOnce(&Listings)) -> Vec<PathBuf> {
         let mut listings = match self.listings.lock() {
             Ok(l) => l,
             Err(poisoned) => {
@@ -175,6 +193,7 @@ impl ProtectedPaths {
         };
         let started = Instant::now();
         if let Some(found) = listings.unchanged_since_last_walk(&self.root) {
+            then(&listings);
             return found;
         }
         let found = listings.walk(&self.root);
@@ -187,6 +206,7 @@ impl ProtectedPaths {
             micros = started.elapsed().as_micros() as u64,
             "protected paths"
         );
+        then(&listings);
         found
     }
 }
@@ -255,6 +275,14 @@ pub struct ProtectedRegistry {
 pub const MAX_PROTECTED_ROOTS: usize = 4096;
 
 impl ProtectedRegistry {
+    /// The process's registry: every sandbox's, and the file tools' (see
+    /// [`ProtectedPaths::link_targets`]), so that a workspace is walked
+    /// and watched once.
+    pub fn shared() -> Arc<ProtectedRegistry> {
+        static SHARED: std::sync::OnceLock<Arc<ProtectedRegistry>> = std::sync::OnceLock::new();
+        SHARED.get_or_init(Arc::default).clone()
+    }
+
     /// The cache of `root`, made on first use.
     pub fn get(&self, root: &Path) -> Arc<ProtectedPaths> {
         let mut map = self
@@ -294,6 +322,8 @@ struct Listings {
     answered_unchanged: u64,
     /// The walk's budget in place of [`MAX_SCAN_ENTRIES`] (tests).
     max_entries: Option<usize>,
+    /// Where the links of the last result led, in the workspace.
+    targets: Vec<PathBuf>,
 }
 
 /// A walk's result that needs no walk while no watched directory reports a
@@ -311,6 +341,9 @@ struct Armed {
     /// The symlinks inside the `.git` directories found, followed again on
     /// every call (see [`Linked::inner_link`]).
     inner: Vec<InnerLink>,
+    /// Where the links led, when `links` and `inner` are empty because the
+    /// watches prove it (see [`ProtectedPaths::link_targets`]).
+    targets: Vec<PathBuf>,
 }
 
 /// A symlink in a `.git` directory (`top_level`) or in its `hooks`.
@@ -782,7 +815,7 @@ impl Listings {
         self.dirs.retain(|_, listing| listing.seen == mark);
         let root_id = root_fd.as_ref().and_then(|fd| identity(fd, Path::new("")));
         let Some(w) = watcher else {
-            Linked::new(root, &mut found).follow(&links, &inner);
+            self.targets = Linked::new(root, &mut found).follow(&links, &inner).1;
             return found;
         };
         w.forget_unreached(mark);
@@ -790,15 +823,15 @@ impl Listings {
             // Watches that cannot prove anything are given back to the
             // user's budget; tried again after a while.
             self.back_off();
-            Linked::new(root, &mut found).follow(&links, &inner);
+            self.targets = Linked::new(root, &mut found).follow(&links, &inner).1;
             return found;
         };
         // What the links lead to is part of the armed result when the
         // watches prove it too (every directory looked in was reached by
         // the walk, so watched).
         let walked = found.clone();
-        let proven = if links.is_empty() && inner.is_empty() {
-            true
+        let (proven, targets) = if links.is_empty() && inner.is_empty() {
+            (true, Vec::new())
         } else {
             // Every directory reached is watched (`armable`).
             let reached: std::collections::HashSet<&OsStr, foldhash::fast::RandomState> =
@@ -812,6 +845,7 @@ impl Listings {
                 found: found.clone(),
                 links: Vec::new(),
                 inner: Vec::new(),
+                targets: targets.clone(),
             }
         } else {
             Armed {
@@ -819,8 +853,10 @@ impl Listings {
                 found: walked,
                 links,
                 inner,
+                targets: Vec::new(),
             }
         });
+        self.targets = targets;
         found
     }
 
@@ -850,7 +886,13 @@ impl Listings {
             return None;
         }
         let mut found = armed.found.clone();
-        Linked::new(root, &mut found).follow(&armed.links, &armed.inner);
+        self.targets = if armed.links.is_empty() && armed.inner.is_empty() {
+            armed.targets.clone()
+        } else {
+            Linked::new(root, &mut found)
+                .follow(&armed.links, &armed.inner)
+                .1
+        };
         self.answered_unchanged += 1;
         watcher.armed = Some(armed);
         Some(found)
@@ -955,6 +997,9 @@ struct Linked<'a> {
     /// directories, and no file's content was read: while no watch
     /// reports a change, it leads to the same places.
     proven: bool,
+    /// Where the links lead, in the workspace (see
+    /// [`ProtectedPaths::link_targets`]).
+    targets: Vec<PathBuf>,
 }
 
 /// Entries of a `hooks` directory a symlink leads to read at most for its
@@ -969,6 +1014,7 @@ impl<'a> Linked<'a> {
             seen: Default::default(),
             watched: None,
             proven: false,
+            targets: Vec::new(),
         }
     }
 
@@ -992,9 +1038,10 @@ impl<'a> Linked<'a> {
     /// watched directory (a symlink cannot change without an entry change
     /// in its directory), no gitlink or `commondir` file was read (a
     /// file's writes are not watched).
-    fn follow(mut self, links: &[PathBuf], inner: &[InnerLink]) -> bool {
+    /// Also returns where the links lead, in the workspace.
+    fn follow(mut self, links: &[PathBuf], inner: &[InnerLink]) -> (bool, Vec<PathBuf>) {
         if links.is_empty() && inner.is_empty() {
-            return self.proven;
+            return (self.proven, self.targets);
         }
         self.seen.extend(self.found.iter().cloned());
         for g in links {
@@ -1010,7 +1057,7 @@ impl<'a> Linked<'a> {
                 self.inner_link(git_dir, &l.path, l.top_level);
             }
         }
-        self.proven
+        (self.proven, self.targets)
     }
 
     /// [`resolve`], noting whether it looked only in watched directories.
@@ -1061,10 +1108,14 @@ impl<'a> Linked<'a> {
             }
         }
         let path = &r.path;
-        let wanted = self.in_workspace(path)
+        let in_workspace = self.in_workspace(path);
+        let wanted = in_workspace
             || (anywhere && r.kind != Reached::Stopped && !path.starts_with(self.root));
         if wanted && outside_within(path) {
             self.push(path);
+            if in_workspace && !self.targets.contains(path) {
+                self.targets.push(path.clone());
+            }
         }
     }
 

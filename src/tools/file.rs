@@ -144,13 +144,30 @@ impl Target {
     }
 
     /// Whether the path lies inside a git repository's own directory (see
-    /// [`crate::sandbox::protected::inside_git_dir`]), or was given
-    /// through a `.git` (`.git/hooks/pre-commit`, a symlink to
-    /// `scripts/pre-commit`, resolves outside any repository: writing it
-    /// is writing the hook; a breaker's finding for commands).
+    /// [`crate::sandbox::protected::inside_git_dir`]), was given through a
+    /// `.git` (`.git/hooks/pre-commit`, a symlink to `scripts/pre-commit`,
+    /// resolves outside any repository: writing it is writing the hook),
+    /// or lies at or beneath where a `.git` link or a symlink inside a
+    /// repository leads, as the sandbox keeps it from commands
+    /// ([`crate::sandbox::ProtectedPaths::link_targets`]: the hook's
+    /// `scripts/pre-commit` by its own name; the repository a dangling
+    /// `.git` symlink names, which `write_file` would otherwise create,
+    /// `config` included; breakers' findings). The last may walk the
+    /// workspace (once; later calls are answered from its watches): off
+    /// the runtime's worker where it can be.
     pub fn in_git_dir(&self) -> bool {
-        crate::sandbox::protected::is_protected_path(Path::new(&self.given))
-            || crate::sandbox::protected::inside_git_dir(self.ws.root(), &self.path)
+        use crate::sandbox::protected::{ProtectedRegistry, inside_git_dir, is_protected_path};
+        if is_protected_path(Path::new(&self.given)) || inside_git_dir(self.ws.root(), &self.path) {
+            return true;
+        }
+        let cache = ProtectedRegistry::shared().get(self.ws.root());
+        let targets = match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| cache.link_targets())
+            }
+            _ => cache.link_targets(),
+        };
+        targets.iter().any(|t| self.path.starts_with(t))
     }
 
     /// Opens the file for reading, beneath the root; the last component
