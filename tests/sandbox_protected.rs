@@ -470,7 +470,7 @@ async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
     // permission from its owner (a breaker's finding: `chmod 311 p`, the
     // search bit kept as git needs it, hid `p/.git` from the walk).
     // The owner's bits of an access ACL are the mode's (`setfacl -m u::-wx p`).
-    const ACL_HIDE: &str = "python3 -c \"import os,struct; e=lambda t,p: struct.pack('<HHI',t,p,0xffffffff); os.setxattr('p','system.posix_acl_access',struct.pack('<I',2)+e(1,3)+e(4,5)+e(0x20,5))\"";
+    const ACL_HIDE: &str = "/usr/bin/python3 -c \"import os,struct; e=lambda t,p: struct.pack('<HHI',t,p,0xffffffff); os.setxattr('p','system.posix_acl_access',struct.pack('<I',2)+e(1,3)+e(4,5)+e(0x20,5))\"";
     for hide in [
         ACL_HIDE,
         "chmod 000 .repo",
@@ -514,7 +514,7 @@ async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
     // Modes that keep it are changed as ever.
     let keep = run(
         "s",
-        "chmod 700 p && chmod 755 p && python3 -c \"import os,struct; e=lambda t,p: struct.pack('<HHI',t,p,0xffffffff); os.setxattr('p','system.posix_acl_access',struct.pack('<I',2)+e(1,7)+e(4,5)+e(0x20,5))\" && echo kept",
+        "chmod 700 p && chmod 755 p && /usr/bin/python3 -c \"import os,struct; e=lambda t,p: struct.pack('<HHI',t,p,0xffffffff); os.setxattr('p','system.posix_acl_access',struct.pack('<I',2)+e(1,7)+e(4,5)+e(0x20,5))\" && echo kept",
     )
     .await;
     assert_eq!(
@@ -660,6 +660,10 @@ async fn a_repository_a_dangling_link_names_cannot_be_made() {
             "mkdir stage/sep && mv stage/sep .",
             "mkfifo .repo/projects/p.git",
             "mkfifo sep",
+            // FIFOs keep their make rights: not moved or linked there
+            // either (a breaker's finding).
+            "mkfifo stage/f1 && mv stage/f1 .repo/projects/p.git",
+            "mkfifo stage/f2 && ln stage/f2 sep",
         ] {
             assert_denied(&srv, "s", make).await;
         }
@@ -681,4 +685,36 @@ async fn a_repository_a_dangling_link_names_cannot_be_made() {
         std::fs::create_dir_all(srv.path(".repo/projects/p.git/hooks")).unwrap();
         assert_git_dir_read_only(&srv, "s", ".repo/projects/p.git").await;
     }
+}
+
+/// A workspace directory keeps its owner's read and search permission
+/// however it is made (`mkdir -m 300`, a umask, a default ACL): a server
+/// that is not root could not look into it, and a repository put there
+/// later would not be protected (a breaker's finding). `chmod` refuses the
+/// same (see `a_hidden_way_to_a_linked_repository_does_not_unprotect_it`).
+#[tokio::test]
+async fn a_new_workspace_directory_keeps_its_owners_read_and_search() {
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo_confined()).await;
+    let make = "/usr/bin/python3 -c \"import os; os.mkdir('b', 0o300)\" && umask 477 && mkdir c && umask 022 && mkdir -m 750 d && stat -c %a b c d";
+    assert_eq!(
+        run_ok(&srv, "s", make).await,
+        format!("Command: {make}\nDirectory: .\nOutput: 700\n700\n750\n")
+    );
+    // `mkdir -m` sets the mode again with `chmod`, which is refused.
+    assert_denied(&srv, "s", "mkdir -m 300 e").await;
+    // A default ACL whose owner entry lacks read: refused; one with it, set.
+    let acl = |perm: u8| {
+        format!(
+            "/usr/bin/python3 -c \"import os,struct; e=lambda t,p: struct.pack('<HHI',t,p,0xffffffff); os.setxattr('d','system.posix_acl_default',struct.pack('<I',2)+e(1,{perm})+e(4,5)+e(0x20,5))\""
+        )
+    };
+    assert_denied(&srv, "s", &acl(3)).await;
+    let keep = format!("{} && echo set", acl(7));
+    assert_eq!(
+        run_ok(&srv, "s", &keep).await,
+        format!("Command: {keep}\nDirectory: .\nOutput: set\n")
+    );
 }

@@ -1108,6 +1108,20 @@ impl<'a> Linked<'a> {
             }
         }
         let path = &r.path;
+        if path == self.root && r.kind == Reached::Dir {
+            // A link to the workspace root (`p/.git -> ..`): protecting it
+            // whole would leave nothing writable; what makes a directory a
+            // repository to git, and what git runs from one, is protected
+            // instead (a missing `HEAD` cannot be made, so the root cannot
+            // become one; a breaker's finding).
+            for name in ["HEAD", "config", "commondir", "hooks", "objects", "refs"] {
+                let entry = self.root.join(name);
+                self.push(&entry);
+                if !self.targets.contains(&entry) {
+                    self.targets.push(entry);
+                }
+            }
+        }
         let in_workspace = self.in_workspace(path);
         let wanted = in_workspace
             || (anywhere && r.kind != Reached::Stopped && !path.starts_with(self.root));
@@ -1224,7 +1238,9 @@ impl<'a> Linked<'a> {
             return;
         };
         self.add(&r, false, Some(git_dir));
-        if top_level && name == "hooks" && r.kind == Reached::Dir && !r.path.starts_with(git_dir) {
+        // Wherever it leads, inside the git dir too (`hooks -> hooks.d`, a
+        // directory no walk reads; a breaker's finding).
+        if top_level && name == "hooks" && r.kind == Reached::Dir {
             for hook in self.symlinks_in(&r.path) {
                 if let (Some(d), Some(n)) = (hook.parent(), hook.file_name())
                     && let Some(h) = self.resolve(d, Path::new(n))
@@ -2160,6 +2176,32 @@ mod tests {
             sorted(cache.current()),
             [root.join("other.git"), root.join("wt/.git")]
         );
+    }
+
+    /// A `hooks` symlink to a directory inside the same repository, which no
+    /// walk reads, is read for the hooks it links (a breaker's finding);
+    /// a link to the workspace root protects what would make the root a
+    /// repository, not the root whole (a breaker's finding).
+    #[test]
+    fn hooks_inside_the_repository_and_a_link_to_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("k/.git/hooks.d")).unwrap();
+        std::fs::create_dir_all(root.join("k/scripts")).unwrap();
+        std::os::unix::fs::symlink("hooks.d", root.join("k/.git/hooks")).unwrap();
+        std::os::unix::fs::symlink("../../scripts/pc", root.join("k/.git/hooks.d/pre-commit"))
+            .unwrap();
+        std::fs::create_dir_all(root.join("p")).unwrap();
+        std::os::unix::fs::symlink("..", root.join("p/.git")).unwrap();
+        let mut expected = vec![
+            root.join("k/.git"),
+            root.join("k/scripts/pc"),
+            root.join("p/.git"),
+        ];
+        for name in ["HEAD", "config", "commondir", "hooks", "objects", "refs"] {
+            expected.push(root.join(name));
+        }
+        assert_eq!(sorted(scan_once(&root)), sorted(expected));
     }
 
     /// A gitlink is read as git reads it: after the exact `gitdir: `, to

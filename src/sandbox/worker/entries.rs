@@ -169,6 +169,11 @@ impl MetadataGuard {
         self.allows(dir) && !any_at_or_beneath(&self.way_locked, dir)
     }
 
+    /// Whether `path` is or lies beneath a protected path.
+    fn is_excluded(&self, path: &Path) -> bool {
+        self.excluded.iter().any(|x| path.starts_with(x))
+    }
+
     /// Answers one trapped call of [`TRAPPED`] or [`TRAPPED_WITH_FLAGS`].
     pub(super) fn serve_entry(&self, listener: RawFd, req: &libc::seccomp_notif) -> Reply {
         match self.entry(listener, req) {
@@ -288,7 +293,7 @@ impl MetadataGuard {
         if is_forbidden_name(e.name.as_bytes()) {
             return Err(libc::EPERM);
         }
-        if self.excluded.iter().any(|x| e.full_path().starts_with(x)) {
+        if self.is_excluded(&e.full_path()) {
             return Ok(None);
         }
         Ok(Some(e))
@@ -309,9 +314,23 @@ impl MetadataGuard {
         if !valid() {
             return Err(libc::ESRCH);
         }
+        // A workspace directory keeps its owner's read and search
+        // permission, whatever the mode or umask asked (`mkdir -m 300`): a
+        // server that is not root could not look into it, and a
+        // repository put there later would not be protected (a breaker's
+        // finding; `chmod` refuses the same, see `super::metadata`).
+        let (mut mode, mut mask) = (mode as libc::mode_t, umask());
+        if self
+            .workspace
+            .as_ref()
+            .is_some_and(|w| e.parent_path.starts_with(w))
+        {
+            mode |= libc::S_IRUSR | libc::S_IXUSR;
+            mask &= !(libc::S_IRUSR | libc::S_IXUSR);
+        }
         // SAFETY: a valid fd and NUL-terminated name.
-        let r = with_umask(umask(), || unsafe {
-            libc::mkdirat(e.parent.as_raw_fd(), e.name.as_ptr(), mode as libc::mode_t)
+        let r = with_umask(mask, || unsafe {
+            libc::mkdirat(e.parent.as_raw_fd(), e.name.as_ptr(), mode)
         });
         Ok(result(r.into()))
     }
@@ -340,8 +359,7 @@ impl MetadataGuard {
             // file, once it has checked the path.
             libc::S_IFIFO | libc::S_IFSOCK => match self.new_entry(t, dirfd, path)? {
                 Some(e)
-                    if is_forbidden_name(e.name.as_bytes())
-                        || self.excluded.iter().any(|x| e.full_path().starts_with(x)) =>
+                    if is_forbidden_name(e.name.as_bytes()) || self.is_excluded(&e.full_path()) =>
                 {
                     return Err(libc::EACCES);
                 }
@@ -420,9 +438,17 @@ impl MetadataGuard {
         if !self.allows(&source_path) {
             return Ok(Reply::Continue);
         }
-        let Some(e) = self.allowed_entry(t, newdirfd, newpath)? else {
+        let Some(e) = self.new_entry(t, newdirfd, newpath)? else {
             return Ok(Reply::Continue);
         };
+        if is_forbidden_name(e.name.as_bytes()) {
+            return Err(libc::EPERM);
+        }
+        // The kernel would link a FIFO or socket there (their make rights
+        // are kept): a protected path that does not exist must stay so.
+        if self.is_excluded(&e.full_path()) {
+            return Err(libc::EACCES);
+        }
         if !valid() {
             return Err(libc::ESRCH);
         }
@@ -463,9 +489,18 @@ impl MetadataGuard {
             return Err(libc::EPERM);
         }
         let (from, to) = (old.full_path(), new.full_path());
-        if [&from, &to].iter().any(|p| {
-            self.excluded.iter().any(|x| p.starts_with(x)) || any_at_or_beneath(&self.way_locked, p)
-        }) {
+        // Nothing is moved onto a protected path: the kernel would move a
+        // FIFO or socket onto one that does not exist (their make rights
+        // are kept; a breaker's finding), and refuses the rest. Exchanged,
+        // both names are destinations.
+        let exchange = flags as libc::c_uint & libc::RENAME_EXCHANGE != 0;
+        if self.is_excluded(&to) || (exchange && self.is_excluded(&from)) {
+            return Err(libc::EACCES);
+        }
+        if [&from, &to]
+            .iter()
+            .any(|p| self.is_excluded(p) || any_at_or_beneath(&self.way_locked, p))
+        {
             return Ok(Reply::Continue);
         }
         if !valid() {

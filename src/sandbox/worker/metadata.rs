@@ -354,8 +354,14 @@ impl MetadataGuard {
         let hides = match &op {
             Op::Mode(mode) => self.hides_a_directory(&object, &located, *mode),
             // An access ACL carries the owner's permission bits too
-            // (`setfacl -m u::- dir`).
-            Op::SetXattr(name, value, _) if name.as_bytes() == b"system.posix_acl_access" => {
+            // (`setfacl -m u::- dir`); a default ACL gives them to the
+            // directories made in it.
+            Op::SetXattr(name, value, _)
+                if matches!(
+                    name.as_bytes(),
+                    b"system.posix_acl_access" | b"system.posix_acl_default"
+                ) =>
+            {
                 acl_owner_mode(value)
                     .is_some_and(|mode| self.hides_a_directory(&object, &located, mode))
             }
