@@ -174,6 +174,20 @@ async fn ordinary_entries_are_made_as_before(config: SchedulerConfig) {
     )
     .await;
     assert!(!std::path::Path::new("/etc/toolsched-entries-test").exists());
+    // A trailing slash names a directory: anything else fails as the
+    // kernel fails it, and nothing is made (a breaker saw `mkfifo ff/`
+    // make `ff`).
+    let out = run_ok(&srv, "mkfifo ff/; touch fo/; ln -s g sl/; echo done").await;
+    for error in [
+        "mkfifo: cannot create fifo 'ff/': No such file or directory",
+        "touch: setting times of 'fo/': No such file or directory",
+        "ln: failed to create symbolic link 'sl/': No such file or directory",
+    ] {
+        assert!(out.contains(error), "{error}: {out}");
+    }
+    for made in ["ff", "fo", "sl"] {
+        assert!(std::fs::symlink_metadata(srv.path(made)).is_err(), "{made}");
+    }
 }
 
 #[tokio::test]

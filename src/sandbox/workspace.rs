@@ -460,9 +460,16 @@ impl Workspace {
 
     /// The parent directory of `given`, opened beneath the root, and the
     /// last component's name: what an atomic replace works in (temp file,
-    /// rename) so that neither can be redirected out of the root. With
-    /// `create`, missing parent directories are created beneath the root
-    /// first; an existing one (or a symlink out) is reported as it is.
+    /// rename) so that neither can be redirected out of the root, nor
+    /// elsewhere inside it. `given` is a path resolved when its call was
+    /// built (no symlink in it): the directories on the way are opened
+    /// following no symlink ([`BeneathError::Symlink`] for one swapped in
+    /// since, [`BeneathError::Outside`] for one that leads out). Else a
+    /// command of another session swapping a directory for a symlink into
+    /// `.git` could have the write land in `.git/config` (a breaker's
+    /// finding; the policy judged the path resolved at build). With
+    /// `create`, missing parent directories are created one by one beneath
+    /// the root first.
     pub fn parent_beneath(
         &self,
         given: impl AsRef<Path>,
@@ -481,17 +488,90 @@ impl Workspace {
             }
         };
         let parent = match rel.parent() {
-            Some(p) if !p.as_os_str().is_empty() => match root.open_dir(p) {
-                Ok(d) => d,
-                Err(e) if create && e.kind() == io::ErrorKind::NotFound => {
-                    root.create_dir_all(p).map_err(err)?;
-                    root.open_dir(p).map_err(err)?
-                }
-                Err(e) => return Err(err(e)),
+            Some(p) if !p.as_os_str().is_empty() => match self.open_dir_exact(given, p, create) {
+                Some(opened) => opened?,
+                // No openat2 (Linux < 5.6, without Landlock too): beneath
+                // the root, symlinks inside it followed.
+                None => match root.open_dir(p) {
+                    Ok(d) => d,
+                    Err(e) if create && e.kind() == io::ErrorKind::NotFound => {
+                        root.create_dir_all(p).map_err(err)?;
+                        root.open_dir(p).map_err(err)?
+                    }
+                    Err(e) => return Err(err(e)),
+                },
             },
             _ => root.try_clone().map_err(err)?,
         };
         Ok((parent, name))
+    }
+
+    /// The directory `rel` (of `given`) beneath the root, every component
+    /// opened without following a symlink; with `create`, the missing ones
+    /// made on the way. `None` when the kernel has no `openat2`.
+    fn open_dir_exact(
+        &self,
+        given: &Path,
+        rel: &Path,
+        create: bool,
+    ) -> Option<Result<cap_std::fs::Dir, BeneathError>> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        use rustix::io::Errno;
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let dir =
+            |fd: std::os::fd::OwnedFd| cap_std::fs::Dir::from_std_file(std::fs::File::from(fd));
+        // A symlink met (`O_DIRECTORY` on a last component that is one
+        // fails ENOTDIR): one leading out is reported as such (as the
+        // beneath open says), a file in the way as itself, any other
+        // symlink was swapped in since the path was resolved.
+        let swapped = || match self
+            .dir
+            .open_dir(rel)
+            .map_err(|e| BeneathError::from_io(given, e))
+        {
+            Err(e @ BeneathError::Outside { .. }) => e,
+            Err(e)
+                if e.io_error()
+                    .is_some_and(|e| e.raw_os_error() == Some(libc::ENOTDIR)) =>
+            {
+                e
+            }
+            _ => BeneathError::Symlink {
+                given: shown(given),
+            },
+        };
+        let io = |e: Errno| BeneathError::from_io(given, e.into());
+        match rustix::fs::openat2(&*self.dir, rel, flags, Mode::empty(), how) {
+            Ok(fd) => return Some(Ok(dir(fd))),
+            Err(Errno::NOSYS) => return None,
+            Err(Errno::LOOP | Errno::XDEV | Errno::NOTDIR) => return Some(Err(swapped())),
+            Err(Errno::NOENT) if create => {}
+            Err(e) => return Some(Err(io(e))),
+        }
+        let mut at = match rustix::io::dup(&*self.dir) {
+            Ok(fd) => fd,
+            Err(e) => return Some(Err(io(e))),
+        };
+        for c in rel.components() {
+            let Component::Normal(name) = c else {
+                return Some(Err(swapped()));
+            };
+            let mut next = rustix::fs::openat2(&at, name, flags, Mode::empty(), how);
+            if matches!(next, Err(Errno::NOENT)) {
+                match rustix::fs::mkdirat(&at, name, Mode::from_raw_mode(0o777)) {
+                    Ok(()) | Err(Errno::EXIST) => {}
+                    Err(e) => return Some(Err(io(e))),
+                }
+                next = rustix::fs::openat2(&at, name, flags, Mode::empty(), how);
+            }
+            at = match next {
+                Ok(fd) => fd,
+                Err(Errno::LOOP | Errno::XDEV | Errno::NOTDIR) => return Some(Err(swapped())),
+                Err(e) => return Some(Err(io(e))),
+            };
+        }
+        Some(Ok(dir(at)))
     }
 
     /// Writes `contents` to `given` atomically, beneath the root: missing
@@ -739,6 +819,45 @@ mod tests {
             std::fs::read_to_string(parent.path().join("outside/f")).unwrap(),
             "outside"
         );
+    }
+
+    /// A directory of a resolved path swapped for a symlink that stays
+    /// inside the root (into `.git`): the write is refused, not redirected
+    /// (a breaker's finding: a command of another session swapping `d` for
+    /// `d -> .git` had `write_file d/config` write `.git/config`); so is a
+    /// missing directory that appears as such a symlink before it is made.
+    #[test]
+    fn a_write_is_not_redirected_by_a_symlink_swapped_in_inside_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        let ws = Workspace::new(root).unwrap();
+        let checked = ws.resolve("d/config").unwrap();
+        let new = ws.resolve("nd/sub/config").unwrap();
+        std::fs::rename(root.join("d"), root.join("d-old")).unwrap();
+        std::os::unix::fs::symlink(".git", root.join("d")).unwrap();
+        std::os::unix::fs::symlink(".git", root.join("nd")).unwrap();
+        for (path, what) in [(&checked, "existing"), (&new, "created")] {
+            let w = ws.write_atomic_beneath(path, b"[core]\n\tfsmonitor = evil\n");
+            assert!(
+                matches!(w, Err(BeneathError::Symlink { .. })),
+                "{what}: {w:?}"
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(root.join(".git/config")).unwrap(),
+            "[core]\n"
+        );
+        assert!(!root.join(".git/sub").exists());
+        // Unchanged paths are written, missing directories made.
+        std::fs::remove_file(root.join("d")).unwrap();
+        std::fs::rename(root.join("d-old"), root.join("d")).unwrap();
+        ws.write_atomic_beneath(&checked, b"x").unwrap();
+        ws.write_atomic_beneath(ws.resolve("a/b/c").unwrap(), b"y")
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(root.join("a/b/c")).unwrap(), "y");
     }
 
     /// Every beneath entry point, after the check passed and a directory of

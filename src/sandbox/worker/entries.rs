@@ -233,8 +233,17 @@ impl MetadataGuard {
 
     /// The parent and name of the new entry `path` (relative to the
     /// caller's `dirfd`), when the command may add entries there. `None`:
-    /// not the worker's to make (the kernel decides, and cannot create).
-    fn new_entry(&self, t: &Caller, dirfd: i32, path: u64) -> Result<Option<NewEntry>, Errno> {
+    /// not the worker's to make (the kernel decides, and cannot create):
+    /// so for a path with trailing slashes unless it may name a directory
+    /// (`dir`: `mkdir`, `rename`), which the kernel refuses (`mkfifo f/`
+    /// fails `ENOENT`, `open("f/", O_CREAT)` `EISDIR`).
+    fn new_entry(
+        &self,
+        t: &Caller,
+        dirfd: i32,
+        path: u64,
+        dir: bool,
+    ) -> Result<Option<NewEntry>, Errno> {
         let p = t.path(path)?;
         let bytes = p.as_bytes();
         let trimmed = {
@@ -244,6 +253,9 @@ impl MetadataGuard {
             }
             &bytes[..end]
         };
+        if !dir && trimmed.len() < bytes.len() {
+            return Ok(None);
+        }
         let (parent, name) = match trimmed.iter().rposition(|b| *b == b'/') {
             Some(0) => (&b"/"[..], &trimmed[1..]),
             Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
@@ -286,8 +298,14 @@ impl MetadataGuard {
     }
 
     /// [`Self::new_entry`], refusing a `.git` name where one could be made.
-    fn allowed_entry(&self, t: &Caller, dirfd: i32, path: u64) -> Result<Option<NewEntry>, Errno> {
-        let Some(e) = self.new_entry(t, dirfd, path)? else {
+    fn allowed_entry(
+        &self,
+        t: &Caller,
+        dirfd: i32,
+        path: u64,
+        dir: bool,
+    ) -> Result<Option<NewEntry>, Errno> {
+        let Some(e) = self.new_entry(t, dirfd, path, dir)? else {
             return Ok(None);
         };
         if is_forbidden_name(e.name.as_bytes()) {
@@ -308,7 +326,7 @@ impl MetadataGuard {
         umask: &dyn Fn() -> libc::mode_t,
         valid: impl Fn() -> bool,
     ) -> Result<Reply, Errno> {
-        let Some(e) = self.allowed_entry(t, dirfd, path)? else {
+        let Some(e) = self.allowed_entry(t, dirfd, path, true)? else {
             return Ok(Reply::Continue);
         };
         if !valid() {
@@ -348,7 +366,7 @@ impl MetadataGuard {
     ) -> Result<Reply, Errno> {
         let kind = mode as libc::mode_t & libc::S_IFMT;
         let e = match kind {
-            0 | libc::S_IFREG => match self.allowed_entry(t, dirfd, path)? {
+            0 | libc::S_IFREG => match self.allowed_entry(t, dirfd, path, false)? {
                 Some(e) => e,
                 None => return Ok(Reply::Continue),
             },
@@ -357,7 +375,7 @@ impl MetadataGuard {
             // protected path that does not exist yet (where a link leads
             // nowhere: a breaker's finding); the worker makes them, as a
             // file, once it has checked the path.
-            libc::S_IFIFO | libc::S_IFSOCK => match self.new_entry(t, dirfd, path)? {
+            libc::S_IFIFO | libc::S_IFSOCK => match self.new_entry(t, dirfd, path, false)? {
                 Some(e)
                     if is_forbidden_name(e.name.as_bytes()) || self.is_excluded(&e.full_path()) =>
                 {
@@ -393,7 +411,7 @@ impl MetadataGuard {
         valid: impl Fn() -> bool,
     ) -> Result<Reply, Errno> {
         let target = t.cstr(target, MAX_PATH)?;
-        let Some(e) = self.allowed_entry(t, dirfd, path)? else {
+        let Some(e) = self.allowed_entry(t, dirfd, path, false)? else {
             return Ok(Reply::Continue);
         };
         if !valid() {
@@ -438,7 +456,7 @@ impl MetadataGuard {
         if !self.allows(&source_path) {
             return Ok(Reply::Continue);
         }
-        let Some(e) = self.new_entry(t, newdirfd, newpath)? else {
+        let Some(e) = self.new_entry(t, newdirfd, newpath, false)? else {
             return Ok(Reply::Continue);
         };
         if is_forbidden_name(e.name.as_bytes()) {
@@ -478,10 +496,10 @@ impl MetadataGuard {
         flags: u64,
         valid: impl Fn() -> bool,
     ) -> Result<Reply, Errno> {
-        let Some(old) = self.new_entry(t, olddirfd, oldpath)? else {
+        let Some(old) = self.new_entry(t, olddirfd, oldpath, true)? else {
             return Ok(Reply::Continue);
         };
-        let Some(new) = self.new_entry(t, newdirfd, newpath)? else {
+        let Some(new) = self.new_entry(t, newdirfd, newpath, true)? else {
             return Ok(Reply::Continue);
         };
         // Moving a `.git` in or out (or exchanging one) is making one.
@@ -553,7 +571,7 @@ impl MetadataGuard {
                 .map_err(|_| libc::EINVAL)?;
             open_as(libc::AT_FDCWD, &magic, flags, mode, umask())
         } else {
-            let Some(e) = self.new_entry(t, dirfd, path)? else {
+            let Some(e) = self.new_entry(t, dirfd, path, false)? else {
                 return Ok(Reply::Continue);
             };
             if exists(&e.parent, &e.name) {
