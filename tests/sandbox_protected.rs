@@ -19,6 +19,22 @@ fn shell(id: &str, command: &str) -> pb::FunctionCall {
     call(id, "run_shell_command", json!({ "command": command }))
 }
 
+/// A command setting the POSIX ACL `xattr` of `path` to `user::<owner>
+/// group::r-x other::r-x`, in the kernel's layout (no `setfacl` needed).
+fn set_acl(path: &str, xattr: &str, owner: u8) -> String {
+    format!(
+        "/usr/bin/python3 -c \"import os,struct; e=lambda t,p: struct.pack('<HHI',t,p,0xffffffff); os.setxattr('{path}','{xattr}',struct.pack('<I',2)+e(1,{owner})+e(4,5)+e(0x20,5))\""
+    )
+}
+
+/// A server confined at the default level in yolo mode, with Landlock
+/// alone when `landlock_only`.
+fn confined(landlock_only: bool) -> toolsched::scheduler::SchedulerConfig {
+    let mut config = yolo_confined();
+    config.sandbox.landlock_only = landlock_only;
+    config
+}
+
 /// Runs one shell command in `session` and returns its output; it must
 /// succeed.
 async fn run_ok(srv: &TestServer, session: &str, command: &str) -> String {
@@ -382,9 +398,7 @@ async fn the_way_to_a_repository_a_git_symlink_leads_to_is_pinned_landlock_only(
     if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
         return;
     }
-    let mut config = yolo_confined();
-    config.sandbox.landlock_only = true;
-    let srv = git_symlink_layout(config).await;
+    let srv = git_symlink_layout(confined(true)).await;
     // Off the way to a repository (`else` was made before), entries are
     // made as ever; on the way (the root) they are not.
     assert_eq!(
@@ -463,22 +477,21 @@ async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
     }
     let launcher = as_nobody();
     let bin = Binary::start_via(launcher, &program, &ws, &["--approval-mode", "yolo"], &[]);
-    let run = |session: &'static str, command: &'static str| async move {
-        collect(crate::replicas_support::run_shell(bin.addr, session, "c", command).await).await
+    let run = |session: &'static str, command: String| async move {
+        collect(crate::replicas_support::run_shell(bin.addr, session, "c", &command).await).await
     };
     // A command cannot take a workspace directory's read or search
     // permission from its owner (a breaker's finding: `chmod 311 p`, the
     // search bit kept as git needs it, hid `p/.git` from the walk).
     // The owner's bits of an access ACL are the mode's (`setfacl -m u::-wx p`).
-    const ACL_HIDE: &str = "/usr/bin/python3 -c \"import os,struct; e=lambda t,p: struct.pack('<HHI',t,p,0xffffffff); os.setxattr('p','system.posix_acl_access',struct.pack('<I',2)+e(1,3)+e(4,5)+e(0x20,5))\"";
     for hide in [
-        ACL_HIDE,
-        "chmod 000 .repo",
-        "chmod 311 p",
-        "chmod 000 p",
-        "chmod u-r p",
+        set_acl("p", "system.posix_acl_access", 3),
+        "chmod 000 .repo".into(),
+        "chmod 311 p".into(),
+        "chmod 000 p".into(),
+        "chmod u-r p".into(),
     ] {
-        let events = run("s", hide).await;
+        let events = run("s", hide.clone()).await;
         assert_eq!(
             states(&events, "c"),
             ["validating", "scheduled", "executing", "error"],
@@ -501,7 +514,7 @@ async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
     std::fs::set_permissions(ws.join(".repo"), std::fs::Permissions::from_mode(0o000)).unwrap();
     let write = run(
         "s",
-        "chmod 755 .repo; echo evil > .repo/projects/p.git/hooks/post-checkout",
+        "chmod 755 .repo; echo evil > .repo/projects/p.git/hooks/post-checkout".into(),
     )
     .await;
     assert_eq!(
@@ -514,7 +527,10 @@ async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
     // Modes that keep it are changed as ever.
     let keep = run(
         "s",
-        "chmod 700 p && chmod 755 p && /usr/bin/python3 -c \"import os,struct; e=lambda t,p: struct.pack('<HHI',t,p,0xffffffff); os.setxattr('p','system.posix_acl_access',struct.pack('<I',2)+e(1,7)+e(4,5)+e(0x20,5))\" && echo kept",
+        format!(
+            "chmod 700 p && chmod 755 p && {} && echo kept",
+            set_acl("p", "system.posix_acl_access", 7)
+        ),
     )
     .await;
     assert_eq!(
@@ -538,9 +554,7 @@ async fn what_symlinks_inside_a_repository_lead_to_is_read_only() {
         return;
     }
     for landlock_only in [false, true] {
-        let mut config = yolo_confined();
-        config.sandbox.landlock_only = landlock_only;
-        let srv = TestServer::with_config(config).await;
+        let srv = TestServer::with_config(confined(landlock_only)).await;
         let link = |to: &str, at: &str| {
             std::fs::create_dir_all(srv.path(at).parent().unwrap()).unwrap();
             std::os::unix::fs::symlink(to, srv.path(at)).unwrap();
@@ -635,9 +649,7 @@ async fn a_repository_a_dangling_link_names_cannot_be_made() {
         return;
     }
     for landlock_only in [false, true] {
-        let mut config = yolo_confined();
-        config.sandbox.landlock_only = landlock_only;
-        let srv = TestServer::with_config(config).await;
+        let srv = TestServer::with_config(confined(landlock_only)).await;
         for d in [
             ".repo/projects",
             "p",
@@ -706,11 +718,7 @@ async fn a_new_workspace_directory_keeps_its_owners_read_and_search() {
     // `mkdir -m` sets the mode again with `chmod`, which is refused.
     assert_denied(&srv, "s", "mkdir -m 300 e").await;
     // A default ACL whose owner entry lacks read: refused; one with it, set.
-    let acl = |perm: u8| {
-        format!(
-            "/usr/bin/python3 -c \"import os,struct; e=lambda t,p: struct.pack('<HHI',t,p,0xffffffff); os.setxattr('d','system.posix_acl_default',struct.pack('<I',2)+e(1,{perm})+e(4,5)+e(0x20,5))\""
-        )
-    };
+    let acl = |perm: u8| set_acl("d", "system.posix_acl_default", perm);
     assert_denied(&srv, "s", &acl(3)).await;
     let keep = format!("{} && echo set", acl(7));
     assert_eq!(
