@@ -177,6 +177,18 @@ async fn ordinary_entries_are_made_as_before(config: SchedulerConfig) {
     // A trailing slash names a directory: anything else fails as the
     // kernel fails it, and nothing is made (a breaker saw `mkfifo ff/`
     // make `ff`).
+    // The server's own temp files (a file tool's content waits in one,
+    // with no permission bits, before it replaces a file): no command
+    // makes, moves onto or changes one.
+    std::fs::write(srv.path(".t.toolsched-0.tmp"), "").unwrap();
+    for command in [
+        "touch .u.toolsched-1.tmp",
+        "mv g .v.toolsched-2.tmp",
+        "ln -s g .w.toolsched-3.tmp",
+        "chmod 644 .t.toolsched-0.tmp",
+    ] {
+        assert_refused(&srv, command, "Operation not permitted").await;
+    }
     let out = run_ok(&srv, "mkfifo ff/; touch fo/; ln -s g sl/; echo done").await;
     for error in [
         "mkfifo: cannot create fifo 'ff/': No such file or directory",

@@ -40,7 +40,7 @@ pub use probe::{ProbeReport, ProcessLimitKind};
 pub use process::{OutputLimits, ProcessOutcome, ProcessSpec, Spill, run_process};
 pub use protected::ProtectedPaths;
 pub use worker::WorkerArgs;
-pub use workspace::{BeneathError, PathError, Workspace, temp_name};
+pub use workspace::{BeneathError, PathError, Workspace, is_temp_name, temp_name};
 
 /// The configured sandbox and what the kernel enforces of it, probed once.
 #[derive(Debug, Clone)]

@@ -517,7 +517,7 @@ impl Workspace {
     ) -> Option<Result<cap_std::fs::Dir, BeneathError>> {
         use rustix::fs::{Mode, OFlags, ResolveFlags};
         use rustix::io::Errno;
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
         let dir =
             |fd: std::os::fd::OwnedFd| cap_std::fs::Dir::from_std_file(std::fs::File::from(fd));
@@ -628,18 +628,61 @@ fn shown(given: &Path) -> String {
 }
 
 /// A fresh name for the temporary file an atomic replace of `name` writes
-/// first: hidden, unique, and recognisable if a crash leaves it behind.
+/// first: hidden, unique, and recognisable if a crash leaves it behind
+/// ([`is_temp_name`]). At most [`TEMP_NAME_KEEPS`] bytes of `name` are in
+/// it, so that any name that fits a directory has a temp name that fits.
 pub fn temp_name(name: &std::ffi::OsStr) -> String {
+    let name = name.to_string_lossy();
+    let mut keep = name.len().min(TEMP_NAME_KEEPS);
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
     format!(
-        ".{}.toolsched-{}.tmp",
-        name.to_string_lossy(),
+        ".{}{TEMP_MARK}{}.tmp",
+        &name[..keep],
         uuid::Uuid::new_v4().simple()
     )
+}
+
+/// Bytes of a file's name a [`temp_name`] keeps (NAME_MAX is 255; the
+/// rest of a temp name is 48).
+const TEMP_NAME_KEEPS: usize = 160;
+
+/// What marks a [`temp_name`].
+const TEMP_MARK: &str = ".toolsched-";
+
+/// Whether `name` is shaped as a [`temp_name`]: the sandbox lets no command
+/// make, move or change one (a file tool's content waits there, before it
+/// is renamed over a file a command may not write; a breaker's finding).
+pub fn is_temp_name(name: &[u8]) -> bool {
+    name.starts_with(b".")
+        && name.ends_with(b".tmp")
+        && name
+            .windows(TEMP_MARK.len())
+            .any(|w| w == TEMP_MARK.as_bytes())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn temp_names_fit_and_are_recognised() {
+        let long = "é".repeat(127);
+        for name in ["f.txt", long.as_str()] {
+            let t = temp_name(std::ffi::OsStr::new(name));
+            assert!(t.len() <= 255, "{}", t.len());
+            assert!(is_temp_name(t.as_bytes()), "{t}");
+        }
+        for other in [
+            "a.tmp",
+            ".toolsched-x",
+            ".a.toolsched-1",
+            "a.toolsched-1.tmp",
+        ] {
+            assert!(!is_temp_name(other.as_bytes()), "{other}");
+        }
+    }
 
     #[test]
     fn a_moved_or_replaced_root_is_refused() {

@@ -466,28 +466,19 @@ pub(crate) fn atomic_write(
     };
     let tmp_name = crate::sandbox::temp_name(&name);
     let write_tmp = || -> Result<(), ToolError> {
-        use cap_std::fs::OpenOptionsExt;
-        let mut opts = cap_std::fs::OpenOptions::new();
-        opts.write(true).create_new(true).mode(0o600);
-        let mut tmp = parent.open_with(&tmp_name, &opts).map_err(io)?.into_std();
+        // The content is written where no command can reach it: an unnamed
+        // file (`O_TMPFILE`), else a named one, made with no permission
+        // bits either way, and given its name (the sandbox lets no command
+        // make, move or change a file of that name) only once written. Its
+        // mode and owner are set through this fd after the rename, when
+        // the name is the target's (a breaker's finding: a command of
+        // another session opened the temp file of an approved write to a
+        // hook a `.git` symlink leads to, in a directory it may write, and
+        // wrote its own hook through that fd after the call succeeded).
+        let (mut tmp, named) = make_temp(&parent, &tmp_name).map_err(io)?;
         tmp.write_all(bytes)
             .and_then(|()| tmp.sync_all())
             .map_err(io)?;
-        let perms = match &existing {
-            Some(m) => m.permissions(),
-            // A new file gets the usual 0644.
-            None => {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::Permissions::from_mode(0o644)
-            }
-        };
-        tmp.set_permissions(perms).map_err(io)?;
-        if let Some(m) = &existing {
-            // Keep the owner too where we may (as root); otherwise the file
-            // simply becomes ours, as any editor's save would make it.
-            use std::os::unix::fs::MetadataExt;
-            let _ = std::os::unix::fs::fchown(&tmp, Some(m.uid()), Some(m.gid()));
-        }
         // Last check before the rename, through the same directory fd: the
         // file must still be what the edit was computed from (a concurrent
         // writer's change is not overwritten).
@@ -506,17 +497,76 @@ pub(crate) fn atomic_write(
                 ),
             ));
         }
-        parent.rename(&tmp_name, &parent, &name).map_err(io)
+        if !named {
+            rustix::fs::linkat(
+                rustix::fs::CWD,
+                format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&tmp)),
+                &parent,
+                &tmp_name,
+                rustix::fs::AtFlags::SYMLINK_FOLLOW,
+            )
+            .map_err(|e| io(e.into()))?;
+        }
+        parent.rename(&tmp_name, &parent, &name).map_err(io)?;
+        let perms = match &existing {
+            Some(m) => m.permissions(),
+            // A new file gets the usual 0644.
+            None => {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::Permissions::from_mode(0o644)
+            }
+        };
+        tmp.set_permissions(perms).map_err(io)?;
+        if let Some(m) = &existing {
+            // Keep the owner too where we may (as root); otherwise the file
+            // simply becomes ours, as any editor's save would make it.
+            use std::os::unix::fs::MetadataExt;
+            let _ = std::os::unix::fs::fchown(&tmp, Some(m.uid()), Some(m.gid()));
+        }
+        Ok(())
     };
     if let Err(e) = write_tmp() {
         let _ = parent.remove_file(&tmp_name);
         return Err(e);
     }
-    // The rename is durable only once the directory is flushed.
-    if let Ok(dir) = parent.try_clone() {
-        let _ = dir.into_std_file().sync_all();
+    // The rename is durable only once the directory is flushed (through a
+    // descriptor that can be synced: the parent's is `O_PATH`).
+    if let Ok(dir) = rustix::fs::openat(
+        &parent,
+        ".",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) {
+        let _ = rustix::fs::fsync(&dir);
     }
     Ok(existing.is_none())
+}
+
+/// A temp file for [`atomic_write`] in `parent`, writable through the
+/// returned fd only: unnamed (`O_TMPFILE`) where the filesystem can make
+/// one (false), else `name`, made exclusively (true); no permission bits.
+fn make_temp(parent: &cap_std::fs::Dir, name: &str) -> std::io::Result<(File, bool)> {
+    use rustix::fs::{Mode, OFlags};
+    match rustix::fs::openat(
+        parent,
+        ".",
+        OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => return Ok((File::from(fd), false)),
+        // No `O_TMPFILE` here (the filesystem, or a kernel before 3.11).
+        Err(
+            rustix::io::Errno::OPNOTSUPP
+            | rustix::io::Errno::ISDIR
+            | rustix::io::Errno::INVAL
+            | rustix::io::Errno::NOENT,
+        ) => {}
+        Err(e) => return Err(e.into()),
+    }
+    use cap_std::fs::OpenOptionsExt;
+    let mut opts = cap_std::fs::OpenOptions::new();
+    opts.write(true).create_new(true).mode(0o000);
+    Ok((parent.open_with(name, &opts)?.into_std(), true))
 }
 
 /// A unified diff of `old` against `new` for an approval prompt, with the
@@ -576,6 +626,17 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["f.sh"]);
+        // A new file with the longest name a directory takes (its temp
+        // name keeps only part of it), made 0644.
+        let long = "n".repeat(255);
+        let target = Target::new(&ws, &long).unwrap();
+        assert!(atomic_write(&target, "t", b"x", None).unwrap());
+        let mode = std::fs::metadata(ws.root().join(&long))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o644);
     }
 
     /// The race the beneath API closes: a call's target passed its checks

@@ -107,9 +107,14 @@ pub(super) fn handles(nr: i64) -> bool {
     TRAPPED.contains(&nr) || TRAPPED_WITH_FLAGS.iter().any(|(n, _)| *n == nr)
 }
 
-/// Whether a new entry may be called `name`.
+/// Whether no new entry may be called `name`: `.git`, and the server's own
+/// temp files ([`crate::sandbox::is_temp_name`]: a file tool's content
+/// waits in one before it replaces a file, possibly one commands may not
+/// write; a command swapping its own file in there, by rename or link,
+/// would have it installed instead).
 pub fn is_forbidden_name(name: &[u8]) -> bool {
     name.eq_ignore_ascii_case(crate::sandbox::protected::PROTECTED_NAME.as_bytes())
+        || crate::sandbox::is_temp_name(name)
 }
 
 /// A new entry's parent directory (resolved by the worker) and name.

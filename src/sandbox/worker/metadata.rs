@@ -351,6 +351,15 @@ impl MetadataGuard {
         if on_disk && !self.allows(&strip_deleted(&located)) {
             return Err(libc::EPERM);
         }
+        // A file tool's temp file is made with no permission bits, which
+        // its owner could otherwise give back and then open it (see
+        // `crate::sandbox::is_temp_name`).
+        if located
+            .file_name()
+            .is_some_and(|n| crate::sandbox::is_temp_name(n.as_bytes()))
+        {
+            return Err(libc::EPERM);
+        }
         let hides = match &op {
             Op::Mode(mode) => self.hides_a_directory(&object, &located, *mode),
             // An access ACL carries the owner's permission bits too
