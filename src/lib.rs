@@ -64,7 +64,8 @@ fn named_workspaces(
     let Some(ws) = &config.workspaces else {
         return Ok(None);
     };
-    let named = workspaces::Workspaces::new(ws, kept.clone(), config.blocking_file_io)?;
+    let named = workspaces::Workspaces::new(ws, kept.clone(), config.blocking_file_io)?
+        .with_hidden(&config.sandbox.protected_paths);
     tracing::info!(root = %named.root().display(), create = named.creates(), "named workspaces");
     Ok(Some(Arc::new(named)))
 }
@@ -192,7 +193,12 @@ fn prepare(
     config: &scheduler::SchedulerConfig,
 ) -> Result<(Arc<sandbox::Workspace>, sandbox::SharedSandbox), BuildError> {
     let workspace = sandbox::Workspace::new(root)
-        .map(|w| Arc::new(w.with_blocking_io(config.blocking_file_io)))
+        .map(|w| {
+            Arc::new(
+                w.with_blocking_io(config.blocking_file_io)
+                    .with_hidden(&config.sandbox.protected_paths),
+            )
+        })
         .map_err(|source| BuildError::Workspace {
             path: root.to_path_buf(),
             source,

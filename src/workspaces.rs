@@ -181,6 +181,9 @@ pub struct Workspaces {
     allowed: HashMap<String, globset::GlobSet>,
     kept: Option<Arc<OutputKeeper>>,
     blocking_io: bool,
+    /// The service's own files, hidden from the tools of every workspace
+    /// (see [`Workspace::with_hidden`]).
+    hidden: Vec<PathBuf>,
     /// A lookup cache, locked only for map operations (never across I/O):
     /// two first opens of one workspace at once both open it and one wins.
     cache: Mutex<(u64, Cache)>,
@@ -256,8 +259,16 @@ impl Workspaces {
             allowed,
             kept,
             blocking_io,
+            hidden: Vec::new(),
             cache: Mutex::new((0, HashMap::new())),
         })
+    }
+
+    /// With the service's own files hidden from every workspace's tools
+    /// (see [`Workspace::with_hidden`]).
+    pub fn with_hidden(mut self, hidden: &[PathBuf]) -> Self {
+        self.hidden = hidden.to_vec();
+        self
     }
 
     /// The canonical workspaces root.
@@ -349,7 +360,9 @@ impl Workspaces {
             }
         }
         let workspace = match Workspace::new(&path) {
-            Ok(w) => w.with_blocking_io(self.blocking_io),
+            Ok(w) => w
+                .with_blocking_io(self.blocking_io)
+                .with_hidden(&self.hidden),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(WorkspaceError::Missing {
                     tenant: tenant.to_string(),

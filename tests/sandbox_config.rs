@@ -46,13 +46,19 @@ fn write_service_files(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
 }
 
 async fn run(addr: std::net::SocketAddr, id: &str, command: &str) -> Vec<Event> {
+    run_tool(addr, id, "run_shell_command", json!({ "command": command })).await
+}
+
+async fn run_tool(
+    addr: std::net::SocketAddr,
+    id: &str,
+    tool: &str,
+    args: serde_json::Value,
+) -> Vec<Event> {
     let mut client = ToolSchedulerClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
-    let mut req = tonic::Request::new(request(
-        "s",
-        vec![call(id, "run_shell_command", json!({ "command": command }))],
-    ));
+    let mut req = tonic::Request::new(request("s", vec![call(id, tool, args)]));
     req.metadata_mut()
         .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
     collect(client.schedule_calls(req).await.unwrap().into_inner()).await
@@ -126,6 +132,56 @@ async fn service_files_inside_the_workspace_are_neither_readable_nor_writable() 
     assert!(
         out.contains("policy.toml") && out.contains("readable\n"),
         "{out}"
+    );
+    // Nor do the file tools read or write them, by name or through a
+    // symlink, nor meet them in a search (a breaker's finding: read_file
+    // returned the token, write_file emptied the policy file, in yolo).
+    for (tool, args) in [
+        ("read_file", json!({"file_path": "toolsched.toml"})),
+        ("read_file", json!({"file_path": "sub/link.toml"})),
+        ("read_file", json!({"file_path": "sub/rel-policy"})),
+        (
+            "write_file",
+            json!({"file_path": "policy.toml", "content": "# emptied\n"}),
+        ),
+        (
+            "replace",
+            json!({"file_path": "toolsched.toml", "old_string": "yolo", "new_string": "default"}),
+        ),
+    ] {
+        let events = run_tool(srv.addr, "f", tool, args.clone()).await;
+        let text = format!("{events:?}");
+        assert!(
+            !text.contains(TOKEN) && !text.contains(POLICY_MARK),
+            "{tool} {args}: {text}"
+        );
+        let (kind, message) = error_of(&events, "f");
+        assert_eq!(
+            kind,
+            pb::ErrorType::PermissionDenied,
+            "{tool} {args}: {message}"
+        );
+        assert!(message.contains("toolsched's own files"), "{message}");
+    }
+    for (tool, args) in [
+        ("grep_search", json!({"pattern": "tok-|policy-mark"})),
+        ("glob", json!({"pattern": "**/*.toml"})),
+    ] {
+        let events = run_tool(srv.addr, "f", tool, args.clone()).await;
+        let out = success_output(&events, "f");
+        for secret in [TOKEN, POLICY_MARK, "toolsched.toml", "policy.toml"] {
+            assert!(
+                !out.contains(secret),
+                "{tool} {args} showed {secret}: {out}"
+            );
+        }
+    }
+    assert_eq!(
+        (
+            std::fs::read(&config).unwrap(),
+            std::fs::read(&policy).unwrap()
+        ),
+        before
     );
 }
 

@@ -35,6 +35,11 @@ pub enum PathError {
         #[source]
         source: io::Error,
     },
+    /// One of the service's own files (see [`Workspace::with_hidden`]).
+    #[error(
+        "Path '{given}' is one of toolsched's own files (its config, token, policy, TLS key or JWKS file), which no tool reads or writes. Use another path."
+    )]
+    ServiceFile { given: String },
 }
 
 /// Why an access beneath the root failed.
@@ -100,6 +105,8 @@ pub struct Workspace {
     /// Device and inode of `dir`: the root path must still name it.
     root_id: (u64, u64),
     blocking_io: bool,
+    /// The service's own files (canonical), see [`Workspace::with_hidden`].
+    hidden: Arc<[PathBuf]>,
 }
 
 impl Workspace {
@@ -119,7 +126,30 @@ impl Workspace {
             dir: Arc::new(dir),
             root_id: (meta.st_dev, meta.st_ino),
             blocking_io: false,
+            hidden: Arc::from([]),
         })
+    }
+
+    /// With the service's own files `hidden` (canonical: the config file,
+    /// which may hold the auth token, the token file, the policy files,
+    /// the TLS key, the JWKS): no tool resolves a path to one
+    /// ([`PathError::ServiceFile`]) nor meets one in a walk (`grep_search`,
+    /// `glob`), as the sandbox keeps them from commands (a breaker's
+    /// finding: `read_file` returned the token, `write_file` emptied the
+    /// policy file, in yolo). Directories among them are left out.
+    pub fn with_hidden(mut self, hidden: &[PathBuf]) -> Self {
+        self.hidden = hidden.iter().filter(|p| p.is_file()).cloned().collect();
+        self
+    }
+
+    /// The service's own files (see [`Self::with_hidden`]).
+    pub fn hidden(&self) -> Arc<[PathBuf]> {
+        self.hidden.clone()
+    }
+
+    /// Whether `path` (canonical) is one of the service's own files.
+    pub fn is_hidden(&self, path: &Path) -> bool {
+        self.hidden.iter().any(|h| h == path)
     }
 
     /// With `on`, tools do all their file I/O on the blocking thread pool,
@@ -149,6 +179,17 @@ impl Workspace {
     /// This is a guardrail in our own code; the kernel-level boundary is the
     /// sandbox's job. Blocking: call it off the async runtime for slow disks.
     pub fn resolve(&self, given: &str) -> Result<PathBuf, PathError> {
+        let path = self.resolve_any(given)?;
+        if self.is_hidden(&path) {
+            return Err(PathError::ServiceFile {
+                given: given.to_string(),
+            });
+        }
+        Ok(path)
+    }
+
+    /// [`Self::resolve`], the service's own files included.
+    fn resolve_any(&self, given: &str) -> Result<PathBuf, PathError> {
         if given.is_empty() {
             return Err(PathError::Empty);
         }

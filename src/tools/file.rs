@@ -43,6 +43,7 @@ pub(crate) fn path_error(e: PathError) -> ToolError {
         }
         PathError::Empty | PathError::Nul { .. } => ToolError::invalid_params(e.to_string()),
         PathError::RootMoved { .. } => ToolError::new(ErrorKind::UnhandledException, e.to_string()),
+        PathError::ServiceFile { .. } => ToolError::new(ErrorKind::PermissionDenied, e.to_string()),
         PathError::Io {
             ref source,
             ref given,

@@ -328,7 +328,7 @@ pub(crate) fn walk_parallel<V: Visitor>(
 ) -> (LeftOut, Ended, Vec<V>) {
     let shared = Shared::new(ws, root, opts, check, token);
     let done: Mutex<Vec<ThreadState<V>>> = Mutex::new(Vec::new());
-    builder(root, opts)
+    builder(root, opts, ws.hidden())
         .threads(0)
         .build_parallel()
         .visit(&mut WorkerBuilder {
@@ -375,7 +375,7 @@ pub(crate) fn walk_files<V: Visitor>(
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
     let stop = AtomicBool::new(false);
     let done: Mutex<Vec<ThreadState<Queued>>> = Mutex::new(Vec::new());
-    let mut walker = builder(root, opts);
+    let mut walker = builder(root, opts, ws.hidden());
     // Siblings share their parent's path, so comparing whole paths byte-wise
     // orders them by file name, as `sort_by_file_name` would, without taking
     // every name apart again for each comparison (walkdir's `file_name()`
@@ -604,6 +604,14 @@ fn finish<V>(
     if ended == Ended::Complete {
         let failed = count_errored(&kept, errored, &mut per_dir);
         kept.extend(failed);
+        // The service's own files are not there to the tools: not even as
+        // entries left out.
+        let hidden = shared.ws.hidden();
+        if !hidden.is_empty() {
+            for (dir, names) in &mut listed {
+                names.retain(|(name, _)| !hidden.iter().any(|h| *h == dir.join(name)));
+            }
+        }
         count_ignored(root, &kept, &per_dir, &mut listed, &mut left);
     }
     (left, ended, visitors)
@@ -664,8 +672,13 @@ pub(crate) fn walk(
     left
 }
 
-/// The walker with the ignore rules every walk uses.
-fn builder(root: &Path, opts: WalkOptions) -> ignore::WalkBuilder {
+/// The walker with the ignore rules every walk uses; the service's own
+/// files (`hidden`, see `Workspace::with_hidden`) are never yielded.
+fn builder(
+    root: &Path,
+    opts: WalkOptions,
+    hidden: std::sync::Arc<[std::path::PathBuf]>,
+) -> ignore::WalkBuilder {
     let mut builder = ignore::WalkBuilder::new(root);
     builder
         .hidden(false)
@@ -678,7 +691,7 @@ fn builder(root: &Path, opts: WalkOptions) -> ignore::WalkBuilder {
         .require_git(true)
         .follow_links(false)
         .max_depth(opts.max_depth)
-        .filter_entry(|e| e.file_name() != ".git");
+        .filter_entry(move |e| e.file_name() != ".git" && !hidden.iter().any(|h| h == e.path()));
     for name in PROJECT_IGNORE_FILES {
         builder.add_custom_ignore_filename(name);
     }
@@ -1477,7 +1490,7 @@ mod tests {
         let mut yielded = Vec::new();
         let mut kept = HashSet::new();
         let mut entered = vec![root.to_path_buf()];
-        for dent in builder(root, opts())
+        for dent in builder(root, opts(), std::sync::Arc::from([]))
             .sort_by_file_name(|a, b| a.cmp(b))
             .build()
         {
