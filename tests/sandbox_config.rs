@@ -133,10 +133,14 @@ async fn service_files_inside_the_workspace_are_neither_readable_nor_writable() 
         out.contains("policy.toml") && out.contains("readable\n"),
         "{out}"
     );
-    // Nor do the file tools read or write them, by name or through a
-    // symlink, nor meet them in a search (a breaker's finding: read_file
-    // returned the token, write_file emptied the policy file, in yolo).
+    // Nor do the file tools read or write them, by name, through a symlink
+    // or a hard link (checked by inode on the opened file: a directory
+    // swapped for a link to theirs in a race reaches them too), nor meet
+    // them in a search (breakers' findings: read_file returned the token,
+    // write_file emptied the policy file, in yolo).
+    std::fs::hard_link(&config, ws_path.join("sub/hard.toml")).unwrap();
     for (tool, args) in [
+        ("read_file", json!({"file_path": "sub/hard.toml"})),
         ("read_file", json!({"file_path": "toolsched.toml"})),
         ("read_file", json!({"file_path": "sub/link.toml"})),
         ("read_file", json!({"file_path": "sub/rel-policy"})),

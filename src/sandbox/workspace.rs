@@ -50,6 +50,12 @@ pub enum BeneathError {
     Outside { given: String },
     #[error("Path is empty")]
     Empty,
+    /// The file opened is one of the service's own (see
+    /// [`Workspace::with_hidden`]).
+    #[error(
+        "Path '{given}' is one of toolsched's own files (its config, token, policy, TLS key or JWKS file), which no tool reads or writes. Use another path."
+    )]
+    ServiceFile { given: String },
     /// The last component is a symlink where none may be
     /// ([`Workspace::open_nofollow_beneath`]).
     #[error("Path '{given}' is now a symlink; it was swapped in after the path was checked.")]
@@ -107,6 +113,8 @@ pub struct Workspace {
     blocking_io: bool,
     /// The service's own files (canonical), see [`Workspace::with_hidden`].
     hidden: Arc<[PathBuf]>,
+    /// Their devices and inodes: what an open is checked against.
+    hidden_ids: Arc<[(u64, u64)]>,
 }
 
 impl Workspace {
@@ -127,6 +135,7 @@ impl Workspace {
             root_id: (meta.st_dev, meta.st_ino),
             blocking_io: false,
             hidden: Arc::from([]),
+            hidden_ids: Arc::from([]),
         })
     }
 
@@ -138,8 +147,36 @@ impl Workspace {
     /// finding: `read_file` returned the token, `write_file` emptied the
     /// policy file, in yolo). Directories among them are left out.
     pub fn with_hidden(mut self, hidden: &[PathBuf]) -> Self {
+        use std::os::unix::fs::MetadataExt;
         self.hidden = hidden.iter().filter(|p| p.is_file()).cloned().collect();
+        self.hidden_ids = self
+            .hidden
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| (m.dev(), m.ino()))
+            .collect();
         self
+    }
+
+    /// `file` (opened for `given`), unless it is one of the service's own
+    /// files, by device and inode: a path checked by name could be
+    /// reached through a directory swapped for a symlink since, or a hard
+    /// link (a breaker's finding: `grep_search` on a directory a command
+    /// kept swapping with a link to the config's returned the token).
+    pub fn refuse_hidden(
+        &self,
+        file: std::fs::File,
+        given: &Path,
+    ) -> Result<std::fs::File, BeneathError> {
+        if self.hidden_ids.is_empty() {
+            return Ok(file);
+        }
+        match rustix::fs::fstat(&file) {
+            Ok(st) if !self.hidden_ids.contains(&(st.st_dev, st.st_ino)) => Ok(file),
+            _ => Err(BeneathError::ServiceFile {
+                given: shown(given),
+            }),
+        }
     }
 
     /// The service's own files (see [`Self::with_hidden`]).
@@ -398,7 +435,7 @@ impl Workspace {
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
         )
         .ok()?;
-        Some(std::fs::File::from(fd))
+        self.refuse_hidden(std::fs::File::from(fd), given).ok()
     }
 
     fn open_read(&self, given: &Path, extra: i32) -> Result<std::fs::File, BeneathError> {
@@ -408,7 +445,7 @@ impl Workspace {
         opts.read(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | extra);
         match dir.open_with(rel, &opts) {
-            Ok(f) => Ok(f.into_std()),
+            Ok(f) => self.refuse_hidden(f.into_std(), given),
             Err(e) if extra & libc::O_NOFOLLOW != 0 && e.raw_os_error() == Some(libc::ELOOP) => {
                 Err(BeneathError::Symlink {
                     given: shown(given),

@@ -79,6 +79,9 @@ pub(crate) fn beneath_error(e: BeneathError, display: &str) -> ToolError {
             ),
         ),
         BeneathError::Empty => ToolError::invalid_params(e.to_string()),
+        BeneathError::ServiceFile { .. } => {
+            ToolError::new(ErrorKind::PermissionDenied, e.to_string())
+        }
         BeneathError::Io { source, .. } => match source.kind() {
             // "notes.txt/x": a file used as a directory.
             std::io::ErrorKind::NotADirectory => ToolError::new(

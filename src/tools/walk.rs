@@ -131,6 +131,8 @@ pub(crate) struct Found<'a> {
     /// The workspace root's path and its fd, held for the whole walk.
     ws_root: &'a Path,
     dir: &'a cap_std::fs::Dir,
+    /// The workspace: what is opened is checked against its hidden files.
+    ws: &'a Workspace,
     /// The directory holding the entry, as the walk opened it beneath the
     /// root to list it, when the walk still holds it ([`walk_files`]).
     parent: Option<&'a HeldDir>,
@@ -168,7 +170,7 @@ impl Found<'_> {
                 | OFlags::NONBLOCK
                 | OFlags::NOCTTY;
             match rustix::fs::openat(&**parent, name, flags, Mode::empty()) {
-                Ok(fd) => return Ok(File::from(fd)),
+                Ok(fd) => return self.ws.refuse_hidden(File::from(fd), self.in_ws),
                 Err(rustix::io::Errno::LOOP) => {
                     return Err(BeneathError::Symlink {
                         given: self.in_ws.to_string_lossy().into_owned(),
@@ -196,7 +198,7 @@ impl Found<'_> {
         opts.read(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | nofollow);
         match self.dir.open_with(rel, &opts) {
-            Ok(f) => Ok(f.into_std()),
+            Ok(f) => self.ws.refuse_hidden(f.into_std(), given),
             Err(e) if nofollow != 0 && e.raw_os_error() == Some(libc::ELOOP) => {
                 Err(BeneathError::Symlink {
                     given: given.to_string_lossy().into_owned(),
@@ -551,6 +553,7 @@ fn search_files<V: Visitor>(
                 in_ws: Path::new(OsStr::from_bytes(in_ws_bytes)),
                 ws_root: shared.ws.root(),
                 dir: shared.dir,
+                ws: shared.ws,
                 parent: job.dir.as_ref(),
             };
             if visitor.visit(&found) == Flow::Stop {
@@ -1120,6 +1123,7 @@ impl<V: Visitor> ParallelVisitor for Worker<'_, V> {
             in_ws,
             ws_root: sh.ws.root(),
             dir: sh.dir,
+            ws: sh.ws,
             parent: parent.as_ref(),
         };
         let flow = st.visitor.visit(&found);
@@ -1475,6 +1479,7 @@ mod tests {
             in_ws: Path::new("d/only-outside.txt"),
             ws_root: ws.root(),
             dir: ws.dir(),
+            ws: &ws,
             parent: Some(&held),
         };
         assert!(
