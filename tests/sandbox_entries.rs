@@ -186,6 +186,7 @@ async fn ordinary_entries_are_made_as_before(config: SchedulerConfig) {
         "mv g .v.toolsched-2.tmp",
         "ln -s g .w.toolsched-3.tmp",
         "chmod 644 .t.toolsched-0.tmp",
+        "ln .t.toolsched-0.tmp mine",
     ] {
         assert_refused(&srv, command, "Operation not permitted").await;
     }

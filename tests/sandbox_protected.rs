@@ -726,3 +726,79 @@ async fn a_new_workspace_directory_keeps_its_owners_read_and_search() {
         format!("Command: {keep}\nDirectory: .\nOutput: set\n")
     );
 }
+
+/// An approved write to a file commands may not write (a hook a `.git`
+/// symlink leads to) keeps it read-only for a command already running: the
+/// file is rewritten in place, because a rename over it would detach the
+/// command's read-only mount of it (a breaker's finding: the running
+/// command's next append landed in the approved hook).
+#[tokio::test]
+async fn an_approved_write_to_a_protected_file_keeps_it_read_only_for_running_commands() {
+    use toolsched::api::pb::tool_call_update::State;
+    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
+        return;
+    }
+    let srv = TestServer::with_config(yolo_confined()).await;
+    for d in [".git/hooks", ".git/objects", ".git/refs", "scripts"] {
+        std::fs::create_dir_all(srv.path(d)).unwrap();
+    }
+    std::fs::write(srv.path(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(srv.path("scripts/pre-commit"), "#!/bin/sh\n").unwrap();
+    std::os::unix::fs::symlink(
+        "../../scripts/pre-commit",
+        srv.path(".git/hooks/pre-commit"),
+    )
+    .unwrap();
+    // A command of another session, started before the write, that tries
+    // to append to the hook once the test says so.
+    let attempt = "while [ ! -e go ]; do sleep 0.01; done; echo evil >> scripts/pre-commit && echo WROTE; echo tried";
+    let mut running = srv.schedule("b", vec![shell("c", attempt)]).await;
+    let mut seen = Vec::new();
+    next_matching(&mut running, &mut seen, |e| {
+        matches!(e, Event::CallUpdate(u) if matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()))
+    })
+    .await;
+    let approved = "#!/bin/sh\necho approved\n";
+    let (stream, _, prompt) = srv
+        .prompt(
+            "a",
+            call(
+                "w",
+                "write_file",
+                serde_json::json!({"file_path": "scripts/pre-commit", "content": approved}),
+            ),
+        )
+        .await;
+    assert!(
+        prompt.reason.contains("[rule 'protected-path'"),
+        "{}",
+        prompt.reason
+    );
+    srv.confirm(
+        "a",
+        "w",
+        &prompt.correlation_id,
+        pb::ConfirmationOutcome::ProceedOnce,
+        None,
+    )
+    .await
+    .unwrap();
+    let events = collect(stream).await;
+    assert_eq!(
+        states(&events, "w").last().copied(),
+        Some("success"),
+        "{events:?}"
+    );
+    std::fs::write(srv.path("go"), "").unwrap();
+    seen.extend(collect(running).await);
+    let out = success_output(&seen, "c");
+    assert_eq!(
+        out.split_once("Output: ").map(|(_, o)| o),
+        Some("bash: line 1: scripts/pre-commit: Read-only file system\ntried\n"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(srv.path("scripts/pre-commit")).unwrap(),
+        approved
+    );
+}

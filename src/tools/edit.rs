@@ -223,7 +223,13 @@ impl Replace {
     fn run(&self) -> Result<ToolOutcome, ToolError> {
         let plan = self.plan()?;
         let expected = plan.current.as_ref().map(|f| f.bytes.as_slice());
-        let created = atomic_write(&self.target, "replace", &plan.bytes, expected)?;
+        let created = atomic_write(
+            &self.target,
+            "replace",
+            &plan.bytes,
+            expected,
+            self.writes_repository,
+        )?;
         let mut result = Args::new();
         result.insert("created".into(), json!(created));
         result.insert("occurrences".into(), json!(plan.occurrences));

@@ -441,11 +441,20 @@ fn open_in(parent: &cap_std::fs::Dir, name: &OsStr) -> std::io::Result<Option<Fi
 /// `expected` is the content the edit was computed from: when the file on
 /// disk no longer has it, nothing is written and the error says so (another
 /// writer got there first). Returns whether the file was created.
+///
+/// `in_place`: a protected path (a person approved the write, see
+/// [`Target::in_git_dir`]) that exists is rewritten in place, not replaced:
+/// a confined command holds it as a read-only mount of the file itself,
+/// and a rename over a mount point detaches that mount in every other
+/// namespace, leaving the new file writable to commands already running (a
+/// breaker's finding: a running command's loop appended to an approved
+/// hook the moment it was written). Readers may then see it half written.
 pub(crate) fn atomic_write(
     target: &Target,
     tool: &str,
     bytes: &[u8],
     expected: Option<&[u8]>,
+    in_place: bool,
 ) -> Result<bool, ToolError> {
     let display = &target.display();
     let io = |e: std::io::Error| {
@@ -468,6 +477,10 @@ pub(crate) fn atomic_write(
         Some(f) => Some(check_regular(&f, display, tool)?),
         None => None,
     };
+    if in_place && let Some(meta) = &existing {
+        write_in_place(target, &parent, &name, meta, bytes, expected, tool)?;
+        return Ok(false);
+    }
     let tmp_name = crate::sandbox::temp_name(&name);
     let write_tmp = || -> Result<(), ToolError> {
         // The content is written where no command can reach it: an unnamed
@@ -546,6 +559,59 @@ pub(crate) fn atomic_write(
     Ok(existing.is_none())
 }
 
+/// Rewrites the existing file `name` in `parent` (the one whose metadata is
+/// `meta`) with `bytes`, when it still holds `expected` (see
+/// [`atomic_write`]'s `in_place`).
+fn write_in_place(
+    target: &Target,
+    parent: &cap_std::fs::Dir,
+    name: &OsStr,
+    meta: &std::fs::Metadata,
+    bytes: &[u8],
+    expected: Option<&[u8]>,
+    tool: &str,
+) -> Result<(), ToolError> {
+    use cap_std::fs::OpenOptionsExt;
+    use std::io::{Seek, SeekFrom};
+    use std::os::unix::fs::MetadataExt;
+    let display = &target.display();
+    let io = |e: std::io::Error| ToolError::io(&e, display);
+    let changed = || {
+        ToolError::new(
+            ErrorKind::FileChangedConcurrently,
+            format!(
+                "{display} changed on disk while the edit was being written; nothing was written. Read it again and redo the edit."
+            ),
+        )
+    };
+    let mut opts = cap_std::fs::OpenOptions::new();
+    opts.read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY);
+    let file = match parent.open_with(name, &opts) {
+        Ok(f) => f.into_std(),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(changed()),
+        Err(e) => return Err(io(e)),
+    };
+    let mut file = target
+        .workspace()
+        .refuse_hidden(file, target.path())
+        .map_err(|e| beneath_error(e, display))?;
+    let now = check_regular(&file, display, tool)?;
+    if (now.dev(), now.ino()) != (meta.dev(), meta.ino()) {
+        return Err(changed());
+    }
+    let current = read_capped(&file, MAX_EDIT_BYTES).map_err(io)?;
+    if Some(current.as_slice()) != expected {
+        return Err(changed());
+    }
+    file.seek(SeekFrom::Start(0))
+        .and_then(|_| file.set_len(0))
+        .and_then(|()| file.write_all(bytes))
+        .and_then(|()| file.sync_all())
+        .map_err(io)
+}
+
 /// A temp file for [`atomic_write`] in `parent`, writable through the
 /// returned fd only: unnamed (`O_TMPFILE`) where the filesystem can make
 /// one (false), else `name`, made exclusively (true); no permission bits.
@@ -616,12 +682,12 @@ mod tests {
         std::fs::write(&path, "old").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o751)).unwrap();
         let target = Target::new(&ws, "f.sh").unwrap();
-        let created = atomic_write(&target, "t", b"new", Some(b"old")).unwrap();
+        let created = atomic_write(&target, "t", b"new", Some(b"old"), false).unwrap();
         assert!(!created);
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o751);
-        let err = atomic_write(&target, "t", b"newer", Some(b"old")).unwrap_err();
+        let err = atomic_write(&target, "t", b"newer", Some(b"old"), false).unwrap_err();
         assert_eq!(err.kind, ErrorKind::FileChangedConcurrently);
         assert_eq!(std::fs::read(&path).unwrap(), b"new");
         // No temp file is left behind.
@@ -634,7 +700,7 @@ mod tests {
         // name keeps only part of it), made 0644.
         let long = "n".repeat(255);
         let target = Target::new(&ws, &long).unwrap();
-        assert!(atomic_write(&target, "t", b"x", None).unwrap());
+        assert!(atomic_write(&target, "t", b"x", None, false).unwrap());
         let mode = std::fs::metadata(ws.root().join(&long))
             .unwrap()
             .permissions()
@@ -681,11 +747,11 @@ mod tests {
             ("read_existing", read_existing(&file, "t").map(drop)),
             (
                 "atomic_write",
-                atomic_write(&file, "t", b"pwned", Some(b"outside\n")).map(drop),
+                atomic_write(&file, "t", b"pwned", Some(b"outside\n"), false).map(drop),
             ),
             (
                 "atomic_write new",
-                atomic_write(&new, "t", b"pwned", None).map(drop),
+                atomic_write(&new, "t", b"pwned", None, false).map(drop),
             ),
             (
                 "dir metadata",
@@ -728,7 +794,7 @@ mod tests {
         std::os::unix::fs::symlink(&secret, root.join("f.txt")).unwrap();
         let e = load_text(&file, "t").unwrap_err();
         assert_eq!(e.kind, ErrorKind::FileChangedConcurrently, "{}", e.message);
-        let e = atomic_write(&file, "t", b"pwned", Some(b"inside\n")).unwrap_err();
+        let e = atomic_write(&file, "t", b"pwned", Some(b"inside\n"), false).unwrap_err();
         assert_eq!(e.kind, ErrorKind::FileChangedConcurrently, "{}", e.message);
         assert_eq!(std::fs::read_to_string(&secret).unwrap(), "outside\n");
         assert!(

@@ -149,7 +149,13 @@ impl WriteFile {
             Some(f) => Some(f.bytes.clone()),
             None => self.on_disk()?,
         };
-        let created = atomic_write(&self.target, "write_file", &plan.bytes, expected.as_deref())?;
+        let created = atomic_write(
+            &self.target,
+            "write_file",
+            &plan.bytes,
+            expected.as_deref(),
+            self.writes_repository,
+        )?;
         let mut result = Args::new();
         result.insert("created".into(), json!(created));
         result.insert("bytes_written".into(), json!(plan.bytes.len()));

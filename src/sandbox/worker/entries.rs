@@ -461,6 +461,14 @@ impl MetadataGuard {
         if !self.allows(&source_path) {
             return Ok(Reply::Continue);
         }
+        // The server's temp file (see `crate::sandbox::is_temp_name`) gets
+        // no other name either: one kept would outlive its rename.
+        if source_path
+            .file_name()
+            .is_some_and(|n| crate::sandbox::is_temp_name(n.as_bytes()))
+        {
+            return Err(libc::EPERM);
+        }
         let Some(e) = self.new_entry(t, newdirfd, newpath, false)? else {
             return Ok(Reply::Continue);
         };
