@@ -727,11 +727,14 @@ async fn a_new_workspace_directory_keeps_its_owners_read_and_search() {
     );
 }
 
-/// An approved write to a file commands may not write (a hook a `.git`
-/// symlink leads to) keeps it read-only for a command already running: the
-/// file is rewritten in place, because a rename over it would detach the
-/// command's read-only mount of it (a breaker's finding: the running
-/// command's next append landed in the approved hook).
+/// An approved write to a file commands may not write keeps it read-only
+/// for a command already running: the file is rewritten in place, because
+/// a rename over it would detach the command's read-only mount of it
+/// (breakers' findings: the running command's next write landed in the
+/// approved hook; in a gitlink written through a symlink to it). Creating
+/// a file where only a link makes the path protected (a dangling hook
+/// link's target) is refused even when approved: no mount can exist there
+/// for commands already running.
 #[tokio::test]
 async fn an_approved_write_to_a_protected_file_keeps_it_read_only_for_running_commands() {
     use toolsched::api::pb::tool_call_update::State;
@@ -739,7 +742,7 @@ async fn an_approved_write_to_a_protected_file_keeps_it_read_only_for_running_co
         return;
     }
     let srv = TestServer::with_config(yolo_confined()).await;
-    for d in [".git/hooks", ".git/objects", ".git/refs", "scripts"] {
+    for d in [".git/hooks", ".git/objects", ".git/refs", "scripts", "sub"] {
         std::fs::create_dir_all(srv.path(d)).unwrap();
     }
     std::fs::write(srv.path(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
@@ -749,56 +752,79 @@ async fn an_approved_write_to_a_protected_file_keeps_it_read_only_for_running_co
         srv.path(".git/hooks/pre-commit"),
     )
     .unwrap();
-    // A command of another session, started before the write, that tries
-    // to append to the hook once the test says so.
-    let attempt = "while [ ! -e go ]; do sleep 0.01; done; echo evil >> scripts/pre-commit && echo WROTE; echo tried";
-    let mut running = srv.schedule("b", vec![shell("c", attempt)]).await;
-    let mut seen = Vec::new();
-    next_matching(&mut running, &mut seen, |e| {
-        matches!(e, Event::CallUpdate(u) if matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()))
-    })
-    .await;
-    let approved = "#!/bin/sh\necho approved\n";
-    let (stream, _, prompt) = srv
-        .prompt(
-            "a",
-            call(
+    std::os::unix::fs::symlink("../../scripts/missing", srv.path(".git/hooks/post-merge")).unwrap();
+    std::fs::write(srv.path("sub/.git"), "gitdir: ../.git\n").unwrap();
+    std::os::unix::fs::symlink(".git", srv.path("sub/alias")).unwrap();
+    let approve = |session: &'static str, path: &'static str, content: &'static str| {
+        let srv = &srv;
+        async move {
+            let (stream, _, prompt) = srv
+                .prompt(
+                    session,
+                    call(
+                        "w",
+                        "write_file",
+                        serde_json::json!({"file_path": path, "content": content}),
+                    ),
+                )
+                .await;
+            assert!(
+                prompt.reason.contains("[rule 'protected-path'"),
+                "{}",
+                prompt.reason
+            );
+            srv.confirm(
+                session,
                 "w",
-                "write_file",
-                serde_json::json!({"file_path": "scripts/pre-commit", "content": approved}),
-            ),
-        )
+                &prompt.correlation_id,
+                pb::ConfirmationOutcome::ProceedOnce,
+                None,
+            )
+            .await
+            .unwrap();
+            collect(stream).await
+        }
+    };
+    for (given, file, approved) in [
+        (
+            "scripts/pre-commit",
+            "scripts/pre-commit",
+            "#!/bin/sh\necho approved\n",
+        ),
+        ("sub/alias", "sub/.git", "gitdir: ../.git\n"),
+    ] {
+        // A command of another session, started before the write, that
+        // tries to write the file once the test says so.
+        let _ = std::fs::remove_file(srv.path("go"));
+        let attempt = format!(
+            "while [ ! -e go ]; do sleep 0.01; done; echo evil >> {file} && echo WROTE; echo tried"
+        );
+        let mut running = srv.schedule("b", vec![shell("c", &attempt)]).await;
+        let mut seen = Vec::new();
+        next_matching(&mut running, &mut seen, |e| {
+            matches!(e, Event::CallUpdate(u) if matches!(&u.state, Some(State::Executing(x)) if x.pid.is_some()))
+        })
         .await;
-    assert!(
-        prompt.reason.contains("[rule 'protected-path'"),
-        "{}",
-        prompt.reason
-    );
-    srv.confirm(
-        "a",
-        "w",
-        &prompt.correlation_id,
-        pb::ConfirmationOutcome::ProceedOnce,
-        None,
-    )
-    .await
-    .unwrap();
-    let events = collect(stream).await;
-    assert_eq!(
-        states(&events, "w").last().copied(),
-        Some("success"),
-        "{events:?}"
-    );
-    std::fs::write(srv.path("go"), "").unwrap();
-    seen.extend(collect(running).await);
-    let out = success_output(&seen, "c");
-    assert_eq!(
-        out.split_once("Output: ").map(|(_, o)| o),
-        Some("bash: line 1: scripts/pre-commit: Read-only file system\ntried\n"),
-        "{out}"
-    );
-    assert_eq!(
-        std::fs::read_to_string(srv.path("scripts/pre-commit")).unwrap(),
-        approved
-    );
+        let events = approve("a", given, approved).await;
+        assert_eq!(
+            states(&events, "w").last().copied(),
+            Some("success"),
+            "{given}: {events:?}"
+        );
+        std::fs::write(srv.path("go"), "").unwrap();
+        seen.extend(collect(running).await);
+        let out = success_output(&seen, "c");
+        assert_eq!(
+            out.split_once("Output: ").map(|(_, o)| o.to_string()),
+            Some(format!(
+                "bash: line 1: {file}: Read-only file system\ntried\n"
+            )),
+            "{given}: {out}"
+        );
+        assert_eq!(std::fs::read_to_string(srv.path(file)).unwrap(), approved);
+    }
+    let events = approve("a", "scripts/missing", "#!/bin/sh\n").await;
+    let (kind, message) = error_of(&events, "w");
+    assert_eq!(kind, pb::ErrorType::PermissionDenied, "{message}");
+    assert!(!srv.path("scripts/missing").exists());
 }

@@ -160,8 +160,11 @@ impl Target {
     /// workspace (once; later calls are answered from its watches): off
     /// the runtime's worker where it can be.
     pub fn in_git_dir(&self) -> bool {
-        use crate::sandbox::protected::{ProtectedRegistry, inside_git_dir, is_protected_path};
-        if is_protected_path(Path::new(&self.given)) || inside_git_dir(self.ws.root(), &self.path) {
+        use crate::sandbox::protected::{ProtectedRegistry, is_protected_path};
+        // The resolved path too: `sub/alias -> .git` is `sub/.git` (a
+        // breaker's finding: such a write was renamed over the gitlink,
+        // detaching running commands' read-only mount of it).
+        if is_protected_path(Path::new(&self.given)) || self.inside_repository() {
             return true;
         }
         let cache = ProtectedRegistry::shared().get(self.ws.root());
@@ -172,6 +175,16 @@ impl Target {
             _ => cache.link_targets(),
         };
         targets.iter().any(|t| self.path.starts_with(t))
+    }
+
+    /// Whether the path lies inside a repository's own directory (a `.git`
+    /// in its resolved path, or a directory laid out as one): there every
+    /// command's view is a read-only mount of the directory, new files
+    /// included.
+    pub fn inside_repository(&self) -> bool {
+        let resolved = self.path.strip_prefix(self.ws.root()).unwrap_or(&self.path);
+        crate::sandbox::protected::is_protected_path(resolved)
+            || crate::sandbox::protected::inside_git_dir(self.ws.root(), &self.path)
     }
 
     /// Opens the file for reading, beneath the root; the last component
@@ -481,6 +494,18 @@ pub(crate) fn atomic_write(
         write_in_place(target, &parent, &name, meta, bytes, expected, tool)?;
         return Ok(false);
     }
+    if in_place && existing.is_none() && !target.inside_repository() {
+        // Protected only because a link leads here (a dangling hook or
+        // config link, a repository a `.git` symlink names): no read-only
+        // mount exists for a file that does not, so commands already
+        // running could write the new file (a breaker's finding).
+        return Err(ToolError::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "{display} does not exist and a link in a repository leads here (a hook, a config or a repository git would use); a file a tool made here could be changed by commands already running. Nothing was written. Create it outside toolsched, with no command running, if it is wanted."
+            ),
+        ));
+    }
     let tmp_name = crate::sandbox::temp_name(&name);
     let write_tmp = || -> Result<(), ToolError> {
         // The content is written where no command can reach it: an unnamed
@@ -605,11 +630,32 @@ fn write_in_place(
     if Some(current.as_slice()) != expected {
         return Err(changed());
     }
-    file.seek(SeekFrom::Start(0))
-        .and_then(|_| file.set_len(0))
-        .and_then(|()| file.write_all(bytes))
-        .and_then(|()| file.sync_all())
-        .map_err(io)
+    // The space first: a write cut short (a full disk) would leave a
+    // prefix of the content, one no person approved, where git runs it (a
+    // breaker's finding). Where the filesystem cannot reserve it, the old
+    // content is written back on failure.
+    match rustix::fs::fallocate(
+        &file,
+        rustix::fs::FallocateFlags::empty(),
+        0,
+        bytes.len() as u64,
+    ) {
+        Ok(()) | Err(rustix::io::Errno::OPNOTSUPP) => {}
+        Err(e) => return Err(io(e.into())),
+    }
+    let write = |file: &mut File, data: &[u8]| {
+        file.seek(SeekFrom::Start(0))
+            .and_then(|_| file.write_all(data))
+            .and_then(|()| file.set_len(data.len() as u64))
+            .and_then(|()| file.sync_all())
+    };
+    if let Err(e) = write(&mut file, bytes) {
+        if let Err(restore) = write(&mut file, &current) {
+            tracing::error!(path = %target.display(), error = %restore, "a protected file could not be restored after a failed write");
+        }
+        return Err(io(e));
+    }
+    Ok(())
 }
 
 /// A temp file for [`atomic_write`] in `parent`, writable through the
