@@ -823,8 +823,27 @@ async fn an_approved_write_to_a_protected_file_keeps_it_read_only_for_running_co
         );
         assert_eq!(std::fs::read_to_string(srv.path(file)).unwrap(), approved);
     }
-    let events = approve("a", "scripts/missing", "#!/bin/sh\n").await;
-    let (kind, message) = error_of(&events, "w");
-    assert_eq!(kind, pb::ErrorType::PermissionDenied, "{message}");
-    assert!(!srv.path("scripts/missing").exists());
+    // Nor a new `.git`, or a file in one not there yet (a breaker's
+    // finding: a running command rewrote an approved new gitlink); a new
+    // hook in the existing `.git` is made.
+    for missing in ["scripts/missing", "sub2/.git", "newrepo/.git/config"] {
+        let events = approve("a", missing, "#!/bin/sh\n").await;
+        let (kind, message) = error_of(&events, "w");
+        assert_eq!(
+            kind,
+            pb::ErrorType::PermissionDenied,
+            "{missing}: {message}"
+        );
+        assert!(
+            std::fs::symlink_metadata(srv.path(missing)).is_err(),
+            "{missing}"
+        );
+    }
+    assert!(!srv.path("newrepo").exists());
+    let events = approve("a", ".git/hooks/post-checkout", "#!/bin/sh\n").await;
+    assert_eq!(
+        states(&events, "w").last().copied(),
+        Some("success"),
+        "{events:?}"
+    );
 }

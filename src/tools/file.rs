@@ -187,6 +187,19 @@ impl Target {
             || crate::sandbox::protected::inside_git_dir(self.ws.root(), &self.path)
     }
 
+    /// Whether a new file here would be made inside an existing protected
+    /// directory (a `.git` or a repository's own directory, which every
+    /// running command holds as a read-only mount, new files included).
+    pub fn made_in_a_protected_directory(&self) -> bool {
+        let Some(parent) = self.path.parent() else {
+            return false;
+        };
+        let parent_rel = parent.strip_prefix(self.ws.root()).unwrap_or(parent);
+        std::fs::symlink_metadata(parent).is_ok_and(|m| m.is_dir())
+            && (crate::sandbox::protected::is_protected_path(parent_rel)
+                || crate::sandbox::protected::inside_git_dir(self.ws.root(), &self.path))
+    }
+
     /// Opens the file for reading, beneath the root; the last component
     /// must not be a symlink (the build-time path had them all resolved).
     pub fn open(&self) -> Result<File, BeneathError> {
@@ -482,6 +495,24 @@ pub(crate) fn atomic_write(
             ToolError::io(&e, display)
         }
     };
+    // Before any directory of the path is made.
+    if in_place
+        && std::fs::symlink_metadata(target.path()).is_err()
+        && !target.made_in_a_protected_directory()
+    {
+        // Protected only because a link leads here (a dangling hook or
+        // config link, a repository a `.git` symlink names), or a new
+        // `.git` (or a file in one not there yet): no read-only mount
+        // exists in the commands already running for what did not exist
+        // when they started, so they could write the new file (breakers'
+        // findings).
+        return Err(ToolError::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "{display} does not exist, and it would be a new part of a repository (a new .git, a file in one not there yet, or where a link in a repository leads: a hook, a config or a repository git would use); a file a tool made here could be changed by commands already running. Nothing was written. Create it outside toolsched, with no command running, if it is wanted."
+            ),
+        ));
+    }
     let (parent, name) = target
         .workspace()
         .parent_beneath(target.path(), true)
@@ -493,18 +524,6 @@ pub(crate) fn atomic_write(
     if in_place && let Some(meta) = &existing {
         write_in_place(target, &parent, &name, meta, bytes, expected, tool)?;
         return Ok(false);
-    }
-    if in_place && existing.is_none() && !target.inside_repository() {
-        // Protected only because a link leads here (a dangling hook or
-        // config link, a repository a `.git` symlink names): no read-only
-        // mount exists for a file that does not, so commands already
-        // running could write the new file (a breaker's finding).
-        return Err(ToolError::new(
-            ErrorKind::PermissionDenied,
-            format!(
-                "{display} does not exist and a link in a repository leads here (a hook, a config or a repository git would use); a file a tool made here could be changed by commands already running. Nothing was written. Create it outside toolsched, with no command running, if it is wanted."
-            ),
-        ));
     }
     let tmp_name = crate::sandbox::temp_name(&name);
     let write_tmp = || -> Result<(), ToolError> {
