@@ -167,17 +167,17 @@ impl ProtectedPaths {
         self.current_with(|_| ())
     }
 
-    /// Where the workspace's `.git` links and the symlinks inside its
-    /// repositories lead, in the workspace (outside any `.git`): the
-    /// repositories they name, their common dirs, the hooks and config
-    /// they link to, and the entries where a link stops (see
-    /// [`Reached::Stopped`]). For the file tools' policy, which asks for a
-    /// write there as for one inside a `.git`. Blocking as
-    /// [`Self::current`].
-    pub fn link_targets(&self) -> Vec<PathBuf> {
-        let mut targets = Vec::new();
-        self.current_with(|l| targets = l.targets.clone());
-        targets
+    /// Whether `path` (canonical) is at or beneath where the workspace's
+    /// `.git` links and the symlinks inside its repositories lead, in the
+    /// workspace (outside any `.git`): the repositories they name, their
+    /// common dirs, the hooks and config they link to, and the entries
+    /// where a link stops (see [`Reached::Stopped`]). For the file tools'
+    /// policy, which asks for a write there as for one inside a `.git`.
+    /// Blocking as [`Self::current`].
+    pub fn leads_to(&self, path: &Path) -> bool {
+        let mut hit = false;
+        self.current_with(|l| hit = l.targets.iter().any(|t| path.starts_with(t)));
+        hit
     }
 
     /// [`Self::current`], and `then` with what it kept.
@@ -276,7 +276,7 @@ pub const MAX_PROTECTED_ROOTS: usize = 4096;
 
 impl ProtectedRegistry {
     /// The process's registry: every sandbox's, and the file tools' (see
-    /// [`ProtectedPaths::link_targets`]), so that a workspace is walked
+    /// [`ProtectedPaths::leads_to`]), so that a workspace is walked
     /// and watched once.
     pub fn shared() -> Arc<ProtectedRegistry> {
         static SHARED: std::sync::OnceLock<Arc<ProtectedRegistry>> = std::sync::OnceLock::new();
@@ -342,7 +342,7 @@ struct Armed {
     /// every call (see [`Linked::inner_link`]).
     inner: Vec<InnerLink>,
     /// Where the links led, when `links` and `inner` are empty because the
-    /// watches prove it (see [`ProtectedPaths::link_targets`]).
+    /// watches prove it (see [`ProtectedPaths::leads_to`]).
     targets: Vec<PathBuf>,
 }
 
@@ -998,8 +998,9 @@ struct Linked<'a> {
     /// reports a change, it leads to the same places.
     proven: bool,
     /// Where the links lead, in the workspace (see
-    /// [`ProtectedPaths::link_targets`]).
+    /// [`ProtectedPaths::leads_to`]), and the same as a set.
     targets: Vec<PathBuf>,
+    target_seen: std::collections::HashSet<PathBuf, foldhash::fast::RandomState>,
 }
 
 /// Entries of a `hooks` directory a symlink leads to read at most for its
@@ -1015,6 +1016,7 @@ impl<'a> Linked<'a> {
             watched: None,
             proven: false,
             targets: Vec::new(),
+            target_seen: Default::default(),
         }
     }
 
@@ -1115,21 +1117,27 @@ impl<'a> Linked<'a> {
             // instead (a missing `HEAD` cannot be made, so the root cannot
             // become one; a breaker's finding).
             for name in ["HEAD", "config", "commondir", "hooks", "objects", "refs"] {
-                let entry = self.root.join(name);
-                self.push(&entry);
-                if !self.targets.contains(&entry) {
-                    self.targets.push(entry);
-                }
+                self.push_target(&self.root.join(name));
             }
         }
         let in_workspace = self.in_workspace(path);
         let wanted = in_workspace
             || (anywhere && r.kind != Reached::Stopped && !path.starts_with(self.root));
         if wanted && outside_within(path) {
-            self.push(path);
-            if in_workspace && !self.targets.contains(path) {
-                self.targets.push(path.clone());
+            if in_workspace {
+                self.push_target(path);
+            } else {
+                self.push(path);
             }
+        }
+    }
+
+    /// [`Self::push`], and notes `p` among the link targets, once (a set:
+    /// an Android checkout has thousands).
+    fn push_target(&mut self, p: &Path) {
+        self.push(p);
+        if self.target_seen.insert(p.to_path_buf()) {
+            self.targets.push(p.to_path_buf());
         }
     }
 

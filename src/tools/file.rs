@@ -153,7 +153,7 @@ impl Target {
     /// resolves outside any repository: writing it is writing the hook),
     /// or lies at or beneath where a `.git` link or a symlink inside a
     /// repository leads, as the sandbox keeps it from commands
-    /// ([`crate::sandbox::ProtectedPaths::link_targets`]: the hook's
+    /// ([`crate::sandbox::ProtectedPaths::leads_to`]: the hook's
     /// `scripts/pre-commit` by its own name; the repository a dangling
     /// `.git` symlink names, which `write_file` would otherwise create,
     /// `config` included; breakers' findings). The last may walk the
@@ -168,13 +168,12 @@ impl Target {
             return true;
         }
         let cache = ProtectedRegistry::shared().get(self.ws.root());
-        let targets = match tokio::runtime::Handle::try_current() {
+        match tokio::runtime::Handle::try_current() {
             Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(|| cache.link_targets())
+                tokio::task::block_in_place(|| cache.leads_to(&self.path))
             }
-            _ => cache.link_targets(),
-        };
-        targets.iter().any(|t| self.path.starts_with(t))
+            _ => cache.leads_to(&self.path),
+        }
     }
 
     /// Whether the path lies inside a repository's own directory (a `.git`
