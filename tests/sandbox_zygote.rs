@@ -754,3 +754,134 @@ async fn a_non_root_server_removes_what_a_command_left_unreadable() {
     );
     assert_eq!(entries(&tmp), Vec::<String>::new());
 }
+
+/// A field of `/proc/<pid>/status`.
+fn status_field(pid: i32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {field} in {status}"))
+        .trim()
+        .to_string()
+}
+
+/// The spare's only child: the command process it cloned and confined
+/// before its command came.
+async fn the_process_confined_ahead(spare: i32) -> i32 {
+    eventually(
+        || format!("the spare's children: {:?}", children_of(spare)),
+        || {
+            children_of(spare).len() == 1
+                && status_field(children_of(spare)[0], "Seccomp") == "2"
+        },
+    )
+    .await;
+    children_of(spare)[0]
+}
+
+#[tokio::test]
+async fn a_command_confined_before_it_came_is_confined_as_any_other() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "sandbox tests run as root");
+    assert!(kernel_enforces(
+        toolsched::sandbox::SandboxLevel::WorkspaceWrite
+    ));
+    let srv = TestServer::with_config(yolo_confined()).await;
+    std::fs::create_dir_all(srv.path("repo/.git/hooks")).unwrap();
+    std::fs::write(srv.path("repo/.git/config"), "[core]\n").unwrap();
+    let secret = std::env::temp_dir().join(format!(
+        "toolsched-ahead-secret-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::write(&secret, "secret-7f3a").unwrap();
+    // The first command's worker is forked for it; the spare after it
+    // confines a process for the next command, with this one's options.
+    let fifo = srv.path("first.fifo");
+    mkfifo(&fifo);
+    let (stream, _, first) = start_worker(&srv, "s", "echo ready; read -r line < first.fifo").await;
+    let zygote = parent_of(first);
+    release(fifo).await;
+    collect(stream).await;
+    let spare = the_spare(zygote).await;
+    let ahead = the_process_confined_ahead(spare).await;
+    // Confined before its command: no capability, no new privileges, the
+    // seccomp filter; it runs nothing of a command's yet.
+    assert_eq!(status_field(ahead, "NoNewPrivs"), "1");
+    assert_eq!(status_field(ahead, "CapEff"), "0000000000000000");
+    assert_eq!(status_field(ahead, "CapBnd"), "0000000000000000");
+    assert_eq!(cmdline(ahead), cmdline(spare));
+    // The next command is that process, confined as any other: it writes
+    // the workspace and its tmp, and nothing protected or outside.
+    let events = srv
+        .run(
+            "s",
+            vec![shell(
+                "c",
+                "echo pid=$$; grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status; \
+                 touch ok.txt && echo x | tee \"$TMPDIR/t\"",
+            )],
+        )
+        .await;
+    assert_eq!(result_of(&events, "c")["exit_code"], json!(0), "{events:?}");
+    let output = streamed(&events);
+    assert!(output.contains(&format!("pid={ahead}\n")), "{output}");
+    assert!(output.contains("NoNewPrivs:\t1\nSeccomp:\t2\nx\n"), "{output}");
+    assert!(srv.path("ok.txt").exists());
+    // Each later command too (each runs in the process its spare confined).
+    for command in [
+        "echo x | tee -a repo/.git/config".to_string(),
+        "echo x | tee repo/.git/hooks/pre-commit".to_string(),
+        format!("cat {}", secret.display()),
+        format!("echo x | tee {}.w", secret.display()),
+        "mkdir -p sub/.git".to_string(),
+    ] {
+        let spare = the_spare(zygote).await;
+        let ahead = the_process_confined_ahead(spare).await;
+        let events = srv
+            .run("s", vec![shell("c", &format!("echo pid=$$; {command}"))])
+            .await;
+        let (kind, message) = error_of(&events, "c");
+        assert_eq!(kind, pb::ErrorType::SandboxDenied, "{command}: {message}");
+        let output = streamed(&events);
+        assert!(output.contains(&format!("pid={ahead}\n")), "{command}: {output}");
+        assert!(!output.contains("secret-7f3a") && !message.contains("secret-7f3a"), "{output}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(srv.path("repo/.git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert!(!srv.path("repo/.git/hooks/pre-commit").exists());
+    assert!(!srv.path("sub/.git").exists());
+    assert!(!std::path::Path::new(&format!("{}.w", secret.display())).exists());
+    let _ = std::fs::remove_file(&secret);
+    // A command of other options (a stricter level for this session) does
+    // not fit the process confined for these: it is killed, and the
+    // command's own process is confined for its level.
+    let spare = the_spare(zygote).await;
+    let ahead = the_process_confined_ahead(spare).await;
+    let events = srv
+        .schedule_with(pb::ScheduleCallsRequest {
+            sandbox_level: pb::SandboxLevel::ReadOnly as i32,
+            ..request("s", vec![shell("c", "echo pid=$$; touch ro.txt")])
+        })
+        .await;
+    let events = collect(events).await;
+    assert_eq!(
+        error_of(&events, "c").0,
+        pb::ErrorType::SandboxDenied,
+        "{events:?}"
+    );
+    assert!(!srv.path("ro.txt").exists());
+    wait_exited(ahead);
+    // And the next read_only command is confined ahead for read_only.
+    let spare = the_spare(zygote).await;
+    let ahead = the_process_confined_ahead(spare).await;
+    let events = srv
+        .run("s", vec![shell("c", "echo pid=$$; touch ro2.txt")])
+        .await;
+    let (kind, message) = error_of(&events, "c");
+    assert_eq!(kind, pb::ErrorType::SandboxDenied, "{message}");
+    assert!(streamed(&events).contains(&format!("pid={ahead}\n")), "{events:?}");
+    assert!(!srv.path("ro2.txt").exists());
+}

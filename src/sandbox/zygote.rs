@@ -120,9 +120,20 @@ const ZYGOTE_EXIT_WAIT: Duration = Duration::from_secs(2);
 /// everything placed for the command).
 const SPARE_CHAN_FD: RawFd = HIGH_FD - 1;
 
-/// Bits of a hand-over's one byte: which optional fds follow the five.
+/// Bits of a hand-over's one byte: which optional fds follow the five,
+/// and whether the process the spare confined ahead fits the command (its
+/// ruleset is the one the command's options map to).
 const HANDOVER_PROTECTED: u8 = 1;
 const HANDOVER_RULESET: u8 = 2;
+const HANDOVER_AHEAD: u8 = 4;
+
+/// The fd a spare worker finds the ruleset to confine ahead with on (see
+/// [`Guess`]); closed once that is done.
+const AHEAD_RULESET_FD: RawFd = SPARE_CHAN_FD - 1;
+
+/// The fd a spare worker keeps the metadata listener of the process it
+/// confined ahead on, through the placing of the command's fds.
+const AHEAD_LISTENER_FD: RawFd = SPARE_CHAN_FD - 2;
 
 /// Fds of a request: body, stdin, stdout, stderr, status; a sixth, the
 /// protected paths, is optional.
@@ -893,12 +904,14 @@ pub fn main() -> ! {
                     let next = &message[REQUEST_TAG.len()..n];
                     let next = (!next.is_empty()).then(|| PathBuf::from(OsStr::from_bytes(next)));
                     let ctx = Ctx { me, proc_hidden };
-                    if let Some(w) = serve(received, ctx, &mut rulesets, spare.take()) {
+                    let mut guess = None;
+                    if let Some(w) = serve(received, ctx, &mut rulesets, spare.take(), &mut guess)
+                    {
                         live.push(w);
                     }
                     // After the reply: forking and joining the cgroup
                     // overlap the command that was just started.
-                    spare = Spare::fork(next, ctx);
+                    spare = Spare::fork(next, ctx, guess);
                 }
                 Ok(_) => reply(-libc::EINVAL, None),
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
@@ -936,6 +949,19 @@ struct Spare {
     chan: OwnedFd,
     /// The cgroup it joins; the server's for the next command.
     cgroup: Option<PathBuf>,
+    /// The kept ruleset it confines a command process with ahead.
+    ahead: Option<u64>,
+}
+
+/// What the zygote expects of the next command: the options of the last
+/// one, as the kept ruleset they mapped to (its id and a copy of it) and
+/// whether their level allows network (the seccomp program). A spare
+/// confines a command process with them before its command comes
+/// ([`super::worker::Ahead`]); the hand-over says whether it fits.
+struct Guess {
+    ruleset: OwnedFd,
+    id: u64,
+    network: bool,
 }
 
 /// A connected pair of close-on-exec `SOCK_SEQPACKET` Unix sockets (message
@@ -962,8 +988,12 @@ fn seqpacket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
 impl Spare {
     /// Forks a spare that joins `cgroup`. `None` when it could not be forked
     /// (the next command is then forked as it comes).
-    fn fork(cgroup: Option<PathBuf>, ctx: Ctx) -> Option<Self> {
+    fn fork(cgroup: Option<PathBuf>, ctx: Ctx, guess: Option<Guess>) -> Option<Self> {
         let (ours, theirs) = seqpacket_pair().ok()?;
+        // Only where `/proc` is the zygote's hidden one: a worker that
+        // mounts its own cannot use a prepared ruleset.
+        let guess = guess.filter(|_| ctx.proc_hidden);
+        let ahead = guess.as_ref().map(|g| (g.ruleset.as_raw_fd(), g.network));
         // SAFETY: this process is single-threaded (no runtime, no threads),
         // so the child may allocate and run ordinary Rust code.
         let pid = unsafe { libc::fork() };
@@ -972,9 +1002,10 @@ impl Spare {
         }
         if pid == 0 {
             // SAFETY: in the freshly forked child.
-            unsafe { spare_child(theirs.as_raw_fd(), cgroup.as_deref(), ctx) }
+            unsafe { spare_child(theirs.as_raw_fd(), cgroup.as_deref(), ctx, ahead) }
         }
         drop(theirs);
+        let ahead = guess.map(|g| g.id);
         // SAFETY: pidfd_open on our own child, not reaped yet (only this
         // loop reaps); the fd is owned below.
         let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -989,6 +1020,7 @@ impl Spare {
             pidfd: unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) },
             chan: ours,
             cgroup,
+            ahead,
         })
     }
 
@@ -1023,8 +1055,16 @@ impl Spare {
 
     /// Hands the command to the spare: one byte saying which optional fds
     /// follow, the request's fds in order, then the ruleset, if any.
-    fn hand_over(&self, received: &[OwnedFd], ruleset: Option<&OwnedFd>) -> std::io::Result<()> {
+    fn hand_over(
+        &self,
+        received: &[OwnedFd],
+        ruleset: Option<&OwnedFd>,
+        fits_ahead: bool,
+    ) -> std::io::Result<()> {
         let mut flags = 0;
+        if fits_ahead {
+            flags |= HANDOVER_AHEAD;
+        }
         if received.len() > REQUEST_FDS {
             flags |= HANDOVER_PROTECTED;
         }
@@ -1046,6 +1086,7 @@ fn serve(
     ctx: Ctx,
     rulesets: &mut RulesetCache,
     spare: Option<Spare>,
+    guess: &mut Option<Guess>,
 ) -> Option<(libc::pid_t, File)> {
     if !(REQUEST_FDS..=MAX_REQUEST_FDS).contains(&received.len()) {
         reply(-libc::EINVAL, None);
@@ -1061,16 +1102,34 @@ fn serve(
     // Read here, not in the child: the options decide the ruleset. What is
     // wrong with them the child reports on the status pipe, as before.
     let request = read_request(&received[0]);
-    let ruleset = request
+    let kept = request
         .as_ref()
         .ok()
-        .and_then(|(_, args)| rulesets.get(args));
+        .and_then(|(_, args)| Some((rulesets.get_kept(args)?, args.level.allows_network())));
+    let (ruleset, id) = match kept {
+        Some(((fd, id), network)) => {
+            // The next command is expected to be like this one.
+            *guess = id.and_then(|id| {
+                Some(Guess {
+                    ruleset: fd.try_clone().ok()?,
+                    id,
+                    network,
+                })
+            });
+            (Some(fd), id)
+        }
+        None => {
+            *guess = None;
+            (None, None)
+        }
+    };
     if let Some(sp) = spare {
         // The spare serves only the cgroup it joined, which the server made
         // for this command; anything else (a request it cannot read, a
         // hand-over that failed) and it goes, and a worker is forked.
         let fits = matches!(&request, Ok((_, args)) if args.cgroup == sp.cgroup);
-        if fits && sp.hand_over(&received, ruleset.as_ref()).is_ok() {
+        let fits_ahead = id.is_some() && sp.ahead == id;
+        if fits && sp.hand_over(&received, ruleset.as_ref(), fits_ahead).is_ok() {
             reply(sp.pid, Some(&sp.pidfd));
             return Some((sp.pid, status));
         }
@@ -1095,6 +1154,8 @@ fn serve(
             ruleset,
             proc_hidden: ctx.proc_hidden,
             settled: None,
+            namespace_ahead: false,
+            ahead: None,
         };
         // SAFETY: in the freshly forked child; `raw` are its copies.
         unsafe { child(&raw, request, forked) }
@@ -1129,19 +1190,42 @@ fn serve(
 ///
 /// # Safety
 /// Only in a freshly forked child of the (single-threaded) zygote.
-unsafe fn spare_child(chan: RawFd, cgroup: Option<&Path>, ctx: Ctx) -> ! {
+unsafe fn spare_child(
+    chan: RawFd,
+    cgroup: Option<&Path>,
+    ctx: Ctx,
+    ahead: Option<(RawFd, bool)>,
+) -> ! {
     // SAFETY: plain calls on this process's own fds.
-    unsafe {
+    let ahead = unsafe {
         if libc::dup2(chan, SPARE_CHAN_FD) < 0 {
             libc::_exit(SETUP_FAILED_EXIT);
         }
+        ahead.and_then(|(fd, network)| {
+            (libc::dup2(fd, AHEAD_RULESET_FD) == AHEAD_RULESET_FD).then_some(network)
+        })
+    };
+    // SAFETY: plain calls on this process's own fds.
+    unsafe {
         // Nothing of the zygote's survives (its socket, signalfd, the
-        // workers' status pipes, the prepared rulesets): 0–2 are its
-        // `/dev/null`, replaced at the hand-over.
+        // workers' status pipes, the prepared rulesets but the one to
+        // confine with ahead): 0–2 are its `/dev/null`, replaced at the
+        // hand-over.
         for (from, to) in [
-            (3, SPARE_CHAN_FD - 1),
+            (3, AHEAD_RULESET_FD - 1),
+            (
+                if ahead.is_some() {
+                    SPARE_CHAN_FD
+                } else {
+                    AHEAD_RULESET_FD
+                },
+                SPARE_CHAN_FD - 1,
+            ),
             (SPARE_CHAN_FD + 1, libc::c_int::MAX),
         ] {
+            if from > to {
+                continue;
+            }
             if libc::syscall(
                 libc::SYS_close_range,
                 from as libc::c_uint,
@@ -1161,6 +1245,29 @@ unsafe fn spare_child(chan: RawFd, cgroup: Option<&Path>, ctx: Ctx) -> ! {
     };
     // The wait this process exists for: ahead of the command.
     let joined = cgroup.map(|cg| super::worker::join_cgroup(cg).map(|()| cg.to_path_buf()));
+    // The command process, confined ahead in the namespace its command's
+    // mounts will be made in (after the cgroup join: it is the command's).
+    let mut namespace_ahead = false;
+    let mut confined = None;
+    if let Some(network) = ahead {
+        // SAFETY: the fd was placed above and nothing else owns it.
+        let ruleset = unsafe { OwnedFd::from_raw_fd(AHEAD_RULESET_FD) };
+        namespace_ahead = super::worker::enter_ahead();
+        if namespace_ahead {
+            let place = |fd: RawFd| {
+                // SAFETY: `fd` is the listener the process left in the
+                // table we share; moved to its fixed number.
+                unsafe {
+                    if libc::dup3(fd, AHEAD_LISTENER_FD, libc::O_CLOEXEC) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(fd);
+                    Ok(OwnedFd::from_raw_fd(AHEAD_LISTENER_FD))
+                }
+            };
+            confined = super::worker::Ahead::start(ruleset, network, worker, place).ok();
+        }
+    }
     let mut flags = [0u8; 1];
     let received = loop {
         match recv_with_fds(SPARE_CHAN_FD, &mut flags, MAX_REQUEST_FDS + 1) {
@@ -1172,6 +1279,11 @@ unsafe fn spare_child(chan: RawFd, cgroup: Option<&Path>, ctx: Ctx) -> ! {
         }
     };
     let mut received = received;
+    if flags[0] & HANDOVER_AHEAD == 0
+        && let Some(a) = confined.take()
+    {
+        a.abort();
+    }
     let ruleset = if flags[0] & HANDOVER_RULESET != 0 {
         received.pop()
     } else {
@@ -1193,6 +1305,8 @@ unsafe fn spare_child(chan: RawFd, cgroup: Option<&Path>, ctx: Ctx) -> ! {
         ruleset,
         proc_hidden: ctx.proc_hidden,
         settled: Some(super::worker::Settled { worker, joined }),
+        namespace_ahead,
+        ahead: confined,
     };
     // SAFETY: still the spare forked from the zygote; `raw` are open here.
     unsafe { child(&raw, request, forked) }
@@ -1338,17 +1452,29 @@ unsafe fn child(
         } else {
             PROTECTED_FD
         };
-        if libc::syscall(
-            libc::SYS_close_range,
-            (keep + 1) as libc::c_uint,
-            libc::c_uint::MAX,
-            0 as libc::c_uint,
-        ) != 0
-        {
-            fail(
-                &mut status,
-                format!("close_range: {}", std::io::Error::last_os_error()),
-            );
+        // The listener of the process confined ahead stays, at its number.
+        let ranges = if forked.ahead.is_some() {
+            [
+                (keep + 1, AHEAD_LISTENER_FD - 1),
+                (AHEAD_LISTENER_FD + 1, libc::c_int::MAX),
+            ]
+        } else {
+            [(keep + 1, libc::c_int::MAX), (1, 0)]
+        };
+        for (from, to) in ranges {
+            if from <= to
+                && libc::syscall(
+                    libc::SYS_close_range,
+                    from as libc::c_uint,
+                    to as libc::c_uint,
+                    0 as libc::c_uint,
+                ) != 0
+            {
+                fail(
+                    &mut status,
+                    format!("close_range: {}", std::io::Error::last_os_error()),
+                );
+            }
         }
         let (req, args) = match request {
             Ok(r) => r,

@@ -30,6 +30,8 @@ use std::ffi::{CString, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use super::landlock::{fs_rules, landlock_ruleset};
 use super::mounts::MountView;
@@ -259,14 +261,7 @@ impl Launch {
             Ok(Started {
                 pid,
                 listener: (listener >= 0).then(|| OwnedFd::from_raw_fd(listener)),
-                failure: self.failure.get().map(|f| match f.what {
-                    EXEC => format!(
-                        "exec {}: {}",
-                        Path::new(std::ffi::OsStr::from_bytes(self.program.as_bytes())).display(),
-                        std::io::Error::from_raw_os_error(f.errno)
-                    ),
-                    _ => f.to_string(),
-                }),
+                failure: self.failure.get().map(|f| self.describe(f)),
             })
         }
     }
@@ -279,54 +274,9 @@ impl Launch {
     unsafe fn run_child(&self) -> Failure {
         // SAFETY: see the function's contract.
         unsafe {
-            // Its own group, so the worker can signal the whole command at once.
-            libc::setpgid(0, 0);
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Failure::last("PR_SET_PDEATHSIG");
-            }
-            if libc::getppid() != self.worker_pid {
-                return Failure {
-                    what: "the worker exited",
-                    value: None,
-                    errno: 0,
-                };
-            }
-            // Undo the worker's mask and Rust's ignored SIGPIPE: both would
-            // be inherited by the command and everything it runs.
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-            if let Some(c) = &self.confine {
-                if let Err(f) = drop_capabilities_with(c.root, c.last_cap) {
-                    return f;
-                }
-                if let Some(fd) = &c.ruleset {
-                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) != 0 {
-                        return Failure::last("no_new_privs");
-                    }
-                    if libc::syscall(
-                        libc::SYS_landlock_restrict_self,
-                        fd.as_raw_fd(),
-                        0 as libc::c_uint,
-                    ) != 0
-                    {
-                        return Failure::last("Landlock: restricting with the ruleset");
-                    }
-                }
-                // One program: the level's filter and the metadata filter
-                // (see `super::seccomp::with_front`).
-                match install_with_listener(c.seccomp) {
-                    Ok(fd) => self.listener.set(fd),
-                    Err(f) => return f,
-                }
+            match confine_self(self.worker_pid, self.confine.as_ref()) {
+                Ok(listener) => self.listener.set(listener),
+                Err(f) => return f,
             }
             if let Err(f) = set_rlimits(&self.limits) {
                 return f;
@@ -334,6 +284,394 @@ impl Launch {
             libc::execvp(self.program.as_ptr(), self.argv.as_ptr());
             Failure::last(EXEC)
         }
+    }
+
+    /// Runs the command in `ahead`, the process a spare worker cloned and
+    /// confined before the command came ([`Ahead`]), instead of cloning
+    /// one: what is left is its directory, its limits and `exec`. Returns
+    /// once it `exec`ed or failed. `cwd`: the worker's directory, the
+    /// command's (the process shares the worker's memory and fds, not its
+    /// directory).
+    pub(super) fn start_ahead(self, ahead: Ahead, cwd: &Path) -> Result<Started, String> {
+        const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+        let (Ok(cwd), true) = (
+            CString::new(cwd.as_os_str().as_bytes()),
+            self.argv.len() <= AHEAD_MAX_ARGS,
+        ) else {
+            // Its stack is not sized for this vector (or the directory
+            // cannot be named): cloned now, as without a spare.
+            ahead.abort();
+            return self.start();
+        };
+        // SAFETY: as in `start`: every fd above stderr close-on-exec, in
+        // the table the process shares.
+        if unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                CLOSE_RANGE_CLOEXEC,
+            )
+        } != 0
+        {
+            let f = Failure::last("close_range");
+            ahead.abort();
+            return Err(f.into());
+        }
+        let shared = ahead.shared;
+        // SAFETY: the process reads these only after GO, and this process
+        // waits below until it `exec`ed or exited: the pointers (into
+        // `self` and `cwd`) outlive every use.
+        unsafe {
+            *shared.exec.get() = Some(ExecParams {
+                program: self.program.as_ptr(),
+                argv: self.argv.as_ptr(),
+                cwd: cwd.as_ptr(),
+                limits: self.limits,
+            });
+        }
+        shared.state.store(GO, Ordering::Release);
+        futex_wake(&shared.state);
+        // The kernel clears `tid` when the process `exec`s or exits
+        // (CLONE_CHILD_CLEARTID, released with its view of our memory).
+        loop {
+            let t = shared.tid.load(Ordering::Acquire);
+            if t == 0 {
+                break;
+            }
+            futex_wait(&shared.tid, t, None);
+        }
+        Ok(Started {
+            pid: ahead.pid,
+            listener: Some(ahead.listener),
+            failure: shared.failure.get().map(|f| self.describe(f)),
+        })
+    }
+
+    /// The message of a failure the child left.
+    fn describe(&self, f: Failure) -> String {
+        match f.what {
+            EXEC => format!(
+                "exec {}: {}",
+                Path::new(std::ffi::OsStr::from_bytes(self.program.as_bytes())).display(),
+                std::io::Error::from_raw_os_error(f.errno)
+            ),
+            _ => f.to_string(),
+        }
+    }
+}
+
+/// The command process's own setup up to its confinement: its own process
+/// group, a parent-death signal, the signal mask and SIGPIPE reset, then
+/// (confined levels) no capabilities, Landlock and seccomp. Returns the
+/// metadata filter's listener (-1 at `none`).
+///
+/// # Safety
+/// Only in a command process cloned with `CLONE_VM`: system calls on its
+/// own process, nothing allocated.
+unsafe fn confine_self(worker_pid: libc::pid_t, confine: Option<&Confine>) -> Result<RawFd, Failure> {
+    // SAFETY: see the function's contract.
+    unsafe {
+        // Its own group, so the worker can signal the whole command at once.
+        libc::setpgid(0, 0);
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+        {
+            return Err(Failure::last("PR_SET_PDEATHSIG"));
+        }
+        if libc::getppid() != worker_pid {
+            return Err(Failure {
+                what: "the worker exited",
+                value: None,
+                errno: 0,
+            });
+        }
+        // Undo the worker's mask and Rust's ignored SIGPIPE: both would
+        // be inherited by the command and everything it runs.
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        let Some(c) = confine else {
+            return Ok(-1);
+        };
+        drop_capabilities_with(c.root, c.last_cap)?;
+        if let Some(fd) = &c.ruleset {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(Failure::last("no_new_privs"));
+            }
+            if libc::syscall(
+                libc::SYS_landlock_restrict_self,
+                fd.as_raw_fd(),
+                0 as libc::c_uint,
+            ) != 0
+            {
+                return Err(Failure::last("Landlock: restricting with the ruleset"));
+            }
+        }
+        // One program: the level's filter and the metadata filter
+        // (see `super::seccomp::with_front`).
+        install_with_listener(c.seccomp)
+    }
+}
+
+/// Arguments a spare's [`Ahead`] process may take: its stack is sized for
+/// this many (see [`child_stack_bytes`]); a longer command is cloned as
+/// without a spare.
+const AHEAD_MAX_ARGS: usize = 4096;
+
+/// [`AheadShared::state`]: being confined; confined and waiting; failed
+/// (the reason in `failure`, then it exits); told to run; told to exit.
+const PREPARING: u32 = 0;
+const READY: u32 = 1;
+const FAILED: u32 = 2;
+const GO: u32 = 3;
+const ABORT: u32 = 4;
+
+/// A command process a spare worker cloned and confined before its command
+/// came (issue 17 item 3: Landlock and seccomp's install were ~0.3 ms of
+/// a short command's path). It is confined exactly as [`Launch::start`]'s
+/// child would be, with the ruleset the zygote prepared for the previous
+/// command's options, then waits. The worker uses it only when the
+/// zygote says the command's options map to that same kept ruleset and
+/// the command's mounts are what the ruleset assumes (as for any prepared
+/// ruleset); otherwise it is killed and the command cloned as before.
+///
+/// It shares the worker's memory and fd table (`CLONE_VM | CLONE_FILES`,
+/// as `Launch::start`'s child does) but not its suspension: the worker
+/// goes on, so the two never run our code at once but around the futex
+/// words below (the process makes system calls only, and the worker
+/// waits while it does: before it is ready, and from GO to its `exec`).
+pub(in crate::sandbox) struct Ahead {
+    pid: libc::pid_t,
+    /// The metadata filter's listener, moved by [`Ahead::start`]'s caller
+    /// to a fixed fd.
+    listener: OwnedFd,
+    shared: &'static AheadShared,
+}
+
+/// What an [`Ahead`] process and its worker share: leaked, so that it
+/// outlives the process's use of it whatever the worker does.
+struct AheadShared {
+    state: AtomicU32,
+    /// The process's tid until the kernel clears it at its `exec` or exit.
+    tid: AtomicU32,
+    worker_pid: libc::pid_t,
+    confine: Confine,
+    failure: Cell<Option<Failure>>,
+    listener: Cell<RawFd>,
+    exec: std::cell::UnsafeCell<Option<ExecParams>>,
+}
+
+/// What the process needs after GO.
+struct ExecParams {
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    cwd: *const libc::c_char,
+    limits: [(libc::__rlimit_resource_t, u64, &'static str); 6],
+}
+
+impl Ahead {
+    /// Clones a process and confines it with `ruleset` and the seccomp
+    /// program of a level with (or without) network, then returns once it
+    /// waits for its command; `place(listener)` moves the metadata
+    /// listener where the caller keeps it. Runs in a spare worker, with
+    /// its capabilities, before its command is known.
+    pub(in crate::sandbox) fn start(
+        ruleset: OwnedFd,
+        network: bool,
+        worker_pid: libc::pid_t,
+        place: impl FnOnce(RawFd) -> std::io::Result<OwnedFd>,
+    ) -> Result<Self, String> {
+        let shared: &'static AheadShared = Box::leak(Box::new(AheadShared {
+            state: AtomicU32::new(PREPARING),
+            tid: AtomicU32::new(1),
+            worker_pid,
+            confine: Confine {
+                // SAFETY: geteuid has no preconditions.
+                root: unsafe { libc::geteuid() } == 0,
+                last_cap: last_cap(),
+                ruleset: Some(ruleset),
+                seccomp: program_with_notify(network)?,
+            },
+            failure: Cell::new(None),
+            listener: Cell::new(-1),
+            exec: std::cell::UnsafeCell::new(None),
+        }));
+        // SAFETY: a fresh private mapping the process alone uses as its
+        // stack, never unmapped (it is small, and the process may run on
+        // it until its `exec`); `shared` is leaked.
+        let pid = unsafe {
+            let page = usize::try_from(libc::sysconf(libc::_SC_PAGESIZE)).unwrap_or(4096);
+            let usable = child_stack_bytes(AHEAD_MAX_ARGS, page);
+            let mapped = usable + page;
+            let stack = libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            );
+            if stack == libc::MAP_FAILED {
+                return Err(Failure::last("mmap of the command's stack").into());
+            }
+            if libc::mprotect(stack, page, libc::PROT_NONE) != 0 {
+                let f = Failure::last("mprotect of the command's stack guard");
+                libc::munmap(stack, mapped);
+                return Err(f.into());
+            }
+            let top = stack.cast::<u8>().add(mapped).cast();
+            let pid = libc::clone(
+                ahead_child,
+                top,
+                libc::CLONE_VM | libc::CLONE_FILES | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD,
+                (shared as *const AheadShared).cast_mut().cast(),
+                std::ptr::null_mut::<libc::pid_t>(),
+                std::ptr::null_mut::<libc::c_void>(),
+                shared.tid.as_ptr(),
+            );
+            if pid < 0 {
+                let f = Failure::last("clone");
+                libc::munmap(stack, mapped);
+                return Err(f.into());
+            }
+            pid
+        };
+        // Until it is confined (or gone): nothing of ours runs meanwhile.
+        loop {
+            let s = shared.state.load(Ordering::Acquire);
+            if s != PREPARING || shared.tid.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            futex_wait(&shared.state, PREPARING, Some(Duration::from_millis(10)));
+        }
+        // The process is confined (or gone): the ruleset, which could
+        // still take rules, is closed now rather than with the worker. Its
+        // owner is leaked with `shared` and never dropped.
+        if let Some(fd) = &shared.confine.ruleset {
+            // SAFETY: closing our own fd, which nothing uses any more.
+            unsafe { libc::close(fd.as_raw_fd()) };
+        }
+        let ready = shared.state.load(Ordering::Acquire) == READY;
+        let listener = shared.listener.get();
+        let placed = if ready { Some(place(listener)) } else { None };
+        match placed {
+            Some(Ok(listener)) => Ok(Self {
+                pid,
+                listener,
+                shared,
+            }),
+            other => {
+                let why = match other {
+                    Some(Err(e)) => format!("placing the metadata listener: {e}"),
+                    _ => shared
+                        .failure
+                        .get()
+                        .map_or_else(|| "the process exited".into(), |f| f.to_string()),
+                };
+                abort(pid, shared);
+                Err(why)
+            }
+        }
+    }
+
+    /// Kills the process and reaps it: its command is cloned as without a
+    /// spare.
+    pub(in crate::sandbox) fn abort(self) {
+        abort(self.pid, self.shared);
+    }
+}
+
+fn abort(pid: libc::pid_t, shared: &AheadShared) {
+    shared.state.store(ABORT, Ordering::Release);
+    futex_wake(&shared.state);
+    // SAFETY: our own child, not reaped yet; the status is not needed.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        while libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL) < 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+        {}
+    }
+}
+
+/// The [`Ahead`] process: confined, then waits for GO, then its
+/// directory, its limits and `exec`.
+extern "C" fn ahead_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the leaked `AheadShared`; the worker touches `exec`
+    // only before GO and waits from GO until this process `exec`s or
+    // exits; everything here is system calls.
+    unsafe {
+        let s = &*arg.cast_const().cast::<AheadShared>();
+        match confine_self(s.worker_pid, Some(&s.confine)) {
+            Ok(fd) => s.listener.set(fd),
+            Err(f) => {
+                s.failure.set(Some(f));
+                s.state.store(FAILED, Ordering::Release);
+                futex_wake(&s.state);
+                libc::_exit(super::SETUP_FAILED_EXIT)
+            }
+        }
+        s.state.store(READY, Ordering::Release);
+        futex_wake(&s.state);
+        loop {
+            match s.state.load(Ordering::Acquire) {
+                GO => break,
+                ABORT => libc::_exit(super::SETUP_FAILED_EXIT),
+                v => futex_wait(&s.state, v, None),
+            }
+        }
+        let failure = match &*s.exec.get() {
+            Some(p) => {
+                if libc::chdir(p.cwd) != 0 {
+                    Failure::last("chdir")
+                } else if let Err(f) = set_rlimits(&p.limits) {
+                    f
+                } else {
+                    libc::execvp(p.program, p.argv);
+                    Failure::last(EXEC)
+                }
+            }
+            None => Failure {
+                what: "no command",
+                value: None,
+                errno: 0,
+            },
+        };
+        s.failure.set(Some(failure));
+        libc::_exit(super::SETUP_FAILED_EXIT)
+    }
+}
+
+/// Sleeps while `word` holds `expected` (or until `timeout`, or a signal).
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    // SAFETY: a futex wait on a live word; the timeout (if any) is a valid
+    // relative timespec. Its result is not needed: callers check the word.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec),
+        );
+    }
+}
+
+/// Wakes whoever waits on `word`.
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: a futex wake on a live word.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
     }
 }
 

@@ -93,6 +93,8 @@ use std::path::{Path, PathBuf};
 
 pub use mounts::{ANCHOR_TMP, MAX_BIND_MOUNTS, hide_proc_here, probe as probe_namespace};
 pub use prepared::{MAX_PREPARED_RULESETS, RulesetCache};
+pub(super) use confine::Ahead;
+pub(super) use mounts::enter_ahead;
 pub(super) use supervise::{join_cgroup, settle};
 
 use super::{ResourceLimits, SandboxLevel};
@@ -212,6 +214,12 @@ pub struct Forked {
     /// What a spare worker did before its command came; `None` for a
     /// worker forked for its command.
     pub settled: Option<Settled>,
+    /// The spare made its mount namespace before its command came
+    /// ([`enter_ahead`]): the command's mounts are made in it.
+    pub namespace_ahead: bool,
+    /// The command process the spare cloned and confined before its
+    /// command came, which the zygote said fits it ([`Ahead`]).
+    pub(in crate::sandbox) ahead: Option<Ahead>,
 }
 
 /// What a spare worker (see [`super::zygote`]) did before its command

@@ -120,22 +120,11 @@ pub(super) fn enter(
     protected: &[PathBuf],
     tmp_at: Option<(&Path, &Path)>,
     proc_hidden: bool,
+    entered: bool,
 ) -> MountView {
-    if !confined || unshare_mount_namespace().is_err() {
-        return MountView::default();
-    }
-    // SAFETY: plain mount(2) with NUL-terminated constants.
-    let private = unsafe {
-        libc::mount(
-            c"none".as_ptr(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_SLAVE,
-            std::ptr::null(),
-        )
-    } == 0;
-    if !private {
-        // Mounts made now could propagate to the host: make none.
+    // `entered`: a spare worker made the namespace before its command came
+    // ([`enter_ahead`]).
+    if !confined || !(entered || enter_private()) {
         return MountView::default();
     }
     let proc_mounted = !proc_hidden && mount_hidden_proc();
@@ -171,6 +160,33 @@ pub(super) fn enter(
         proc_mounted,
         tmp_anchored,
     }
+}
+
+/// A private mount namespace of this process's own (a copy of its
+/// current one, receiving the host's mounts but propagating none back).
+/// False when it could not be made, or made private: then no mount may be
+/// made in it.
+fn enter_private() -> bool {
+    if unshare_mount_namespace().is_err() {
+        return false;
+    }
+    // SAFETY: plain mount(2) with NUL-terminated constants.
+    unsafe {
+        libc::mount(
+            c"none".as_ptr(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_SLAVE,
+            std::ptr::null(),
+        ) == 0
+    }
+}
+
+/// [`enter`]'s namespace, made by a spare worker ahead of its command (so
+/// that the process it confines ahead is in it); `enter(.., entered:
+/// true)` makes the command's mounts in it. True when it was made.
+pub(in crate::sandbox) fn enter_ahead() -> bool {
+    enter_private()
 }
 
 /// Makes this process's mount namespace private with a hidden `/proc`: the

@@ -55,6 +55,11 @@ struct Entry {
     key: Key,
     shared: Shared,
     last_used: u64,
+    /// Names this ruleset for as long as it is kept: a spare worker
+    /// confines its next command ahead with the ruleset of this id (see
+    /// `super::confine::Ahead`), and keeps it only when the command's
+    /// lookup answers the same id.
+    id: u64,
 }
 
 /// The zygote's prepared rulesets.
@@ -64,6 +69,8 @@ pub struct RulesetCache {
     clock: ClockWatch,
     /// Lookups so far: the recency of each entry.
     uses: u64,
+    /// Rulesets kept so far: the next entry's id.
+    kept: u64,
 }
 
 impl RulesetCache {
@@ -72,6 +79,12 @@ impl RulesetCache {
     /// confined, Landlock alone) or it could not be built: the worker then
     /// builds its own, and reports a failure itself.
     pub fn get(&mut self, args: &WorkerArgs) -> Option<OwnedFd> {
+        self.get_kept(args).map(|(fd, _)| fd)
+    }
+
+    /// [`Self::get`], with the kept entry's id (`None`: a ruleset built
+    /// for this command alone, which nothing else may assume).
+    pub fn get_kept(&mut self, args: &WorkerArgs) -> Option<(OwnedFd, Option<u64>)> {
         let anchor = args.tmp_at.clone()?;
         if !args.level.is_confined() || args.landlock_only {
             return None;
@@ -92,7 +105,7 @@ impl RulesetCache {
             if self.entries[at].shared.stamps.still_hold() {
                 let e = &mut self.entries[at];
                 e.last_used = self.uses;
-                return e.shared.fd.try_clone().ok();
+                return e.shared.fd.try_clone().ok().map(|fd| (fd, Some(e.id)));
             }
             self.entries.swap_remove(at);
         }
@@ -104,7 +117,9 @@ impl RulesetCache {
                 return None;
             }
         };
-        let copy = shared.fd.try_clone().ok();
+        let Ok(copy) = shared.fd.try_clone() else {
+            return None;
+        };
         if shared.stamps.reusable {
             if self.entries.len() >= MAX_PREPARED_RULESETS
                 && let Some(lru) = self
@@ -116,13 +131,17 @@ impl RulesetCache {
             {
                 self.entries.swap_remove(lru);
             }
+            self.kept += 1;
+            let id = self.kept;
             self.entries.push(Entry {
                 key,
                 shared,
                 last_used: self.uses,
+                id,
             });
+            return Some((copy, Some(id)));
         }
-        copy
+        Some((copy, None))
     }
 }
 

@@ -42,7 +42,8 @@ pub(super) fn supervise(
     let proc_hidden = forked.as_ref().is_some_and(|f| f.proc_hidden);
     let parent = forked.as_ref().map(|f| f.zygote);
     let settled = forked.as_ref().and_then(|f| f.settled.clone());
-    let mut prepared = forked.and_then(|f| f.ruleset);
+    let namespace_ahead = forked.as_ref().is_some_and(|f| f.namespace_ahead);
+    let (mut prepared, ahead) = forked.map_or((None, None), |f| (f.ruleset, f.ahead));
     // A spare worker settled and joined its cgroup before its command came
     // (see [`super::super::zygote`]); everyone else does it now.
     let (worker_pid, joined) = match settled {
@@ -78,6 +79,7 @@ pub(super) fn supervise(
         protected.unwrap_or_default(),
         args.tmp_at.as_deref().map(|a| (args.tmp.as_path(), a)),
         proc_hidden,
+        namespace_ahead,
     );
     // The tmp the command sees: at its anchor, or (no bind) its own path,
     // where the server's environment then must point too.
@@ -119,8 +121,25 @@ pub(super) fn supervise(
     // The command process: everything it needs is prepared here, then it
     // is cloned and this returns once it `exec`ed (see [`super::confine`]),
     // with the metadata filter's listener (confined levels).
+    // The process confined ahead holds the prepared ruleset: usable only
+    // where that ruleset is.
+    let ahead = match ahead {
+        Some(a) if prepared.is_some() => Some(a),
+        Some(a) => {
+            a.abort();
+            None
+        }
+        None => None,
+    };
     let launch = Launch::prepare(args, protected, mounts, &tmp, prepared, worker_pid)?;
-    let started = launch.start()?;
+    let started = match (ahead, std::env::current_dir()) {
+        (Some(a), Ok(cwd)) => launch.start_ahead(a, &cwd)?,
+        (Some(a), Err(_)) => {
+            a.abort();
+            launch.start()?
+        }
+        (None, _) => launch.start()?,
+    };
     let child = started.pid;
     if let Some(message) = &started.failure {
         super::report(status, &serde_json::json!({ "setup_error": message }));
