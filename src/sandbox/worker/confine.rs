@@ -294,9 +294,10 @@ impl Launch {
     /// directory).
     pub(super) fn start_ahead(self, ahead: Ahead, cwd: &Path) -> Result<Started, String> {
         const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-        let (Ok(cwd), true) = (
+        let (Ok(cwd), true, true) = (
             CString::new(cwd.as_os_str().as_bytes()),
             self.argv.len() <= AHEAD_MAX_ARGS,
+            ahead.waits(),
         ) else {
             // Its stack is not sized for this vector (or the directory
             // cannot be named): cloned now, as without a spare.
@@ -578,6 +579,27 @@ impl Ahead {
                 abort(pid, shared);
                 Err(why)
             }
+        }
+    }
+
+    /// Whether the process still waits for its command: not killed from
+    /// outside meanwhile (a command of the same user can signal it), which
+    /// would otherwise end the command it was kept for before it ran.
+    fn waits(&self) -> bool {
+        if self.shared.state.load(Ordering::Acquire) != READY {
+            return false;
+        }
+        // SAFETY: waitid on our own child with WNOWAIT reaps nothing; it
+        // writes into a zeroed local.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                self.pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            ) == 0
+                && info.si_pid() == 0
         }
     }
 
