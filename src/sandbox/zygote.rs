@@ -71,7 +71,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{Read, Seek, Write};
+use std::io::{Seek, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
@@ -836,6 +836,10 @@ pub fn main() -> ! {
         .nth(1)
         .map(PathBuf::from);
     super::worker::prepare();
+    // What a spare leaves when it is killed (the process it confined ahead
+    // for its command) comes to us, not to init: reaped by the loop below.
+    // SAFETY: a prctl on our own process.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) };
     let mut rulesets = RulesetCache::default();
     // SAFETY: blocking SIGCHLD for this (only) thread and reading it from a
     // signalfd; plain calls with valid arguments.
@@ -1049,6 +1053,21 @@ impl Spare {
             }
         }
         if let Some(cg) = &self.cgroup {
+            // The process the spare confined ahead is in its cgroup too:
+            // killed by its parent-death signal, re-parented to us (the
+            // child subreaper) and reaped here, so that the cgroup is
+            // empty when it is removed.
+            let procs = std::fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<libc::pid_t>().ok()) {
+                // SAFETY: signalling and reaping a process of the spare's
+                // cgroup, now our child; an error (not ours) is ignored.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    while libc::waitpid(pid, std::ptr::null_mut(), 0) < 0
+                        && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+                    {}
+                }
+            }
             let _ = std::fs::remove_dir(cg);
         }
     }
@@ -1315,23 +1334,34 @@ unsafe fn spare_child(
 /// The request body on `body` (a memfd of [`encode`]), decoded, and the
 /// worker's options parsed.
 fn read_request(body: &OwnedFd) -> Result<(Decoded, WorkerArgs), String> {
-    let mut text = Vec::new();
-    let file = body
-        .try_clone()
-        .map_err(|e| format!("reading the worker's request: {e}"))?;
-    let mut file = File::from(file);
-    // From the start: a spare worker receives the fd after the zygote read
-    // it (they share the offset).
-    file.rewind()
-        .map_err(|e| format!("reading the worker's request: {e}"))?;
-    file.take(MAX_REQUEST_BYTES + 1)
-        .read_to_end(&mut text)
-        .map_err(|e| format!("reading the worker's request: {e}"))?;
-    if text.len() as u64 > MAX_REQUEST_BYTES {
+    use std::os::unix::fs::FileExt;
+    let err = |e: std::io::Error| format!("reading the worker's request: {e}");
+    // SAFETY: the fd stays owned by `body`; `ManuallyDrop` never closes it.
+    let file = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(body.as_raw_fd()) });
+    let size = file.metadata().map_err(err)?.len();
+    if size > MAX_REQUEST_BYTES {
         return Err(format!(
             "the worker's request exceeds {MAX_REQUEST_BYTES} bytes"
         ));
     }
+    // At offsets from the start, in one read of its size (and one that
+    // finds its end): a spare worker receives the fd after the zygote read
+    // it, and they share the file offset. (A small buffer grown by
+    // `read_to_end` was seven reads, in the zygote and again in the spare.)
+    let mut text = vec![0u8; size as usize + 1];
+    let mut filled = 0;
+    loop {
+        match file.read_at(&mut text[filled..], filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(err(e)),
+        }
+        if filled == text.len() {
+            return Err("the worker's request grew while it was read".into());
+        }
+    }
+    text.truncate(filled);
     decode(&text).map_err(|e| format!("a malformed worker request: {e}"))
 }
 
