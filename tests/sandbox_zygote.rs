@@ -771,10 +771,7 @@ fn status_field(pid: i32, field: &str) -> String {
 async fn the_process_confined_ahead(spare: i32) -> i32 {
     eventually(
         || format!("the spare's children: {:?}", children_of(spare)),
-        || {
-            children_of(spare).len() == 1
-                && status_field(children_of(spare)[0], "Seccomp") == "2"
-        },
+        || children_of(spare).len() == 1 && status_field(children_of(spare)[0], "Seccomp") == "2",
     )
     .await;
     children_of(spare)[0]
@@ -826,7 +823,10 @@ async fn a_command_confined_before_it_came_is_confined_as_any_other() {
     assert_eq!(result_of(&events, "c")["exit_code"], json!(0), "{events:?}");
     let output = streamed(&events);
     assert!(output.contains(&format!("pid={ahead}\n")), "{output}");
-    assert!(output.contains("NoNewPrivs:\t1\nSeccomp:\t2\nx\n"), "{output}");
+    assert!(
+        output.contains("NoNewPrivs:\t1\nSeccomp:\t2\nx\n"),
+        "{output}"
+    );
     assert!(srv.path("ok.txt").exists());
     // Each later command too (each runs in the process its spare confined).
     for command in [
@@ -844,8 +844,14 @@ async fn a_command_confined_before_it_came_is_confined_as_any_other() {
         let (kind, message) = error_of(&events, "c");
         assert_eq!(kind, pb::ErrorType::SandboxDenied, "{command}: {message}");
         let output = streamed(&events);
-        assert!(output.contains(&format!("pid={ahead}\n")), "{command}: {output}");
-        assert!(!output.contains("secret-7f3a") && !message.contains("secret-7f3a"), "{output}");
+        assert!(
+            output.contains(&format!("pid={ahead}\n")),
+            "{command}: {output}"
+        );
+        assert!(
+            !output.contains("secret-7f3a") && !message.contains("secret-7f3a"),
+            "{output}"
+        );
     }
     assert_eq!(
         std::fs::read_to_string(srv.path("repo/.git/config")).unwrap(),
@@ -882,6 +888,9 @@ async fn a_command_confined_before_it_came_is_confined_as_any_other() {
         .await;
     let (kind, message) = error_of(&events, "c");
     assert_eq!(kind, pb::ErrorType::SandboxDenied, "{message}");
-    assert!(streamed(&events).contains(&format!("pid={ahead}\n")), "{events:?}");
+    assert!(
+        streamed(&events).contains(&format!("pid={ahead}\n")),
+        "{events:?}"
+    );
     assert!(!srv.path("ro2.txt").exists());
 }

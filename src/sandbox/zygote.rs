@@ -909,8 +909,7 @@ pub fn main() -> ! {
                     let next = (!next.is_empty()).then(|| PathBuf::from(OsStr::from_bytes(next)));
                     let ctx = Ctx { me, proc_hidden };
                     let mut guess = None;
-                    if let Some(w) = serve(received, ctx, &mut rulesets, spare.take(), &mut guess)
-                    {
+                    if let Some(w) = serve(received, ctx, &mut rulesets, spare.take(), &mut guess) {
                         live.push(w);
                     }
                     // After the reply: forking and joining the cgroup
@@ -1058,14 +1057,18 @@ impl Spare {
             // child subreaper) and reaped here, so that the cgroup is
             // empty when it is removed.
             let procs = std::fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
-            for pid in procs.lines().filter_map(|l| l.trim().parse::<libc::pid_t>().ok()) {
+            for pid in procs
+                .lines()
+                .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
+            {
                 // SAFETY: signalling and reaping a process of the spare's
                 // cgroup, now our child; an error (not ours) is ignored.
                 unsafe {
                     libc::kill(pid, libc::SIGKILL);
                     while libc::waitpid(pid, std::ptr::null_mut(), 0) < 0
                         && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-                    {}
+                    {
+                    }
                 }
             }
             let _ = std::fs::remove_dir(cg);
@@ -1148,7 +1151,11 @@ fn serve(
         // hand-over that failed) and it goes, and a worker is forked.
         let fits = matches!(&request, Ok((_, args)) if args.cgroup == sp.cgroup);
         let fits_ahead = id.is_some() && sp.ahead == id;
-        if fits && sp.hand_over(&received, ruleset.as_ref(), fits_ahead).is_ok() {
+        if fits
+            && sp
+                .hand_over(&received, ruleset.as_ref(), fits_ahead)
+                .is_ok()
+        {
             reply(sp.pid, Some(&sp.pidfd));
             return Some((sp.pid, status));
         }
@@ -1530,6 +1537,7 @@ unsafe fn child(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     fn args() -> WorkerArgs {
         WorkerArgs {

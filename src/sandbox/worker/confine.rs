@@ -370,7 +370,10 @@ impl Launch {
 /// # Safety
 /// Only in a command process cloned with `CLONE_VM`: system calls on its
 /// own process, nothing allocated.
-unsafe fn confine_self(worker_pid: libc::pid_t, confine: Option<&Confine>) -> Result<RawFd, Failure> {
+unsafe fn confine_self(
+    worker_pid: libc::pid_t,
+    confine: Option<&Confine>,
+) -> Result<RawFd, Failure> {
     // SAFETY: see the function's contract.
     unsafe {
         // Its own group, so the worker can signal the whole command at once.
@@ -684,7 +687,8 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
             word.as_ptr(),
             libc::FUTEX_WAIT,
             expected,
-            ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec),
+            ts.as_ref()
+                .map_or(std::ptr::null(), |t| t as *const libc::timespec),
         );
     }
 }

@@ -172,6 +172,39 @@ mod tests {
         }
     }
 
+    /// The id `get_kept` answers for `args`.
+    fn id_of(cache: &mut RulesetCache, args: &WorkerArgs) -> Option<u64> {
+        cache.get_kept(args).expect("a ruleset").1
+    }
+
+    #[test]
+    fn a_kept_ruleset_keeps_its_id_until_it_is_built_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let anchor = dir.path().join("anchor");
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        for d in [&anchor, &a, &b] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let mut cache = RulesetCache::default();
+        let first = id_of(&mut cache, &args(&a, &anchor)).expect("kept");
+        // The same options: the same ruleset, so a process confined ahead
+        // with it fits.
+        assert_eq!(id_of(&mut cache, &args(&a, &anchor)), Some(first));
+        // Other options: another ruleset.
+        let mut read_only = args(&a, &anchor);
+        read_only.level = SandboxLevel::ReadOnly;
+        let other = id_of(&mut cache, &read_only).expect("kept");
+        assert_ne!(other, first);
+        assert_ne!(id_of(&mut cache, &args(&b, &anchor)), Some(first));
+        // The workspace replaced at its path: built again, under a new id
+        // (a process confined ahead with the old one no longer fits).
+        std::fs::rename(&a, dir.path().join("a-moved")).unwrap();
+        std::fs::create_dir(&a).unwrap();
+        let again = id_of(&mut cache, &args(&a, &anchor)).expect("kept");
+        assert!(again != first && again != other, "{again}");
+        assert_eq!(id_of(&mut cache, &args(&a, &anchor)), Some(again));
+    }
+
     fn workspaces_of(cache: &RulesetCache) -> Vec<PathBuf> {
         cache
             .entries
