@@ -847,3 +847,85 @@ async fn an_approved_write_to_a_protected_file_keeps_it_read_only_for_running_co
         "{events:?}"
     );
 }
+
+/// A command whose directory is inside a repository's `.git`, or on the
+/// way to a nested repository, sees the read-only mounts there too: the
+/// worker entered the directory before the mounts existed, and relative
+/// paths from it reached the writable mount beneath them (a breaker's
+/// finding: `core.fsmonitor` written into `.git/config` with `dir_path:
+/// ".git"`). Each case runs both ways: as the first command of its
+/// options (the command's process cloned for it) and as the next (the
+/// process confined ahead), in both levels' order.
+#[tokio::test]
+async fn a_command_started_inside_or_above_a_repository_cannot_write_it() {
+    assert_eq!(unsafe { libc::geteuid() }, 0, "sandbox tests run as root");
+    assert!(kernel_enforces(SandboxLevel::WorkspaceWrite));
+    let srv = TestServer::with_config(yolo_confined()).await;
+    for dir in [".git/hooks", "nest/r/.git"] {
+        std::fs::create_dir_all(srv.path(dir)).unwrap();
+    }
+    std::fs::write(srv.path(".git/config"), "[core]\n").unwrap();
+    std::fs::write(srv.path("nest/r/.git/config"), "[core]\n").unwrap();
+    let in_dir = |dir: &str, command: &str| {
+        call(
+            "c",
+            "run_shell_command",
+            json!({ "command": command, "dir_path": dir }),
+        )
+    };
+    let cases = [
+        (".git", "echo x | tee -a config"),
+        (".git/hooks", "echo x | tee pre-commit"),
+        (".git", "mv config config.old"),
+        ("nest", "echo x | tee -a r/.git/config"),
+        ("nest/r", "echo x | tee -a .git/config"),
+    ];
+    for (dir, command) in cases {
+        for first in [true, false] {
+            if first {
+                // Other options before: nothing confined ahead fits.
+                let events = srv
+                    .schedule_with(pb::ScheduleCallsRequest {
+                        sandbox_level: pb::SandboxLevel::ReadOnly as i32,
+                        ..request("ro", vec![shell("c", "true")])
+                    })
+                    .await;
+                collect(events).await;
+            } else {
+                run_ok(&srv, "s", "true").await;
+            }
+            let events = srv.run("s", vec![in_dir(dir, command)]).await;
+            assert_eq!(
+                states(&events, "c"),
+                ["validating", "scheduled", "executing", "error"],
+                "{dir}: {command} (first: {first}): {events:?}"
+            );
+            let (kind, message) = error_of(&events, "c");
+            assert_eq!(
+                kind,
+                pb::ErrorType::SandboxDenied,
+                "{dir}: {command}: {message}"
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string(srv.path(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(srv.path("nest/r/.git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert!(!srv.path(".git/hooks/pre-commit").exists());
+    // The command still runs where it was asked to, and writes what it may.
+    let events = srv
+        .run("s", vec![in_dir("nest", "pwd; echo x | tee made.txt")])
+        .await;
+    assert_eq!(
+        states(&events, "c"),
+        ["validating", "scheduled", "executing", "success"],
+        "{events:?}"
+    );
+    assert!(success_output(&events, "c").contains("/nest\n"));
+    assert!(srv.path("nest/made.txt").exists());
+}

@@ -894,3 +894,99 @@ async fn a_command_confined_before_it_came_is_confined_as_any_other() {
     );
     assert!(!srv.path("ro2.txt").exists());
 }
+
+/// A command at level `none` runs in the zygote's mount namespace whatever
+/// ran before it: a spare that made a namespace for the next confined
+/// command (and confined a process in it) takes it back to the zygote's.
+#[tokio::test]
+async fn an_unconfined_command_runs_in_the_zygotes_namespace_after_a_confined_one() {
+    use toolsched::sandbox::{SandboxConfig, SandboxLevel};
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "sandbox tests run as root");
+    assert!(kernel_enforces(SandboxLevel::WorkspaceWrite));
+    let srv = TestServer::with_config(toolsched::scheduler::SchedulerConfig {
+        sandbox: SandboxConfig {
+            level: SandboxLevel::None,
+            ..SandboxConfig::default()
+        },
+        ..yolo()
+    })
+    .await;
+    // The worker's parent is the zygote.
+    let probe = "z=$(awk '{print $4}' /proc/$PPID/stat); \
+                 echo zygote=$(readlink /proc/$z/ns/mnt) self=$(readlink /proc/self/ns/mnt)";
+    let same = |events: &[Event]| {
+        let out = streamed(events);
+        let field = |name: &str| {
+            out.split_whitespace()
+                .find_map(|w| w.strip_prefix(name))
+                .unwrap_or_else(|| panic!("no {name} in {out:?}"))
+                .to_string()
+        };
+        field("zygote=") == field("self=")
+    };
+    for round in 0..3 {
+        // A confined command in another session, then an unconfined one.
+        let events = srv
+            .schedule_with(pb::ScheduleCallsRequest {
+                sandbox_level: pb::SandboxLevel::WorkspaceWrite as i32,
+                ..request("confined", vec![shell("c", probe)])
+            })
+            .await;
+        let events = collect(events).await;
+        assert_eq!(result_of(&events, "c")["exit_code"], json!(0), "{events:?}");
+        let events = srv.run("none", vec![shell("c", probe)]).await;
+        assert_eq!(result_of(&events, "c")["exit_code"], json!(0), "{events:?}");
+        assert!(same(&events), "round {round}: {}", streamed(&events));
+    }
+}
+
+/// The state letter of `/proc/<pid>/stat` (R, S, T, Z…).
+fn state_of(pid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
+        .unwrap_or('?')
+}
+
+/// A process confined ahead that a same-user process outside any sandbox
+/// stopped or killed while it waited is not used: the command's own process
+/// runs it (a breaker's finding: a stopped one held the command, deaf to
+/// cancel, until its timeout).
+#[tokio::test]
+async fn a_process_confined_ahead_that_was_stopped_or_killed_is_not_used() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "sandbox tests run as root");
+    assert!(kernel_enforces(
+        toolsched::sandbox::SandboxLevel::WorkspaceWrite
+    ));
+    let srv = TestServer::with_config(yolo_confined()).await;
+    let fifo = srv.path("first.fifo");
+    mkfifo(&fifo);
+    let (stream, _, first) = start_worker(&srv, "s", "echo ready; read -r line < first.fifo").await;
+    let zygote = parent_of(first);
+    release(fifo).await;
+    collect(stream).await;
+    for (signal, state) in [(libc::SIGSTOP, 'T'), (libc::SIGKILL, 'Z')] {
+        let spare = the_spare(zygote).await;
+        let ahead = the_process_confined_ahead(spare).await;
+        // SAFETY: signalling a process of this test's server.
+        unsafe { libc::kill(ahead, signal) };
+        eventually(
+            || format!("{ahead} in state {}", state_of(ahead)),
+            || state_of(ahead) == state,
+        )
+        .await;
+        let events = srv.run("s", vec![shell("c", "echo ran-$$")]).await;
+        assert_eq!(result_of(&events, "c")["exit_code"], json!(0), "{events:?}");
+        let output = streamed(&events);
+        assert!(output.starts_with("ran-"), "{output}");
+        assert_ne!(output.trim(), format!("ran-{ahead}"));
+        // Reaped, not left behind.
+        assert!(
+            !std::path::Path::new(&format!("/proc/{ahead}")).exists() || state_of(ahead) == '?',
+            "{ahead} left in state {}",
+            state_of(ahead)
+        );
+    }
+}

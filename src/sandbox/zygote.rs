@@ -135,6 +135,10 @@ const AHEAD_RULESET_FD: RawFd = SPARE_CHAN_FD - 1;
 /// confined ahead on, through the placing of the command's fds.
 const AHEAD_LISTENER_FD: RawFd = SPARE_CHAN_FD - 2;
 
+/// The fd a spare worker that made its mount namespace ahead keeps the
+/// zygote's on, through the placing of the command's fds.
+const AHEAD_NAMESPACE_FD: RawFd = SPARE_CHAN_FD - 3;
+
 /// Fds of a request: body, stdin, stdout, stderr, status; a sixth, the
 /// protected paths, is optional.
 const REQUEST_FDS: usize = 5;
@@ -1181,6 +1185,7 @@ fn serve(
             proc_hidden: ctx.proc_hidden,
             settled: None,
             namespace_ahead: false,
+            namespace_before: None,
             ahead: None,
         };
         // SAFETY: in the freshly forked child; `raw` are its copies.
@@ -1274,11 +1279,26 @@ unsafe fn spare_child(
     // The command process, confined ahead in the namespace its command's
     // mounts will be made in (after the cgroup join: it is the command's).
     let mut namespace_ahead = false;
+    let mut namespace_before = None;
     let mut confined = None;
+    // Only in the command's cgroup: a process cloned before a failed join
+    // would stay outside it (the worker joins again for the command).
+    let joined_well = !matches!(joined, Some(Err(_)));
     if let Some(network) = ahead {
         // SAFETY: the fd was placed above and nothing else owns it.
         let ruleset = unsafe { OwnedFd::from_raw_fd(AHEAD_RULESET_FD) };
-        namespace_ahead = super::worker::enter_ahead();
+        namespace_before = std::fs::File::open("/proc/self/ns/mnt")
+            .ok()
+            .filter(|_| joined_well)
+            .and_then(|ns| {
+                // SAFETY: moving our own fd to its fixed number.
+                unsafe {
+                    (libc::dup3(ns.as_raw_fd(), AHEAD_NAMESPACE_FD, libc::O_CLOEXEC)
+                        == AHEAD_NAMESPACE_FD)
+                        .then(|| OwnedFd::from_raw_fd(AHEAD_NAMESPACE_FD))
+                }
+            });
+        namespace_ahead = namespace_before.is_some() && super::worker::enter_ahead();
         if namespace_ahead {
             let place = |fd: RawFd| {
                 // SAFETY: `fd` is the listener the process left in the
@@ -1332,6 +1352,7 @@ unsafe fn spare_child(
         proc_hidden: ctx.proc_hidden,
         settled: Some(super::worker::Settled { worker, joined }),
         namespace_ahead,
+        namespace_before,
         ahead: confined,
     };
     // SAFETY: still the spare forked from the zygote; `raw` are open here.
@@ -1489,15 +1510,27 @@ unsafe fn child(
         } else {
             PROTECTED_FD
         };
-        // The listener of the process confined ahead stays, at its number.
-        let ranges = if forked.ahead.is_some() {
-            [
-                (keep + 1, AHEAD_LISTENER_FD - 1),
-                (AHEAD_LISTENER_FD + 1, libc::c_int::MAX),
-            ]
-        } else {
-            [(keep + 1, libc::c_int::MAX), (1, 0)]
-        };
+        // The zygote's namespace and the listener of the process confined
+        // ahead stay, at their numbers (each only when there is one).
+        let ranges = [
+            (keep + 1, AHEAD_NAMESPACE_FD - 1),
+            (
+                if forked.namespace_before.is_some() {
+                    AHEAD_NAMESPACE_FD + 1
+                } else {
+                    AHEAD_NAMESPACE_FD
+                },
+                AHEAD_LISTENER_FD - 1,
+            ),
+            (
+                if forked.ahead.is_some() {
+                    AHEAD_LISTENER_FD + 1
+                } else {
+                    AHEAD_LISTENER_FD
+                },
+                libc::c_int::MAX,
+            ),
+        ];
         for (from, to) in ranges {
             if from <= to
                 && libc::syscall(

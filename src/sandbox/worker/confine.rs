@@ -340,7 +340,15 @@ impl Launch {
             if t == 0 {
                 break;
             }
-            futex_wait(&shared.tid, t, None);
+            futex_wait(&shared.tid, t, Some(Duration::from_millis(50)));
+            // Stopped from outside before its `exec` (a same-user process
+            // not in a sandbox can), it would hold this worker, deaf to
+            // cancel, until the call's timeout: killed instead, the
+            // command ends as one killed at its start.
+            if shared.tid.load(Ordering::Acquire) != 0 && stopped(ahead.pid) {
+                // SAFETY: our own child, not reaped yet.
+                unsafe { libc::kill(ahead.pid, libc::SIGKILL) };
+            }
         }
         Ok(Started {
             pid: ahead.pid,
@@ -585,11 +593,12 @@ impl Ahead {
         }
     }
 
-    /// Whether the process still waits for its command: not killed from
-    /// outside meanwhile (a command of the same user can signal it), which
-    /// would otherwise end the command it was kept for before it ran.
+    /// Whether the process still waits for its command: not killed or
+    /// stopped from outside meanwhile (a same-user process outside any
+    /// sandbox can signal it), which would otherwise end or hold the
+    /// command it was kept for before it ran.
     fn waits(&self) -> bool {
-        if self.shared.state.load(Ordering::Acquire) != READY {
+        if self.shared.state.load(Ordering::Acquire) != READY || stopped(self.pid) {
             return false;
         }
         // SAFETY: waitid on our own child with WNOWAIT reaps nothing; it
@@ -670,6 +679,22 @@ extern "C" fn ahead_child(arg: *mut libc::c_void) -> libc::c_int {
         };
         s.failure.set(Some(failure));
         libc::_exit(super::SETUP_FAILED_EXIT)
+    }
+}
+
+/// Whether our child `pid` is stopped (by a signal), without reaping it.
+fn stopped(pid: libc::pid_t) -> bool {
+    // SAFETY: waitid with WNOWAIT reaps nothing; it writes into a zeroed
+    // local.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WSTOPPED | libc::WNOHANG | libc::WNOWAIT,
+        ) == 0
+            && info.si_pid() == pid
     }
 }
 

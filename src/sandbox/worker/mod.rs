@@ -217,6 +217,9 @@ pub struct Forked {
     /// The spare made its mount namespace before its command came
     /// ([`enter_ahead`]): the command's mounts are made in it.
     pub namespace_ahead: bool,
+    /// The zygote's mount namespace, which a spare that made its own
+    /// returns to for a command that takes no mounts.
+    pub namespace_before: Option<OwnedFd>,
     /// The command process the spare cloned and confined before its
     /// command came, which the zygote said fits it ([`Ahead`]).
     pub(in crate::sandbox) ahead: Option<Ahead>,

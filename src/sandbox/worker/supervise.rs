@@ -43,7 +43,9 @@ pub(super) fn supervise(
     let parent = forked.as_ref().map(|f| f.zygote);
     let settled = forked.as_ref().and_then(|f| f.settled.clone());
     let namespace_ahead = forked.as_ref().is_some_and(|f| f.namespace_ahead);
-    let (mut prepared, ahead) = forked.map_or((None, None), |f| (f.ruleset, f.ahead));
+    let (mut prepared, mut ahead, namespace_before) = forked.map_or((None, None, None), |f| {
+        (f.ruleset, f.ahead, f.namespace_before)
+    });
     // A spare worker settled and joined its cgroup before its command came
     // (see [`super::super::zygote`]); everyone else does it now.
     let (worker_pid, joined) = match settled {
@@ -54,8 +56,14 @@ pub(super) fn supervise(
         match joined {
             Some(Ok(j)) if &j == cg => {}
             // The spare's join failed (or it joined another): once more,
-            // and this time its failure is the command's.
-            _ => join_cgroup(cg)?,
+            // and this time its failure is the command's. A process it
+            // confined ahead is where the spare was, not in the cgroup.
+            _ => {
+                if let Some(a) = ahead.take() {
+                    a.abort();
+                }
+                join_cgroup(cg)?
+            }
         }
     }
     // The workspace's protected paths, walked here once when the server
@@ -72,15 +80,25 @@ pub(super) fn supervise(
     // Before the clone, so the worker (which performs the trapped calls) and
     // the command see the same read-only mounts; while the worker still has
     // its capabilities.
+    let mounted = args.level.is_confined() && !args.landlock_only;
+    if namespace_ahead && !mounted {
+        // The spare made a namespace for a confined command; this one
+        // runs in the zygote's, as one forked for it would.
+        back_to(namespace_before.as_ref())?;
+    }
     let mounts = super::mounts::enter(
-        args.level.is_confined() && !args.landlock_only,
+        mounted,
         args.level.writes_workspace(),
         &args.workspace,
         protected.unwrap_or_default(),
         args.tmp_at.as_deref().map(|a| (args.tmp.as_path(), a)),
         proc_hidden,
-        namespace_ahead,
+        namespace_ahead && mounted,
     );
+    drop(namespace_before);
+    if mounted {
+        enter_again()?;
+    }
     // The tmp the command sees: at its anchor, or (no bind) its own path,
     // where the server's environment then must point too.
     let tmp = match &args.tmp_at {
@@ -191,6 +209,42 @@ pub(super) fn supervise(
         }
     }
     Ok(ended.unwrap_or(Ended::Signal(libc::SIGKILL)))
+}
+
+/// Enters the command's directory again, by its path, now that the
+/// command's mounts exist. The worker entered it before they did (the
+/// zygote's child sets it from the request), so it stayed on the writable
+/// mount beneath them: the workspace root and every directory on the way to
+/// a protected path are bound on themselves, and a command whose directory
+/// was `.git`, or one on the way to a nested repository, then wrote the
+/// repository through relative paths. The same directory, or a setup error.
+fn enter_again() -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let fail = |e: std::io::Error| format!("entering the command's directory again: {e}");
+    let before = std::fs::metadata(".").map_err(fail)?;
+    let here = std::env::current_dir().map_err(fail)?;
+    std::env::set_current_dir(&here).map_err(fail)?;
+    let after = std::fs::metadata(".").map_err(fail)?;
+    if (before.dev(), before.ino()) != (after.dev(), after.ino()) {
+        return Err(format!(
+            "the command's directory {} changed while its mounts were made",
+            here.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Returns to the mount namespace `ns` (the zygote's, kept by a spare that
+/// made its own ahead).
+fn back_to(ns: Option<&OwnedFd>) -> Result<(), String> {
+    let Some(ns) = ns else {
+        return Err("no mount namespace to return to".into());
+    };
+    // SAFETY: setns on a namespace fd we own, in this single-threaded process.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS) } != 0 {
+        return Err(errno("returning to the zygote's mount namespace"));
+    }
+    Ok(())
 }
 
 /// The first part of step 1, which depends on nothing of the command:
