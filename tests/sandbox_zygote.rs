@@ -913,8 +913,14 @@ async fn an_unconfined_command_runs_in_the_zygotes_namespace_after_a_confined_on
     })
     .await;
     // The worker's parent is the zygote.
+    // And in its own directory (a breaker's finding: `setns` had moved it
+    // to `/`, where its relative writes went).
     let probe = "z=$(awk '{print $4}' /proc/$PPID/stat); \
-                 echo zygote=$(readlink /proc/$z/ns/mnt) self=$(readlink /proc/self/ns/mnt)";
+                 echo zygote=$(readlink /proc/$z/ns/mnt) self=$(readlink /proc/self/ns/mnt) \
+                 pwd=$(pwd); touch made-here";
+    std::fs::create_dir(srv.path("sub")).unwrap();
+    // What an earlier run that failed here left.
+    let _ = std::fs::remove_file("/made-here");
     let same = |events: &[Event]| {
         let out = streamed(events);
         let field = |name: &str| {
@@ -935,9 +941,29 @@ async fn an_unconfined_command_runs_in_the_zygotes_namespace_after_a_confined_on
             .await;
         let events = collect(events).await;
         assert_eq!(result_of(&events, "c")["exit_code"], json!(0), "{events:?}");
-        let events = srv.run("none", vec![shell("c", probe)]).await;
+        let (dir, args) = if round % 2 == 0 {
+            (srv.path(""), json!({ "command": probe }))
+        } else {
+            (
+                srv.path("sub"),
+                json!({ "command": probe, "dir_path": "sub" }),
+            )
+        };
+        let events = srv
+            .run("none", vec![call("c", "run_shell_command", args)])
+            .await;
         assert_eq!(result_of(&events, "c")["exit_code"], json!(0), "{events:?}");
         assert!(same(&events), "round {round}: {}", streamed(&events));
+        let dir = dir.canonicalize().unwrap();
+        assert!(
+            streamed(&events).contains(&format!("pwd={}\n", dir.display())),
+            "round {round}: {}",
+            streamed(&events)
+        );
+        let made = dir.join("made-here");
+        assert!(made.exists(), "round {round}: {}", streamed(&events));
+        std::fs::remove_file(made).unwrap();
+        assert!(!std::path::Path::new("/made-here").exists());
     }
 }
 

@@ -219,32 +219,60 @@ pub(super) fn supervise(
 /// was `.git`, or one on the way to a nested repository, then wrote the
 /// repository through relative paths. The same directory, or a setup error.
 fn enter_again() -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let fail = |e: std::io::Error| format!("entering the command's directory again: {e}");
-    let before = std::fs::metadata(".").map_err(fail)?;
-    let here = std::env::current_dir().map_err(fail)?;
-    std::env::set_current_dir(&here).map_err(fail)?;
-    let after = std::fs::metadata(".").map_err(fail)?;
-    if (before.dev(), before.ino()) != (after.dev(), after.ino()) {
-        return Err(format!(
-            "the command's directory {} changed while its mounts were made",
-            here.display()
-        ));
+    Here::now()?.enter("while its mounts were made")
+}
+
+/// The command's directory: its path and its inode.
+struct Here {
+    path: PathBuf,
+    id: (u64, u64),
+}
+
+impl Here {
+    fn fail(e: std::io::Error) -> String {
+        format!("entering the command's directory again: {e}")
     }
-    Ok(())
+
+    fn id() -> Result<(u64, u64), String> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(".").map_err(Self::fail)?;
+        Ok((m.dev(), m.ino()))
+    }
+
+    fn now() -> Result<Self, String> {
+        Ok(Self {
+            id: Self::id()?,
+            path: std::env::current_dir().map_err(Self::fail)?,
+        })
+    }
+
+    /// Enters the directory by its path: the same inode, or a setup error.
+    fn enter(self, meanwhile: &str) -> Result<(), String> {
+        std::env::set_current_dir(&self.path).map_err(Self::fail)?;
+        if Self::id()? != self.id {
+            return Err(format!(
+                "the command's directory {} changed {meanwhile}",
+                self.path.display()
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Returns to the mount namespace `ns` (the zygote's, kept by a spare that
-/// made its own ahead).
+/// made its own ahead), in the same directory: `setns` moves the caller to
+/// the namespace's root (a breaker's finding: a command at level `none`
+/// after a confined one ran in `/`, whatever its `dir_path`).
 fn back_to(ns: Option<&OwnedFd>) -> Result<(), String> {
     let Some(ns) = ns else {
         return Err("no mount namespace to return to".into());
     };
+    let here = Here::now()?;
     // SAFETY: setns on a namespace fd we own, in this single-threaded process.
     if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS) } != 0 {
         return Err(errno("returning to the zygote's mount namespace"));
     }
-    Ok(())
+    here.enter("when it returned to the zygote's mount namespace")
 }
 
 /// The first part of step 1, which depends on nothing of the command:
