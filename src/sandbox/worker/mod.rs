@@ -223,6 +223,11 @@ pub struct Forked {
     /// The command process the spare cloned and confined before its
     /// command came, which the zygote said fits it ([`Ahead`]).
     pub(in crate::sandbox) ahead: Option<Ahead>,
+    /// A spare's channel from the zygote, closed once the command's process
+    /// has started: the zygote forks the next spare at that hang-up, so
+    /// that the spare's setup (its fork, namespace and the process it
+    /// confines ahead) does not take the CPU this command's start needs.
+    pub started: Option<OwnedFd>,
 }
 
 /// What a spare worker (see [`super::zygote`]) did before its command

@@ -43,9 +43,10 @@ pub(super) fn supervise(
     let parent = forked.as_ref().map(|f| f.zygote);
     let settled = forked.as_ref().and_then(|f| f.settled.clone());
     let namespace_ahead = forked.as_ref().is_some_and(|f| f.namespace_ahead);
-    let (mut prepared, mut ahead, namespace_before) = forked.map_or((None, None, None), |f| {
-        (f.ruleset, f.ahead, f.namespace_before)
-    });
+    let (mut prepared, mut ahead, namespace_before, started_signal) = forked
+        .map_or((None, None, None, None), |f| {
+            (f.ruleset, f.ahead, f.namespace_before, f.started)
+        });
     // A spare worker settled and joined its cgroup before its command came
     // (see [`super::super::zygote`]); everyone else does it now.
     let (worker_pid, joined) = match settled {
@@ -158,6 +159,8 @@ pub(super) fn supervise(
         }
         (None, _) => launch.start()?,
     };
+    // The command runs: the zygote may fork the next spare now.
+    drop(started_signal);
     let child = started.pid;
     if let Some(message) = &started.failure {
         super::report(status, &serde_json::json!({ "setup_error": message }));
