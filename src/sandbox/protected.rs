@@ -148,6 +148,16 @@ impl ProtectedPaths {
     /// followed again): a few non-blocking system calls, fit for an async task.
     /// `None` otherwise.
     pub fn current_if_unchanged(&self) -> Option<Vec<PathBuf>> {
+        self.if_unchanged(|_, found| found)
+    }
+
+    /// [`Self::leads_to`] when it needs no walk and no file read, as
+    /// [`Self::current_if_unchanged`]; `None` otherwise.
+    pub fn leads_to_if_unchanged(&self, path: &Path) -> Option<bool> {
+        self.if_unchanged(|l, _| l.targets.iter().any(|t| path.starts_with(t)))
+    }
+
+    fn if_unchanged<T>(&self, then: impl FnOnce(&Listings, Vec<PathBuf>) -> T) -> Option<T> {
         let mut listings = self.listings.try_lock().ok()?;
         if listings
             .armed()
@@ -155,7 +165,8 @@ impl ProtectedPaths {
         {
             return None;
         }
-        listings.unchanged_since_last_walk(&self.root)
+        let found = listings.unchanged_since_last_walk(&self.root)?;
+        Some(then(&listings, found))
     }
 
     /// Every `.git` (directory or file) beneath the root now, plus,
@@ -2035,6 +2046,10 @@ mod tests {
         // `HEAD` leads through `refs/heads`, which no walk watches: the
         // links are followed on every call.
         assert_eq!(cache.current_if_unchanged(), None);
+        assert_eq!(
+            cache.leads_to_if_unchanged(&root.join("scripts/pre-commit")),
+            None
+        );
         // Without it, every directory they lead through is watched: no
         // walk, and no link followed, while nothing changes.
         std::fs::remove_file(root.join("w/.git/HEAD")).unwrap();
@@ -2045,6 +2060,22 @@ mod tests {
             Some(expected.clone())
         );
         assert_eq!(counts(&cache).0, answered + 1);
+        // The file tools' question, answered the same way without a walk.
+        for (path, hit) in [
+            ("scripts/pre-commit", true),
+            ("shared-config", true),
+            (".repo/projects/p.git/config", true),
+            ("scripts/build.sh", false),
+            ("p/src/main.rs", false),
+        ] {
+            assert_eq!(cache.leads_to(&root.join(path)), hit, "{path}");
+            assert_eq!(
+                cache.leads_to_if_unchanged(&root.join(path)),
+                Some(hit),
+                "{path}"
+            );
+        }
+        assert_eq!(counts(&cache).0, answered + 11);
         // A hook linked later, in a directory a link led to: reported.
         link(
             "../../../repo/hooks/pre-push",

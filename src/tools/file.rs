@@ -168,6 +168,13 @@ impl Target {
             return true;
         }
         let cache = ProtectedRegistry::shared().get(self.ws.root());
+        // Answered from the watches, as nearly always: no hand-off of the
+        // runtime's worker (each `block_in_place` moved it to a new thread:
+        // 10,000 writes awaiting approval held ~5 KiB more each, in thread
+        // stacks; BENCHMARKS.md, "Sessions 22–23").
+        if let Some(hit) = cache.leads_to_if_unchanged(&self.path) {
+            return hit;
+        }
         match tokio::runtime::Handle::try_current() {
             Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
                 tokio::task::block_in_place(|| cache.leads_to(&self.path))
