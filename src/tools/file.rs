@@ -169,9 +169,10 @@ impl Target {
         }
         let cache = ProtectedRegistry::shared().get(self.ws.root());
         // Answered from the watches, as nearly always: no hand-off of the
-        // runtime's worker (each `block_in_place` moved it to a new thread:
-        // 10,000 writes awaiting approval held ~5 KiB more each, in thread
-        // stacks; BENCHMARKS.md, "Sessions 22–23").
+        // runtime's worker (with a `block_in_place` per call, which hands
+        // the worker to another thread and finishes the call's step on
+        // this one, S4's 10,000 writes held at a prompt took ~3 KiB more
+        // each; BENCHMARKS.md, "Sessions 22–23").
         if let Some(hit) = cache.leads_to_if_unchanged(&self.path) {
             return hit;
         }
