@@ -777,14 +777,37 @@ async fn the_process_confined_ahead(spare: i32) -> i32 {
     children_of(spare)[0]
 }
 
-#[tokio::test]
-async fn a_command_confined_before_it_came_is_confined_as_any_other() {
+/// These tests need what CI has: root (the spare confines ahead only as
+/// root) and a kernel that enforces `workspace_write`. Fails, never skips.
+fn must_confine() {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "sandbox tests run as root");
     assert!(kernel_enforces(
         toolsched::sandbox::SandboxLevel::WorkspaceWrite
     ));
-    let srv = TestServer::with_config(yolo_confined()).await;
+}
+
+/// The zygote's pid, after a first command ran to its end (its worker was
+/// forked for it; the spare forked after it confines ahead for the next).
+async fn zygote_after_a_first_command(srv: &TestServer) -> i32 {
+    let fifo = srv.path("first.fifo");
+    mkfifo(&fifo);
+    let (stream, _, first) = start_worker(srv, "s", "echo ready; read -r line < first.fifo").await;
+    let zygote = parent_of(first);
+    release(fifo).await;
+    collect(stream).await;
+    zygote
+}
+
+/// A yolo server confining at the default level, after [`must_confine`].
+async fn confining_server() -> TestServer {
+    must_confine();
+    TestServer::with_config(yolo_confined()).await
+}
+
+#[tokio::test]
+async fn a_command_confined_before_it_came_is_confined_as_any_other() {
+    let srv = confining_server().await;
     std::fs::create_dir_all(srv.path("repo/.git/hooks")).unwrap();
     std::fs::write(srv.path("repo/.git/config"), "[core]\n").unwrap();
     let secret = std::env::temp_dir().join(format!(
@@ -794,12 +817,7 @@ async fn a_command_confined_before_it_came_is_confined_as_any_other() {
     std::fs::write(&secret, "secret-7f3a").unwrap();
     // The first command's worker is forked for it; the spare after it
     // confines a process for the next command, with this one's options.
-    let fifo = srv.path("first.fifo");
-    mkfifo(&fifo);
-    let (stream, _, first) = start_worker(&srv, "s", "echo ready; read -r line < first.fifo").await;
-    let zygote = parent_of(first);
-    release(fifo).await;
-    collect(stream).await;
+    let zygote = zygote_after_a_first_command(&srv).await;
     let spare = the_spare(zygote).await;
     let ahead = the_process_confined_ahead(spare).await;
     // Confined before its command: no capability, no new privileges, the
@@ -901,9 +919,7 @@ async fn a_command_confined_before_it_came_is_confined_as_any_other() {
 #[tokio::test]
 async fn an_unconfined_command_runs_in_the_zygotes_namespace_after_a_confined_one() {
     use toolsched::sandbox::{SandboxConfig, SandboxLevel};
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "sandbox tests run as root");
-    assert!(kernel_enforces(SandboxLevel::WorkspaceWrite));
+    must_confine();
     let srv = TestServer::with_config(toolsched::scheduler::SchedulerConfig {
         sandbox: SandboxConfig {
             level: SandboxLevel::None,
@@ -981,18 +997,8 @@ fn state_of(pid: i32) -> char {
 /// cancel, until its timeout).
 #[tokio::test]
 async fn a_process_confined_ahead_that_was_stopped_or_killed_is_not_used() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "sandbox tests run as root");
-    assert!(kernel_enforces(
-        toolsched::sandbox::SandboxLevel::WorkspaceWrite
-    ));
-    let srv = TestServer::with_config(yolo_confined()).await;
-    let fifo = srv.path("first.fifo");
-    mkfifo(&fifo);
-    let (stream, _, first) = start_worker(&srv, "s", "echo ready; read -r line < first.fifo").await;
-    let zygote = parent_of(first);
-    release(fifo).await;
-    collect(stream).await;
+    let srv = confining_server().await;
+    let zygote = zygote_after_a_first_command(&srv).await;
     for (signal, state) in [(libc::SIGSTOP, 'T'), (libc::SIGKILL, 'Z')] {
         let spare = the_spare(zygote).await;
         let ahead = the_process_confined_ahead(spare).await;

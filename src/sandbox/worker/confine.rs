@@ -104,6 +104,49 @@ fn child_stack_bytes(argc: usize, page: usize) -> usize {
     (CHILD_STACK_BYTES + vector).div_ceil(page) * page
 }
 
+/// A cloned child's stack: [`child_stack_bytes`] for `argc` arguments
+/// above a guard page (the stack grows down). The caller unmaps
+/// `stack`/`mapped` once the child no longer runs on it.
+struct ChildStack {
+    stack: *mut libc::c_void,
+    mapped: usize,
+    /// What `clone` is given: the highest address.
+    top: *mut libc::c_void,
+}
+
+impl ChildStack {
+    fn map(argc: usize) -> Result<Self, Failure> {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let mapped = child_stack_bytes(argc, page) + page;
+        // SAFETY: a fresh anonymous mapping, ours alone; the guard is its
+        // lowest page, and `top` its end.
+        unsafe {
+            let stack = libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            );
+            if stack == libc::MAP_FAILED {
+                return Err(Failure::last("mmap of the command's stack"));
+            }
+            if libc::mprotect(stack, page, libc::PROT_NONE) != 0 {
+                let f = Failure::last("mprotect of the command's stack guard");
+                libc::munmap(stack, mapped);
+                return Err(f);
+            }
+            Ok(Self {
+                stack,
+                mapped,
+                top: stack.cast::<u8>().add(mapped).cast(),
+            })
+        }
+    }
+}
+
 /// Everything the command process does before `exec`, prepared by the
 /// worker, and what the child leaves behind for it.
 pub(super) struct Launch {
@@ -225,27 +268,7 @@ impl Launch {
             {
                 return Err(Failure::last("close_range").into());
             }
-            let page = usize::try_from(libc::sysconf(libc::_SC_PAGESIZE)).unwrap_or(4096);
-            let usable = child_stack_bytes(self.argv.len(), page);
-            let mapped = usable + page;
-            let stack = libc::mmap(
-                std::ptr::null_mut(),
-                mapped,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-                -1,
-                0,
-            );
-            if stack == libc::MAP_FAILED {
-                return Err(Failure::last("mmap of the command's stack").into());
-            }
-            // The lowest page is the guard (the stack grows down).
-            if libc::mprotect(stack, page, libc::PROT_NONE) != 0 {
-                let f = Failure::last("mprotect of the command's stack guard");
-                libc::munmap(stack, mapped);
-                return Err(f.into());
-            }
-            let top = stack.cast::<u8>().add(mapped).cast();
+            let ChildStack { stack, mapped, top } = ChildStack::map(self.argv.len())?;
             let pid = libc::clone(
                 command_child,
                 top,
@@ -519,26 +542,7 @@ impl Ahead {
         // stack, never unmapped (it is small, and the process may run on
         // it until its `exec`); `shared` is leaked.
         let pid = unsafe {
-            let page = usize::try_from(libc::sysconf(libc::_SC_PAGESIZE)).unwrap_or(4096);
-            let usable = child_stack_bytes(AHEAD_MAX_ARGS, page);
-            let mapped = usable + page;
-            let stack = libc::mmap(
-                std::ptr::null_mut(),
-                mapped,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-                -1,
-                0,
-            );
-            if stack == libc::MAP_FAILED {
-                return Err(Failure::last("mmap of the command's stack").into());
-            }
-            if libc::mprotect(stack, page, libc::PROT_NONE) != 0 {
-                let f = Failure::last("mprotect of the command's stack guard");
-                libc::munmap(stack, mapped);
-                return Err(f.into());
-            }
-            let top = stack.cast::<u8>().add(mapped).cast();
+            let ChildStack { stack, mapped, top } = ChildStack::map(AHEAD_MAX_ARGS)?;
             let pid = libc::clone(
                 ahead_child,
                 top,

@@ -195,20 +195,8 @@ pub(in crate::sandbox) fn enter_ahead() -> bool {
 /// needs it); false when anything failed (the workers then mount their own).
 pub fn hide_proc_here() -> bool {
     // SAFETY: getter that cannot fail.
-    if unsafe { libc::geteuid() } != 0 || unshare_mount_namespace().is_err() {
-        return false;
-    }
-    // SAFETY: plain mount(2) with NUL-terminated constants.
-    let private = unsafe {
-        libc::mount(
-            c"none".as_ptr(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_SLAVE,
-            std::ptr::null(),
-        )
-    } == 0;
-    private && mount_hidden_proc()
+    let root = unsafe { libc::geteuid() } == 0;
+    root && enter_private() && mount_hidden_proc()
 }
 
 /// `unshare(CLONE_NEWNS)`, inside a new user namespace (own uid and gid

@@ -172,6 +172,17 @@ mod tests {
         }
     }
 
+    /// A temp dir with an anchor and two workspaces, `a` and `b`, in it.
+    fn anchor_and_workspaces() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let anchor = dir.path().join("anchor");
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        for d in [&anchor, &a, &b] {
+            std::fs::create_dir(d).unwrap();
+        }
+        (dir, anchor, a, b)
+    }
+
     /// The id `get_kept` answers for `args`.
     fn id_of(cache: &mut RulesetCache, args: &WorkerArgs) -> Option<u64> {
         cache.get_kept(args).expect("a ruleset").1
@@ -179,12 +190,7 @@ mod tests {
 
     #[test]
     fn a_kept_ruleset_keeps_its_id_until_it_is_built_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let anchor = dir.path().join("anchor");
-        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
-        for d in [&anchor, &a, &b] {
-            std::fs::create_dir(d).unwrap();
-        }
+        let (dir, anchor, a, b) = anchor_and_workspaces();
         let mut cache = RulesetCache::default();
         let first = id_of(&mut cache, &args(&a, &anchor)).expect("kept");
         // The same options: the same ruleset, so a process confined ahead
@@ -215,12 +221,7 @@ mod tests {
 
     #[test]
     fn rulesets_are_kept_per_key_rebuilt_when_stale_and_bounded() {
-        let dir = tempfile::tempdir().unwrap();
-        let anchor = dir.path().join("anchor");
-        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
-        for d in [&anchor, &a, &b] {
-            std::fs::create_dir(d).unwrap();
-        }
+        let (dir, anchor, a, b) = anchor_and_workspaces();
         let mut cache = RulesetCache::default();
         assert!(cache.get(&args(&a, &anchor)).is_some());
         assert_eq!(
