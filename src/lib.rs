@@ -185,6 +185,23 @@ fn compact_logs(config: &mut scheduler::SchedulerConfig) {
     }
 }
 
+/// Walks the workspace's protected paths once, on a thread of its own, so
+/// that the first write's policy and the first command find them answered
+/// from the watches. Without it the first `write_file` walked through
+/// `block_in_place`, and that one hand-off of a runtime worker left every
+/// later session a little larger (S4: 1.29 against 1.11 of the floor per
+/// held stream; BENCHMARKS.md, "Sessions 22–23").
+fn warm_protected_paths(sandbox: &sandbox::Sandbox, root: &Path) {
+    let cache = sandbox.protected_paths(root);
+    let spawned = std::thread::Builder::new()
+        .name("toolsched-walk".into())
+        .spawn(move || drop(cache.current()));
+    if let Err(e) = spawned {
+        // The first write or command walks instead.
+        tracing::debug!(error = %e, "could not walk the protected paths ahead");
+    }
+}
+
 /// Opens the workspace, probes the kernel once for the configured sandbox
 /// and checks that its level can be enforced (refusing to start otherwise,
 /// unless a weaker level was explicitly allowed), logging what it found.
@@ -205,6 +222,7 @@ fn prepare(
         })?;
     let sandbox = Arc::new(sandbox::Sandbox::new(config.sandbox.clone()));
     sandbox.check()?;
+    warm_protected_paths(&sandbox, workspace.root());
     let probe = &sandbox.probe;
     tracing::info!(
         sandbox_level = %sandbox.config.level,
