@@ -29,9 +29,10 @@ fn names(dir: &std::path::Path) -> Vec<String> {
 
 #[tokio::test]
 async fn a_directory_swapped_for_a_link_out_by_an_earlier_call_is_refused_to_every_file_tool() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let outside = tempfile::tempdir().expect("tempdir");
     std::fs::write(outside.path().join("f.txt"), "TOPSECRET\n").expect("write");
     let srv = TestServer::with_config(yolo_confined()).await;
@@ -106,9 +107,10 @@ async fn a_directory_swapped_for_a_link_out_by_an_earlier_call_is_refused_to_eve
 /// write_file and replace neither read nor write through it.
 #[tokio::test]
 async fn a_file_swapped_for_a_link_out_by_an_earlier_call_is_neither_read_nor_written() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let outside = tempfile::tempdir().expect("tempdir");
     let secret = outside.path().join("secret.txt");
     std::fs::write(&secret, "TOPSECRET\n").expect("write");

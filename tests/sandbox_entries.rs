@@ -122,17 +122,19 @@ async fn no_command_makes_a_git(config: SchedulerConfig) {
 
 #[tokio::test]
 async fn no_command_makes_a_git_with_the_mount_namespace() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     no_command_makes_a_git(yolo_confined()).await;
 }
 
 #[tokio::test]
 async fn no_command_makes_a_git_landlock_only() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     no_command_makes_a_git(landlock_only()).await;
 }
 
@@ -205,25 +207,28 @@ async fn ordinary_entries_are_made_as_before(config: SchedulerConfig) {
 
 #[tokio::test]
 async fn ordinary_entries_are_made_as_before_with_the_mount_namespace() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     ordinary_entries_are_made_as_before(yolo_confined()).await;
 }
 
 #[tokio::test]
 async fn ordinary_entries_are_made_as_before_landlock_only() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     ordinary_entries_are_made_as_before(landlock_only()).await;
 }
 
 #[tokio::test]
 async fn landlock_only_still_locks_the_way_to_a_git_for_new_entries() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(landlock_only()).await;
     std::fs::create_dir_all(srv.path("a/repo/.git")).unwrap();
     std::fs::create_dir_all(srv.path("a/repo/src")).unwrap();
@@ -290,9 +295,10 @@ print "swapped\n";
 /// exit code 0) while the command runs on, past its timeout.
 #[tokio::test]
 async fn a_symlink_swapped_in_while_the_worker_makes_a_file_is_not_followed() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     let outside = std::env::temp_dir().join(format!(
         "toolsched-swapped-{}",

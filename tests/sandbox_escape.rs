@@ -50,9 +50,10 @@ fn unique(name: &str) -> String {
 
 #[tokio::test]
 async fn shell_write_to_tmp_is_denied() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo()).await;
     let target = std::path::Path::new("/tmp").join(unique("tmp"));
     // `tee FILE` rather than `> FILE`: the policy already denies a
@@ -64,9 +65,10 @@ async fn shell_write_to_tmp_is_denied() {
 
 #[tokio::test]
 async fn shell_write_to_home_is_denied() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let home = std::env::var_os("HOME").expect("HOME is set for the test run");
     let srv = TestServer::with_config(yolo()).await;
     let name = unique("home");
@@ -79,9 +81,10 @@ async fn shell_write_to_home_is_denied() {
 
 #[tokio::test]
 async fn shell_write_to_parent_of_workspace_is_denied() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo()).await;
     let name = unique("parent");
     assert_denied(&srv, &format!("echo pwned | tee ../{name}")).await;
@@ -95,9 +98,10 @@ async fn shell_write_to_parent_of_workspace_is_denied() {
 
 #[tokio::test]
 async fn reading_etc_shadow_is_denied() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     assert!(
         std::path::Path::new("/etc/shadow").exists(),
         "this test needs /etc/shadow to exist on the host"
@@ -109,9 +113,10 @@ async fn reading_etc_shadow_is_denied() {
 
 #[tokio::test]
 async fn reading_the_servers_environment_is_denied() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo()).await;
     // The server runs in this test process.
     let pid = std::process::id();
@@ -141,9 +146,10 @@ async fn reading_the_servers_environment_is_denied() {
 
 #[tokio::test]
 async fn symlink_made_by_the_command_is_not_followed_by_read_file() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo()).await;
     let events = srv
         .run(
@@ -179,9 +185,10 @@ async fn symlink_made_by_the_command_is_not_followed_by_read_file() {
 /// execution time beneath the root (`Workspace::read_beneath`) refuses it.
 #[tokio::test]
 async fn symlink_made_by_the_command_in_the_same_batch_is_not_followed() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo()).await;
     let events = srv
         .run(
@@ -213,9 +220,10 @@ fn assert_never_connected(l: &std::net::TcpListener) {
 
 #[tokio::test]
 async fn python_tcp_socket_is_denied_under_workspace_write() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     assert!(
         std::path::Path::new("/usr/bin/python3").exists(),
         "this test needs /usr/bin/python3 (apt-get install python3)"
@@ -236,9 +244,10 @@ async fn python_tcp_socket_is_denied_under_workspace_write() {
 
 #[tokio::test]
 async fn curl_tcp_connect_is_denied_under_workspace_write() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     assert!(
         std::path::Path::new("/usr/bin/curl").exists(),
         "this test needs /usr/bin/curl (apt-get install curl)"
@@ -269,9 +278,10 @@ fn processes_with(marker: &str) -> Vec<u32> {
 
 #[tokio::test]
 async fn fork_bomb_is_bounded_and_other_sessions_keep_working() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let probe = toolsched::sandbox::probe::probe(SandboxLevel::WorkspaceWrite);
     assert_ne!(
         probe.process_limit,
@@ -326,9 +336,10 @@ fn peak_rss_kib() -> u64 {
 
 #[tokio::test]
 async fn endless_output_is_bounded_and_memory_stays_flat() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo()).await;
     let before = peak_rss_kib();
     let events = srv.run("s", vec![shell("c", "yes | head -c 5G")]).await;
@@ -348,9 +359,10 @@ async fn endless_output_is_bounded_and_memory_stays_flat() {
 
 #[tokio::test]
 async fn background_and_setsid_children_are_killed_on_cancel() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo()).await;
     let marker = unique("bg");
     let command = format!(
@@ -391,9 +403,10 @@ async fn background_and_setsid_children_are_killed_on_cancel() {
 
 #[tokio::test]
 async fn writing_git_hooks_in_a_nested_repository_is_denied() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo()).await;
     std::fs::create_dir_all(srv.path("vendor/lib/.git/hooks")).unwrap();
     std::fs::write(srv.path("vendor/lib/.git/config"), "[core]\n").unwrap();
@@ -425,9 +438,10 @@ async fn writing_git_hooks_in_a_nested_repository_is_denied() {
 
 #[tokio::test]
 async fn workspace_write_still_writes_the_workspace_and_private_tmp() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo()).await;
     let events = srv
         .run(
@@ -445,9 +459,10 @@ async fn workspace_write_still_writes_the_workspace_and_private_tmp() {
 
 #[tokio::test]
 async fn read_only_level_refuses_workspace_writes() {
-    if !kernel_enforces(SandboxLevel::ReadOnly) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::ReadOnly),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(config_with(SandboxConfig {
         level: SandboxLevel::ReadOnly,
         ..SandboxConfig::default()
@@ -463,9 +478,10 @@ async fn read_only_level_refuses_workspace_writes() {
 
 #[tokio::test]
 async fn network_level_allows_tcp() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWriteNetwork) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWriteNetwork),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let srv = TestServer::with_config(config_with(SandboxConfig {
@@ -511,9 +527,10 @@ async fn server_info_reports_the_probed_sandbox() {
 
 #[tokio::test]
 async fn a_session_may_choose_a_stricter_level_but_not_a_looser_one() {
-    if !kernel_enforces(SandboxLevel::ReadOnly) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::ReadOnly),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo()).await;
     let with_level = |level: pb::SandboxLevel, command: &str| pb::ScheduleCallsRequest {
         sandbox_level: level as i32,
@@ -607,9 +624,10 @@ fn real_tmp_with(name: &str, marker: &str) -> std::path::PathBuf {
 
 #[tokio::test]
 async fn a_command_cannot_reach_another_commands_private_tmp() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo()).await;
     let marker = unique("tmp");
     // An earlier command leaves a file in its tmp (which goes with it).
@@ -720,9 +738,10 @@ async fn a_command_cannot_reach_another_commands_private_tmp() {
 
 #[tokio::test]
 async fn a_repository_made_after_the_ruleset_was_prepared_is_still_protected() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo()).await;
     std::fs::create_dir_all(srv.path("early/.git/hooks")).unwrap();
     // Commands in this workspace: its ruleset is prepared and reused.
@@ -797,9 +816,10 @@ async fn a_repository_made_after_the_ruleset_was_prepared_is_still_protected() {
 /// `$TMPDIR` is bound from is read from its mount table.
 #[tokio::test]
 async fn a_tmp_is_used_again_only_when_its_command_ran_alone() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     let source = "awk -v t=\"$TMPDIR\" '$5 == t {print $4}' /proc/self/mountinfo";
     let run_all = |n: usize| {

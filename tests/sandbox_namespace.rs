@@ -41,7 +41,7 @@ fn namespace_available(proc: bool) -> bool {
     );
     if !ok {
         eprintln!(
-            "\n*** SKIPPED: no private mount namespace / proc for commands here: {probe:?} ***\n"
+            "\n*** no private mount namespace / proc for commands here (run as root): {probe:?} ***\n"
         );
     }
     ok
@@ -142,9 +142,10 @@ fn make_repo(srv: &TestServer, git_dir: &str) {
 
 #[tokio::test]
 async fn a_nested_git_locks_only_itself() {
-    if !namespace_available(false) {
-        return;
-    }
+    assert!(
+        namespace_available(false),
+        "commands need a private mount namespace here: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     // The example.
     make_repo(&srv, "a/b/repo/.git");
@@ -153,9 +154,10 @@ async fn a_nested_git_locks_only_itself() {
 
 #[tokio::test]
 async fn a_top_level_git_and_a_deeper_one_lock_only_themselves() {
-    if !namespace_available(false) {
-        return;
-    }
+    assert!(
+        namespace_available(false),
+        "commands need a private mount namespace here: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     make_repo(&srv, ".git");
     make_repo(&srv, "vendor/x/y/z/lib/.git");
@@ -171,9 +173,10 @@ async fn a_top_level_git_and_a_deeper_one_lock_only_themselves() {
 
 #[tokio::test]
 async fn a_git_file_of_a_submodule_locks_only_itself() {
-    if !namespace_available(false) {
-        return;
-    }
+    assert!(
+        namespace_available(false),
+        "commands need a private mount namespace here: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     std::fs::create_dir_all(srv.path("mods/sub")).unwrap();
     std::fs::write(
@@ -202,9 +205,10 @@ async fn a_git_file_of_a_submodule_locks_only_itself() {
 
 #[tokio::test]
 async fn landlock_only_falls_back_to_locking_the_way_and_says_so() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(SchedulerConfig {
         sandbox: SandboxConfig {
             landlock_only: true,
@@ -239,9 +243,10 @@ async fn landlock_only_falls_back_to_locking_the_way_and_says_so() {
 
 #[tokio::test]
 async fn server_info_reports_no_namespace_gap_where_it_is_available() {
-    if !namespace_available(true) {
-        return;
-    }
+    assert!(
+        namespace_available(true),
+        "commands need a private mount namespace here: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     let info = srv
         .client
@@ -264,9 +269,10 @@ async fn server_info_reports_no_namespace_gap_where_it_is_available() {
 
 #[tokio::test]
 async fn other_processes_cmdline_is_not_readable() {
-    if !namespace_available(true) {
-        return;
-    }
+    assert!(
+        namespace_available(true),
+        "commands need a private mount namespace here: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     let marker = unique("sibling");
     // A sibling command in another session, running while we look.

@@ -82,9 +82,10 @@ async fn assert_git_dir_read_only(srv: &TestServer, session: &str, git_dir: &str
 /// around it stays writable.
 #[tokio::test]
 async fn a_separate_git_dir_named_by_a_gitlink_file_is_read_only() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     std::fs::create_dir_all(srv.path("sepgd/hooks")).unwrap();
     std::fs::create_dir_all(srv.path("proj/src")).unwrap();
@@ -104,9 +105,10 @@ async fn a_separate_git_dir_named_by_a_gitlink_file_is_read_only() {
 /// breaker's finding), where the root takes no new entry.
 #[tokio::test]
 async fn a_directory_deeper_than_path_max_keeps_the_namespace() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     std::fs::create_dir_all(srv.path(".git/hooks")).unwrap();
     // 25 levels of 201-byte names: past 4,096 bytes at the 21st.
@@ -135,9 +137,10 @@ async fn a_directory_deeper_than_path_max_keeps_the_namespace() {
 
 #[tokio::test]
 async fn a_nested_git_present_before_the_first_command_is_read_only() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     std::fs::create_dir_all(srv.path("deep/er/repo/.git/hooks")).unwrap();
     std::fs::create_dir_all(srv.path("deep/er/repo/src")).unwrap();
@@ -158,9 +161,10 @@ async fn a_nested_git_present_before_the_first_command_is_read_only() {
 
 #[tokio::test]
 async fn a_git_made_by_one_command_is_read_only_for_later_batches_and_sessions() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     std::fs::create_dir_all(srv.path("pkg/src")).unwrap();
     // The server has the workspace's protected set (none yet) before the
@@ -194,9 +198,10 @@ fn newest_ctime(dirs: &[&Path]) -> SystemTime {
 
 #[tokio::test]
 async fn a_git_made_after_the_listings_were_kept_is_read_only() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     std::fs::create_dir_all(srv.path("lib/a/b")).unwrap();
     std::fs::create_dir_all(srv.path("staging")).unwrap();
@@ -280,9 +285,10 @@ fn run_worker_with_nofile(
 
 #[test]
 fn the_worker_protects_exactly_the_set_the_server_passes() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let ws = tempfile::tempdir().unwrap();
     let ws = std::fs::canonicalize(ws.path()).unwrap();
     let lists = tempfile::tempdir().unwrap();
@@ -342,9 +348,10 @@ fn a_protected_set_that_cannot_be_read_fails_the_setup() {
 
 #[test]
 fn a_repository_root_with_more_entries_than_open_files_is_granted_whole() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let ws = tempfile::tempdir().unwrap();
     let ws = std::fs::canonicalize(ws.path()).unwrap();
     let lists = tempfile::tempdir().unwrap();
@@ -378,9 +385,10 @@ fn a_repository_root_with_more_entries_than_open_files_is_granted_whole() {
 /// mount namespace and with Landlock alone.
 #[tokio::test]
 async fn the_way_to_a_repository_a_git_symlink_leads_to_is_pinned() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = git_symlink_layout(yolo_confined()).await;
     assert_eq!(
         run_ok(
@@ -395,9 +403,10 @@ async fn the_way_to_a_repository_a_git_symlink_leads_to_is_pinned() {
 
 #[tokio::test]
 async fn the_way_to_a_repository_a_git_symlink_leads_to_is_pinned_landlock_only() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = git_symlink_layout(confined(true)).await;
     // Off the way to a repository (`else` was made before), entries are
     // made as ever; on the way (the root) they are not.
@@ -455,9 +464,10 @@ async fn git_symlink_layout(config: toolsched::scheduler::SchedulerConfig) -> Te
 #[tokio::test]
 async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
     use std::os::unix::fs::PermissionsExt;
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let root = rustix::process::geteuid().is_root();
     let scratch = tempfile::tempdir().unwrap();
     std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -550,9 +560,10 @@ async fn a_hidden_way_to_a_linked_repository_does_not_unprotect_it() {
 /// mount namespace and with Landlock alone.
 #[tokio::test]
 async fn what_symlinks_inside_a_repository_lead_to_is_read_only() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     for landlock_only in [false, true] {
         let srv = TestServer::with_config(confined(landlock_only)).await;
         let link = |to: &str, at: &str| {
@@ -645,9 +656,10 @@ async fn what_symlinks_inside_a_repository_lead_to_is_read_only() {
 /// writable.
 #[tokio::test]
 async fn a_repository_a_dangling_link_names_cannot_be_made() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     for landlock_only in [false, true] {
         let srv = TestServer::with_config(confined(landlock_only)).await;
         for d in [
@@ -706,9 +718,10 @@ async fn a_repository_a_dangling_link_names_cannot_be_made() {
 /// same (see `a_hidden_way_to_a_linked_repository_does_not_unprotect_it`).
 #[tokio::test]
 async fn a_new_workspace_directory_keeps_its_owners_read_and_search() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     let make = "/usr/bin/python3 -c \"import os; os.mkdir('b', 0o300)\" && umask 477 && mkdir c && umask 022 && mkdir -m 750 d && stat -c %a b c d";
     assert_eq!(
@@ -738,9 +751,10 @@ async fn a_new_workspace_directory_keeps_its_owners_read_and_search() {
 #[tokio::test]
 async fn an_approved_write_to_a_protected_file_keeps_it_read_only_for_running_commands() {
     use toolsched::api::pb::tool_call_update::State;
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     for d in [".git/hooks", ".git/objects", ".git/refs", "scripts", "sub"] {
         std::fs::create_dir_all(srv.path(d)).unwrap();

@@ -32,9 +32,10 @@ async fn confined_output(command: &str) -> String {
 
 #[tokio::test]
 async fn namespaces_mounts_ptrace_and_keyrings_are_refused() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo()).await;
     // One line per attempt: the syscall's errno name, or "allowed".
     let probe = r#"/usr/bin/python3 - <<'EOF'
@@ -86,9 +87,10 @@ EOF"#;
 
 #[tokio::test]
 async fn capabilities_are_dropped_and_no_new_privs_is_set() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let out = confined_output(
         "grep -E '^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status",
     )
@@ -110,9 +112,10 @@ async fn capabilities_are_dropped_and_no_new_privs_is_set() {
 /// its own trapped calls.
 #[tokio::test]
 async fn a_command_starts_with_stdio_only_and_without_the_seccomp_listener() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     // `ls` lists its own fds: what it inherited, and the directory it
     // reads (3). The first command's worker is forked for it; the next
     // ones are spares' (the second and third started by a process
@@ -170,9 +173,10 @@ async fn resource_limits_are_set_from_config() {
 
 #[tokio::test]
 async fn a_confined_command_cannot_signal_the_server() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let probe = toolsched::sandbox::probe::probe(SandboxLevel::WorkspaceWrite);
     assert!(
         probe.landlock_abi >= toolsched::sandbox::probe::SCOPE_LANDLOCK_ABI,
@@ -273,9 +277,10 @@ fn run_worker(workspace: &Path, extra: &[&str], command: &str) -> (Option<i32>, 
 
 #[test]
 fn the_service_config_in_the_workspace_is_read_only() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let ws = tempfile::tempdir().unwrap();
     let ws_path = std::fs::canonicalize(ws.path()).unwrap();
     let config = ws_path.join("toolsched.toml");

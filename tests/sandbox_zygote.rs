@@ -122,9 +122,10 @@ async fn a_worker_killed_from_outside_ends_its_call_with_the_signal() {
 
 #[tokio::test]
 async fn a_dead_zygote_is_replaced_and_its_commands_die_with_it() {
-    if !kernel_enforces(toolsched::sandbox::SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(toolsched::sandbox::SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = TestServer::with_config(yolo_confined()).await;
     let (stream, mut seen, worker) = start_worker(&srv, "s", "echo ready; sleep 1000").await;
     let zygote = parent_of(worker);
@@ -221,10 +222,14 @@ fn streamed(events: &[Event]) -> String {
         .collect()
 }
 
-/// The children of `pid`, forked by any of its threads.
+/// The children of `pid`, forked by any of its threads (none once it is
+/// gone).
 fn children_of(pid: i32) -> Vec<i32> {
     let mut children = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return children;
+    };
+    for task in tasks {
         let list =
             std::fs::read_to_string(task.unwrap().path().join("children")).unwrap_or_default();
         children.extend(list.split_whitespace().map(|p| p.parse::<i32>().unwrap()));
@@ -234,14 +239,23 @@ fn children_of(pid: i32) -> Vec<i32> {
 
 /// The zygote's only child, its spare, once every worker before it was
 /// reaped: a worker exits behind its call's end, which came with its
-/// report.
+/// report. Never a spare found before: that one took a command, and may
+/// be the only child for a moment, still exiting, before the zygote forks
+/// the next spare (it does once the command started).
 async fn the_spare(zygote: i32) -> i32 {
+    static FOUND: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+    let found = |c: &[i32]| FOUND.lock().unwrap().contains(&c[0]);
     eventually(
         || format!("the zygote's children: {:?}", children_of(zygote)),
-        || children_of(zygote).len() == 1,
+        || {
+            let c = children_of(zygote);
+            c.len() == 1 && !found(&c)
+        },
     )
     .await;
-    children_of(zygote)[0]
+    let spare = children_of(zygote)[0];
+    FOUND.lock().unwrap().push(spare);
+    spare
 }
 
 async fn release(fifo: std::path::PathBuf) {

@@ -209,9 +209,10 @@ async fn a_tenant_limited_to_default_cannot_ask_for_yolo_nor_a_more_permissive_s
 /// kernel), while the other tenant's same command writes.
 #[tokio::test]
 async fn a_tenants_commands_run_at_its_most_permissive_sandbox_level() {
-    if !kernel_enforces(SandboxLevel::ReadOnly) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::ReadOnly),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let srv = server(
         yolo_confined(),
         TenantConfig {

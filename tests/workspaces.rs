@@ -408,9 +408,10 @@ async fn file_tools_refuse_paths_into_another_workspace() {
 
 #[tokio::test]
 async fn a_command_cannot_read_or_write_another_workspace() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let t = Roots::start(true).await;
     t.run(B, "s", "main", vec![write("w", "secret.txt", "B's\n")])
         .await;
@@ -492,9 +493,10 @@ async fn a_command_cannot_read_or_write_another_workspace() {
 
 #[tokio::test]
 async fn kept_output_of_a_workspace_session_is_read_back_by_that_session() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let cap = 1000;
     let base = SchedulerConfig {
         output: toolsched::sandbox::OutputLimits {
@@ -653,9 +655,10 @@ fn the_binary_serves_workspaces_from_flags_and_config_as_the_readme_shows() {
 /// never the one A's commands get, before or after A's own was prepared.
 #[tokio::test]
 async fn a_command_cannot_reach_another_workspace_after_its_commands_ran() {
-    if !kernel_enforces(SandboxLevel::WorkspaceWrite) {
-        return;
-    }
+    assert!(
+        kernel_enforces(SandboxLevel::WorkspaceWrite),
+        "the kernel cannot enforce the level: see the line above"
+    );
     let t = Roots::start(true).await;
     let b_dir = t.dir("beta", "main");
     let b = b_dir.display();

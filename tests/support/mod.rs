@@ -735,7 +735,7 @@ pub fn kernel_enforces(level: toolsched::sandbox::SandboxLevel) -> bool {
         return true;
     }
     eprintln!(
-        "\n*** SKIPPED: the kernel cannot enforce sandbox level {level}: missing {} ***\n",
+        "\n*** the kernel cannot enforce sandbox level {level}: missing {} ***\n",
         probe.missing.join(", ")
     );
     false
