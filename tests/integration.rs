@@ -53,6 +53,7 @@ mod queueing;
 mod replicas_durable;
 mod replicas_front_door;
 mod replicas_lease;
+mod replicas_mirror;
 mod replicas_nginx;
 mod replicas_processes;
 mod replicas_routing;

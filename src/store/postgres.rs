@@ -744,13 +744,21 @@ impl<E: LogEvent> PostgresStore<E> {
             && *self.reachable.borrow()
         {
             let row = Arc::new(self.row(&mut new, epoch));
-            let begun = self.begun(new).await?;
+            // Listed before the batch is in `live`: a mirror never finds it
+            // running with its row in no list.
             self.unwritten()
                 .entry(row.session_id.clone())
                 .or_default()
                 .push(row.clone());
             self.began_behind()
                 .insert((row.session_id.clone(), row.batch_id.clone()), row.clone());
+            let begun = match self.begun(new).await {
+                Ok(begun) => begun,
+                Err(e) => {
+                    let _ = self.forget_unwritten(&row.session_id, &row.batch_id);
+                    return Err(e);
+                }
+            };
             self.write(Write::Begin(row));
             return Ok(begun);
         }
@@ -824,9 +832,24 @@ impl<E: LogEvent> PostgresStore<E> {
     async fn write_unwritten(&self, session_id: &str) -> Result<(), StoreError> {
         // Kept listed until written: a caller arriving meanwhile writes them
         // too (nothing twice) rather than going ahead of them.
-        let Some(rows) = self.unwritten().get(session_id).cloned() else {
-            return Ok(());
-        };
+        let rows = self.unwritten().get(session_id).cloned();
+        self.write_rows(session_id, rows.unwrap_or_default())
+            .await
+            .map(drop)
+    }
+
+    /// Writes `rows` of `session_id` (taken from [`PostgresStore::unwritten`],
+    /// oldest first) and unlists them once committed: the batch ids this
+    /// statement inserted (a row not among them was there already, or was
+    /// fenced out).
+    async fn write_rows(
+        &self,
+        session_id: &str,
+        rows: Vec<Arc<BeginRow>>,
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        if rows.is_empty() {
+            return Ok(Default::default());
+        }
         let client = self.client().await?;
         let refs: Vec<&BeginRow> = rows.iter().map(|r| &**r).collect();
         let inserted = insert_rows(&client, &self.replica, &refs).await?;
@@ -845,7 +868,7 @@ impl<E: LogEvent> PostgresStore<E> {
                 unwritten.remove(session_id);
             }
         }
-        Ok(())
+        Ok(inserted)
     }
 
     fn began_behind(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<BeginRow>>> {
@@ -855,6 +878,8 @@ impl<E: LogEvent> PostgresStore<E> {
 
     /// Forgets `batch_id`'s row written behind, if any (completed or
     /// abandoned: the writer has it in order); the row, for its completion.
+    /// Called under the `live` lock, as the batch leaves `live` (see
+    /// `start_mirror`).
     fn forget_unwritten(&self, session_id: &str, batch_id: &str) -> Option<Arc<BeginRow>> {
         let mut unwritten = self.unwritten();
         if let Some(rows) = unwritten.get_mut(session_id) {
@@ -1351,7 +1376,29 @@ impl<E: LogEvent> PostgresStore<E> {
 
     async fn start_mirror(&self, session_id: &str, batch_id: &str) -> Result<bool, StoreError> {
         let key = (session_id.to_string(), batch_id.to_string());
-        let Some(log) = self.live().get(&key).cloned() else {
+        // Under the `live` lock, as `complete_batch` takes the batch out of
+        // `live` and its row written behind out of `unwritten`, both at
+        // once: either the batch is still running here and the rows its
+        // events need (its own among them, unless written already) are
+        // taken now, or its completion, which inserts its row, is queued
+        // already. (Taking the rows before this look let a completion
+        // unlist the row between the two: the mirror then wrote events
+        // whose row was neither committed nor to be written by it, and the
+        // foreign key refused them.)
+        let running = {
+            let live = self.live();
+            live.get(&key).map(|log| {
+                let rows = self
+                    .unwritten()
+                    .get(session_id)
+                    .cloned()
+                    .unwrap_or_default();
+                let first = self.mirrored().insert(key.clone());
+                // What is logged so far is read from here.
+                (rows, first.then(|| log.reader(0)))
+            })
+        };
+        let Some((rows, reader)) = running else {
             // Completed here: once its completion, perhaps still queued, is
             // written, the store serves it.
             if self.memory.knows(session_id, batch_id) {
@@ -1360,35 +1407,44 @@ impl<E: LogEvent> PostgresStore<E> {
             }
             return Ok(false);
         };
-        // Its events refer to its row.
-        self.write_unwritten(session_id).await?;
-        // Under the `live` lock, as `complete_batch` takes the batch out:
-        // either it sees this mirror (and its completion wakes the readers),
-        // or it has queued the completion already.
-        let (running, first) = {
-            let live = self.live();
-            let running = live.contains_key(&key);
-            (running, running && self.mirrored().insert(key.clone()))
+        let first = reader.is_some();
+        // `Err(answer)`: nothing (more) to mirror from here.
+        let started = async {
+            // Its events refer to its row: committed before any of them.
+            self.write_own_row(session_id, batch_id, rows).await?;
+            let Some(reader) = reader else {
+                // Another mirror of it writes its log.
+                return Ok(Err(true));
+            };
+            let Ok(mut reader) = reader else {
+                return Ok(Err(false));
+            };
+            let mut logged = Vec::new();
+            while let Some(Some(entry)) = futures::FutureExt::now_or_never(reader.next()) {
+                logged.push(entry);
+            }
+            for chunk in logged.chunks(MIRROR_CHUNK) {
+                let written = write_entries(&self.pool, &*self.codec, session_id, batch_id, chunk)
+                    .await
+                    .map_err(|reason| StoreError::Unavailable { reason })?;
+                if !written {
+                    // Its row was deleted since (abandoned).
+                    return Ok(Err(false));
+                }
+            }
+            Ok::<_, StoreError>(Ok(reader))
         };
-        if !running {
-            self.flush(COMPLETION_WAIT).await;
-            return Ok(true);
-        }
-        if !first {
-            return Ok(true);
-        }
-        let Ok(mut reader) = log.reader(0) else {
-            return Ok(false);
+        let mut reader = match started.await {
+            Ok(Ok(reader)) => reader,
+            Ok(Err(answer)) => return Ok(answer),
+            Err(e) => {
+                // Not mirrored: the next WatchBatch asks again.
+                if first {
+                    self.mirrored().remove(&key);
+                }
+                return Err(e);
+            }
         };
-        let mut first = Vec::new();
-        while let Some(Some(entry)) = futures::FutureExt::now_or_never(reader.next()) {
-            first.push(entry);
-        }
-        for chunk in first.chunks(MIRROR_CHUNK) {
-            write_entries(&self.pool, &*self.codec, session_id, batch_id, chunk)
-                .await
-                .map_err(|reason| StoreError::Unavailable { reason })?;
-        }
         let (pool, codec) = (self.pool.clone(), self.codec.clone());
         let (session, batch) = key;
         tokio::spawn(async move {
@@ -1400,15 +1456,60 @@ impl<E: LogEvent> PostgresStore<E> {
                     chunk.push(entry);
                 }
                 // In order, retried: a reader elsewhere waits for it.
-                while let Err(reason) =
-                    write_entries(&pool, &*codec, &session, &batch, &chunk).await
-                {
-                    tracing::warn!(%reason, "store: mirroring a batch's log failed; retrying");
-                    tokio::time::sleep(RETRY_EVERY).await;
+                loop {
+                    match write_entries(&pool, &*codec, &session, &batch, &chunk).await {
+                        Ok(true) => break,
+                        // Its row was deleted (abandoned, or swept once
+                        // completed): nobody reads these events any more.
+                        Ok(false) => return,
+                        Err(reason) => {
+                            tracing::warn!(%reason, "store: mirroring a batch's log failed; retrying");
+                            tokio::time::sleep(RETRY_EVERY).await;
+                        }
+                    }
                 }
             }
         });
         Ok(true)
+    }
+
+    /// Writes `rows` (the session's rows written behind, taken with the
+    /// batch still running) and makes sure `batch_id`'s row is committed:
+    /// [`StoreError::LeaseLost`] when it is not there because its fenced
+    /// insert was refused (the session's lease passed to another replica).
+    async fn write_own_row(
+        &self,
+        session_id: &str,
+        batch_id: &str,
+        rows: Vec<Arc<BeginRow>>,
+    ) -> Result<(), StoreError> {
+        let own = rows.iter().any(|r| r.batch_id == batch_id);
+        let inserted = self.write_rows(session_id, rows).await?;
+        if !own || inserted.contains(batch_id) {
+            // Not listed: written when it began, or by an earlier write of
+            // the listed rows (its statement committed before it unlisted
+            // them).
+            return Ok(());
+        }
+        // Inserted by another statement (the writer, another mirror), or
+        // fenced out: one more round trip, only then.
+        let there = self
+            .client()
+            .await?
+            .query_opt(
+                "SELECT 1 FROM toolsched_batches WHERE session_id = $1 AND batch_id = $2",
+                &[&session_id, &batch_id],
+            )
+            .await
+            .map_err(|e| unavailable(&e))?
+            .is_some();
+        if there {
+            Ok(())
+        } else {
+            Err(StoreError::LeaseLost {
+                session_id: session_id.to_string(),
+            })
+        }
     }
 
     async fn start_tail(
@@ -1780,10 +1881,12 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
     }
 
     fn abandon_batch(&self, session_id: &str, batch_id: &str) {
-        let _ = self.forget_unwritten(session_id, batch_id);
         self.memory.abandon_batch(session_id, batch_id);
-        self.live()
-            .remove(&(session_id.to_string(), batch_id.to_string()));
+        // Together, under the `live` lock, as in `complete_batch`.
+        let mut live = self.live();
+        let _ = self.forget_unwritten(session_id, batch_id);
+        live.remove(&(session_id.to_string(), batch_id.to_string()));
+        drop(live);
         self.write(Write::Abandon {
             session_id: session_id.to_string(),
             batch_id: batch_id.to_string(),
@@ -1799,28 +1902,32 @@ impl<E: LogEvent> Store<E> for PostgresStore<E> {
     }
 
     fn complete_batch(&self, session_id: &str, batch_id: &str, ended: Vec<EndedCall>) {
-        let row = self.forget_unwritten(session_id, batch_id);
         self.memory
             .complete_batch(session_id, batch_id, ended.clone());
         let key = (session_id.to_string(), batch_id.to_string());
-        let Some(log) = self.live().get(&key).cloned() else {
-            self.mirrored().remove(&key);
+        // The log is whole: `Completed` was its last event. Encoded before
+        // the lock below is taken (the mirror waits for it).
+        let log = self.live().get(&key).cloned();
+        let entries: Option<Vec<_>> = log.map(|log| {
+            log.entries()
+                .iter()
+                .map(|e| (e.sequence as i64, e.at, e.encoded_by(&*self.codec).clone()))
+                .collect()
+        });
+        let fence = self.fence(session_id);
+        // Under the `live` lock, as `start_mirror` looks: the batch leaves
+        // `live` and its row written behind leaves `unwritten` together,
+        // the row into its completion. A mirror started before sees both
+        // (it writes the row before any event), one asked after finds the
+        // completion queued (and waits for it to be written); none sees
+        // the batch running with its row in neither place.
+        let mut live = self.live();
+        let row = self.forget_unwritten(session_id, batch_id);
+        let running = live.remove(&key).is_some();
+        let watched = self.mirrored().remove(&key);
+        let Some(entries) = entries.filter(|_| running) else {
             return;
         };
-        // The log is whole: `Completed` was its last event.
-        let entries = log
-            .entries()
-            .iter()
-            .map(|e| (e.sequence as i64, e.at, e.encoded_by(&*self.codec).clone()))
-            .collect();
-        let fence = self.fence(session_id);
-        // Under the `live` lock, as `start_mirror` looks: a mirror started
-        // before the batch leaves `live` is seen here (its completion wakes
-        // the readers elsewhere), one asked after finds the completion
-        // queued (and waits for it to be written).
-        let mut live = self.live();
-        live.remove(&key);
-        let watched = self.mirrored().remove(&key);
         self.write(Write::Complete(Completion {
             fence,
             session_id: key.0,
@@ -2639,14 +2746,16 @@ async fn listen<E: LogEvent>(
 
 /// Writes `entries` of a running batch (a mirror, [`Store::mirror`]) and
 /// wakes its readers elsewhere (NOTIFY toolsched_events, payload the batch
-/// id). Entries already written are kept.
+/// id). Entries already written are kept. `false`: the batch's row is not
+/// there (deleted since the mirror wrote it: abandoned, or swept), nothing
+/// written.
 async fn write_entries<E: LogEvent>(
     pool: &Pool,
     codec: &dyn EventCodec<E>,
     session_id: &str,
     batch_id: &str,
     entries: &[Arc<Entry<E>>],
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let sequences: Vec<i64> = entries.iter().map(|e| e.sequence as i64).collect();
     let times: Vec<SystemTime> = entries.iter().map(|e| e.at).collect();
     let bodies: Vec<&[u8]> = entries.iter().map(|e| &e.encoded_by(codec)[..]).collect();
@@ -2660,14 +2769,19 @@ async fn write_entries<E: LogEvent>(
         )
         .await
         .map_err(|e| reason(&e))?;
-    client
+    match client
         .execute(
             &statement,
             &[&session_id, &batch_id, &sequences, &times, &bodies],
         )
         .await
-        .map(drop)
-        .map_err(|e| reason(&e))
+    {
+        Ok(_) => Ok(true),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::FOREIGN_KEY_VIOLATION) => {
+            Ok(false)
+        }
+        Err(e) => Err(reason(&e)),
+    }
 }
 
 async fn probe(pool: Pool, reachable: watch::Sender<bool>) {
