@@ -1036,3 +1036,71 @@ async fn a_process_confined_ahead_that_was_stopped_or_killed_is_not_used() {
         );
     }
 }
+
+/// A command's `dir_path` is entered as it was when the call was accepted:
+/// a directory on its path swapped for a symlink since (here by the call
+/// before it in the batch; by another session's command in the breaker's
+/// finding) is refused, where entering by path followed the link to `/`
+/// and a level-`none` command's relative writes went to the host's root.
+#[tokio::test]
+async fn a_dir_path_swapped_for_a_symlink_after_acceptance_is_not_followed() {
+    use toolsched::sandbox::{SandboxConfig, SandboxLevel};
+    must_confine();
+    let marker = format!("toolsched-swapped-{}", uuid::Uuid::new_v4().simple());
+    for level in [SandboxLevel::None, SandboxLevel::WorkspaceWrite] {
+        let srv = TestServer::with_config(toolsched::scheduler::SchedulerConfig {
+            sandbox: SandboxConfig {
+                level,
+                ..SandboxConfig::default()
+            },
+            ..yolo()
+        })
+        .await;
+        std::fs::create_dir_all(srv.path("rc/d/in")).unwrap();
+        let events = srv
+            .run(
+                "s",
+                vec![
+                    shell("swap", "cd rc && mv d d2 && ln -s / d"),
+                    call(
+                        "c",
+                        "run_shell_command",
+                        json!({ "command": format!("pwd; touch {marker}"), "dir_path": "rc/d" }),
+                    ),
+                    call(
+                        "deeper",
+                        "run_shell_command",
+                        json!({ "command": format!("pwd; touch {marker}"), "dir_path": "rc/d/in" }),
+                    ),
+                ],
+            )
+            .await;
+        assert_eq!(
+            result_of(&events, "swap")["exit_code"],
+            json!(0),
+            "{events:?}"
+        );
+        for id in ["c", "deeper"] {
+            let (_, message) = error_of(&events, id);
+            assert!(
+                message.contains("no longer the directory the call was accepted with"),
+                "{level}: {id}: {message}"
+            );
+        }
+        assert!(!std::path::Path::new("/").join(&marker).exists(), "{level}");
+        assert!(!srv.path("rc/d2").join(&marker).exists(), "{level}");
+        // The directory itself, renamed, is still entered.
+        let events = srv
+            .run(
+                "s",
+                vec![call(
+                    "c",
+                    "run_shell_command",
+                    json!({ "command": "pwd", "dir_path": "rc/d2" }),
+                )],
+            )
+            .await;
+        assert_eq!(result_of(&events, "c")["exit_code"], json!(0), "{events:?}");
+    }
+    let _ = std::fs::remove_file(std::path::Path::new("/").join(&marker));
+}

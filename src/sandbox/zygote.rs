@@ -1518,6 +1518,47 @@ fn reap(live: &mut Vec<(libc::pid_t, File)>, spare: &mut Option<Spare>) {
     }
 }
 
+/// Enters `cwd`, the command's directory as resolved when its call was
+/// accepted (canonical: no symlink in it), beneath `workspace` and through
+/// no symlink: a component swapped for a symlink since (by another
+/// session's command, say) is refused, where entering by its path followed
+/// it anywhere (a breaker's finding: another session's confined command
+/// turned a `dir_path` into a link to `/`, and a level-`none` command's
+/// relative writes went to the host's root). A directory outside the
+/// workspace is entered by its path.
+fn enter_beneath(workspace: &Path, cwd: &Path) -> std::io::Result<()> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let Ok(rel) = cwd.strip_prefix(workspace) else {
+        return std::env::set_current_dir(cwd);
+    };
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let root = rustix::fs::open(workspace, flags, Mode::empty())?;
+    let dir = if rel.as_os_str().is_empty() {
+        root
+    } else {
+        match rustix::fs::openat2(
+            &root,
+            rel,
+            flags,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        ) {
+            Ok(dir) => dir,
+            Err(rustix::io::Errno::LOOP | rustix::io::Errno::XDEV) => {
+                return Err(std::io::Error::other(
+                    "it is no longer the directory the call was accepted with (a symlink \
+                     now stands on its path)",
+                ));
+            }
+            // A kernel without openat2 (before 5.6): by its path.
+            Err(rustix::io::Errno::NOSYS) => return std::env::set_current_dir(cwd),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    rustix::process::fchdir(&dir)?;
+    Ok(())
+}
+
 /// The forked child: its fds on 0–4 as the server's `exec` of
 /// `sandbox-exec` would have had them (and the prepared ruleset, if any, on
 /// [`RULESET_FD`]), the request's directory and environment, then the
@@ -1635,7 +1676,7 @@ unsafe fn child(
             Ok(r) => r,
             Err(e) => fail(&mut status, e),
         };
-        if let Err(e) = std::env::set_current_dir(&req.cwd) {
+        if let Err(e) = enter_beneath(&args.workspace, &req.cwd) {
             fail(&mut status, format!("{}: {e}", req.cwd.display()));
         }
         // The command's environment and nothing else (the zygote's is
