@@ -1104,3 +1104,37 @@ async fn a_dir_path_swapped_for_a_symlink_after_acceptance_is_not_followed() {
     }
     let _ = std::fs::remove_file(std::path::Path::new("/").join(&marker));
 }
+
+/// A spare that something outside the sandbox stopped is not handed the
+/// next command: the command runs in a worker forked for it (a breaker's
+/// finding: the stopped spare held it until its timeout).
+#[tokio::test]
+async fn a_stopped_spare_is_not_handed_a_command() {
+    let srv = confining_server().await;
+    let zygote = zygote_after_a_first_command(&srv).await;
+    let spare = the_spare(zygote).await;
+    // SAFETY: signalling a process of this test's server.
+    unsafe { libc::kill(spare, libc::SIGSTOP) };
+    eventually(
+        || format!("{spare} in state {}", state_of(spare)),
+        || state_of(spare) == 'T',
+    )
+    .await;
+    let events = srv
+        .run(
+            "s",
+            vec![call(
+                "c",
+                "run_shell_command",
+                json!({ "command": "echo ran-in-$PPID", "timeout": 20 }),
+            )],
+        )
+        .await;
+    assert_eq!(result_of(&events, "c")["exit_code"], json!(0), "{events:?}");
+    let output = streamed(&events);
+    assert!(
+        output.contains("ran-in-") && !output.contains(&format!("ran-in-{spare}\n")),
+        "{output}"
+    );
+    wait_exited(spare);
+}

@@ -48,6 +48,10 @@ const ENV_ALLOWLIST: &[&str] = &[
 /// allowlist entry would pass it (defence against a widened allowlist).
 const SECRET_MARKERS: &[&str] = &["TOKEN", "SECRET", "KEY", "PASSWORD"];
 
+/// How long a worker has to exit once it reported its command's end (it
+/// exits at once; a stopped one is killed then).
+const WORKER_EXIT_GRACE: Duration = Duration::from_secs(5);
+
 /// Time between SIGTERM and SIGKILL: enough for a well-behaved program to
 /// flush, short enough that cancel feels immediate.
 pub const KILL_GRACE: Duration = Duration::from_millis(500);
@@ -411,9 +415,19 @@ pub async fn run_process(
         let keep = confined.then(|| sandbox.zygote().cgroups());
         remove_after(cgroup, keep, tmp, &tmps, &workspace).await;
     } else {
-        let exiting = status.reaped;
+        let mut exiting = status.reaped;
         tokio::spawn(async move {
-            let _ = exiting.await;
+            if tokio::time::timeout(WORKER_EXIT_GRACE, &mut exiting)
+                .await
+                .is_err()
+            {
+                // Stopped (or stuck) after its command was over: nothing of
+                // the command may outlive its call, the worker included (a
+                // breaker's finding: a worker stopped by another session's
+                // unconfined command held its cgroup and pipes for good).
+                worker.signal(Signal::SIGKILL);
+                let _ = exiting.await;
+            }
             let keep = confined.then(|| sandbox.zygote().cgroups());
             remove_after(cgroup, keep, tmp, &tmps, &workspace).await;
         });

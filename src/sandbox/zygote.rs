@@ -1200,8 +1200,11 @@ fn serve(
     if let Some(sp) = spare {
         // The spare serves only the cgroup it joined, which the server made
         // for this command; anything else (a request it cannot read, a
-        // hand-over that failed) and it goes, and a worker is forked.
-        let fits = matches!(&request, Ok((_, args)) if args.cgroup == sp.cgroup);
+        // hand-over that failed, a spare something outside the sandbox
+        // stopped, which would hold the command until its timeout) and it
+        // goes, and a worker is forked.
+        let fits = matches!(&request, Ok((_, args)) if args.cgroup == sp.cgroup)
+            && !super::worker::stopped(sp.pid);
         let fits_ahead = id.is_some() && sp.ahead == id;
         if fits
             && sp

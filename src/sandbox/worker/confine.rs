@@ -687,7 +687,7 @@ extern "C" fn ahead_child(arg: *mut libc::c_void) -> libc::c_int {
 }
 
 /// Whether our child `pid` is stopped (by a signal), without reaping it.
-fn stopped(pid: libc::pid_t) -> bool {
+pub(in crate::sandbox) fn stopped(pid: libc::pid_t) -> bool {
     // SAFETY: waitid with WNOWAIT reaps nothing; it writes into a zeroed
     // local.
     unsafe {

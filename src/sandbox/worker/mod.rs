@@ -91,7 +91,7 @@ use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-pub(super) use confine::Ahead;
+pub(super) use confine::{Ahead, stopped};
 pub(super) use mounts::enter_ahead;
 pub use mounts::{ANCHOR_TMP, MAX_BIND_MOUNTS, hide_proc_here, probe as probe_namespace};
 pub use prepared::{MAX_PREPARED_RULESETS, RulesetCache};
