@@ -312,18 +312,24 @@ impl Launch {
     /// Runs the command in `ahead`, the process a spare worker cloned and
     /// confined before the command came ([`Ahead`]), instead of cloning
     /// one: what is left is its directory, its limits and `exec`. Returns
-    /// once it `exec`ed or failed. `cwd`: the worker's directory, the
-    /// command's (the process shares the worker's memory and fds, not its
-    /// directory).
-    pub(super) fn start_ahead(self, ahead: Ahead, cwd: &Path) -> Result<Started, String> {
+    /// once it `exec`ed or failed. The process shares the worker's memory
+    /// and fds, not its directory: it enters the worker's through an fd of
+    /// it (by its path, a symlink swapped in since the worker entered it
+    /// would be followed).
+    pub(super) fn start_ahead(self, ahead: Ahead) -> Result<Started, String> {
+        use rustix::fs::{Mode, OFlags};
         const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
         let (Ok(cwd), true, true) = (
-            CString::new(cwd.as_os_str().as_bytes()),
+            rustix::fs::open(
+                ".",
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            ),
             self.argv.len() <= AHEAD_MAX_ARGS,
             ahead.waits(),
         ) else {
             // Its stack is not sized for this vector (or the directory
-            // cannot be named): cloned now, as without a spare.
+            // cannot be opened): cloned now, as without a spare.
             ahead.abort();
             return self.start();
         };
@@ -345,12 +351,12 @@ impl Launch {
         let shared = ahead.shared;
         // SAFETY: the process reads these only after GO, and this process
         // waits below until it `exec`ed or exited: the pointers (into
-        // `self` and `cwd`) outlive every use.
+        // `self`) and `cwd` outlive every use.
         unsafe {
             *shared.exec.get() = Some(ExecParams {
                 program: self.program.as_ptr(),
                 argv: self.argv.as_ptr(),
-                cwd: cwd.as_ptr(),
+                cwd: cwd.as_raw_fd(),
                 limits: self.limits,
             });
         }
@@ -507,7 +513,8 @@ struct AheadShared {
 struct ExecParams {
     program: *const libc::c_char,
     argv: *const *const libc::c_char,
-    cwd: *const libc::c_char,
+    /// The worker's directory, open in the table they share.
+    cwd: RawFd,
     limits: [(libc::__rlimit_resource_t, u64, &'static str); 6],
 }
 
@@ -666,8 +673,8 @@ extern "C" fn ahead_child(arg: *mut libc::c_void) -> libc::c_int {
         }
         let failure = match &*s.exec.get() {
             Some(p) => {
-                if libc::chdir(p.cwd) != 0 {
-                    Failure::last("chdir")
+                if libc::fchdir(p.cwd) != 0 {
+                    Failure::last("fchdir")
                 } else if let Err(f) = set_rlimits(&p.limits) {
                     f
                 } else {

@@ -151,13 +151,9 @@ pub(super) fn supervise(
         None => None,
     };
     let launch = Launch::prepare(args, protected, mounts, &tmp, prepared, worker_pid)?;
-    let started = match (ahead, std::env::current_dir()) {
-        (Some(a), Ok(cwd)) => launch.start_ahead(a, &cwd)?,
-        (Some(a), Err(_)) => {
-            a.abort();
-            launch.start()?
-        }
-        (None, _) => launch.start()?,
+    let started = match ahead {
+        Some(a) => launch.start_ahead(a)?,
+        None => launch.start()?,
     };
     // The command runs: the zygote may fork the next spare now.
     drop(started_signal);
