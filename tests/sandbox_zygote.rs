@@ -347,21 +347,14 @@ fn cgroup_members(cgroup: &std::path::Path) -> Vec<i32> {
 /// runs, and no cgroup outlives the server.
 #[tokio::test]
 async fn a_kept_cgroup_is_empty_and_none_outlives_the_server() {
-    use toolsched::sandbox::{SandboxConfig, SandboxLevel};
+    use toolsched::sandbox::SandboxLevel;
     let Some(base) = pids_base() else {
         return;
     };
     const COMMANDS: usize = 8;
     let limit = toolsched::sandbox::ResourceLimits::default().processes;
     for level in [SandboxLevel::WorkspaceWrite, SandboxLevel::None] {
-        let srv = TestServer::with_config(toolsched::scheduler::SchedulerConfig {
-            sandbox: SandboxConfig {
-                level,
-                ..SandboxConfig::default()
-            },
-            ..yolo()
-        })
-        .await;
+        let srv = server_at(level).await;
         let mut seen_cgroups = std::collections::BTreeSet::new();
         for i in 0..COMMANDS {
             let id = format!("c{i}");
@@ -813,6 +806,18 @@ async fn zygote_after_a_first_command(srv: &TestServer) -> i32 {
     zygote
 }
 
+/// A yolo server whose commands run at `level`.
+async fn server_at(level: toolsched::sandbox::SandboxLevel) -> TestServer {
+    TestServer::with_config(toolsched::scheduler::SchedulerConfig {
+        sandbox: toolsched::sandbox::SandboxConfig {
+            level,
+            ..toolsched::sandbox::SandboxConfig::default()
+        },
+        ..yolo()
+    })
+    .await
+}
+
 /// A yolo server confining at the default level, after [`must_confine`].
 async fn confining_server() -> TestServer {
     must_confine();
@@ -932,16 +937,9 @@ async fn a_command_confined_before_it_came_is_confined_as_any_other() {
 /// command (and confined a process in it) takes it back to the zygote's.
 #[tokio::test]
 async fn an_unconfined_command_runs_in_the_zygotes_namespace_after_a_confined_one() {
-    use toolsched::sandbox::{SandboxConfig, SandboxLevel};
+    use toolsched::sandbox::SandboxLevel;
     must_confine();
-    let srv = TestServer::with_config(toolsched::scheduler::SchedulerConfig {
-        sandbox: SandboxConfig {
-            level: SandboxLevel::None,
-            ..SandboxConfig::default()
-        },
-        ..yolo()
-    })
-    .await;
+    let srv = server_at(SandboxLevel::None).await;
     // The worker's parent is the zygote.
     // And in its own directory (a breaker's finding: `setns` had moved it
     // to `/`, where its relative writes went).
@@ -1044,18 +1042,11 @@ async fn a_process_confined_ahead_that_was_stopped_or_killed_is_not_used() {
 /// and a level-`none` command's relative writes went to the host's root.
 #[tokio::test]
 async fn a_dir_path_swapped_for_a_symlink_after_acceptance_is_not_followed() {
-    use toolsched::sandbox::{SandboxConfig, SandboxLevel};
+    use toolsched::sandbox::SandboxLevel;
     must_confine();
     let marker = format!("toolsched-swapped-{}", uuid::Uuid::new_v4().simple());
     for level in [SandboxLevel::None, SandboxLevel::WorkspaceWrite] {
-        let srv = TestServer::with_config(toolsched::scheduler::SchedulerConfig {
-            sandbox: SandboxConfig {
-                level,
-                ..SandboxConfig::default()
-            },
-            ..yolo()
-        })
-        .await;
+        let srv = server_at(level).await;
         std::fs::create_dir_all(srv.path("rc/d/in")).unwrap();
         let events = srv
             .run(
