@@ -1235,7 +1235,6 @@ fn serve(
             ruleset,
             proc_hidden: ctx.proc_hidden,
             settled: None,
-            namespace_ahead: false,
             namespace_before: None,
             ahead: None,
             started: None,
@@ -1355,7 +1354,6 @@ unsafe fn spare_child(
     let joined = cgroup.map(|cg| super::worker::join_cgroup(cg).map(|()| cg.to_path_buf()));
     // The command process, confined ahead in the namespace its command's
     // mounts will be made in (after the cgroup join: it is the command's).
-    let mut namespace_ahead = false;
     let mut namespace_before = None;
     let mut confined = None;
     // Only in the command's cgroup: a process cloned before a failed join
@@ -1375,8 +1373,10 @@ unsafe fn spare_child(
                         .then(|| OwnedFd::from_raw_fd(AHEAD_NAMESPACE_FD))
                 }
             });
-        namespace_ahead = namespace_before.is_some() && super::worker::enter_ahead();
-        if namespace_ahead {
+        if namespace_before.is_some() && !super::worker::enter_ahead() {
+            namespace_before = None;
+        }
+        if namespace_before.is_some() {
             let place = |fd: RawFd| {
                 // SAFETY: `fd` is the listener the process left in the
                 // table we share; moved to its fixed number.
@@ -1428,7 +1428,6 @@ unsafe fn spare_child(
         ruleset,
         proc_hidden: ctx.proc_hidden,
         settled: Some(super::worker::Settled { worker, joined }),
-        namespace_ahead,
         namespace_before,
         ahead: confined,
         // SAFETY: the channel placed above; nothing else owns it.

@@ -369,7 +369,7 @@ impl Launch {
             if t == 0 {
                 break;
             }
-            futex_wait(&shared.tid, t, Some(Duration::from_millis(50)));
+            futex_wait(&shared.tid, t, Some(STOPPED_CHECK_EVERY));
             // Stopped from outside before its `exec` (a same-user process
             // not in a sandbox can), it would hold this worker, deaf to
             // cancel, until the call's timeout: killed instead, the
@@ -465,6 +465,14 @@ unsafe fn confine_self(
 /// this many (see [`child_stack_bytes`]); a longer command is cloned as
 /// without a spare.
 const AHEAD_MAX_ARGS: usize = 4096;
+
+/// How often a worker waiting for its [`Ahead`] process to `exec` checks
+/// that nothing stopped it (it is killed then).
+const STOPPED_CHECK_EVERY: Duration = Duration::from_millis(50);
+
+/// How often a spare waiting for its [`Ahead`] process to be confined
+/// checks that it did not exit without saying so (a kill from outside).
+const CONFINING_CHECK_EVERY: Duration = Duration::from_millis(10);
 
 /// [`AheadShared::state`]: being confined; confined and waiting; failed
 /// (the reason in `failure`, then it exits); told to run; told to exit.
@@ -572,7 +580,7 @@ impl Ahead {
             if s != PREPARING || shared.tid.load(Ordering::Acquire) == 0 {
                 break;
             }
-            futex_wait(&shared.state, PREPARING, Some(Duration::from_millis(10)));
+            futex_wait(&shared.state, PREPARING, Some(CONFINING_CHECK_EVERY));
         }
         // The process is confined (or gone): the ruleset, which could
         // still take rules, is closed now rather than with the worker. Its
@@ -609,21 +617,9 @@ impl Ahead {
     /// sandbox can signal it), which would otherwise end or hold the
     /// command it was kept for before it ran.
     fn waits(&self) -> bool {
-        if self.shared.state.load(Ordering::Acquire) != READY || stopped(self.pid) {
-            return false;
-        }
-        // SAFETY: waitid on our own child with WNOWAIT reaps nothing; it
-        // writes into a zeroed local.
-        unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(
-                libc::P_PID,
-                self.pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            ) == 0
-                && info.si_pid() == 0
-        }
+        self.shared.state.load(Ordering::Acquire) == READY
+            && !stopped(self.pid)
+            && has_state(self.pid, libc::WEXITED) == Some(false)
     }
 
     /// Kills the process and reaps it: its command is cloned as without a
@@ -695,17 +691,23 @@ extern "C" fn ahead_child(arg: *mut libc::c_void) -> libc::c_int {
 
 /// Whether our child `pid` is stopped (by a signal), without reaping it.
 pub(in crate::sandbox) fn stopped(pid: libc::pid_t) -> bool {
+    has_state(pid, libc::WSTOPPED) == Some(true)
+}
+
+/// Whether our child `pid` reports `state` (`WSTOPPED`, `WEXITED`) now,
+/// without reaping it; `None` when it cannot be asked (no such child).
+fn has_state(pid: libc::pid_t, state: libc::c_int) -> Option<bool> {
     // SAFETY: waitid with WNOWAIT reaps nothing; it writes into a zeroed
     // local.
     unsafe {
         let mut info: libc::siginfo_t = std::mem::zeroed();
-        libc::waitid(
+        (libc::waitid(
             libc::P_PID,
             pid as libc::id_t,
             &mut info,
-            libc::WSTOPPED | libc::WNOHANG | libc::WNOWAIT,
-        ) == 0
-            && info.si_pid() == pid
+            state | libc::WNOHANG | libc::WNOWAIT,
+        ) == 0)
+            .then(|| info.si_pid() == pid)
     }
 }
 

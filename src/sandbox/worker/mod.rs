@@ -214,11 +214,10 @@ pub struct Forked {
     /// What a spare worker did before its command came; `None` for a
     /// worker forked for its command.
     pub settled: Option<Settled>,
-    /// The spare made its mount namespace before its command came
-    /// ([`enter_ahead`]): the command's mounts are made in it.
-    pub namespace_ahead: bool,
-    /// The zygote's mount namespace, which a spare that made its own
-    /// returns to for a command that takes no mounts.
+    /// The zygote's mount namespace, kept by a spare that made its own
+    /// before its command came ([`enter_ahead`]): the command's mounts are
+    /// made in the spare's, and a command that takes none returns to this
+    /// one.
     pub namespace_before: Option<OwnedFd>,
     /// The command process the spare cloned and confined before its
     /// command came, which the zygote said fits it ([`Ahead`]).

@@ -42,11 +42,11 @@ pub(super) fn supervise(
     let proc_hidden = forked.as_ref().is_some_and(|f| f.proc_hidden);
     let parent = forked.as_ref().map(|f| f.zygote);
     let settled = forked.as_ref().and_then(|f| f.settled.clone());
-    let namespace_ahead = forked.as_ref().is_some_and(|f| f.namespace_ahead);
     let (mut prepared, mut ahead, namespace_before, started_signal) = forked
         .map_or((None, None, None, None), |f| {
             (f.ruleset, f.ahead, f.namespace_before, f.started)
         });
+    let namespace_ahead = namespace_before.is_some();
     // A spare worker settled and joined its cgroup before its command came
     // (see [`super::super::zygote`]); everyone else does it now.
     let (worker_pid, joined) = match settled {
@@ -82,10 +82,12 @@ pub(super) fn supervise(
     // the command see the same read-only mounts; while the worker still has
     // its capabilities.
     let mounted = args.level.is_confined() && !args.landlock_only;
-    if namespace_ahead && !mounted {
+    if let Some(ns) = &namespace_before
+        && !mounted
+    {
         // The spare made a namespace for a confined command; this one
         // runs in the zygote's, as one forked for it would.
-        back_to(namespace_before.as_ref())?;
+        back_to(ns)?;
     }
     let mounts = super::mounts::enter(
         mounted,
@@ -262,10 +264,7 @@ impl Here {
 /// made its own ahead), in the same directory: `setns` moves the caller to
 /// the namespace's root (a breaker's finding: a command at level `none`
 /// after a confined one ran in `/`, whatever its `dir_path`).
-fn back_to(ns: Option<&OwnedFd>) -> Result<(), String> {
-    let Some(ns) = ns else {
-        return Err("no mount namespace to return to".into());
-    };
+fn back_to(ns: &OwnedFd) -> Result<(), String> {
     let here = Here::now()?;
     // SAFETY: setns on a namespace fd we own, in this single-threaded process.
     if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS) } != 0 {
