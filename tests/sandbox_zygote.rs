@@ -16,6 +16,11 @@ fn shell(id: &str, command: &str) -> pb::FunctionCall {
     call(id, "run_shell_command", json!({ "command": command }))
 }
 
+/// A `run_shell_command` call with these arguments (`dir_path`, `timeout`).
+fn shell_args(id: &str, args: serde_json::Value) -> pb::FunctionCall {
+    call(id, "run_shell_command", args)
+}
+
 /// The structured result of a successful call.
 fn result_of(events: &[Event], id: &str) -> serde_json::Map<String, serde_json::Value> {
     match terminal(events, id) {
@@ -977,9 +982,7 @@ async fn an_unconfined_command_runs_in_the_zygotes_namespace_after_a_confined_on
                 json!({ "command": probe, "dir_path": "sub" }),
             )
         };
-        let events = srv
-            .run("none", vec![call("c", "run_shell_command", args)])
-            .await;
+        let events = srv.run("none", vec![shell_args("c", args)]).await;
         assert_eq!(result_of(&events, "c")["exit_code"], json!(0), "{events:?}");
         assert!(same(&events), "round {round}: {}", streamed(&events));
         let dir = dir.canonicalize().unwrap();
@@ -1053,14 +1056,12 @@ async fn a_dir_path_swapped_for_a_symlink_after_acceptance_is_not_followed() {
                 "s",
                 vec![
                     shell("swap", "cd rc && mv d d2 && ln -s / d"),
-                    call(
+                    shell_args(
                         "c",
-                        "run_shell_command",
                         json!({ "command": format!("pwd; touch {marker}"), "dir_path": "rc/d" }),
                     ),
-                    call(
+                    shell_args(
                         "deeper",
-                        "run_shell_command",
                         json!({ "command": format!("pwd; touch {marker}"), "dir_path": "rc/d/in" }),
                     ),
                 ],
@@ -1087,9 +1088,8 @@ async fn a_dir_path_swapped_for_a_symlink_after_acceptance_is_not_followed() {
             let events = srv
                 .run(
                     "s",
-                    vec![call(
+                    vec![shell_args(
                         "c",
-                        "run_shell_command",
                         json!({ "command": "pwd", "dir_path": "rc/d2/in" }),
                     )],
                 )
@@ -1124,9 +1124,8 @@ async fn a_stopped_spare_is_not_handed_a_command() {
     let events = srv
         .run(
             "s",
-            vec![call(
+            vec![shell_args(
                 "c",
-                "run_shell_command",
                 json!({ "command": "echo ran-in-$PPID", "timeout": 20 }),
             )],
         )
