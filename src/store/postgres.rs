@@ -1408,16 +1408,17 @@ impl<E: LogEvent> PostgresStore<E> {
             return Ok(false);
         };
         let first = reader.is_some();
-        // `Err(answer)`: nothing (more) to mirror from here.
+        // `Break(answer)`: nothing (more) to mirror from here.
+        use std::ops::ControlFlow;
         let started = async {
             // Its events refer to its row: committed before any of them.
             self.write_own_row(session_id, batch_id, rows).await?;
             let Some(reader) = reader else {
                 // Another mirror of it writes its log.
-                return Ok(Err(true));
+                return Ok(ControlFlow::Break(true));
             };
             let Ok(mut reader) = reader else {
-                return Ok(Err(false));
+                return Ok(ControlFlow::Break(false));
             };
             let mut logged = Vec::new();
             while let Some(Some(entry)) = futures::FutureExt::now_or_never(reader.next()) {
@@ -1429,14 +1430,14 @@ impl<E: LogEvent> PostgresStore<E> {
                     .map_err(|reason| StoreError::Unavailable { reason })?;
                 if !written {
                     // Its row was deleted since (abandoned).
-                    return Ok(Err(false));
+                    return Ok(ControlFlow::Break(false));
                 }
             }
-            Ok::<_, StoreError>(Ok(reader))
+            Ok::<_, StoreError>(ControlFlow::Continue(reader))
         };
         let mut reader = match started.await {
-            Ok(Ok(reader)) => reader,
-            Ok(Err(answer)) => return Ok(answer),
+            Ok(ControlFlow::Continue(reader)) => reader,
+            Ok(ControlFlow::Break(answer)) => return Ok(answer),
             Err(e) => {
                 // Not mirrored: the next WatchBatch asks again.
                 if first {
